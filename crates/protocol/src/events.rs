@@ -1,0 +1,194 @@
+//! Streaming events and their SSE framing.
+//!
+//! [`ResponseEvent`] is every event the gateway emits; its serde tag is the wire `type`. The
+//! `sequence_number` is not part of the event: the stream that numbers events owns it, and
+//! [`SseFrame::encode`] adds it while writing `event: <type>\ndata: <json>\n\n`.
+
+use serde::Serialize;
+
+use crate::items::{ContentPart, Item};
+use crate::response::ResponseObject;
+
+/// One event of a response stream.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type")]
+pub enum ResponseEvent {
+    #[serde(rename = "response.created")]
+    Created { response: ResponseObject },
+    #[serde(rename = "response.in_progress")]
+    InProgress { response: ResponseObject },
+    #[serde(rename = "response.completed")]
+    Completed { response: ResponseObject },
+    #[serde(rename = "response.incomplete")]
+    Incomplete { response: ResponseObject },
+    #[serde(rename = "response.failed")]
+    Failed { response: ResponseObject },
+    #[serde(rename = "response.output_item.added")]
+    OutputItemAdded { output_index: usize, item: Item },
+    #[serde(rename = "response.output_item.done")]
+    OutputItemDone { output_index: usize, item: Item },
+    #[serde(rename = "response.content_part.added")]
+    ContentPartAdded {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: ContentPart,
+    },
+    #[serde(rename = "response.content_part.done")]
+    ContentPartDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: ContentPart,
+    },
+    #[serde(rename = "response.output_text.delta")]
+    OutputTextDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+        logprobs: [(); 0],
+    },
+    #[serde(rename = "response.output_text.done")]
+    OutputTextDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+        logprobs: [(); 0],
+    },
+    #[serde(rename = "response.reasoning.delta")]
+    ReasoningDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning.done")]
+    ReasoningDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    FunctionCallArgumentsDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.function_call_arguments.done")]
+    FunctionCallArgumentsDone {
+        item_id: String,
+        output_index: usize,
+        name: String,
+        arguments: String,
+    },
+    #[serde(rename = "error")]
+    Error { error: StreamError },
+}
+
+/// The payload of a stream-level `error` event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StreamError {
+    #[serde(rename = "type")]
+    pub error_type: crate::ErrorType,
+    pub code: Option<String>,
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl ResponseEvent {
+    /// The wire `type` of the event (the SSE `event:` line).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ResponseEvent::Created { .. } => "response.created",
+            ResponseEvent::InProgress { .. } => "response.in_progress",
+            ResponseEvent::Completed { .. } => "response.completed",
+            ResponseEvent::Incomplete { .. } => "response.incomplete",
+            ResponseEvent::Failed { .. } => "response.failed",
+            ResponseEvent::OutputItemAdded { .. } => "response.output_item.added",
+            ResponseEvent::OutputItemDone { .. } => "response.output_item.done",
+            ResponseEvent::ContentPartAdded { .. } => "response.content_part.added",
+            ResponseEvent::ContentPartDone { .. } => "response.content_part.done",
+            ResponseEvent::OutputTextDelta { .. } => "response.output_text.delta",
+            ResponseEvent::OutputTextDone { .. } => "response.output_text.done",
+            ResponseEvent::ReasoningDelta { .. } => "response.reasoning.delta",
+            ResponseEvent::ReasoningDone { .. } => "response.reasoning.done",
+            ResponseEvent::FunctionCallArgumentsDelta { .. } => {
+                "response.function_call_arguments.delta"
+            }
+            ResponseEvent::FunctionCallArgumentsDone { .. } => {
+                "response.function_call_arguments.done"
+            }
+            ResponseEvent::Error { .. } => "error",
+        }
+    }
+
+    /// The final response, when this event ends the stream.
+    pub fn terminal_response(&self) -> Option<&ResponseObject> {
+        match self {
+            ResponseEvent::Completed { response }
+            | ResponseEvent::Incomplete { response }
+            | ResponseEvent::Failed { response } => Some(response),
+            _ => None,
+        }
+    }
+}
+
+/// SSE framing of events.
+pub struct SseFrame;
+
+#[derive(Serialize)]
+struct Numbered<'a> {
+    #[serde(flatten)]
+    event: &'a ResponseEvent,
+    sequence_number: u64,
+}
+
+impl SseFrame {
+    /// `event: <type>\ndata: <compact json with sequence_number>\n\n`.
+    pub fn encode(
+        event: &ResponseEvent,
+        sequence_number: u64,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        let kind = event.kind();
+        let mut out = Vec::with_capacity(kind.len() + 128);
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        serde_json::to_writer(
+            &mut out,
+            &Numbered {
+                event,
+                sequence_number,
+            },
+        )?;
+        out.extend_from_slice(b"\n\n");
+        Ok(out)
+    }
+
+    /// The `data: [DONE]` frame that ends every stream after its terminal event.
+    pub const DONE: &'static [u8] = b"data: [DONE]\n\n";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_carry_type_and_sequence_number() {
+        let ev = ResponseEvent::OutputTextDelta {
+            item_id: "msg_1".into(),
+            output_index: 0,
+            content_index: 0,
+            delta: "Pa\nris".into(),
+            logprobs: [],
+        };
+        let frame = String::from_utf8(SseFrame::encode(&ev, 4).unwrap()).unwrap();
+        assert_eq!(
+            frame,
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Pa\\nris\",\"logprobs\":[],\"sequence_number\":4}\n\n"
+        );
+    }
+}

@@ -1,0 +1,520 @@
+//! Items: the one representation of conversation history and response output.
+//!
+//! A request's `input` arrives in many accepted spellings ([`InputItemParam`]: string content,
+//! messages without `type`, items without ids). [`InputItemParam::normalize`] turns each into the
+//! canonical [`Item`], which is what the engine reasons over, what `response.output` holds and what
+//! the store keeps. One shape in, one shape out: a stored item reads back exactly as it was written.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{IdKind, new_id};
+
+/// A canonical history or output item (OpenAI's item shapes, ids always present).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Item {
+    Message(MessageItem),
+    FunctionCall(FunctionCallItem),
+    FunctionCallOutput(FunctionCallOutputItem),
+    Reasoning(ReasoningItem),
+}
+
+impl Item {
+    /// The item's id.
+    pub fn id(&self) -> &str {
+        match self {
+            Item::Message(m) => &m.id,
+            Item::FunctionCall(f) => &f.id,
+            Item::FunctionCallOutput(f) => &f.id,
+            Item::Reasoning(r) => &r.id,
+        }
+    }
+}
+
+/// Who speaks in a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageRole {
+    User,
+    Assistant,
+    System,
+    Developer,
+}
+
+/// Lifecycle of an item (`in_progress` while streaming, `completed` when done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    InProgress,
+    Completed,
+    Incomplete,
+}
+
+/// A message with typed content parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageItem {
+    pub id: String,
+    pub role: MessageRole,
+    pub status: ItemStatus,
+    pub content: Vec<ContentPart>,
+}
+
+/// How closely the model should look at an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageDetail {
+    Low,
+    High,
+    #[default]
+    Auto,
+}
+
+/// One part of a message's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    InputText {
+        text: String,
+    },
+    InputImage {
+        /// A URL or a `data:` URL. `file_id` references are not supported (no files API).
+        image_url: String,
+        #[serde(default)]
+        detail: ImageDetail,
+    },
+    OutputText {
+        text: String,
+        #[serde(default)]
+        annotations: Vec<Value>,
+        #[serde(default)]
+        logprobs: Vec<Value>,
+    },
+    Refusal {
+        refusal: String,
+    },
+}
+
+impl ContentPart {
+    /// An `output_text` part with empty annotations and logprobs, as the gateway emits them.
+    pub fn output_text(text: impl Into<String>) -> Self {
+        ContentPart::OutputText {
+            text: text.into(),
+            annotations: Vec::new(),
+            logprobs: Vec::new(),
+        }
+    }
+}
+
+/// A tool call the model made to a client-executed function.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    /// The arguments as the JSON text the model produced.
+    pub arguments: String,
+    pub status: ItemStatus,
+}
+
+/// The result of a function call, sent by the client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCallOutputItem {
+    pub id: String,
+    pub call_id: String,
+    pub output: FunctionOutput,
+    pub status: ItemStatus,
+}
+
+/// A function result: plain text, or content parts (text and images).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FunctionOutput {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// The model's reasoning for one model turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReasoningItem {
+    pub id: String,
+    #[serde(default)]
+    pub summary: Vec<SummaryText>,
+    #[serde(default)]
+    pub content: Vec<ReasoningText>,
+    /// Opaque reasoning state a stateless client hands back; kept as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_content: Option<String>,
+}
+
+impl ReasoningItem {
+    /// The reasoning as one text: the raw reasoning when present, else the summaries.
+    pub fn text(&self) -> String {
+        let raw: Vec<&str> = self.content.iter().map(|c| c.text.as_str()).collect();
+        if raw.iter().any(|t| !t.is_empty()) {
+            return raw.concat();
+        }
+        self.summary
+            .iter()
+            .map(|s| s.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    }
+}
+
+/// `{"type":"summary_text","text":…}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "summary_text")]
+pub struct SummaryText {
+    pub text: String,
+}
+
+/// `{"type":"reasoning_text","text":…}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "reasoning_text")]
+pub struct ReasoningText {
+    pub text: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accepted input spellings
+// ---------------------------------------------------------------------------------------------
+
+/// An input item as a client may send it: ids and statuses optional, string or part content.
+/// Parse it with [`InputItemParam::from_value`], which dispatches on `type` itself so that a
+/// wrongly typed field is reported with its exact path (serde's tagged enums lose the path).
+#[derive(Debug, Clone)]
+pub enum InputItemParam {
+    Message(MessageParam),
+    FunctionCall(FunctionCallParam),
+    FunctionCallOutput(FunctionCallOutputParam),
+    Reasoning(ReasoningParam),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct MessageParam {
+    pub id: Option<String>,
+    pub role: MessageRole,
+    pub content: MessageContentParam,
+    pub status: Option<ItemStatus>,
+}
+
+/// Message content: a string, or a list of parts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum MessageContentParam {
+    Text(String),
+    Parts(Vec<ContentPartParam>),
+}
+
+/// A content part as sent (an `input_image` may also carry a `file_id`, which we refuse).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPartParam {
+    InputText {
+        text: String,
+    },
+    InputImage {
+        image_url: Option<String>,
+        file_id: Option<String>,
+        #[serde(default)]
+        detail: Option<ImageDetail>,
+    },
+    OutputText {
+        text: String,
+        #[serde(default)]
+        annotations: Vec<Value>,
+        #[serde(default)]
+        logprobs: Vec<Value>,
+    },
+    Refusal {
+        refusal: String,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionCallParam {
+    pub id: Option<String>,
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    pub status: Option<ItemStatus>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionCallOutputParam {
+    pub id: Option<String>,
+    pub call_id: String,
+    pub output: FunctionOutputParam,
+    pub status: Option<ItemStatus>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FunctionOutputParam {
+    Text(String),
+    Parts(Vec<ContentPartParam>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReasoningParam {
+    pub id: Option<String>,
+    #[serde(default)]
+    pub summary: Vec<SummaryText>,
+    #[serde(default)]
+    pub content: Option<Vec<ReasoningText>>,
+    pub encrypted_content: Option<String>,
+}
+
+/// Why an input item could not be normalized: a message and the field (relative to the item).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemError {
+    pub field: String,
+    pub message: String,
+}
+
+impl ItemError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ItemError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+fn normalize_parts(
+    parts: Vec<ContentPartParam>,
+    field: &str,
+) -> Result<Vec<ContentPart>, ItemError> {
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| match part {
+            ContentPartParam::InputText { text } => Ok(ContentPart::InputText { text }),
+            ContentPartParam::OutputText { text, annotations, logprobs } => {
+                Ok(ContentPart::OutputText { text, annotations, logprobs })
+            }
+            ContentPartParam::Refusal { refusal } => Ok(ContentPart::Refusal { refusal }),
+            ContentPartParam::InputImage { image_url: Some(url), detail, .. } if !url.is_empty() => {
+                Ok(ContentPart::InputImage { image_url: url, detail: detail.unwrap_or_default() })
+            }
+            ContentPartParam::InputImage { file_id: Some(_), .. } => Err(ItemError::new(
+                format!("{field}[{i}].file_id"),
+                "input_image.file_id is not supported (this gateway has no files API); send image_url.",
+            )),
+            ContentPartParam::InputImage { .. } => {
+                Err(ItemError::new(format!("{field}[{i}].image_url"), "input_image requires a non-empty image_url."))
+            }
+        })
+        .collect()
+}
+
+impl InputItemParam {
+    /// Parse one item. Messages may omit `"type":"message"`. Errors name the field relative to
+    /// the item (`arguments`, `content[0].text`, `type`).
+    pub fn from_value(value: Value) -> Result<Self, ItemError> {
+        fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ItemError> {
+            serde_path_to_error::deserialize(value).map_err(|e| {
+                let path = e.path().to_string();
+                ItemError::new(
+                    if path == "." { String::new() } else { path },
+                    e.into_inner().to_string(),
+                )
+            })
+        }
+        let Some(obj) = value.as_object() else {
+            return Err(ItemError::new("", "Each input item must be a JSON object."));
+        };
+        let kind = match obj.get("type") {
+            Some(Value::String(t)) => t.as_str(),
+            None if obj.contains_key("role") => "message",
+            None => {
+                return Err(ItemError::new(
+                    "type",
+                    "Input items need a 'type' (or a 'role' for messages).",
+                ));
+            }
+            Some(_) => return Err(ItemError::new("type", "'type' must be a string.")),
+        };
+        match kind {
+            "message" => typed(value).map(InputItemParam::Message),
+            "function_call" => typed(value).map(InputItemParam::FunctionCall),
+            "function_call_output" => typed(value).map(InputItemParam::FunctionCallOutput),
+            "reasoning" => typed(value).map(InputItemParam::Reasoning),
+            "item_reference" => Err(ItemError::new(
+                "type",
+                "item_reference input items are not supported; send the item itself or use previous_response_id.",
+            )),
+            other => Err(ItemError::new(
+                "type",
+                format!(
+                    "Unsupported input item type '{other}'. Supported: message, function_call, \
+                     function_call_output, reasoning."
+                ),
+            )),
+        }
+    }
+
+    /// The canonical item, with ids minted where the client gave none.
+    pub fn normalize(self) -> Result<Item, ItemError> {
+        Ok(match self {
+            InputItemParam::Message(m) => {
+                let content = match m.content {
+                    MessageContentParam::Text(text) if m.role == MessageRole::Assistant => {
+                        vec![ContentPart::output_text(text)]
+                    }
+                    MessageContentParam::Text(text) => vec![ContentPart::InputText { text }],
+                    MessageContentParam::Parts(parts) => normalize_parts(parts, "content")?,
+                };
+                if m.role != MessageRole::User
+                    && let Some(i) = content
+                        .iter()
+                        .position(|p| matches!(p, ContentPart::InputImage { .. }))
+                {
+                    return Err(ItemError::new(
+                        format!("content[{i}]"),
+                        "input_image parts are only accepted in user messages.",
+                    ));
+                }
+                Item::Message(MessageItem {
+                    id: m.id.unwrap_or_else(|| new_id(IdKind::Message)),
+                    role: m.role,
+                    status: m.status.unwrap_or(ItemStatus::Completed),
+                    content,
+                })
+            }
+            InputItemParam::FunctionCall(f) => Item::FunctionCall(FunctionCallItem {
+                id: f.id.unwrap_or_else(|| new_id(IdKind::FunctionCall)),
+                call_id: f.call_id,
+                name: f.name,
+                arguments: f.arguments,
+                status: f.status.unwrap_or(ItemStatus::Completed),
+            }),
+            InputItemParam::FunctionCallOutput(f) => {
+                Item::FunctionCallOutput(FunctionCallOutputItem {
+                    id: f.id.unwrap_or_else(|| new_id(IdKind::FunctionCallOutput)),
+                    call_id: f.call_id,
+                    output: match f.output {
+                        FunctionOutputParam::Text(t) => FunctionOutput::Text(t),
+                        FunctionOutputParam::Parts(p) => {
+                            FunctionOutput::Parts(normalize_parts(p, "output")?)
+                        }
+                    },
+                    status: f.status.unwrap_or(ItemStatus::Completed),
+                })
+            }
+            InputItemParam::Reasoning(r) => Item::Reasoning(ReasoningItem {
+                id: r.id.unwrap_or_else(|| new_id(IdKind::Reasoning)),
+                summary: r.summary,
+                content: r.content.unwrap_or_default(),
+                encrypted_content: r.encrypted_content,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> InputItemParam {
+        InputItemParam::from_value(v).expect("valid item")
+    }
+
+    #[test]
+    fn wrong_field_types_report_their_path() {
+        let err = InputItemParam::from_value(
+            json!({"type":"message","role":"user","content":[{"type":"input_text","text":1}]}),
+        )
+        .unwrap_err();
+        assert!(err.field.starts_with("content"), "{err:?}");
+        let err = InputItemParam::from_value(json!({"type":"nope"})).unwrap_err();
+        assert_eq!(err.field, "type");
+    }
+
+    #[test]
+    fn string_user_content_becomes_one_input_text_part() {
+        let item = parse(json!({"type":"message","role":"user","content":"hi"}))
+            .normalize()
+            .unwrap();
+        let Item::Message(m) = item else {
+            panic!("not a message")
+        };
+        assert!(m.id.starts_with("msg_"));
+        assert_eq!(
+            m.content,
+            vec![ContentPart::InputText { text: "hi".into() }]
+        );
+        assert_eq!(m.status, ItemStatus::Completed);
+    }
+
+    #[test]
+    fn string_assistant_content_becomes_output_text() {
+        let item = parse(json!({"type":"message","role":"assistant","content":"ok"}))
+            .normalize()
+            .unwrap();
+        let Item::Message(m) = item else {
+            panic!("not a message")
+        };
+        assert_eq!(m.content, vec![ContentPart::output_text("ok")]);
+    }
+
+    #[test]
+    fn client_ids_are_kept() {
+        let item = parse(
+            json!({"type":"function_call","id":"fc_1","call_id":"c","name":"f","arguments":"{}"}),
+        )
+        .normalize()
+        .unwrap();
+        assert_eq!(item.id(), "fc_1");
+    }
+
+    #[test]
+    fn rejects_file_id_images() {
+        let err = parse(json!({"type":"message","role":"user","content":[{"type":"input_image","file_id":"f"}]}))
+            .normalize()
+            .unwrap_err();
+        assert_eq!(err.field, "content[0].file_id");
+    }
+
+    #[test]
+    fn rejects_images_outside_user_messages() {
+        let err = parse(json!({"type":"message","role":"system","content":[{"type":"input_image","image_url":"data:x"}]}))
+            .normalize()
+            .unwrap_err();
+        assert_eq!(err.field, "content[0]");
+    }
+
+    #[test]
+    fn items_round_trip_through_json() {
+        let item = Item::Reasoning(ReasoningItem {
+            id: "rs_1".into(),
+            summary: vec![],
+            content: vec![ReasoningText {
+                text: "think".into(),
+            }],
+            encrypted_content: None,
+        });
+        let v = serde_json::to_value(&item).unwrap();
+        assert_eq!(
+            v,
+            json!({"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"think"}]})
+        );
+        assert_eq!(serde_json::from_value::<Item>(v).unwrap(), item);
+    }
+
+    #[test]
+    fn reasoning_text_falls_back_to_summary() {
+        let r = ReasoningItem {
+            id: "rs".into(),
+            summary: vec![
+                SummaryText { text: "a".into() },
+                SummaryText { text: "b".into() },
+            ],
+            content: vec![],
+            encrypted_content: None,
+        };
+        assert_eq!(r.text(), "a\n\nb");
+    }
+}

@@ -1,0 +1,21 @@
+//! Responses API wire types for respgw.
+//!
+//! Everything a client or the store sees is defined here: the create-response request and its
+//! validation ([`request`]), the items that make up history and output ([`items`]), the response
+//! object ([`response`]), the SSE events ([`events`]) and the one error shape ([`error`]).
+//!
+//! Architecture invariant: this crate does no I/O and knows nothing of HTTP servers, upstreams
+//! or storage engines; it is pure data plus the rules that make data valid.
+
+pub mod error;
+pub mod events;
+pub mod ids;
+pub mod items;
+pub mod request;
+pub mod response;
+
+pub use error::{ApiError, ErrorType};
+pub use events::{ResponseEvent, SseFrame};
+pub use items::{ContentPart, Item, MessageRole};
+pub use request::{CreateResponseRequest, ToolChoice, ValidatedRequest};
+pub use response::{ResponseObject, ResponseStatus, Usage};

@@ -1,0 +1,833 @@
+//! The create-response request: parsing with precise error paths, then validation into a
+//! [`ValidatedRequest`] — a different type, so nothing downstream can see an unchecked request.
+//!
+//! Parsing goes through `serde_path_to_error`, so a wrong type anywhere becomes a 400 whose
+//! `param` names the field (`input[2].content`). Range and cross-field rules run afterwards in
+//! [`CreateResponseRequest::validate`]. Unknown top-level fields are ignored, as OpenAI-compatible
+//! clients send many (Codex sends `client_metadata`, `prompt_cache_key`, …).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::items::{InputItemParam, Item};
+
+/// The body of `POST /v1/responses`, as parsed (not yet validated).
+#[derive(Debug, Clone, Deserialize)]
+pub struct CreateResponseRequest {
+    pub model: Option<String>,
+    pub input: Option<InputParam>,
+    pub instructions: Option<String>,
+    pub previous_response_id: Option<String>,
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub store: Option<bool>,
+    pub stream: Option<bool>,
+    pub include: Option<Vec<String>>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub parallel_tool_calls: Option<bool>,
+    pub top_logprobs: Option<u32>,
+    pub reasoning: Option<ReasoningConfig>,
+    pub text: Option<TextConfigParam>,
+    pub metadata: Option<Map<String, Value>>,
+    pub truncation: Option<Truncation>,
+    pub service_tier: Option<ServiceTier>,
+    pub user: Option<String>,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub prompt_cache_retention: Option<String>,
+    pub background: Option<bool>,
+    pub conversation: Option<Value>,
+    pub prompt: Option<Value>,
+}
+
+/// `input`: a plain prompt or a list of items (items are parsed one by one in `validate`, so
+/// each error can name its item).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum InputParam {
+    Text(String),
+    Items(Vec<Value>),
+}
+
+/// `reasoning`: effort and summary preferences, echoed and forwarded as `reasoning_effort`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReasoningConfig {
+    #[serde(default)]
+    pub effort: Option<ReasoningEffort>,
+    #[serde(default)]
+    pub summary: Option<ReasoningSummary>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    None,
+    Minimal,
+    Low,
+    Medium,
+    High,
+    Xhigh,
+}
+
+impl ReasoningEffort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::None => "none",
+            ReasoningEffort::Minimal => "minimal",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+            ReasoningEffort::Xhigh => "xhigh",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningSummary {
+    Auto,
+    Concise,
+    Detailed,
+}
+
+/// `text` as sent: a format and a verbosity, both optional.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TextConfigParam {
+    pub format: Option<TextFormat>,
+    pub verbosity: Option<Verbosity>,
+}
+
+/// `text` as echoed: both keys always present.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TextConfig {
+    pub format: TextFormat,
+    pub verbosity: Verbosity,
+}
+
+/// The output format the model must follow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TextFormat {
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        schema: Map<String, Value>,
+        #[serde(default)]
+        description: Option<String>,
+        #[serde(default)]
+        strict: Option<bool>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verbosity {
+    Low,
+    #[default]
+    Medium,
+    High,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Truncation {
+    Auto,
+    #[default]
+    Disabled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceTier {
+    Auto,
+    #[default]
+    Default,
+    Flex,
+    Priority,
+}
+
+/// A client-executed function tool, as echoed in `response.tools` (all keys present).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionTool {
+    #[serde(rename = "type")]
+    pub kind: FunctionToolType,
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Option<Map<String, Value>>,
+    pub strict: Option<bool>,
+}
+
+/// The constant `"function"` tag of [`FunctionTool`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FunctionToolType {
+    Function,
+}
+
+/// `tool_choice` as the gateway understands it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ToolChoice {
+    Mode(ToolChoiceMode),
+    Function(NamedFunction),
+    AllowedTools(AllowedTools),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoiceMode {
+    None,
+    Auto,
+    Required,
+}
+
+/// `{"type":"function","name":…}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamedFunction {
+    #[serde(rename = "type")]
+    pub kind: FunctionToolType,
+    pub name: String,
+}
+
+/// `{"type":"allowed_tools","mode":…,"tools":[{"type":"function","name":…}]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllowedTools {
+    #[serde(rename = "type")]
+    pub kind: AllowedToolsType,
+    pub mode: ToolChoiceMode,
+    pub tools: Vec<NamedFunction>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllowedToolsType {
+    AllowedTools,
+}
+
+/// `include` values the gateway accepts. Only some change behaviour today; the rest are the
+/// reference API's values and are accepted so clients that always send them keep working.
+pub const KNOWN_INCLUDES: &[&str] = &[
+    "code_interpreter_call.outputs",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "message.input_image.image_url",
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+    "web_search_call.action.sources",
+    "web_search_call.results",
+];
+
+/// Tool types of the Responses API that this build does not run. A request naming one gets a
+/// clear 400 rather than a silently missing tool.
+const UNSUPPORTED_TOOL_TYPES: &[&str] = &[
+    "code_interpreter",
+    "web_search",
+    "web_search_preview",
+    "web_search_2025_08_26",
+    "mcp",
+    "file_search",
+    "computer_use_preview",
+    "image_generation",
+    "local_shell",
+    "custom",
+];
+
+/// A request that passed every check, with defaults applied and input normalized.
+#[derive(Debug, Clone)]
+pub struct ValidatedRequest {
+    pub model: String,
+    /// This request's own input, normalized (ids minted).
+    pub input: Vec<Item>,
+    pub instructions: Option<String>,
+    pub previous_response_id: Option<String>,
+    pub tools: Vec<FunctionTool>,
+    pub tool_choice: ToolChoice,
+    pub store: bool,
+    pub stream: bool,
+    pub include: Vec<String>,
+    /// Sampling values the client set; `None` means "let the upstream decide".
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub parallel_tool_calls: Option<bool>,
+    pub top_logprobs: Option<u32>,
+    pub reasoning: Option<ReasoningConfig>,
+    pub text: TextConfig,
+    pub metadata: Map<String, Value>,
+    pub truncation: Truncation,
+    pub service_tier: ServiceTier,
+    pub user: Option<String>,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub prompt_cache_retention: Option<String>,
+}
+
+/// Turn a `serde_path_to_error` path (`input[0].content`) into the `param` we report.
+fn param_of(path: &serde_path_to_error::Path) -> String {
+    let s = path.to_string();
+    if s == "." { String::new() } else { s }
+}
+
+impl CreateResponseRequest {
+    /// Parse raw body bytes. Bad JSON, a non-object body or a wrongly typed field → 400.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
+        let body: Value = serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::invalid_body(format!("The request body is not valid JSON: {e}"))
+        })?;
+        if !body.is_object() {
+            return Err(ApiError::invalid_body(
+                "The request body must be a JSON object.",
+            ));
+        }
+        serde_path_to_error::deserialize(body).map_err(|e| {
+            let param = param_of(e.path());
+            let inner = e.into_inner().to_string();
+            let message = if param.is_empty() {
+                inner
+            } else {
+                format!("Invalid value for '{param}': {inner}")
+            };
+            let err = ApiError::invalid_body(message);
+            if param.is_empty() {
+                err
+            } else {
+                err.with_param(param)
+            }
+        })
+    }
+
+    /// Apply every field rule and default; the result is what the engine runs.
+    pub fn validate(self) -> Result<ValidatedRequest, ApiError> {
+        let model = match self.model {
+            Some(m) if !m.trim().is_empty() => m,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "model",
+                    "'model' must be a non-empty string.",
+                ));
+            }
+            None => return Err(missing("model")),
+        };
+        let input = match self.input {
+            None => return Err(missing("input")),
+            Some(InputParam::Text(text)) => vec![
+                InputItemParam::Message(crate::items::MessageParam {
+                    id: None,
+                    role: crate::items::MessageRole::User,
+                    content: crate::items::MessageContentParam::Text(text),
+                    status: None,
+                })
+                .normalize()
+                .map_err(|e| ApiError::invalid(format!("input.{}", e.field), e.message))?,
+            ],
+            Some(InputParam::Items(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    InputItemParam::from_value(item)
+                        .and_then(InputItemParam::normalize)
+                        .map_err(|e| {
+                            let param = if e.field.is_empty() {
+                                format!("input[{i}]")
+                            } else {
+                                format!("input[{i}].{}", e.field)
+                            };
+                            ApiError::invalid(param, format!("Invalid input[{i}]: {}", e.message))
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        if input.is_empty() && self.previous_response_id.is_none() {
+            return Err(ApiError::invalid("input", "'input' must not be empty."));
+        }
+        if let Some(id) = &self.previous_response_id
+            && id.trim().is_empty()
+        {
+            return Err(ApiError::invalid(
+                "previous_response_id",
+                "'previous_response_id' must not be empty.",
+            ));
+        }
+        if self.background == Some(true) {
+            return Err(ApiError::invalid(
+                "background",
+                "Background mode is not supported by this gateway.",
+            ));
+        }
+        if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+            return Err(ApiError::invalid(
+                "conversation",
+                "Conversations are not supported by this gateway; use previous_response_id.",
+            ));
+        }
+        if self.prompt.as_ref().is_some_and(|p| !p.is_null()) {
+            return Err(ApiError::invalid(
+                "prompt",
+                "Prompt templates are not supported by this gateway.",
+            ));
+        }
+
+        check_range("temperature", self.temperature, 0.0, 2.0)?;
+        check_range("top_p", self.top_p, 0.0, 1.0)?;
+        check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
+        check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
+        if self.max_output_tokens == Some(0) {
+            return Err(below_min("max_output_tokens", 1));
+        }
+        if self.max_tool_calls == Some(0) {
+            return Err(below_min("max_tool_calls", 1));
+        }
+        if let Some(n) = self.top_logprobs
+            && n > 20
+        {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "'top_logprobs' must be between 0 and 20.",
+            ));
+        }
+        let metadata = self.metadata.unwrap_or_default();
+        check_metadata(&metadata)?;
+        check_short("safety_identifier", self.safety_identifier.as_deref())?;
+        check_short("prompt_cache_key", self.prompt_cache_key.as_deref())?;
+
+        let include = self.include.unwrap_or_default();
+        if let Some((i, bad)) = include
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !KNOWN_INCLUDES.contains(&v.as_str()))
+        {
+            return Err(ApiError::invalid(
+                format!("include[{i}]"),
+                format!(
+                    "Unknown include value '{bad}'. Accepted values: {}.",
+                    KNOWN_INCLUDES.join(", ")
+                ),
+            ));
+        }
+
+        let tools = parse_tools(self.tools.unwrap_or_default())?;
+        let tool_choice = match self.tool_choice {
+            None | Some(Value::Null) => ToolChoice::Mode(ToolChoiceMode::Auto),
+            Some(v) => parse_tool_choice(v)?,
+        };
+        check_tool_choice_against_tools(&tool_choice, &tools)?;
+
+        let text = match self.text {
+            None => TextConfig {
+                format: TextFormat::Text,
+                verbosity: Verbosity::Medium,
+            },
+            Some(t) => TextConfig {
+                format: t.format.unwrap_or(TextFormat::Text),
+                verbosity: t.verbosity.unwrap_or_default(),
+            },
+        };
+        if let TextFormat::JsonSchema { name, .. } = &text.format
+            && !is_valid_name(name)
+        {
+            return Err(ApiError::invalid(
+                "text.format.name",
+                "'text.format.name' must be 1-64 characters of a-z, A-Z, 0-9, '_' or '-'.",
+            ));
+        }
+
+        Ok(ValidatedRequest {
+            model,
+            input,
+            instructions: self.instructions,
+            previous_response_id: self.previous_response_id,
+            tools,
+            tool_choice,
+            store: self.store.unwrap_or(true),
+            stream: self.stream.unwrap_or(false),
+            include,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            max_output_tokens: self.max_output_tokens,
+            max_tool_calls: self.max_tool_calls,
+            parallel_tool_calls: self.parallel_tool_calls,
+            top_logprobs: self.top_logprobs,
+            reasoning: self.reasoning,
+            text,
+            metadata,
+            truncation: self.truncation.unwrap_or_default(),
+            service_tier: self.service_tier.unwrap_or_default(),
+            user: self.user,
+            safety_identifier: self.safety_identifier,
+            prompt_cache_key: self.prompt_cache_key,
+            prompt_cache_retention: self.prompt_cache_retention,
+        })
+    }
+}
+
+fn missing(field: &str) -> ApiError {
+    ApiError::invalid(field, format!("Missing required parameter: '{field}'."))
+        .with_code("missing_required_parameter")
+}
+
+fn below_min(field: &str, min: u64) -> ApiError {
+    ApiError::invalid(
+        field,
+        format!("Invalid '{field}': integer below minimum value. Expected a value >= {min}."),
+    )
+    .with_code("integer_below_min_value")
+}
+
+fn check_range(field: &str, value: Option<f64>, min: f64, max: f64) -> Result<(), ApiError> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => Err(ApiError::invalid(
+            field,
+            format!("'{field}' must be between {min} and {max}; got {v}."),
+        )
+        .with_code("decimal_out_of_range")),
+        _ => Ok(()),
+    }
+}
+
+fn check_short(field: &str, value: Option<&str>) -> Result<(), ApiError> {
+    match value {
+        Some(v) if v.chars().count() > 64 => Err(ApiError::invalid(
+            field,
+            format!("'{field}' must be at most 64 characters."),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_metadata(metadata: &Map<String, Value>) -> Result<(), ApiError> {
+    if metadata.len() > 16 {
+        return Err(ApiError::invalid(
+            "metadata",
+            "'metadata' may hold at most 16 keys.",
+        ));
+    }
+    for (key, value) in metadata {
+        if key.chars().count() > 64 {
+            return Err(ApiError::invalid(
+                format!("metadata.{key}"),
+                "metadata keys must be at most 64 characters.",
+            ));
+        }
+        match value {
+            Value::String(s) if s.chars().count() <= 512 => {}
+            Value::String(_) => {
+                return Err(ApiError::invalid(
+                    format!("metadata.{key}"),
+                    "metadata values must be at most 512 characters.",
+                ));
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    format!("metadata.{key}"),
+                    "metadata values must be strings.",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// OpenAI's rule for function and schema names.
+fn is_valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[derive(Deserialize)]
+struct FunctionToolParam {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    #[serde(default)]
+    strict: Option<bool>,
+}
+
+fn parse_tools(raw: Vec<Value>) -> Result<Vec<FunctionTool>, ApiError> {
+    let mut tools: Vec<FunctionTool> = Vec::with_capacity(raw.len());
+    for (i, tool) in raw.into_iter().enumerate() {
+        let at = format!("tools[{i}]");
+        let kind = tool.get("type").and_then(Value::as_str).ok_or_else(|| {
+            ApiError::invalid(format!("{at}.type"), "Each tool needs a string 'type'.")
+        })?;
+        match kind {
+            "function" => {}
+            k if UNSUPPORTED_TOOL_TYPES.contains(&k) => {
+                return Err(ApiError::invalid(
+                    format!("{at}.type"),
+                    format!("Tool type '{k}' is not enabled on this gateway."),
+                ));
+            }
+            k => {
+                return Err(ApiError::invalid(
+                    format!("{at}.type"),
+                    format!("Unknown tool type '{k}'."),
+                ));
+            }
+        }
+        let f: FunctionToolParam = serde_path_to_error::deserialize(tool).map_err(|e| {
+            let field = param_of(e.path());
+            ApiError::invalid(
+                format!("{at}.{field}"),
+                format!("Invalid function tool: {}", e.into_inner()),
+            )
+        })?;
+        if f.name.starts_with("mcp__") {
+            return Err(ApiError::invalid(
+                format!("{at}.name"),
+                "Function tool names starting with 'mcp__' are reserved.",
+            ));
+        }
+        if !is_valid_name(&f.name) {
+            return Err(ApiError::invalid(
+                format!("{at}.name"),
+                "Function names must be 1-64 characters of a-z, A-Z, 0-9, '_' or '-'.",
+            ));
+        }
+        if tools.iter().any(|t| t.name == f.name) {
+            return Err(ApiError::invalid(
+                format!("{at}.name"),
+                format!("Duplicate function tool name '{}'.", f.name),
+            ));
+        }
+        if let Some(params) = &f.parameters
+            && let Some(t) = params.get("type")
+            && t != "object"
+        {
+            return Err(ApiError::invalid(
+                format!("{at}.parameters.type"),
+                "Function parameters must be a JSON schema of type 'object'.",
+            ));
+        }
+        tools.push(FunctionTool {
+            kind: FunctionToolType::Function,
+            name: f.name,
+            description: f.description,
+            parameters: f.parameters,
+            strict: Some(f.strict.unwrap_or(true)),
+        });
+    }
+    Ok(tools)
+}
+
+fn parse_tool_choice(v: Value) -> Result<ToolChoice, ApiError> {
+    if let Value::String(s) = &v {
+        return serde_json::from_value::<ToolChoiceMode>(v.clone())
+            .map(ToolChoice::Mode)
+            .map_err(|_| {
+                ApiError::invalid(
+                    "tool_choice",
+                    format!("Unknown tool_choice '{s}'; expected 'none', 'auto' or 'required'."),
+                )
+            });
+    }
+    let kind = v
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let parsed = match kind.as_str() {
+        "function" => serde_path_to_error::deserialize(v).map(ToolChoice::Function),
+        "allowed_tools" => serde_path_to_error::deserialize(v).map(ToolChoice::AllowedTools),
+        "" => {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "tool_choice must be a string or an object with a 'type'.",
+            ));
+        }
+        other => {
+            return Err(ApiError::invalid(
+                "tool_choice.type",
+                format!("tool_choice type '{other}' is not supported by this gateway."),
+            ));
+        }
+    };
+    parsed.map_err(|e| {
+        let field = param_of(e.path());
+        ApiError::invalid(
+            format!("tool_choice.{field}"),
+            format!("Invalid tool_choice: {}", e.into_inner()),
+        )
+    })
+}
+
+/// Cross-field rules between `tool_choice` and `tools` (contract failures → 422 `bad_input`).
+fn check_tool_choice_against_tools(
+    choice: &ToolChoice,
+    tools: &[FunctionTool],
+) -> Result<(), ApiError> {
+    let has = |name: &str| tools.iter().any(|t| t.name == name);
+    match choice {
+        ToolChoice::Mode(ToolChoiceMode::Required) if tools.is_empty() => Err(ApiError::bad_input(
+            "tool_choice",
+            "tool_choice 'required' needs at least one tool in 'tools'.",
+        )),
+        ToolChoice::Function(f) if !has(&f.name) => Err(ApiError::bad_input(
+            "tool_choice.name",
+            format!(
+                "Tool choice function '{}' not found in 'tools' parameter.",
+                f.name
+            ),
+        )),
+        ToolChoice::AllowedTools(a) => {
+            if let Some((i, f)) = a.tools.iter().enumerate().find(|(_, f)| !has(&f.name)) {
+                return Err(ApiError::bad_input(
+                    format!("tool_choice.tools[{i}].name"),
+                    format!("Allowed tool '{}' not found in 'tools' parameter.", f.name),
+                ));
+            }
+            if a.mode == ToolChoiceMode::Required && a.tools.is_empty() {
+                return Err(ApiError::bad_input(
+                    "tool_choice.tools",
+                    "tool_choice allowed_tools with mode 'required' needs at least one tool.",
+                ));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn validate(v: Value) -> Result<ValidatedRequest, ApiError> {
+        CreateResponseRequest::from_slice(v.to_string().as_bytes())?.validate()
+    }
+
+    #[test]
+    fn minimal_request_gets_defaults() {
+        let r = validate(json!({"model":"m","input":"hi"})).unwrap();
+        assert!(r.store);
+        assert!(!r.stream);
+        assert_eq!(r.tool_choice, ToolChoice::Mode(ToolChoiceMode::Auto));
+        assert_eq!(r.input.len(), 1);
+        assert_eq!(r.text.format, TextFormat::Text);
+    }
+
+    #[test]
+    fn messages_without_type_are_accepted() {
+        let r = validate(json!({"model":"m","input":[{"role":"user","content":"hi"}]})).unwrap();
+        assert!(matches!(r.input[0], Item::Message(_)));
+    }
+
+    #[test]
+    fn missing_model_names_the_field() {
+        let e = validate(json!({"input":"hi"})).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("model")));
+    }
+
+    #[test]
+    fn rejects_temperature_out_of_range() {
+        let e = validate(json!({"model":"m","input":"x","temperature":2.5})).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("temperature")));
+        assert!(validate(json!({"model":"m","input":"x","temperature":2.0})).is_ok());
+        assert!(validate(json!({"model":"m","input":"x","temperature":0})).is_ok());
+    }
+
+    #[test]
+    fn wrong_type_deep_in_input_names_its_path() {
+        let e = validate(json!({"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":7}]}))
+            .unwrap_err();
+        assert_eq!(e.status, 400);
+        assert_eq!(e.param.as_deref(), Some("input[0].arguments"));
+    }
+
+    #[test]
+    fn rejects_unknown_item_types() {
+        let e = validate(json!({"model":"m","input":[{"type":"bogus"}]})).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(
+            e.param
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with("input[0]"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn rejects_mcp_prefixed_function_names() {
+        let e = validate(json!({"model":"m","input":"x","tools":[{"type":"function","name":"mcp__a__b","parameters":{}}]}))
+            .unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].name")));
+    }
+
+    #[test]
+    fn rejects_unsupported_tool_types_clearly() {
+        let e = validate(json!({"model":"m","input":"x","tools":[{"type":"code_interpreter"}]}))
+            .unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].type")));
+    }
+
+    #[test]
+    fn named_tool_choice_must_name_a_tool() {
+        let e =
+            validate(json!({"model":"m","input":"x","tool_choice":{"type":"function","name":"f"}}))
+                .unwrap_err();
+        assert_eq!((e.status, e.error_type), (422, crate::ErrorType::BadInput));
+    }
+
+    #[test]
+    fn required_needs_tools() {
+        let e = validate(json!({"model":"m","input":"x","tool_choice":"required"})).unwrap_err();
+        assert_eq!(e.status, 422);
+    }
+
+    #[test]
+    fn function_tools_echo_strict_by_default() {
+        let r = validate(json!({"model":"m","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]}))
+            .unwrap();
+        assert_eq!(r.tools[0].strict, Some(true));
+        assert_eq!(r.tools[0].description, None);
+    }
+
+    #[test]
+    fn rejects_unknown_include_values() {
+        let e = validate(json!({"model":"m","input":"x","include":["nope"]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("include[0]"));
+    }
+
+    #[test]
+    fn bad_json_is_a_400_without_param() {
+        let e = CreateResponseRequest::from_slice(b"{not json").unwrap_err();
+        assert_eq!((e.status, e.param), (400, None));
+    }
+
+    #[test]
+    fn huge_integers_are_rejected_not_wrapped() {
+        let e = CreateResponseRequest::from_slice(
+            br#"{"model":"m","input":"x","max_output_tokens":1e400}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.status, 400);
+        let e = CreateResponseRequest::from_slice(
+            br#"{"model":"m","input":"x","max_output_tokens":-1}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("max_output_tokens"));
+    }
+
+    #[test]
+    fn metadata_values_must_be_short_strings() {
+        let e = validate(json!({"model":"m","input":"x","metadata":{"k":1}})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("metadata.k"));
+    }
+}

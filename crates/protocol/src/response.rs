@@ -1,0 +1,216 @@
+//! The response object (`"object":"response"`): what non-stream replies, lifecycle events and
+//! `GET /v1/responses/{id}` return. Every key of the Open Responses schema is always present,
+//! nullable ones as `null`, so strict clients never meet a missing key.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::items::Item;
+use crate::request::{
+    FunctionTool, ReasoningConfig, ServiceTier, TextConfig, ToolChoice, Truncation,
+    ValidatedRequest,
+};
+
+/// Where a response is in its life. The terminal ones are `Completed`, `Incomplete`, `Failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseStatus {
+    InProgress,
+    Completed,
+    Incomplete,
+    Failed,
+}
+
+/// Why a response stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncompleteReason {
+    MaxOutputTokens,
+    ContentFilter,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IncompleteDetails {
+    pub reason: IncompleteReason,
+}
+
+/// `response.error` of a failed response.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResponseError {
+    pub code: String,
+    pub message: String,
+}
+
+/// Token counts, summed over every upstream call of the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens: u64,
+    pub output_tokens_details: OutputTokensDetails,
+    pub total_tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct InputTokensDetails {
+    pub cached_tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    /// Add one upstream call's counts.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.total_tokens = self.input_tokens + self.output_tokens;
+        self.input_tokens_details.cached_tokens += other.input_tokens_details.cached_tokens;
+        self.output_tokens_details.reasoning_tokens += other.output_tokens_details.reasoning_tokens;
+    }
+}
+
+/// The tool definitions echoed in `response.tools`.
+pub type ToolDefinition = FunctionTool;
+
+/// `reasoning` as echoed: both keys present.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReasoningEcho {
+    pub effort: Option<&'static str>,
+    pub summary: Option<crate::request::ReasoningSummary>,
+}
+
+/// The response object. Field order follows the reference API.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResponseObject {
+    pub id: String,
+    pub object: &'static str,
+    pub created_at: i64,
+    pub status: ResponseStatus,
+    pub background: bool,
+    pub completed_at: Option<i64>,
+    pub error: Option<ResponseError>,
+    pub incomplete_details: Option<IncompleteDetails>,
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub model: String,
+    pub output: Vec<Item>,
+    pub parallel_tool_calls: bool,
+    pub previous_response_id: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub prompt_cache_retention: Option<String>,
+    pub reasoning: ReasoningEcho,
+    pub safety_identifier: Option<String>,
+    pub service_tier: ServiceTier,
+    pub store: bool,
+    pub temperature: f64,
+    pub text: TextConfig,
+    pub tool_choice: ToolChoice,
+    pub tools: Vec<ToolDefinition>,
+    pub top_logprobs: u32,
+    pub top_p: f64,
+    pub presence_penalty: f64,
+    pub frequency_penalty: f64,
+    pub truncation: Truncation,
+    pub usage: Option<Usage>,
+    pub user: Option<String>,
+    pub metadata: Map<String, Value>,
+}
+
+impl ResponseObject {
+    /// The `in_progress` response a request starts as: every echo field from the request.
+    pub fn in_progress(id: String, created_at: i64, req: &ValidatedRequest) -> Self {
+        let reasoning = req.reasoning.as_ref();
+        ResponseObject {
+            id,
+            object: "response",
+            created_at,
+            status: ResponseStatus::InProgress,
+            background: false,
+            completed_at: None,
+            error: None,
+            incomplete_details: None,
+            instructions: req.instructions.clone(),
+            max_output_tokens: req.max_output_tokens,
+            max_tool_calls: req.max_tool_calls,
+            model: req.model.clone(),
+            output: Vec::new(),
+            parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
+            previous_response_id: req.previous_response_id.clone(),
+            prompt_cache_key: req.prompt_cache_key.clone(),
+            prompt_cache_retention: req.prompt_cache_retention.clone(),
+            reasoning: ReasoningEcho {
+                effort: reasoning
+                    .and_then(|r: &ReasoningConfig| r.effort)
+                    .map(|e| e.as_str()),
+                summary: reasoning.and_then(|r| r.summary),
+            },
+            safety_identifier: req.safety_identifier.clone(),
+            service_tier: req.service_tier,
+            store: req.store,
+            temperature: req.temperature.unwrap_or(1.0),
+            text: req.text.clone(),
+            tool_choice: req.tool_choice.clone(),
+            tools: req.tools.clone(),
+            top_logprobs: req.top_logprobs.unwrap_or(0),
+            top_p: req.top_p.unwrap_or(1.0),
+            presence_penalty: req.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: req.frequency_penalty.unwrap_or(0.0),
+            truncation: req.truncation,
+            usage: None,
+            user: req.user.clone(),
+            metadata: req.metadata.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::CreateResponseRequest;
+
+    #[test]
+    fn in_progress_echo_has_every_key_with_nulls() {
+        let req = CreateResponseRequest::from_slice(
+            br#"{"model":"m","input":"hi","instructions":"Be brief."}"#,
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        let v =
+            serde_json::to_value(ResponseObject::in_progress("resp_1".into(), 7, &req)).unwrap();
+        assert_eq!(v["status"], "in_progress");
+        assert_eq!(v["instructions"], "Be brief.");
+        assert!(v["usage"].is_null() && v.as_object().unwrap().contains_key("usage"));
+        assert_eq!(
+            v["reasoning"],
+            serde_json::json!({"effort": null, "summary": null})
+        );
+        assert_eq!(
+            v["text"],
+            serde_json::json!({"format": {"type": "text"}, "verbosity": "medium"})
+        );
+        assert_eq!(v["tools"], serde_json::json!([]));
+        assert_eq!(v["tool_choice"], "auto");
+    }
+
+    #[test]
+    fn usage_sums_across_calls() {
+        let mut total = Usage::default();
+        let call = |i, o| Usage {
+            input_tokens: i,
+            output_tokens: o,
+            total_tokens: i + o,
+            ..Default::default()
+        };
+        total.add(&call(446, 56));
+        total.add(&call(344, 70));
+        assert_eq!(
+            (total.input_tokens, total.output_tokens, total.total_tokens),
+            (790, 126, 916)
+        );
+    }
+}
