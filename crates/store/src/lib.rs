@@ -1,1 +1,207 @@
+//! Persistence for stored responses: the [`ResponseStore`] trait the engine and server use, and
+//! [`open`], which picks a backend from a `GW_DB_PATH`-style location.
+//!
+//! # Model
+//!
+//! Items are stored once, in their own rows, each with a store key. A stored response keeps an
+//! ordered list of references to the items of its whole conversation (a checkpoint): the items it
+//! inherited from `previous_response_id`, then its own input, then its own output. Continuing a
+//! conversation is therefore one read ([`ResponseStore::conversation`]), never a walk of the chain,
+//! and a continuation references the inherited items by key instead of writing them again. Deleting
+//! a response removes only its references and the items nobody else references, so continuations
+//! of a deleted response keep working.
+//!
+//! # Backends
+//!
+//! Only SQLite exists today ([`sqlite::SqliteStore`]): WAL mode, so every worker process opens the
+//! same file directly. The schema is versioned with SQLite's `PRAGMA user_version` (currently
+//! [`sqlite::SCHEMA_VERSION`]); a later migration bumps it. PostgreSQL will be another arm of the
+//! dispatch in [`open`].
 
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use respgw_protocol::Item;
+
+pub use sqlite::SqliteStore;
+
+/// One item of a stored conversation, with the store's key for it (so a continuation can reference
+/// stored items instead of writing them again).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredItem {
+    /// The store's key for this item; pass it in [`NewResponse::inherited`] to reference it.
+    pub key: i64,
+    /// The item as it was written.
+    pub item: Item,
+}
+
+/// What the engine hands the store when a response reaches `completed` or `incomplete`.
+#[derive(Debug, Clone)]
+pub struct NewResponse {
+    /// The response id (`resp_…`); must not be stored yet.
+    pub id: String,
+    /// The response this one continues, if any.
+    pub previous_response_id: Option<String>,
+    /// The model name as reported in the response object.
+    pub model: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// `"completed"` or `"incomplete"`.
+    pub status: String,
+    /// The full response object JSON, exactly what GET returns.
+    pub response: serde_json::Value,
+    /// Keys of the items inherited from `previous_response_id`'s conversation, in order.
+    pub inherited: Vec<i64>,
+    /// This request's own input items (new rows).
+    pub input: Vec<Item>,
+    /// This response's output items (new rows).
+    pub output: Vec<Item>,
+}
+
+/// Sort order of an input-items listing (OpenAI's `order` parameter; its default is `desc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InputItemsOrder {
+    /// Oldest first.
+    Asc,
+    /// Newest first.
+    #[default]
+    Desc,
+}
+
+/// One page request of an input-items listing.
+#[derive(Debug, Clone)]
+pub struct InputItemsPage {
+    /// An item id: list the items that come after it in `order` (exclusive). An id that is not
+    /// among the response's input items yields an empty page.
+    pub after: Option<String>,
+    /// At most this many items (the caller validates OpenAI's 1..=100 range).
+    pub limit: usize,
+    /// Listing order.
+    pub order: InputItemsOrder,
+}
+
+/// One page of an input-items listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputItemsList {
+    /// The items of this page, in the requested order.
+    pub items: Vec<Item>,
+    /// Whether more items follow this page.
+    pub has_more: bool,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or was busy/locked past the timeout; retrying may work.
+    /// Also returned by [`open`] for a location it cannot serve.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A response with this id already exists.
+    #[error("response {0} already exists")]
+    Duplicate(String),
+    /// Stored data could not be decoded.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// A referenced inherited item no longer exists (e.g. deleted concurrently).
+    #[error("inherited history is gone: {0}")]
+    MissingHistory(String),
+}
+
+/// Where responses and their conversations are kept.
+#[async_trait::async_trait]
+pub trait ResponseStore: Send + Sync + 'static {
+    /// Persist a terminal response atomically (one transaction): response row + item rows + ordered
+    /// history refs.
+    async fn save(&self, response: NewResponse) -> Result<(), StoreError>;
+
+    /// The stored response object JSON, or None.
+    async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError>;
+
+    /// The full ordered conversation to continue from `id`: inherited items ++ its input ++ its
+    /// output. One query. None if `id` is not stored.
+    async fn conversation(&self, id: &str) -> Result<Option<Vec<StoredItem>>, StoreError>;
+
+    /// This response's own input items (not inherited ones), paginated like OpenAI's input_items
+    /// list (`after` is an item id; the cursor is exclusive). None if `id` is not stored.
+    async fn input_items(
+        &self,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError>;
+
+    /// Delete a response; returns false when it was not stored. Items no other response references
+    /// are removed in the same transaction; continuations of the deleted response keep working
+    /// (they hold their own refs).
+    async fn delete(&self, id: &str) -> Result<bool, StoreError>;
+}
+
+/// The locations [`open`] understands, for error messages.
+const SUPPORTED: &str =
+    "a file path (e.g. `respgw.db`), `sqlite://PATH`, `sqlite:PATH` or `:memory:`";
+
+/// A parsed store location: which backend, and its own address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Location {
+    /// A SQLite database file path, or `:memory:`.
+    Sqlite(String),
+}
+
+/// Classify a location string. Anything with a URL scheme other than `sqlite` is refused here, so a
+/// typo'd or not-yet-supported URL never silently becomes a file name.
+fn parse_location(location: &str) -> Result<Location, StoreError> {
+    let location = location.trim();
+    if location.is_empty() {
+        return Err(StoreError::Unavailable(format!(
+            "empty store location; supported are {SUPPORTED}"
+        )));
+    }
+    if let Some((scheme, rest)) = location.split_once(':') {
+        // A one-letter "scheme" is a Windows drive (`C:\…`), not a URL.
+        let is_scheme = scheme.len() > 1
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if is_scheme {
+            let scheme_lc = scheme.to_ascii_lowercase();
+            if scheme_lc == "sqlite" {
+                let path = rest.strip_prefix("//").unwrap_or(rest);
+                if path.is_empty() {
+                    return Err(StoreError::Unavailable(format!(
+                        "store location {location:?} names no file; supported are {SUPPORTED}"
+                    )));
+                }
+                return Ok(Location::Sqlite(path.to_owned()));
+            }
+            if rest.starts_with("//")
+                || matches!(
+                    scheme_lc.as_str(),
+                    "postgres" | "postgresql" | "mysql" | "mariadb"
+                )
+            {
+                return Err(StoreError::Unavailable(format!(
+                    "unsupported store location {location:?}: scheme `{scheme}` is not supported \
+                     (PostgreSQL is not supported yet); supported are {SUPPORTED}"
+                )));
+            }
+        }
+    }
+    Ok(Location::Sqlite(location.to_owned()))
+}
+
+/// Open the store named by a `GW_DB_PATH`-style location: a file path (e.g. `respgw.db`, relative
+/// to the CWD), or `sqlite://path` / `sqlite:path` (`:memory:` gives a private in-memory store, for
+/// tests). Creates the file and schema if missing. Anything else (e.g. `postgres://`) is an
+/// [`StoreError::Unavailable`] saying which locations are supported.
+pub async fn open(location: &str) -> Result<Arc<dyn ResponseStore>, StoreError> {
+    match parse_location(location)? {
+        Location::Sqlite(path) if path == ":memory:" => {
+            Ok(Arc::new(SqliteStore::open_in_memory().await?))
+        }
+        Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,641 @@
+//! The stream state machine: one upstream model turn's chunks → Responses items and events.
+//!
+//! [`TurnState`] consumes chat-completion chunks and appends the events they cause to a buffer.
+//! Items open when their first real content arrives (a message only for non-blank text, a
+//! function call once its name is known) and close on a transition (reasoning → text, text →
+//! tool call) or at the end of the turn, in `output_index` order. Output indexes come from the
+//! response-wide [`OutputLog`], so they keep counting across the turns of a tool loop.
+
+use respgw_protocol::ResponseEvent;
+use respgw_protocol::Usage;
+use respgw_protocol::ids::{IdKind, new_id};
+use respgw_protocol::items::{
+    ContentPart, FunctionCallItem, Item, ItemStatus, MessageItem, MessageRole, ReasoningItem,
+    ReasoningText,
+};
+use respgw_protocol::response::IncompleteReason;
+
+use crate::chat::{ChatChunk, ToolCallDelta};
+use crate::think::{Segment, ThinkSplitter};
+
+/// The response-wide record of output: index allocation and finished items in completion order.
+#[derive(Debug, Default)]
+pub struct OutputLog {
+    next_index: usize,
+    pub items: Vec<Item>,
+}
+
+impl OutputLog {
+    fn allocate(&mut self) -> usize {
+        let i = self.next_index;
+        self.next_index += 1;
+        i
+    }
+}
+
+/// How a model turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The model finished (`stop`, `tool_calls`): the response completes.
+    Finished,
+    /// The model was cut off: the response is `incomplete` for this reason.
+    Cut(IncompleteReason),
+}
+
+/// What a finished turn produced, beyond its events.
+#[derive(Debug)]
+pub struct TurnResult {
+    pub end: TurnEnd,
+    pub usage: Option<Usage>,
+    /// Function calls of this turn, in the order the model made them.
+    pub function_calls: Vec<FunctionCallItem>,
+}
+
+#[derive(Debug)]
+struct OpenReasoning {
+    id: String,
+    output_index: usize,
+    text: String,
+}
+
+#[derive(Debug)]
+struct OpenMessage {
+    id: String,
+    output_index: usize,
+    text: String,
+}
+
+#[derive(Debug)]
+struct CallSlot {
+    /// The upstream's `tool_calls[].index`.
+    upstream_index: usize,
+    call_id: Option<String>,
+    name: Option<String>,
+    arguments: String,
+    /// Set once the item is announced (its name is known).
+    opened: Option<(String, usize)>,
+}
+
+/// The state of one upstream model turn.
+#[derive(Debug, Default)]
+pub struct TurnState {
+    splitter: ThinkSplitter,
+    reasoning: Option<OpenReasoning>,
+    message: Option<OpenMessage>,
+    /// Whitespace that arrived before any message text; a message opens only for non-blank text.
+    held_whitespace: String,
+    calls: Vec<CallSlot>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+    saw_done: bool,
+}
+
+/// A turn ended without a usable finish.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error("the upstream stream ended before the model finished")]
+    Truncated,
+    #[error("the upstream returned a tool call without a function name")]
+    NamelessToolCall,
+}
+
+impl TurnState {
+    /// Apply one chunk; events it causes are appended to `events`.
+    pub fn on_chunk(
+        &mut self,
+        chunk: ChatChunk,
+        log: &mut OutputLog,
+        events: &mut Vec<ResponseEvent>,
+    ) {
+        if let Some(u) = &chunk.usage {
+            self.usage = Some(u.to_usage());
+        }
+        // The gateway always asks for one choice; ignore others a server might add.
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(delta) = choice.delta {
+                if let Some(r) = delta
+                    .reasoning
+                    .or(delta.reasoning_content)
+                    .filter(|r| !r.is_empty())
+                {
+                    self.on_reasoning(&r, log, events);
+                }
+                if let Some(content) = delta.content.filter(|c| !c.is_empty()) {
+                    for segment in self.splitter.push(&content) {
+                        self.on_segment(segment, log, events);
+                    }
+                }
+                for call in delta.tool_calls.unwrap_or_default() {
+                    self.on_tool_call(call, log, events);
+                }
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason);
+            }
+        }
+    }
+
+    /// The upstream sent `data: [DONE]`.
+    pub fn on_done(&mut self) {
+        self.saw_done = true;
+    }
+
+    fn on_segment(
+        &mut self,
+        segment: Segment,
+        log: &mut OutputLog,
+        events: &mut Vec<ResponseEvent>,
+    ) {
+        match segment {
+            Segment::Reasoning(r) => self.on_reasoning(&r, log, events),
+            Segment::Text(t) => self.on_text(&t, log, events),
+        }
+    }
+
+    fn on_reasoning(&mut self, text: &str, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
+        self.close_message(ItemStatus::Completed, log, events);
+        let r = self.reasoning.get_or_insert_with(|| {
+            let id = new_id(IdKind::Reasoning);
+            let output_index = log.allocate();
+            events.push(ResponseEvent::OutputItemAdded {
+                output_index,
+                item: Item::Reasoning(ReasoningItem {
+                    id: id.clone(),
+                    summary: Vec::new(),
+                    content: Vec::new(),
+                    encrypted_content: None,
+                }),
+            });
+            OpenReasoning {
+                id,
+                output_index,
+                text: String::new(),
+            }
+        });
+        r.text.push_str(text);
+        events.push(ResponseEvent::ReasoningDelta {
+            item_id: r.id.clone(),
+            output_index: r.output_index,
+            content_index: 0,
+            delta: text.to_owned(),
+        });
+    }
+
+    fn on_text(&mut self, text: &str, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
+        if self.message.is_none() {
+            if text.trim().is_empty() {
+                self.held_whitespace.push_str(text);
+                return;
+            }
+            self.close_reasoning(log, events);
+            let id = new_id(IdKind::Message);
+            let output_index = log.allocate();
+            events.push(ResponseEvent::OutputItemAdded {
+                output_index,
+                item: Item::Message(MessageItem {
+                    id: id.clone(),
+                    role: MessageRole::Assistant,
+                    status: ItemStatus::InProgress,
+                    content: Vec::new(),
+                }),
+            });
+            events.push(ResponseEvent::ContentPartAdded {
+                item_id: id.clone(),
+                output_index,
+                content_index: 0,
+                part: ContentPart::output_text(""),
+            });
+            self.message = Some(OpenMessage {
+                id,
+                output_index,
+                text: String::new(),
+            });
+        }
+        let delta = if self.held_whitespace.is_empty() {
+            text.to_owned()
+        } else {
+            let mut d = std::mem::take(&mut self.held_whitespace);
+            d.push_str(text);
+            d
+        };
+        if let Some(m) = self.message.as_mut() {
+            m.text.push_str(&delta);
+            events.push(ResponseEvent::OutputTextDelta {
+                item_id: m.id.clone(),
+                output_index: m.output_index,
+                content_index: 0,
+                delta,
+                logprobs: [],
+            });
+        }
+    }
+
+    fn on_tool_call(
+        &mut self,
+        call: ToolCallDelta,
+        log: &mut OutputLog,
+        events: &mut Vec<ResponseEvent>,
+    ) {
+        self.close_reasoning(log, events);
+        self.close_message(ItemStatus::Completed, log, events);
+        let upstream_index = call.index.unwrap_or_else(|| match &call.id {
+            // Servers that omit `index` send each call whole; a new id means a new call.
+            Some(id) => self
+                .calls
+                .iter()
+                .find(|s| s.call_id.as_deref() == Some(id.as_str()))
+                .map_or(self.calls.len(), |s| s.upstream_index),
+            None => self.calls.last().map_or(0, |s| s.upstream_index),
+        });
+        let pos = match self
+            .calls
+            .iter()
+            .position(|s| s.upstream_index == upstream_index)
+        {
+            Some(p) => p,
+            None => {
+                self.calls.push(CallSlot {
+                    upstream_index,
+                    call_id: None,
+                    name: None,
+                    arguments: String::new(),
+                    opened: None,
+                });
+                self.calls.len() - 1
+            }
+        };
+        let slot = &mut self.calls[pos];
+        if slot.call_id.is_none() {
+            slot.call_id = call.id.filter(|id| !id.is_empty());
+        }
+        let function = call.function.unwrap_or_default();
+        if let Some(name) = function.name.filter(|n| !n.is_empty()) {
+            slot.name.get_or_insert(name);
+        }
+        let fragment = function.arguments.unwrap_or_default();
+        match &slot.opened {
+            Some((item_id, output_index)) => {
+                if !fragment.is_empty() {
+                    slot.arguments.push_str(&fragment);
+                    events.push(ResponseEvent::FunctionCallArgumentsDelta {
+                        item_id: item_id.clone(),
+                        output_index: *output_index,
+                        delta: fragment,
+                    });
+                }
+            }
+            None => {
+                slot.arguments.push_str(&fragment);
+                if slot.name.is_some() {
+                    open_call(slot, log, events);
+                }
+            }
+        }
+    }
+
+    fn close_reasoning(&mut self, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
+        if let Some(r) = self.reasoning.take() {
+            events.push(ResponseEvent::ReasoningDone {
+                item_id: r.id.clone(),
+                output_index: r.output_index,
+                content_index: 0,
+                text: r.text.clone(),
+            });
+            let item = Item::Reasoning(ReasoningItem {
+                id: r.id,
+                summary: Vec::new(),
+                content: vec![ReasoningText { text: r.text }],
+                encrypted_content: None,
+            });
+            events.push(ResponseEvent::OutputItemDone {
+                output_index: r.output_index,
+                item: item.clone(),
+            });
+            log.items.push(item);
+        }
+    }
+
+    fn close_message(
+        &mut self,
+        status: ItemStatus,
+        log: &mut OutputLog,
+        events: &mut Vec<ResponseEvent>,
+    ) {
+        if let Some(m) = self.message.take() {
+            events.push(ResponseEvent::OutputTextDone {
+                item_id: m.id.clone(),
+                output_index: m.output_index,
+                content_index: 0,
+                text: m.text.clone(),
+                logprobs: [],
+            });
+            let part = ContentPart::output_text(m.text);
+            events.push(ResponseEvent::ContentPartDone {
+                item_id: m.id.clone(),
+                output_index: m.output_index,
+                content_index: 0,
+                part: part.clone(),
+            });
+            let item = Item::Message(MessageItem {
+                id: m.id,
+                role: MessageRole::Assistant,
+                status,
+                content: vec![part],
+            });
+            events.push(ResponseEvent::OutputItemDone {
+                output_index: m.output_index,
+                item: item.clone(),
+            });
+            log.items.push(item);
+        }
+    }
+
+    /// The upstream stream ended: close every open item and say how the turn ended.
+    pub fn finish(
+        mut self,
+        log: &mut OutputLog,
+        events: &mut Vec<ResponseEvent>,
+    ) -> Result<TurnResult, TurnError> {
+        let end = match self.finish_reason.as_deref() {
+            Some("length") => TurnEnd::Cut(IncompleteReason::MaxOutputTokens),
+            Some("content_filter") => TurnEnd::Cut(IncompleteReason::ContentFilter),
+            Some(_) => TurnEnd::Finished,
+            // A server that ends with [DONE] but no finish_reason still finished cleanly.
+            None if self.saw_done => TurnEnd::Finished,
+            None => return Err(TurnError::Truncated),
+        };
+        for segment in self.splitter.finish() {
+            self.on_segment(segment, log, events);
+        }
+        self.close_reasoning(log, events);
+        let message_status = match end {
+            TurnEnd::Cut(_) => ItemStatus::Incomplete,
+            TurnEnd::Finished => ItemStatus::Completed,
+        };
+        self.close_message(message_status, log, events);
+
+        let mut function_calls = Vec::with_capacity(self.calls.len());
+        for mut slot in std::mem::take(&mut self.calls) {
+            if slot.opened.is_none() {
+                if slot.name.is_none() {
+                    return Err(TurnError::NamelessToolCall);
+                }
+                open_call(&mut slot, log, events);
+            }
+            let Some((item_id, output_index)) = slot.opened else {
+                continue;
+            };
+            if slot.arguments.is_empty() {
+                // A call without arguments is `{}`; say so in a delta too, so deltas add up.
+                slot.arguments.push_str("{}");
+                events.push(ResponseEvent::FunctionCallArgumentsDelta {
+                    item_id: item_id.clone(),
+                    output_index,
+                    delta: slot.arguments.clone(),
+                });
+            }
+            let name = slot.name.unwrap_or_default();
+            events.push(ResponseEvent::FunctionCallArgumentsDone {
+                item_id: item_id.clone(),
+                output_index,
+                name: name.clone(),
+                arguments: slot.arguments.clone(),
+            });
+            let call = FunctionCallItem {
+                id: item_id,
+                call_id: slot
+                    .call_id
+                    .unwrap_or_else(|| format!("call_{}", new_id(IdKind::FunctionCall))),
+                name,
+                arguments: slot.arguments,
+                status: ItemStatus::Completed,
+            };
+            let item = Item::FunctionCall(call.clone());
+            events.push(ResponseEvent::OutputItemDone {
+                output_index,
+                item: item.clone(),
+            });
+            log.items.push(item);
+            function_calls.push(call);
+        }
+        Ok(TurnResult {
+            end,
+            usage: self.usage,
+            function_calls,
+        })
+    }
+}
+
+/// Announce a function call item and send the arguments gathered so far as its first delta.
+fn open_call(slot: &mut CallSlot, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
+    let item_id = new_id(IdKind::FunctionCall);
+    let output_index = log.allocate();
+    // The call id must be stable from the first event on: mint one now if the server sent none.
+    let call_id = slot
+        .call_id
+        .get_or_insert_with(|| format!("call_{}", uuid_tail(&item_id)))
+        .clone();
+    events.push(ResponseEvent::OutputItemAdded {
+        output_index,
+        item: Item::FunctionCall(FunctionCallItem {
+            id: item_id.clone(),
+            call_id,
+            name: slot.name.clone().unwrap_or_default(),
+            arguments: String::new(),
+            status: ItemStatus::InProgress,
+        }),
+    });
+    if !slot.arguments.is_empty() {
+        events.push(ResponseEvent::FunctionCallArgumentsDelta {
+            item_id: item_id.clone(),
+            output_index,
+            delta: slot.arguments.clone(),
+        });
+    }
+    slot.opened = Some((item_id, output_index));
+}
+
+fn uuid_tail(id: &str) -> &str {
+    id.split_once('_').map_or(id, |(_, tail)| tail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn chunk(v: Value) -> ChatChunk {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn run(chunks: Vec<Value>) -> (Vec<ResponseEvent>, OutputLog, Result<TurnResult, TurnError>) {
+        let mut state = TurnState::default();
+        let mut log = OutputLog::default();
+        let mut events = Vec::new();
+        for c in chunks {
+            state.on_chunk(chunk(c), &mut log, &mut events);
+        }
+        state.on_done();
+        let result = state.finish(&mut log, &mut events);
+        (events, log, result)
+    }
+
+    fn kinds(events: &[ResponseEvent]) -> Vec<&'static str> {
+        events.iter().map(ResponseEvent::kind).collect()
+    }
+
+    #[test]
+    fn text_turn_emits_the_message_sequence() {
+        let (events, log, result) = run(vec![
+            json!({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}),
+            json!({"choices":[{"index":0,"delta":{"content":"Paris"}}]}),
+            json!({"choices":[{"index":0,"delta":{"content":"."},"finish_reason":"stop"}]}),
+        ]);
+        assert_eq!(
+            kinds(&events),
+            vec![
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done"
+            ]
+        );
+        assert_eq!(result.unwrap().end, TurnEnd::Finished);
+        let Item::Message(m) = &log.items[0] else {
+            panic!()
+        };
+        assert_eq!(m.content, vec![ContentPart::output_text("Paris.")]);
+    }
+
+    #[test]
+    fn reasoning_field_then_text_makes_two_items_in_order() {
+        let (events, log, _) = run(vec![
+            json!({"choices":[{"index":0,"delta":{"reasoning_content":"Think"}}]}),
+            json!({"choices":[{"index":0,"delta":{"reasoning":"ing"}}]}),
+            json!({"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}),
+        ]);
+        assert_eq!(
+            kinds(&events)[..4],
+            [
+                "response.output_item.added",
+                "response.reasoning.delta",
+                "response.reasoning.delta",
+                "response.reasoning.done"
+            ]
+        );
+        let Item::Reasoning(r) = &log.items[0] else {
+            panic!()
+        };
+        assert_eq!(r.text(), "Thinking");
+        assert!(matches!(log.items[1], Item::Message(_)));
+    }
+
+    #[test]
+    fn think_tags_become_reasoning() {
+        let (_, log, _) = run(vec![
+            json!({"choices":[{"index":0,"delta":{"content":"<think>plan</think>\n\nAnswer"},"finish_reason":"stop"}]}),
+        ]);
+        let Item::Reasoning(r) = &log.items[0] else {
+            panic!("{:?}", log.items)
+        };
+        assert_eq!(r.text(), "plan");
+        let Item::Message(m) = &log.items[1] else {
+            panic!()
+        };
+        assert_eq!(m.content, vec![ContentPart::output_text("\n\nAnswer")]);
+    }
+
+    #[test]
+    fn tool_call_streams_arguments_without_a_spurious_empty_object() {
+        let (events, _, result) = run(vec![
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]},"finish_reason":"tool_calls"}]}),
+        ]);
+        let deltas: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                ResponseEvent::FunctionCallArgumentsDelta { delta, .. } => Some(delta.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas.concat(), "{\"city\":\"Paris\"}");
+        let calls = result.unwrap().function_calls;
+        assert_eq!(calls[0].call_id, "call_1");
+        assert_eq!(calls[0].arguments, "{\"city\":\"Paris\"}");
+    }
+
+    #[test]
+    fn blank_text_before_a_tool_call_makes_no_message() {
+        let (_, log, _) = run(vec![
+            json!({"choices":[{"index":0,"delta":{"content":"\n\n"}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}),
+        ]);
+        assert_eq!(log.items.len(), 1);
+        assert!(matches!(log.items[0], Item::FunctionCall(_)));
+    }
+
+    #[test]
+    fn length_cut_is_incomplete_and_marks_the_message() {
+        let (_, log, result) = run(vec![
+            json!({"choices":[{"index":0,"delta":{"content":"Partial"},"finish_reason":"length"}]}),
+        ]);
+        assert_eq!(
+            result.unwrap().end,
+            TurnEnd::Cut(IncompleteReason::MaxOutputTokens)
+        );
+        let Item::Message(m) = &log.items[0] else {
+            panic!()
+        };
+        assert_eq!(m.status, ItemStatus::Incomplete);
+    }
+
+    #[test]
+    fn a_stream_without_finish_or_done_is_truncated() {
+        let mut state = TurnState::default();
+        let mut log = OutputLog::default();
+        let mut events = Vec::new();
+        state.on_chunk(
+            chunk(json!({"choices":[{"index":0,"delta":{"content":"Par"}}]})),
+            &mut log,
+            &mut events,
+        );
+        assert!(matches!(
+            state.finish(&mut log, &mut events),
+            Err(TurnError::Truncated)
+        ));
+    }
+
+    #[test]
+    fn usage_chunk_is_read() {
+        let (_, _, result) = run(vec![
+            json!({"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}),
+            json!({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13,
+                   "prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}),
+        ]);
+        let usage = result.unwrap().usage.unwrap();
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+            (10, 3, 13)
+        );
+        assert_eq!(usage.input_tokens_details.cached_tokens, 4);
+        assert_eq!(usage.output_tokens_details.reasoning_tokens, 2);
+    }
+
+    #[test]
+    fn parallel_calls_get_their_own_items() {
+        let (_, log, result) = run(vec![json!({"choices":[{"index":0,"delta":{"tool_calls":[
+                {"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":1}"}},
+                {"index":1,"id":"b","function":{"name":"g","arguments":""}}]},"finish_reason":"tool_calls"}]})]);
+        let calls = result.unwrap().function_calls;
+        assert_eq!(
+            calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["f", "g"]
+        );
+        assert_eq!(calls[1].arguments, "{}");
+        assert_eq!(log.items.len(), 2);
+    }
+}

@@ -1,0 +1,156 @@
+//! The `/v1/responses` routes: create (JSON or SSE), retrieve, delete, list input items.
+//!
+//! Handlers stay thin: parse and validate the body ([`respgw_protocol::request`]), let the engine
+//! prepare (history lookup can still fail with a plain HTTP error), then either run to the
+//! outcome (JSON) or spawn the run and stream its events (SSE).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use respgw_engine::{Engine, EventSink, RunOutcome, store_error};
+use respgw_protocol::{ApiError, CreateResponseRequest};
+use respgw_store::{InputItemsOrder, InputItemsPage};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::error::{HttpError, body_rejection};
+use crate::request_id::RequestId;
+use crate::sse::event_stream;
+
+/// Events buffered between the run and a slow SSE client before the run waits.
+const SSE_BUFFER: usize = 64;
+
+/// `POST /v1/responses`.
+pub async fn create(
+    State(engine): State<Arc<Engine>>,
+    RequestId(request_id): RequestId,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, HttpError> {
+    let body = body.map_err(body_rejection)?;
+    let request = CreateResponseRequest::from_slice(&body)?.validate()?;
+    let stream = request.stream;
+    let prepared = engine
+        .prepare(request, vec![("x-request-id", request_id)])
+        .await?;
+
+    if !stream {
+        return match prepared.run(EventSink::Discard).await {
+            RunOutcome::Finished(response) => Ok(Json(response).into_response()),
+            RunOutcome::Failed { error, .. } => Err(HttpError(error)),
+            // Unreachable for the discarding sink, which never reports a departed client.
+            RunOutcome::ClientGone => {
+                Err(HttpError(ApiError::internal("The response was abandoned.")))
+            }
+        };
+    }
+
+    let (tx, rx) = mpsc::channel(SSE_BUFFER);
+    tokio::spawn(prepared.run(EventSink::Channel(tx)));
+    let mut response = Body::from_stream(event_stream(rx)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+/// `GET /v1/responses/{response_id}`.
+pub async fn retrieve(
+    State(engine): State<Arc<Engine>>,
+    Path(id): Path<String>,
+) -> Result<Response, HttpError> {
+    match engine
+        .store()
+        .response(&id)
+        .await
+        .map_err(|e| store_error(&e))?
+    {
+        Some(body) => Ok(Json(body).into_response()),
+        None => Err(ApiError::response_not_found(&id).into()),
+    }
+}
+
+/// `DELETE /v1/responses/{response_id}`.
+pub async fn delete(
+    State(engine): State<Arc<Engine>>,
+    Path(id): Path<String>,
+) -> Result<Response, HttpError> {
+    if engine
+        .store()
+        .delete(&id)
+        .await
+        .map_err(|e| store_error(&e))?
+    {
+        Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+    } else {
+        Err(ApiError::response_not_found(&id).into())
+    }
+}
+
+/// Query of `GET /v1/responses/{id}/input_items`.
+#[derive(Deserialize)]
+pub struct InputItemsQuery {
+    after: Option<String>,
+    limit: Option<String>,
+    order: Option<String>,
+}
+
+/// `GET /v1/responses/{response_id}/input_items`: this response's own input, OpenAI's list shape.
+pub async fn input_items(
+    State(engine): State<Arc<Engine>>,
+    Path(id): Path<String>,
+    query: Result<Query<InputItemsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, HttpError> {
+    let Query(query) = query
+        .map_err(|e| ApiError::invalid_body(format!("Invalid query string: {}", e.body_text())))?;
+    let limit = match query.limit.as_deref() {
+        None => 20,
+        Some(raw) => match raw.parse::<usize>() {
+            Ok(n) if (1..=100).contains(&n) => n,
+            _ => {
+                return Err(ApiError::invalid(
+                    "limit",
+                    "'limit' must be an integer between 1 and 100.",
+                )
+                .into());
+            }
+        },
+    };
+    let order = match query.order.as_deref() {
+        None | Some("desc") => InputItemsOrder::Desc,
+        Some("asc") => InputItemsOrder::Asc,
+        Some(_) => {
+            return Err(ApiError::invalid("order", "'order' must be 'asc' or 'desc'.").into());
+        }
+    };
+    let page = InputItemsPage {
+        after: query.after,
+        limit,
+        order,
+    };
+    let list = engine
+        .store()
+        .input_items(&id, page)
+        .await
+        .map_err(|e| store_error(&e))?
+        .ok_or_else(|| ApiError::response_not_found(&id))?;
+    let first_id = list.items.first().map(|i| i.id().to_owned());
+    let last_id = list.items.last().map(|i| i.id().to_owned());
+    Ok(Json(json!({
+        "object": "list",
+        "data": list.items,
+        "first_id": first_id,
+        "last_id": last_id,
+        "has_more": list.has_more,
+    }))
+    .into_response())
+}

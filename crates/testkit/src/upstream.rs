@@ -1,0 +1,665 @@
+//! [`ReplayUpstream`]: a fake OpenAI-compatible model server that replays recorded and scripted replies.
+//!
+//! The gateway under test is pointed at [`ReplayUpstream::base_url`]. Every `POST /v1/chat/completions`
+//! is routed by the `model` field of its JSON body to a *scenario*: an ordered queue of [`Step`]s, each
+//! request consuming the next one. Tests therefore pick a scenario simply by the model name they send
+//! through the gateway. An unknown model, an exhausted queue or any other surprise is answered with
+//! HTTP 500 `{"error":{"message":"replay: ..."}}` and noted in [`RecordedRequest::replay_error`], so a
+//! test fails loudly instead of silently getting a wrong reply.
+//!
+//! Other routes: `GET /v1/models` lists the scenario names; anything else is a 404 JSON error.
+//! Every request, whatever its route, is recorded (see [`ReplayUpstream::all_requests`]).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::{StreamExt, stream};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::cassette::{Cassette, ResponsePayload};
+use crate::cassettes_dir;
+
+/// Content type of every streamed reply that does not come from a cassette.
+const SSE_CONTENT_TYPE: &str = "text/event-stream; charset=utf-8";
+
+/// One scripted upstream reply.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Replay a cassette file: its recorded status and content type, then either its SSE chunks
+    /// (streamed one by one, flushed after each, as recorded) or its JSON body.
+    Cassette(PathBuf),
+    /// An error (or any JSON) reply with this status.
+    Status {
+        /// HTTP status code.
+        status: u16,
+        /// JSON body.
+        body: Value,
+    },
+    /// A 200 event stream made of these raw chunks (concatenated they are the wire bytes).
+    Sse(Vec<String>),
+    /// A 200 event stream that sends these chunks and then aborts the connection mid-body,
+    /// without the end of the chunked encoding: the client sees a body read error.
+    SseThenDrop {
+        /// Raw chunks sent before the connection is dropped.
+        chunks: Vec<String>,
+    },
+    /// Accept the request and never answer (no status line, no headers), for timeout tests.
+    Hang,
+    /// Like [`Step::Sse`], with `delay` between consecutive chunks.
+    SlowSse {
+        /// Raw chunks.
+        chunks: Vec<String>,
+        /// Pause between two chunks (not before the first one).
+        delay: Duration,
+    },
+}
+
+impl Step {
+    /// Replays the cassette at `relative_path` inside `<shared>/data/cassettes/`,
+    /// e.g. `"chat_completion/text-single-stream.yaml"`.
+    pub fn cassette(relative_path: impl AsRef<Path>) -> Step {
+        Step::Cassette(cassettes_dir().join(relative_path))
+    }
+
+    /// A realistic OpenAI `chat.completion.chunk` stream: a role chunk, one chunk per entry of
+    /// `text_chunks`, a chunk carrying `finish_reason`, optionally a `stream_options.include_usage`
+    /// style usage chunk (`choices: []`, `usage: (prompt_tokens, completion_tokens)`), then `data: [DONE]`.
+    pub fn text(text_chunks: &[&str], finish_reason: &str, usage: Option<(u64, u64)>) -> Step {
+        let chunk = |choices: Value| {
+            json!({
+                "id": "chatcmpl-replay",
+                "object": "chat.completion.chunk",
+                "created": 1767868994,
+                "model": "replay-model",
+                "system_fingerprint": null,
+                "choices": choices,
+            })
+        };
+        let choice = |delta: Value, finish_reason: Value| {
+            chunk(json!([{
+                "index": 0,
+                "delta": delta,
+                "logprobs": null,
+                "finish_reason": finish_reason,
+            }]))
+        };
+        let mut events = vec![choice(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )];
+        events.extend(
+            text_chunks
+                .iter()
+                .map(|text| choice(json!({ "content": text }), Value::Null)),
+        );
+        events.push(choice(json!({}), json!(finish_reason)));
+        if let Some((prompt_tokens, completion_tokens)) = usage {
+            let mut usage_chunk = chunk(json!([]));
+            usage_chunk["usage"] = json!({
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            });
+            events.push(usage_chunk);
+        }
+        let mut chunks: Vec<String> = events
+            .iter()
+            .map(|event| format!("data: {event}\n\n"))
+            .collect();
+        chunks.push("data: [DONE]\n\n".to_owned());
+        Step::Sse(chunks)
+    }
+}
+
+/// One request the replay upstream received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// HTTP method.
+    pub method: Method,
+    /// Request path (without query).
+    pub path: String,
+    /// Request headers as received.
+    pub headers: HeaderMap,
+    /// The JSON body; `Null` when empty, a JSON string holding the raw text when it is not JSON.
+    pub body: Value,
+    /// The body's `model` field, if any.
+    pub model: Option<String>,
+    /// Why the request could not be served as scripted (it was answered with 500 or 404), if so.
+    pub replay_error: Option<String>,
+}
+
+/// A running replay server on `127.0.0.1`. It stops when dropped.
+pub struct ReplayUpstream {
+    address: SocketAddr,
+    state: Arc<ReplayState>,
+    server: JoinHandle<()>,
+}
+
+impl ReplayUpstream {
+    /// Starts a replay server on a free port of `127.0.0.1`.
+    pub async fn start() -> anyhow::Result<ReplayUpstream> {
+        Self::start_on(0).await
+    }
+
+    /// Starts a replay server on `127.0.0.1:port` (`0` picks a free port).
+    pub async fn start_on(port: u16) -> anyhow::Result<ReplayUpstream> {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+        let address = listener.local_addr()?;
+        let state = Arc::new(ReplayState {
+            scenarios: Mutex::new(BTreeMap::new()),
+            requests: Mutex::new(Vec::new()),
+            recording: AtomicBool::new(true),
+        });
+        let router = Router::new()
+            .fallback(handle_request)
+            .with_state(state.clone());
+        let server = tokio::spawn(async move {
+            // Serving only ends on an accept error; the handle is aborted on drop anyway.
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok(ReplayUpstream {
+            address,
+            state,
+            server,
+        })
+    }
+
+    /// The OpenAI-style base URL to give the gateway: `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.address)
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    /// Appends `steps` to the queue of scenario `name` (the `model` that selects it).
+    pub fn add_scenario(&self, name: impl Into<String>, steps: Vec<Step>) {
+        let mut scenarios = lock(&self.state.scenarios);
+        match scenarios
+            .entry(name.into())
+            .or_insert_with(|| Scenario::Queue(VecDeque::new()))
+        {
+            Scenario::Queue(queue) => queue.extend(steps),
+            repeating @ Scenario::Repeat(_) => *repeating = Scenario::Queue(steps.into()),
+        }
+    }
+
+    /// Makes scenario `name` answer every request with `step`, forever (benchmarks, smoke runs).
+    /// Replaces any queue of the same name.
+    pub fn add_repeating_scenario(&self, name: impl Into<String>, step: Step) {
+        lock(&self.state.scenarios).insert(name.into(), Scenario::Repeat(step));
+    }
+
+    /// How many queued steps scenario `name` has left (`0` for unknown or repeating scenarios).
+    pub fn remaining_steps(&self, name: &str) -> usize {
+        match lock(&self.state.scenarios).get(name) {
+            Some(Scenario::Queue(queue)) => queue.len(),
+            Some(Scenario::Repeat(_)) | None => 0,
+        }
+    }
+
+    /// Turns request recording on (the default) or off; off keeps memory flat in long benchmark runs.
+    pub fn set_recording(&self, enabled: bool) {
+        self.state.recording.store(enabled, Ordering::Relaxed);
+    }
+
+    /// The recorded requests whose body `model` is `model`, in arrival order.
+    pub fn requests(&self, model: &str) -> Vec<RecordedRequest> {
+        lock(&self.state.requests)
+            .iter()
+            .filter(|request| request.model.as_deref() == Some(model))
+            .cloned()
+            .collect()
+    }
+
+    /// Every recorded request, in arrival order.
+    pub fn all_requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.state.requests).clone()
+    }
+
+    /// The replay errors met so far (unknown model, exhausted queue, unknown route, unreadable cassette).
+    pub fn replay_errors(&self) -> Vec<String> {
+        lock(&self.state.requests)
+            .iter()
+            .filter_map(|request| request.replay_error.clone())
+            .collect()
+    }
+}
+
+impl Drop for ReplayUpstream {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+enum Scenario {
+    Queue(VecDeque<Step>),
+    Repeat(Step),
+}
+
+struct ReplayState {
+    scenarios: Mutex<BTreeMap<String, Scenario>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    recording: AtomicBool,
+}
+
+impl ReplayState {
+    fn next_step(&self, model: Option<&str>) -> Result<Step, String> {
+        let model = model.ok_or("request body has no string `model`")?;
+        let mut scenarios = lock(&self.scenarios);
+        match scenarios.get_mut(model) {
+            None => Err(format!("no scenario for model `{model}`")),
+            Some(Scenario::Repeat(step)) => Ok(step.clone()),
+            Some(Scenario::Queue(queue)) => queue
+                .pop_front()
+                .ok_or_else(|| format!("scenario `{model}` has no steps left")),
+        }
+    }
+
+    fn model_list(&self) -> Value {
+        let data: Vec<Value> = lock(&self.scenarios)
+            .keys()
+            .map(|name| json!({"id": name, "object": "model", "created": 0, "owned_by": "replay"}))
+            .collect();
+        json!({"object": "list", "data": data})
+    }
+
+    fn record(&self, request: RecordedRequest) {
+        if self.recording.load(Ordering::Relaxed) {
+            lock(&self.requests).push(request);
+        }
+    }
+}
+
+/// Locks a mutex, ignoring poisoning (a panicking test thread must not hide the recorded data).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What to send back, once the step is resolved.
+enum Reply {
+    Ready(Response),
+    Hang,
+}
+
+async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let raw_body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let body = parse_body(&raw_body);
+    let model = body.get("model").and_then(Value::as_str).map(str::to_owned);
+    let path = parts.uri.path().to_owned();
+
+    let outcome = match (&parts.method, path.as_str()) {
+        (&Method::POST, "/v1/chat/completions") => state
+            .next_step(model.as_deref())
+            .and_then(|step| render_step(&step))
+            .map_err(|reason| (StatusCode::INTERNAL_SERVER_ERROR, reason)),
+        (&Method::GET, "/v1/models") => Ok(Reply::Ready(
+            (StatusCode::OK, axum::Json(state.model_list())).into_response(),
+        )),
+        (method, path) => Err((
+            StatusCode::NOT_FOUND,
+            format!("no route for {method} {path}"),
+        )),
+    };
+    let outcome = outcome.map_err(|(status, reason)| (status, format!("replay: {reason}")));
+    state.record(RecordedRequest {
+        method: parts.method,
+        path,
+        headers: parts.headers,
+        body,
+        model,
+        replay_error: outcome.as_ref().err().map(|(_, message)| message.clone()),
+    });
+
+    match outcome {
+        Ok(Reply::Ready(response)) => response,
+        Ok(Reply::Hang) => std::future::pending().await,
+        Err((status, message)) => {
+            (status, axum::Json(json!({"error": {"message": message}}))).into_response()
+        }
+    }
+}
+
+fn parse_body(raw: &Bytes) -> Value {
+    if raw.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(raw)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(raw).into_owned()))
+}
+
+fn render_step(step: &Step) -> Result<Reply, String> {
+    let response = match step {
+        Step::Cassette(path) => {
+            let cassette = Cassette::load(path).map_err(|e| format!("{e:#}"))?;
+            let status = status_code(cassette.response.status)?;
+            let content_type = cassette.content_type().map(str::to_owned);
+            match cassette.response.payload {
+                ResponsePayload::Sse(chunks) => stream_response(
+                    status,
+                    content_type.as_deref().unwrap_or(SSE_CONTENT_TYPE),
+                    chunk_body(chunks, Duration::ZERO, false),
+                ),
+                ResponsePayload::Json(body) => json_response(
+                    status,
+                    content_type.as_deref().unwrap_or("application/json"),
+                    &body,
+                ),
+            }
+        }
+        Step::Status { status, body } => {
+            json_response(status_code(*status)?, "application/json", body)
+        }
+        Step::Sse(chunks) => stream_response(
+            StatusCode::OK,
+            SSE_CONTENT_TYPE,
+            chunk_body(chunks.clone(), Duration::ZERO, false),
+        ),
+        Step::SseThenDrop { chunks } => stream_response(
+            StatusCode::OK,
+            SSE_CONTENT_TYPE,
+            chunk_body(chunks.clone(), Duration::ZERO, true),
+        ),
+        Step::SlowSse { chunks, delay } => stream_response(
+            StatusCode::OK,
+            SSE_CONTENT_TYPE,
+            chunk_body(chunks.clone(), *delay, false),
+        ),
+        Step::Hang => return Ok(Reply::Hang),
+    };
+    Ok(Reply::Ready(response))
+}
+
+fn status_code(status: u16) -> Result<StatusCode, String> {
+    StatusCode::from_u16(status).map_err(|_| format!("invalid HTTP status {status}"))
+}
+
+fn json_response(status: StatusCode, content_type: &str, body: &Value) -> Response {
+    stream_response(status, content_type, Body::from(body.to_string()))
+}
+
+fn stream_response(status: StatusCode, content_type: &str, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let content_type = HeaderValue::from_str(content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    response.headers_mut().insert(CONTENT_TYPE, content_type);
+    response
+}
+
+/// A body that sends each chunk as its own write (the stream yields to the runtime before every
+/// chunk, so hyper flushes what it has), pausing `delay` between chunks, and optionally ending
+/// with an error, which makes hyper abort the connection mid-body.
+fn chunk_body(chunks: Vec<String>, delay: Duration, then_drop: bool) -> Body {
+    let chunks =
+        stream::iter(chunks.into_iter().enumerate()).then(move |(index, chunk)| async move {
+            if index > 0 && !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            } else {
+                tokio::task::yield_now().await;
+            }
+            Ok::<_, io::Error>(Bytes::from(chunk))
+        });
+    let abort = stream::iter(then_drop.then(|| {
+        Err(io::Error::other(
+            "replay: dropping the connection on purpose",
+        ))
+    }));
+    Body::from_stream(chunks.chain(abort))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::http_client;
+
+    async fn post_chat(upstream: &ReplayUpstream, body: Value) -> reqwest::Response {
+        http_client()
+            .post(format!("{}/chat/completions", upstream.base_url()))
+            .header("authorization", "Bearer test-key")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn replays_a_cassette_stream_byte_for_byte() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        let step = Step::cassette("chat_completion/text-single-stream.yaml");
+        let Step::Cassette(path) = &step else {
+            unreachable!()
+        };
+        let expected = Cassette::load(path).unwrap().sse_bytes().unwrap();
+        upstream.add_scenario("paris", vec![step]);
+
+        let response = post_chat(&upstream, json!({"model": "paris", "stream": true})).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream; charset=utf-8"
+        );
+        let mut received = Vec::new();
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            received.extend_from_slice(&chunk.unwrap());
+        }
+        assert_eq!(
+            String::from_utf8(received).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+        assert_eq!(upstream.remaining_steps("paris"), 0);
+    }
+
+    #[tokio::test]
+    async fn replays_a_cassette_json_error() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        upstream.add_scenario(
+            "missing",
+            vec![Step::cassette(
+                "chat_completion/model-not-found-stream.yaml",
+            )],
+        );
+        let response = post_chat(&upstream, json!({"model": "missing", "stream": true})).await;
+        assert_eq!(response.status(), 404);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            body["error"]["message"],
+            "The model `MiniMaxAI/MiniMax-M2.1` does not exist."
+        );
+    }
+
+    #[tokio::test]
+    async fn steps_are_consumed_in_order_then_exhausted() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        upstream.add_scenario(
+            "loop",
+            vec![
+                Step::Status {
+                    status: 429,
+                    body: json!({"error": {"message": "slow down"}}),
+                },
+                Step::text(&["Hel", "lo"], "stop", Some((7, 2))),
+            ],
+        );
+
+        let first = post_chat(&upstream, json!({"model": "loop"})).await;
+        assert_eq!(first.status(), 429);
+        assert_eq!(
+            first.json::<Value>().await.unwrap()["error"]["message"],
+            "slow down"
+        );
+
+        let second = post_chat(&upstream, json!({"model": "loop"})).await;
+        assert_eq!(second.status(), 200);
+        let text = second.text().await.unwrap();
+        let events = crate::sse::parse_sse(&text).unwrap();
+        let data: Vec<&str> = events.iter().map(|event| event.data.as_str()).collect();
+        assert_eq!(data.len(), 6);
+        assert!(data[0].contains(r#""delta":{"role":"assistant","content":""}"#));
+        assert!(data[1].contains(r#""delta":{"content":"Hel"}"#));
+        assert!(data[3].contains(r#""finish_reason":"stop""#));
+        assert!(data[4].contains(r#""choices":[]"#));
+        assert!(data[4].contains(r#""total_tokens":9"#));
+        assert_eq!(data[5], "[DONE]");
+
+        let third = post_chat(&upstream, json!({"model": "loop"})).await;
+        assert_eq!(third.status(), 500);
+        let error = third.json::<Value>().await.unwrap();
+        assert_eq!(
+            error["error"]["message"],
+            "replay: scenario `loop` has no steps left"
+        );
+        assert_eq!(
+            upstream.replay_errors(),
+            vec!["replay: scenario `loop` has no steps left"]
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_model_is_a_500_replay_error() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        let response = post_chat(&upstream, json!({"model": "nobody"})).await;
+        assert_eq!(response.status(), 500);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            body["error"]["message"],
+            "replay: no scenario for model `nobody`"
+        );
+        let recorded = upstream.requests("nobody");
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(
+            recorded[0].replay_error.as_deref(),
+            Some("replay: no scenario for model `nobody`")
+        );
+    }
+
+    #[tokio::test]
+    async fn sse_then_drop_fails_the_body_after_the_chunks() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        let first_chunk = "data: {\"choices\":[]}\n\n";
+        upstream.add_scenario(
+            "flaky",
+            vec![Step::SseThenDrop {
+                chunks: vec![first_chunk.to_owned()],
+            }],
+        );
+        let response = post_chat(&upstream, json!({"model": "flaky"})).await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.bytes_stream();
+        let mut received = Vec::new();
+        let error = loop {
+            match body.next().await {
+                Some(Ok(chunk)) => received.extend_from_slice(&chunk),
+                Some(Err(error)) => break error,
+                None => panic!("the body ended cleanly"),
+            }
+        };
+        assert_eq!(received, first_chunk.as_bytes());
+        assert!(error.is_body() || error.is_decode(), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn slow_sse_paces_the_chunks() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        upstream.add_scenario(
+            "slow",
+            vec![Step::SlowSse {
+                chunks: vec!["data: 1\n\n".into(), "data: 2\n\n".into()],
+                delay: Duration::from_millis(150),
+            }],
+        );
+        let started = std::time::Instant::now();
+        let text = post_chat(&upstream, json!({"model": "slow"}))
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(text, "data: 1\n\ndata: 2\n\n");
+        assert!(started.elapsed() >= Duration::from_millis(150));
+    }
+
+    #[tokio::test]
+    async fn hang_never_answers() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        upstream.add_scenario("stuck", vec![Step::Hang]);
+        let request = post_chat(&upstream, json!({"model": "stuck"}));
+        let waited = tokio::time::timeout(Duration::from_millis(300), request).await;
+        assert!(waited.is_err(), "a hanging step answered");
+        assert_eq!(upstream.requests("stuck").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn records_requests_and_lists_models() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        upstream.add_scenario("a", vec![Step::text(&["x"], "stop", None)]);
+        upstream.add_repeating_scenario("b", Step::text(&["y"], "stop", None));
+
+        let body =
+            json!({"model": "a", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+        post_chat(&upstream, body.clone())
+            .await
+            .text()
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let response = post_chat(&upstream, json!({"model": "b"})).await;
+            assert_eq!(response.status(), 200);
+        }
+
+        let recorded = upstream.requests("a");
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(recorded[0].body, body);
+        assert_eq!(recorded[0].method, Method::POST);
+        assert_eq!(recorded[0].path, "/v1/chat/completions");
+        assert_eq!(recorded[0].headers["authorization"], "Bearer test-key");
+        assert!(recorded[0].replay_error.is_none());
+        assert_eq!(upstream.requests("b").len(), 2);
+
+        let models: Value = http_client()
+            .get(format!("{}/models", upstream.base_url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            models,
+            json!({"object": "list", "data": [
+                {"id": "a", "object": "model", "created": 0, "owned_by": "replay"},
+                {"id": "b", "object": "model", "created": 0, "owned_by": "replay"},
+            ]})
+        );
+
+        let missing = http_client()
+            .post(format!("{}/embeddings", upstream.base_url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(missing.status(), 404);
+        assert_eq!(upstream.all_requests().len(), 5);
+        assert_eq!(
+            upstream.replay_errors(),
+            vec!["replay: no route for POST /v1/embeddings"]
+        );
+    }
+}
