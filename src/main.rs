@@ -30,12 +30,7 @@ struct ServeArgs {
     upstream: String,
 
     /// Bearer token sent to the upstream model server.
-    #[arg(
-        long,
-        env = "GW_UPSTREAM_API_KEY",
-        value_name = "KEY",
-        hide_env_values = true
-    )]
+    #[arg(long, env = "GW_UPSTREAM_API_KEY", value_name = "KEY", hide_env_values = true)]
     upstream_api_key: Option<String>,
 
     /// Address to listen on.
@@ -48,13 +43,7 @@ struct ServeArgs {
 
     /// An API key clients must present as `Authorization: Bearer <key>`. Repeatable; the
     /// environment form is comma-separated. No key: authentication is off.
-    #[arg(
-        long = "api-key",
-        env = "GW_API_KEYS",
-        value_name = "KEY",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
+    #[arg(long = "api-key", env = "GW_API_KEYS", value_name = "KEY", value_delimiter = ',', hide_env_values = true)]
     api_keys: Vec<String>,
 
     /// Response store: a SQLite file path or sqlite:// URL.
@@ -78,9 +67,7 @@ struct ServeArgs {
 fn positive_seconds(raw: &str) -> Result<f64, String> {
     match raw.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!(
-            "expected a positive number of seconds, got '{raw}'"
-        )),
+        _ => Err(format!("expected a positive number of seconds, got '{raw}'")),
     }
 }
 
@@ -94,16 +81,10 @@ fn main() -> ExitCode {
         )
         .init();
     // reqwest is built without a bundled TLS backend choice; use rustls with ring (faster to build).
-    if rustls::crypto::ring::default_provider()
-        .install_default()
-        .is_err()
-    {
+    if rustls::crypto::ring::default_provider().install_default().is_err() {
         tracing::debug!("a rustls crypto provider was already installed");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("respgw: cannot start the async runtime: {e}");

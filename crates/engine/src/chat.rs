@@ -18,10 +18,7 @@ impl ChatRequest {
     pub fn build(req: &ValidatedRequest, history: &[Item]) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), json!(req.model));
-        body.insert(
-            "messages".into(),
-            Value::Array(messages(req.instructions.as_deref(), history)),
-        );
+        body.insert("messages".into(), Value::Array(messages(req.instructions.as_deref(), history)));
         body.insert("stream".into(), json!(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
 
@@ -75,12 +72,7 @@ impl ChatRequest {
             TextFormat::JsonObject => {
                 body.insert("response_format".into(), json!({"type": "json_object"}));
             }
-            TextFormat::JsonSchema {
-                name,
-                schema,
-                description,
-                strict,
-            } => {
+            TextFormat::JsonSchema { name, schema, description, strict } => {
                 let mut js = Map::new();
                 js.insert("name".into(), json!(name));
                 js.insert("schema".into(), Value::Object(schema.clone()));
@@ -90,10 +82,7 @@ impl ChatRequest {
                 if let Some(s) = strict {
                     js.insert("strict".into(), json!(s));
                 }
-                body.insert(
-                    "response_format".into(),
-                    json!({"type": "json_schema", "json_schema": js}),
-                );
+                body.insert("response_format".into(), json!({"type": "json_schema", "json_schema": js}));
             }
         }
         Value::Object(body)
@@ -103,11 +92,7 @@ impl ChatRequest {
 /// The tools the model is offered: all of them, or the `allowed_tools` subset.
 fn offered_tools(req: &ValidatedRequest) -> Vec<&respgw_protocol::request::FunctionTool> {
     match &req.tool_choice {
-        ToolChoice::AllowedTools(a) => req
-            .tools
-            .iter()
-            .filter(|t| a.tools.iter().any(|f| f.name == t.name))
-            .collect(),
+        ToolChoice::AllowedTools(a) => req.tools.iter().filter(|t| a.tools.iter().any(|f| f.name == t.name)).collect(),
         _ => req.tools.iter().collect(),
     }
 }
@@ -143,20 +128,10 @@ impl AssistantTurn {
     fn into_message(self) -> Value {
         let mut m = Map::new();
         m.insert("role".into(), json!("assistant"));
-        m.insert(
-            "content".into(),
-            if self.text.is_empty() {
-                Value::Null
-            } else {
-                json!(self.text.join("\n\n"))
-            },
-        );
+        m.insert("content".into(), if self.text.is_empty() { Value::Null } else { json!(self.text.join("\n\n")) });
         if !self.reasoning.is_empty() {
             // vLLM, SGLang and llama.cpp chat templates read prior reasoning from this field.
-            m.insert(
-                "reasoning_content".into(),
-                json!(self.reasoning.join("\n\n")),
-            );
+            m.insert("reasoning_content".into(), json!(self.reasoning.join("\n\n")));
         }
         if !self.tool_calls.is_empty() {
             m.insert("tool_calls".into(), Value::Array(self.tool_calls));
@@ -192,9 +167,7 @@ pub fn messages(instructions: Option<&str>, history: &[Item]) -> Vec<Value> {
             }
             Item::Message(m) if m.role == MessageRole::Assistant => {
                 turn.text.extend(m.content.iter().filter_map(|p| match p {
-                    ContentPart::OutputText { text, .. } | ContentPart::InputText { text } => {
-                        Some(text.clone())
-                    }
+                    ContentPart::OutputText { text, .. } | ContentPart::InputText { text } => Some(text.clone()),
                     ContentPart::Refusal { refusal } => Some(refusal.clone()),
                     ContentPart::InputImage { .. } => None,
                 }));
@@ -229,16 +202,12 @@ pub fn messages(instructions: Option<&str>, history: &[Item]) -> Vec<Value> {
 
 /// Message content: a plain string when it is only text (what every server accepts), else parts.
 fn content_value(parts: &[ContentPart]) -> Value {
-    let text_only = parts
-        .iter()
-        .all(|p| !matches!(p, ContentPart::InputImage { .. }));
+    let text_only = parts.iter().all(|p| !matches!(p, ContentPart::InputImage { .. }));
     if text_only {
         let texts: Vec<&str> = parts
             .iter()
             .filter_map(|p| match p {
-                ContentPart::InputText { text } | ContentPart::OutputText { text, .. } => {
-                    Some(text.as_str())
-                }
+                ContentPart::InputText { text } | ContentPart::OutputText { text, .. } => Some(text.as_str()),
                 ContentPart::Refusal { refusal } => Some(refusal.as_str()),
                 ContentPart::InputImage { .. } => None,
             })
@@ -344,16 +313,10 @@ impl ChunkUsage {
             total_tokens: self.prompt_tokens + self.completion_tokens,
             ..Default::default()
         };
-        u.input_tokens_details.cached_tokens = self
-            .prompt_tokens_details
-            .as_ref()
-            .and_then(|d| d.cached_tokens)
-            .unwrap_or(0);
-        u.output_tokens_details.reasoning_tokens = self
-            .completion_tokens_details
-            .as_ref()
-            .and_then(|d| d.reasoning_tokens)
-            .unwrap_or(0);
+        u.input_tokens_details.cached_tokens =
+            self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0);
+        u.output_tokens_details.reasoning_tokens =
+            self.completion_tokens_details.as_ref().and_then(|d| d.reasoning_tokens).unwrap_or(0);
         u
     }
 }
@@ -364,17 +327,12 @@ mod tests {
     use respgw_protocol::CreateResponseRequest;
 
     fn req(v: Value) -> ValidatedRequest {
-        CreateResponseRequest::from_slice(v.to_string().as_bytes())
-            .unwrap()
-            .validate()
-            .unwrap()
+        CreateResponseRequest::from_slice(v.to_string().as_bytes()).unwrap().validate().unwrap()
     }
 
     #[test]
     fn plain_request_body() {
-        let r = req(
-            json!({"model":"m","input":"hi","instructions":"Be brief.","max_output_tokens":16}),
-        );
+        let r = req(json!({"model":"m","input":"hi","instructions":"Be brief.","max_output_tokens":16}));
         let body = ChatRequest::build(&r, &r.input);
         assert_eq!(
             body,
@@ -394,16 +352,9 @@ mod tests {
             "tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}],
             "tool_choice":{"type":"function","name":"get_weather"}}));
         let body = ChatRequest::build(&r, &r.input);
-        assert_eq!(
-            body["tool_choice"],
-            json!({"type":"function","function":{"name":"get_weather"}})
-        );
+        assert_eq!(body["tool_choice"], json!({"type":"function","function":{"name":"get_weather"}}));
         assert_eq!(body["tools"][0]["function"]["strict"], json!(true));
-        assert_eq!(
-            body["messages"].as_array().unwrap().len(),
-            1,
-            "no injected instruction text"
-        );
+        assert_eq!(body["messages"].as_array().unwrap().len(), 1, "no injected instruction text");
     }
 
     #[test]
@@ -467,12 +418,8 @@ mod tests {
 
     #[test]
     fn developer_messages_are_sent_as_system() {
-        let r = req(
-            json!({"model":"m","input":[{"role":"developer","content":"rules"},{"role":"user","content":"hi"}]}),
-        );
-        assert_eq!(
-            messages(None, &r.input)[0],
-            json!({"role":"system","content":"rules"})
-        );
+        let r =
+            req(json!({"model":"m","input":[{"role":"developer","content":"rules"},{"role":"user","content":"hi"}]}));
+        assert_eq!(messages(None, &r.input)[0], json!({"role":"system","content":"rules"}));
     }
 }

@@ -14,9 +14,7 @@ use futures::StreamExt;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
-use respgw_protocol::{
-    ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
-};
+use respgw_protocol::{ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest};
 use respgw_store::{NewResponse, ResponseStore, StoreError};
 use tokio::sync::mpsc;
 
@@ -64,10 +62,7 @@ pub enum RunOutcome {
     /// `completed` or `incomplete`, persisted when `store` is true.
     Finished(Box<ResponseObject>),
     /// `failed`; `error` says what to tell a non-stream client.
-    Failed {
-        response: Box<ResponseObject>,
-        error: ApiError,
-    },
+    Failed { response: Box<ResponseObject>, error: ApiError },
     /// The client went away; the upstream call was dropped and nothing was stored.
     ClientGone,
 }
@@ -86,10 +81,7 @@ pub struct PreparedResponse {
 }
 
 fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 /// Client-facing error for a store failure.
@@ -139,14 +131,7 @@ impl Engine {
         };
         history.extend(request.input.iter().cloned());
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
-        Ok(PreparedResponse {
-            engine: Arc::clone(self),
-            request,
-            history,
-            inherited_keys,
-            response,
-            upstream_headers,
-        })
+        Ok(PreparedResponse { engine: Arc::clone(self), request, history, inherited_keys, response, upstream_headers })
     }
 }
 
@@ -175,18 +160,8 @@ impl PreparedResponse {
     }
 
     async fn run_inner(&mut self, sink: &mut EventSink) -> RunOutcome {
-        if sink
-            .send(ResponseEvent::Created {
-                response: self.response.clone(),
-            })
-            .await
-            .is_err()
-            || sink
-                .send(ResponseEvent::InProgress {
-                    response: self.response.clone(),
-                })
-                .await
-                .is_err()
+        if sink.send(ResponseEvent::Created { response: self.response.clone() }).await.is_err()
+            || sink.send(ResponseEvent::InProgress { response: self.response.clone() }).await.is_err()
         {
             return RunOutcome::ClientGone;
         }
@@ -219,12 +194,8 @@ impl PreparedResponse {
             return self.fail(sink, output, store_error(&e)).await;
         }
         let terminal = match self.response.status {
-            ResponseStatus::Incomplete => ResponseEvent::Incomplete {
-                response: self.response.clone(),
-            },
-            _ => ResponseEvent::Completed {
-                response: self.response.clone(),
-            },
+            ResponseStatus::Incomplete => ResponseEvent::Incomplete { response: self.response.clone() },
+            _ => ResponseEvent::Completed { response: self.response.clone() },
         };
         // A client that leaves now still gets its stored response; the outcome is the same.
         let _ = sink.send(terminal).await;
@@ -239,10 +210,7 @@ impl PreparedResponse {
         usage: &mut Usage,
     ) -> Result<TurnEnd, TurnFailure> {
         let body = ChatRequest::build(&self.request, &self.history);
-        let upstream = self
-            .engine
-            .upstream
-            .stream_chat(&body, &self.upstream_headers);
+        let upstream = self.engine.upstream.stream_chat(&body, &self.upstream_headers);
         let mut chunks = tokio::select! {
             r = upstream => r.map_err(|e| TurnFailure::Error(e.to_api_error()))?,
             () = sink.closed() => return Err(TurnFailure::ClientGone),
@@ -277,22 +245,15 @@ impl PreparedResponse {
         Ok(result.end)
     }
 
-    async fn flush(
-        &self,
-        sink: &mut EventSink,
-        events: &mut Vec<ResponseEvent>,
-    ) -> Result<(), TurnFailure> {
+    async fn flush(&self, sink: &mut EventSink, events: &mut Vec<ResponseEvent>) -> Result<(), TurnFailure> {
         for event in events.drain(..) {
-            sink.send(event)
-                .await
-                .map_err(|_| TurnFailure::ClientGone)?;
+            sink.send(event).await.map_err(|_| TurnFailure::ClientGone)?;
         }
         Ok(())
     }
 
     async fn persist(&self) -> Result<(), StoreError> {
-        let response =
-            serde_json::to_value(&self.response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let response = serde_json::to_value(&self.response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let status = match self.response.status {
             ResponseStatus::Incomplete => "incomplete",
             _ => "completed",
@@ -314,12 +275,7 @@ impl PreparedResponse {
     }
 
     /// End with `error` + `response.failed`. Items finished before the failure stay in `output`.
-    async fn fail(
-        &mut self,
-        sink: &mut EventSink,
-        finished_items: Vec<Item>,
-        error: ApiError,
-    ) -> RunOutcome {
+    async fn fail(&mut self, sink: &mut EventSink, finished_items: Vec<Item>, error: ApiError) -> RunOutcome {
         let response = &mut self.response;
         response.status = ResponseStatus::Failed;
         response.output = finished_items;
@@ -335,23 +291,10 @@ impl PreparedResponse {
             message: error.message.clone(),
             param: error.param.clone(),
         };
-        if sink
-            .send(ResponseEvent::Error {
-                error: stream_error,
-            })
-            .await
-            .is_ok()
-        {
-            let _ = sink
-                .send(ResponseEvent::Failed {
-                    response: self.response.clone(),
-                })
-                .await;
+        if sink.send(ResponseEvent::Error { error: stream_error }).await.is_ok() {
+            let _ = sink.send(ResponseEvent::Failed { response: self.response.clone() }).await;
         }
-        RunOutcome::Failed {
-            response: Box::new(self.response.clone()),
-            error,
-        }
+        RunOutcome::Failed { response: Box::new(self.response.clone()), error }
     }
 }
 

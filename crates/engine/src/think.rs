@@ -55,20 +55,13 @@ impl ThinkSplitter {
         if text.is_empty() {
             return;
         }
-        out.push(if self.inside {
-            Segment::Reasoning(text.to_owned())
-        } else {
-            Segment::Text(text.to_owned())
-        });
+        out.push(if self.inside { Segment::Reasoning(text.to_owned()) } else { Segment::Text(text.to_owned()) });
     }
 }
 
 /// Length of the longest suffix of `text` that is a proper prefix of `tag`.
 fn partial_tag_suffix(text: &str, tag: &str) -> usize {
-    (1..tag.len())
-        .rev()
-        .find(|&n| text.ends_with(&tag[..n]))
-        .unwrap_or(0)
+    (1..tag.len()).rev().find(|&n| text.ends_with(&tag[..n])).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -82,8 +75,9 @@ mod tests {
         // Merge neighbours of the same kind, as the consumer sees them.
         out.into_iter().fold(Vec::new(), |mut acc, seg| {
             match (acc.last_mut(), seg) {
-                (Some(Segment::Text(a)), Segment::Text(b))
-                | (Some(Segment::Reasoning(a)), Segment::Reasoning(b)) => a.push_str(&b),
+                (Some(Segment::Text(a)), Segment::Text(b)) | (Some(Segment::Reasoning(a)), Segment::Reasoning(b)) => {
+                    a.push_str(&b)
+                }
                 (_, seg) => acc.push(seg),
             }
             acc
@@ -92,20 +86,14 @@ mod tests {
 
     #[test]
     fn plain_text_passes_through() {
-        assert_eq!(
-            run(&["Hello", " world"]),
-            vec![Segment::Text("Hello world".into())]
-        );
+        assert_eq!(run(&["Hello", " world"]), vec![Segment::Text("Hello world".into())]);
     }
 
     #[test]
     fn tags_split_across_chunks() {
         assert_eq!(
             run(&["<thi", "nk>plan", " it</th", "ink>Answer"]),
-            vec![
-                Segment::Reasoning("plan it".into()),
-                Segment::Text("Answer".into())
-            ]
+            vec![Segment::Reasoning("plan it".into()), Segment::Text("Answer".into())]
         );
     }
 
@@ -119,11 +107,7 @@ mod tests {
     fn text_before_and_after_reasoning() {
         assert_eq!(
             run(&["pre<think>r</think>post"]),
-            vec![
-                Segment::Text("pre".into()),
-                Segment::Reasoning("r".into()),
-                Segment::Text("post".into())
-            ]
+            vec![Segment::Text("pre".into()), Segment::Reasoning("r".into()), Segment::Text("post".into())]
         );
     }
 }

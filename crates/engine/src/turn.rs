@@ -10,8 +10,7 @@ use respgw_protocol::ResponseEvent;
 use respgw_protocol::Usage;
 use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::items::{
-    ContentPart, FunctionCallItem, Item, ItemStatus, MessageItem, MessageRole, ReasoningItem,
-    ReasoningText,
+    ContentPart, FunctionCallItem, Item, ItemStatus, MessageItem, MessageRole, ReasoningItem, ReasoningText,
 };
 use respgw_protocol::response::IncompleteReason;
 
@@ -101,23 +100,14 @@ pub enum TurnError {
 
 impl TurnState {
     /// Apply one chunk; events it causes are appended to `events`.
-    pub fn on_chunk(
-        &mut self,
-        chunk: ChatChunk,
-        log: &mut OutputLog,
-        events: &mut Vec<ResponseEvent>,
-    ) {
+    pub fn on_chunk(&mut self, chunk: ChatChunk, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
         if let Some(u) = &chunk.usage {
             self.usage = Some(u.to_usage());
         }
         // The gateway always asks for one choice; ignore others a server might add.
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
             if let Some(delta) = choice.delta {
-                if let Some(r) = delta
-                    .reasoning
-                    .or(delta.reasoning_content)
-                    .filter(|r| !r.is_empty())
-                {
+                if let Some(r) = delta.reasoning.or(delta.reasoning_content).filter(|r| !r.is_empty()) {
                     self.on_reasoning(&r, log, events);
                 }
                 if let Some(content) = delta.content.filter(|c| !c.is_empty()) {
@@ -140,12 +130,7 @@ impl TurnState {
         self.saw_done = true;
     }
 
-    fn on_segment(
-        &mut self,
-        segment: Segment,
-        log: &mut OutputLog,
-        events: &mut Vec<ResponseEvent>,
-    ) {
+    fn on_segment(&mut self, segment: Segment, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
         match segment {
             Segment::Reasoning(r) => self.on_reasoning(&r, log, events),
             Segment::Text(t) => self.on_text(&t, log, events),
@@ -166,11 +151,7 @@ impl TurnState {
                     encrypted_content: None,
                 }),
             });
-            OpenReasoning {
-                id,
-                output_index,
-                text: String::new(),
-            }
+            OpenReasoning { id, output_index, text: String::new() }
         });
         r.text.push_str(text);
         events.push(ResponseEvent::ReasoningDelta {
@@ -205,11 +186,7 @@ impl TurnState {
                 content_index: 0,
                 part: ContentPart::output_text(""),
             });
-            self.message = Some(OpenMessage {
-                id,
-                output_index,
-                text: String::new(),
-            });
+            self.message = Some(OpenMessage { id, output_index, text: String::new() });
         }
         let delta = if self.held_whitespace.is_empty() {
             text.to_owned()
@@ -230,12 +207,7 @@ impl TurnState {
         }
     }
 
-    fn on_tool_call(
-        &mut self,
-        call: ToolCallDelta,
-        log: &mut OutputLog,
-        events: &mut Vec<ResponseEvent>,
-    ) {
+    fn on_tool_call(&mut self, call: ToolCallDelta, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
         self.close_reasoning(log, events);
         self.close_message(ItemStatus::Completed, log, events);
         let upstream_index = call.index.unwrap_or_else(|| match &call.id {
@@ -247,11 +219,7 @@ impl TurnState {
                 .map_or(self.calls.len(), |s| s.upstream_index),
             None => self.calls.last().map_or(0, |s| s.upstream_index),
         });
-        let pos = match self
-            .calls
-            .iter()
-            .position(|s| s.upstream_index == upstream_index)
-        {
+        let pos = match self.calls.iter().position(|s| s.upstream_index == upstream_index) {
             Some(p) => p,
             None => {
                 self.calls.push(CallSlot {
@@ -307,20 +275,12 @@ impl TurnState {
                 content: vec![ReasoningText { text: r.text }],
                 encrypted_content: None,
             });
-            events.push(ResponseEvent::OutputItemDone {
-                output_index: r.output_index,
-                item: item.clone(),
-            });
+            events.push(ResponseEvent::OutputItemDone { output_index: r.output_index, item: item.clone() });
             log.items.push(item);
         }
     }
 
-    fn close_message(
-        &mut self,
-        status: ItemStatus,
-        log: &mut OutputLog,
-        events: &mut Vec<ResponseEvent>,
-    ) {
+    fn close_message(&mut self, status: ItemStatus, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
         if let Some(m) = self.message.take() {
             events.push(ResponseEvent::OutputTextDone {
                 item_id: m.id.clone(),
@@ -336,26 +296,15 @@ impl TurnState {
                 content_index: 0,
                 part: part.clone(),
             });
-            let item = Item::Message(MessageItem {
-                id: m.id,
-                role: MessageRole::Assistant,
-                status,
-                content: vec![part],
-            });
-            events.push(ResponseEvent::OutputItemDone {
-                output_index: m.output_index,
-                item: item.clone(),
-            });
+            let item =
+                Item::Message(MessageItem { id: m.id, role: MessageRole::Assistant, status, content: vec![part] });
+            events.push(ResponseEvent::OutputItemDone { output_index: m.output_index, item: item.clone() });
             log.items.push(item);
         }
     }
 
     /// The upstream stream ended: close every open item and say how the turn ended.
-    pub fn finish(
-        mut self,
-        log: &mut OutputLog,
-        events: &mut Vec<ResponseEvent>,
-    ) -> Result<TurnResult, TurnError> {
+    pub fn finish(mut self, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) -> Result<TurnResult, TurnError> {
         let end = match self.finish_reason.as_deref() {
             Some("length") => TurnEnd::Cut(IncompleteReason::MaxOutputTokens),
             Some("content_filter") => TurnEnd::Cut(IncompleteReason::ContentFilter),
@@ -403,26 +352,17 @@ impl TurnState {
             });
             let call = FunctionCallItem {
                 id: item_id,
-                call_id: slot
-                    .call_id
-                    .unwrap_or_else(|| format!("call_{}", new_id(IdKind::FunctionCall))),
+                call_id: slot.call_id.unwrap_or_else(|| format!("call_{}", new_id(IdKind::FunctionCall))),
                 name,
                 arguments: slot.arguments,
                 status: ItemStatus::Completed,
             };
             let item = Item::FunctionCall(call.clone());
-            events.push(ResponseEvent::OutputItemDone {
-                output_index,
-                item: item.clone(),
-            });
+            events.push(ResponseEvent::OutputItemDone { output_index, item: item.clone() });
             log.items.push(item);
             function_calls.push(call);
         }
-        Ok(TurnResult {
-            end,
-            usage: self.usage,
-            function_calls,
-        })
+        Ok(TurnResult { end, usage: self.usage, function_calls })
     }
 }
 
@@ -431,10 +371,7 @@ fn open_call(slot: &mut CallSlot, log: &mut OutputLog, events: &mut Vec<Response
     let item_id = new_id(IdKind::FunctionCall);
     let output_index = log.allocate();
     // The call id must be stable from the first event on: mint one now if the server sent none.
-    let call_id = slot
-        .call_id
-        .get_or_insert_with(|| format!("call_{}", uuid_tail(&item_id)))
-        .clone();
+    let call_id = slot.call_id.get_or_insert_with(|| format!("call_{}", uuid_tail(&item_id))).clone();
     events.push(ResponseEvent::OutputItemAdded {
         output_index,
         item: Item::FunctionCall(FunctionCallItem {
@@ -504,9 +441,7 @@ mod tests {
             ]
         );
         assert_eq!(result.unwrap().end, TurnEnd::Finished);
-        let Item::Message(m) = &log.items[0] else {
-            panic!()
-        };
+        let Item::Message(m) = &log.items[0] else { panic!() };
         assert_eq!(m.content, vec![ContentPart::output_text("Paris.")]);
     }
 
@@ -526,9 +461,7 @@ mod tests {
                 "response.reasoning.done"
             ]
         );
-        let Item::Reasoning(r) = &log.items[0] else {
-            panic!()
-        };
+        let Item::Reasoning(r) = &log.items[0] else { panic!() };
         assert_eq!(r.text(), "Thinking");
         assert!(matches!(log.items[1], Item::Message(_)));
     }
@@ -538,13 +471,9 @@ mod tests {
         let (_, log, _) = run(vec![
             json!({"choices":[{"index":0,"delta":{"content":"<think>plan</think>\n\nAnswer"},"finish_reason":"stop"}]}),
         ]);
-        let Item::Reasoning(r) = &log.items[0] else {
-            panic!("{:?}", log.items)
-        };
+        let Item::Reasoning(r) = &log.items[0] else { panic!("{:?}", log.items) };
         assert_eq!(r.text(), "plan");
-        let Item::Message(m) = &log.items[1] else {
-            panic!()
-        };
+        let Item::Message(m) = &log.items[1] else { panic!() };
         assert_eq!(m.content, vec![ContentPart::output_text("\n\nAnswer")]);
     }
 
@@ -580,16 +509,10 @@ mod tests {
 
     #[test]
     fn length_cut_is_incomplete_and_marks_the_message() {
-        let (_, log, result) = run(vec![
-            json!({"choices":[{"index":0,"delta":{"content":"Partial"},"finish_reason":"length"}]}),
-        ]);
-        assert_eq!(
-            result.unwrap().end,
-            TurnEnd::Cut(IncompleteReason::MaxOutputTokens)
-        );
-        let Item::Message(m) = &log.items[0] else {
-            panic!()
-        };
+        let (_, log, result) =
+            run(vec![json!({"choices":[{"index":0,"delta":{"content":"Partial"},"finish_reason":"length"}]})]);
+        assert_eq!(result.unwrap().end, TurnEnd::Cut(IncompleteReason::MaxOutputTokens));
+        let Item::Message(m) = &log.items[0] else { panic!() };
         assert_eq!(m.status, ItemStatus::Incomplete);
     }
 
@@ -598,15 +521,8 @@ mod tests {
         let mut state = TurnState::default();
         let mut log = OutputLog::default();
         let mut events = Vec::new();
-        state.on_chunk(
-            chunk(json!({"choices":[{"index":0,"delta":{"content":"Par"}}]})),
-            &mut log,
-            &mut events,
-        );
-        assert!(matches!(
-            state.finish(&mut log, &mut events),
-            Err(TurnError::Truncated)
-        ));
+        state.on_chunk(chunk(json!({"choices":[{"index":0,"delta":{"content":"Par"}}]})), &mut log, &mut events);
+        assert!(matches!(state.finish(&mut log, &mut events), Err(TurnError::Truncated)));
     }
 
     #[test]
@@ -617,10 +533,7 @@ mod tests {
                    "prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}}),
         ]);
         let usage = result.unwrap().usage.unwrap();
-        assert_eq!(
-            (usage.input_tokens, usage.output_tokens, usage.total_tokens),
-            (10, 3, 13)
-        );
+        assert_eq!((usage.input_tokens, usage.output_tokens, usage.total_tokens), (10, 3, 13));
         assert_eq!(usage.input_tokens_details.cached_tokens, 4);
         assert_eq!(usage.output_tokens_details.reasoning_tokens, 2);
     }
@@ -631,10 +544,7 @@ mod tests {
                 {"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":1}"}},
                 {"index":1,"id":"b","function":{"name":"g","arguments":""}}]},"finish_reason":"tool_calls"}]})]);
         let calls = result.unwrap().function_calls;
-        assert_eq!(
-            calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
-            ["f", "g"]
-        );
+        assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["f", "g"]);
         assert_eq!(calls[1].arguments, "{}");
         assert_eq!(log.items.len(), 2);
     }

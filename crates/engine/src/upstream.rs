@@ -70,18 +70,11 @@ impl UpstreamError {
             },
             UpstreamError::Status { status, body } => {
                 let (message, code, param) = describe_error_body(body);
-                let client_fault =
-                    (400..500).contains(status) && !matches!(status, 401 | 403 | 407);
+                let client_fault = (400..500).contains(status) && !matches!(status, 401 | 403 | 407);
                 ApiError {
                     status: if client_fault { *status } else { 502 },
-                    error_type: if client_fault {
-                        ErrorType::InvalidRequestError
-                    } else {
-                        ErrorType::ApiError
-                    },
-                    message: message.unwrap_or_else(|| {
-                        format!("The upstream model server returned HTTP {status}.")
-                    }),
+                    error_type: if client_fault { ErrorType::InvalidRequestError } else { ErrorType::ApiError },
+                    message: message.unwrap_or_else(|| format!("The upstream model server returned HTTP {status}.")),
                     param,
                     code: Some(code.unwrap_or_else(|| format!("upstream_http_{status}"))),
                 }
@@ -143,10 +136,7 @@ impl Upstream {
             .build()
             .map_err(|e| UpstreamError::Unreachable(format!("cannot build HTTP client: {e}")))?;
         let base_url = config.base_url.trim_end_matches('/').to_owned();
-        Ok(Upstream {
-            client,
-            config: UpstreamConfig { base_url, ..config },
-        })
+        Ok(Upstream { client, config: UpstreamConfig { base_url, ..config } })
     }
 
     pub fn config(&self) -> &UpstreamConfig {
@@ -155,9 +145,7 @@ impl Upstream {
 
     /// A request to `{base}{path}` (path starts with `/`), with the upstream key applied.
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let rb = self
-            .client
-            .request(method, format!("{}{}", self.config.base_url, path));
+        let rb = self.client.request(method, format!("{}{}", self.config.base_url, path));
         match &self.config.api_key {
             Some(key) => rb.bearer_auth(key),
             None => rb,
@@ -171,42 +159,25 @@ impl Upstream {
 
     /// Start a streaming chat-completions call. HTTP errors are read and returned as
     /// [`UpstreamError::Status`] before any chunk is yielded.
-    pub async fn stream_chat(
-        &self,
-        body: &Value,
-        headers: &[(&str, String)],
-    ) -> Result<ChunkStream, UpstreamError> {
-        let mut rb = self
-            .request(reqwest::Method::POST, "/chat/completions")
-            .json(body);
+    pub async fn stream_chat(&self, body: &Value, headers: &[(&str, String)]) -> Result<ChunkStream, UpstreamError> {
+        let mut rb = self.request(reqwest::Method::POST, "/chat/completions").json(body);
         for (name, value) in headers {
             rb = rb.header(*name, value);
         }
         let response = rb.send().await.map_err(UpstreamError::from_reqwest)?;
         let status = response.status();
         if !status.is_success() {
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(UpstreamError::from_reqwest)?;
+            let bytes = response.bytes().await.map_err(UpstreamError::from_reqwest)?;
             let body = serde_json::from_slice(&bytes)
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-            return Err(UpstreamError::Status {
-                status: status.as_u16(),
-                body,
-            });
+            return Err(UpstreamError::Status { status: status.as_u16(), body });
         }
-        let events = response
-            .bytes_stream()
-            .eventsource()
-            .map(|event| match event {
-                Ok(ev) if ev.data.trim() == "[DONE]" => Ok(UpstreamEvent::Done),
-                Ok(ev) => parse_chunk(&ev.data),
-                Err(eventsource_stream::EventStreamError::Transport(e)) => {
-                    Err(UpstreamError::from_reqwest(e))
-                }
-                Err(e) => Err(UpstreamError::Protocol(e.to_string())),
-            });
+        let events = response.bytes_stream().eventsource().map(|event| match event {
+            Ok(ev) if ev.data.trim() == "[DONE]" => Ok(UpstreamEvent::Done),
+            Ok(ev) => parse_chunk(&ev.data),
+            Err(eventsource_stream::EventStreamError::Transport(e)) => Err(UpstreamError::from_reqwest(e)),
+            Err(e) => Err(UpstreamError::Protocol(e.to_string())),
+        });
         Ok(Box::pin(events))
     }
 }
@@ -214,19 +185,11 @@ impl Upstream {
 /// Parse one `data:` payload. Servers such as vLLM report mid-stream failures as
 /// `data: {"error": {...}}`; that becomes an error, not a chunk.
 fn parse_chunk(data: &str) -> Result<UpstreamEvent, UpstreamError> {
-    let value: Value = serde_json::from_str(data).map_err(|e| {
-        UpstreamError::Protocol(format!("chunk is not JSON ({e}): {}", truncate(data, 200)))
-    })?;
+    let value: Value = serde_json::from_str(data)
+        .map_err(|e| UpstreamError::Protocol(format!("chunk is not JSON ({e}): {}", truncate(data, 200))))?;
     if let Some(err) = value.get("error").filter(|e| !e.is_null()) {
-        let status = err
-            .get("code")
-            .and_then(Value::as_u64)
-            .filter(|c| (400..600).contains(c))
-            .unwrap_or(500);
-        return Err(UpstreamError::Status {
-            status: status as u16,
-            body: value.clone(),
-        });
+        let status = err.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(500);
+        return Err(UpstreamError::Status { status: status as u16, body: value.clone() });
     }
     serde_json::from_value(value)
         .map(UpstreamEvent::Chunk)
@@ -261,11 +224,7 @@ mod tests {
     #[test]
     fn upstream_5xx_and_auth_failures_become_502() {
         for status in [500, 503, 401] {
-            let api = UpstreamError::Status {
-                status,
-                body: json!({"error":{"message":"boom"}}),
-            }
-            .to_api_error();
+            let api = UpstreamError::Status { status, body: json!({"error":{"message":"boom"}}) }.to_api_error();
             assert_eq!(api.status, 502, "{status}");
             assert_eq!(api.error_type, ErrorType::ApiError);
         }
@@ -278,23 +237,14 @@ mod tests {
             body: json!({"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded","param":"input"}}),
         }
         .to_api_error();
-        assert_eq!(
-            (api.status, api.code.as_deref()),
-            (400, Some("context_length_exceeded"))
-        );
+        assert_eq!((api.status, api.code.as_deref()), (400, Some("context_length_exceeded")));
     }
 
     #[test]
     fn mid_stream_error_payload_is_an_error() {
         let e = parse_chunk(r#"{"error":{"message":"oom","code":500}}"#);
         assert!(matches!(e, Err(UpstreamError::Status { status: 500, .. })));
-        assert!(matches!(
-            parse_chunk("not json"),
-            Err(UpstreamError::Protocol(_))
-        ));
-        assert!(matches!(
-            parse_chunk(r#"{"choices":[]}"#),
-            Ok(UpstreamEvent::Chunk(_))
-        ));
+        assert!(matches!(parse_chunk("not json"), Err(UpstreamError::Protocol(_))));
+        assert!(matches!(parse_chunk(r#"{"choices":[]}"#), Ok(UpstreamEvent::Chunk(_))));
     }
 }

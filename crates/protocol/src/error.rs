@@ -35,13 +35,7 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(status: u16, error_type: ErrorType, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            error_type,
-            message: message.into(),
-            param: None,
-            code: None,
-        }
+        ApiError { status, error_type, message: message.into(), param: None, code: None }
     }
 
     /// 400 `invalid_request_error` naming the offending field.
@@ -56,31 +50,21 @@ impl ApiError {
 
     /// 422 `bad_input`: the request parses but breaks a contract rule (spec §7).
     pub fn bad_input(param: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::new(422, ErrorType::BadInput, message)
-            .with_param(param)
-            .with_code("bad_input")
+        Self::new(422, ErrorType::BadInput, message).with_param(param).with_code("bad_input")
     }
 
     /// 404 for an unknown response id.
     pub fn response_not_found(id: &str) -> Self {
-        Self::new(
-            404,
-            ErrorType::InvalidRequestError,
-            format!("No response found with id '{id}'."),
-        )
-        .with_param("response_id")
-        .with_code("response_not_found")
+        Self::new(404, ErrorType::InvalidRequestError, format!("No response found with id '{id}'."))
+            .with_param("response_id")
+            .with_code("response_not_found")
     }
 
     /// 400 for a `previous_response_id` that is not stored.
     pub fn previous_response_not_found(id: &str) -> Self {
-        Self::new(
-            400,
-            ErrorType::InvalidRequestError,
-            format!("Previous response with id '{id}' not found."),
-        )
-        .with_param("previous_response_id")
-        .with_code("previous_response_not_found")
+        Self::new(400, ErrorType::InvalidRequestError, format!("Previous response with id '{id}' not found."))
+            .with_param("previous_response_id")
+            .with_code("previous_response_not_found")
     }
 
     /// 401 `authentication_error`.
@@ -90,22 +74,13 @@ impl ApiError {
 
     /// 404 for a path no route serves.
     pub fn route_not_found(method: &str, path: &str) -> Self {
-        Self::new(
-            404,
-            ErrorType::InvalidRequestError,
-            format!("No route for {method} {path}."),
-        )
-        .with_code("not_found")
+        Self::new(404, ErrorType::InvalidRequestError, format!("No route for {method} {path}.")).with_code("not_found")
     }
 
     /// 405 for a known path with the wrong method.
     pub fn method_not_allowed(method: &str, path: &str) -> Self {
-        Self::new(
-            405,
-            ErrorType::InvalidRequestError,
-            format!("Method {method} is not allowed on {path}."),
-        )
-        .with_code("method_not_allowed")
+        Self::new(405, ErrorType::InvalidRequestError, format!("Method {method} is not allowed on {path}."))
+            .with_code("method_not_allowed")
     }
 
     /// 500 `api_error`: the gateway itself failed. The message must not leak internals.
@@ -115,12 +90,7 @@ impl ApiError {
 
     /// 502 `upstream_unavailable`: the model server could not be reached.
     pub fn upstream_unavailable(detail: impl std::fmt::Display) -> Self {
-        Self::new(
-            502,
-            ErrorType::ApiError,
-            format!("Upstream unavailable: {detail}"),
-        )
-        .with_code("upstream_unavailable")
+        Self::new(502, ErrorType::ApiError, format!("Upstream unavailable: {detail}")).with_code("upstream_unavailable")
     }
 
     /// 504 `upstream_timeout`: the model server did not answer in time.
@@ -130,12 +100,8 @@ impl ApiError {
 
     /// 503 `store_unavailable`: the response store failed; the request may be retried.
     pub fn store_unavailable(detail: impl std::fmt::Display) -> Self {
-        Self::new(
-            503,
-            ErrorType::ApiError,
-            format!("Response store unavailable: {detail}"),
-        )
-        .with_code("store_unavailable")
+        Self::new(503, ErrorType::ApiError, format!("Response store unavailable: {detail}"))
+            .with_code("store_unavailable")
     }
 
     pub fn with_param(mut self, param: impl Into<String>) -> Self {
@@ -146,6 +112,25 @@ impl ApiError {
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
         self.code = Some(code.into());
         self
+    }
+
+    /// A 400 from a `serde_path_to_error` failure under `prefix` (e.g. `tools[0]`): `param` is
+    /// the failing path, or, for a missing field, the path of the field that is missing.
+    pub fn from_path_error<E: std::fmt::Display>(prefix: &str, err: serde_path_to_error::Error<E>) -> Self {
+        let path = err.path().to_string();
+        let inner = err.into_inner().to_string();
+        let mut param = if path == "." { String::new() } else { path };
+        if let Some(field) = inner.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
+            param = if param.is_empty() { field.to_owned() } else { format!("{param}.{field}") };
+        }
+        let param = match (prefix.is_empty(), param.is_empty()) {
+            (true, _) => param,
+            (false, true) => prefix.to_owned(),
+            (false, false) => format!("{prefix}.{param}"),
+        };
+        let message = if param.is_empty() { inner } else { format!("Invalid value for '{param}': {inner}") };
+        let error = ApiError::invalid_body(message);
+        if param.is_empty() { error } else { error.with_param(param) }
     }
 
     /// The JSON body: `{"error":{"message","type","param","code"}}`.

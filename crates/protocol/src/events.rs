@@ -28,62 +28,21 @@ pub enum ResponseEvent {
     #[serde(rename = "response.output_item.done")]
     OutputItemDone { output_index: usize, item: Item },
     #[serde(rename = "response.content_part.added")]
-    ContentPartAdded {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        part: ContentPart,
-    },
+    ContentPartAdded { item_id: String, output_index: usize, content_index: usize, part: ContentPart },
     #[serde(rename = "response.content_part.done")]
-    ContentPartDone {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        part: ContentPart,
-    },
+    ContentPartDone { item_id: String, output_index: usize, content_index: usize, part: ContentPart },
     #[serde(rename = "response.output_text.delta")]
-    OutputTextDelta {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        delta: String,
-        logprobs: [(); 0],
-    },
+    OutputTextDelta { item_id: String, output_index: usize, content_index: usize, delta: String, logprobs: [(); 0] },
     #[serde(rename = "response.output_text.done")]
-    OutputTextDone {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        text: String,
-        logprobs: [(); 0],
-    },
+    OutputTextDone { item_id: String, output_index: usize, content_index: usize, text: String, logprobs: [(); 0] },
     #[serde(rename = "response.reasoning.delta")]
-    ReasoningDelta {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        delta: String,
-    },
+    ReasoningDelta { item_id: String, output_index: usize, content_index: usize, delta: String },
     #[serde(rename = "response.reasoning.done")]
-    ReasoningDone {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        text: String,
-    },
+    ReasoningDone { item_id: String, output_index: usize, content_index: usize, text: String },
     #[serde(rename = "response.function_call_arguments.delta")]
-    FunctionCallArgumentsDelta {
-        item_id: String,
-        output_index: usize,
-        delta: String,
-    },
+    FunctionCallArgumentsDelta { item_id: String, output_index: usize, delta: String },
     #[serde(rename = "response.function_call_arguments.done")]
-    FunctionCallArgumentsDone {
-        item_id: String,
-        output_index: usize,
-        name: String,
-        arguments: String,
-    },
+    FunctionCallArgumentsDone { item_id: String, output_index: usize, name: String, arguments: String },
     #[serde(rename = "error")]
     Error { error: StreamError },
 }
@@ -115,12 +74,8 @@ impl ResponseEvent {
             ResponseEvent::OutputTextDone { .. } => "response.output_text.done",
             ResponseEvent::ReasoningDelta { .. } => "response.reasoning.delta",
             ResponseEvent::ReasoningDone { .. } => "response.reasoning.done",
-            ResponseEvent::FunctionCallArgumentsDelta { .. } => {
-                "response.function_call_arguments.delta"
-            }
-            ResponseEvent::FunctionCallArgumentsDone { .. } => {
-                "response.function_call_arguments.done"
-            }
+            ResponseEvent::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
+            ResponseEvent::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             ResponseEvent::Error { .. } => "error",
         }
     }
@@ -148,22 +103,13 @@ struct Numbered<'a> {
 
 impl SseFrame {
     /// `event: <type>\ndata: <compact json with sequence_number>\n\n`.
-    pub fn encode(
-        event: &ResponseEvent,
-        sequence_number: u64,
-    ) -> Result<Vec<u8>, serde_json::Error> {
+    pub fn encode(event: &ResponseEvent, sequence_number: u64) -> Result<Vec<u8>, serde_json::Error> {
         let kind = event.kind();
         let mut out = Vec::with_capacity(kind.len() + 128);
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\ndata: ");
-        serde_json::to_writer(
-            &mut out,
-            &Numbered {
-                event,
-                sequence_number,
-            },
-        )?;
+        serde_json::to_writer(&mut out, &Numbered { event, sequence_number })?;
         out.extend_from_slice(b"\n\n");
         Ok(out)
     }

@@ -98,11 +98,7 @@ pub enum ContentPart {
 impl ContentPart {
     /// An `output_text` part with empty annotations and logprobs, as the gateway emits them.
     pub fn output_text(text: impl Into<String>) -> Self {
-        ContentPart::OutputText {
-            text: text.into(),
-            annotations: Vec::new(),
-            logprobs: Vec::new(),
-        }
+        ContentPart::OutputText { text: text.into(), annotations: Vec::new(), logprobs: Vec::new() }
     }
 }
 
@@ -154,11 +150,7 @@ impl ReasoningItem {
         if raw.iter().any(|t| !t.is_empty()) {
             return raw.concat();
         }
-        self.summary
-            .iter()
-            .map(|s| s.text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n\n")
+        self.summary.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n\n")
     }
 }
 
@@ -275,17 +267,11 @@ pub struct ItemError {
 
 impl ItemError {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        ItemError {
-            field: field.into(),
-            message: message.into(),
-        }
+        ItemError { field: field.into(), message: message.into() }
     }
 }
 
-fn normalize_parts(
-    parts: Vec<ContentPartParam>,
-    field: &str,
-) -> Result<Vec<ContentPart>, ItemError> {
+fn normalize_parts(parts: Vec<ContentPartParam>, field: &str) -> Result<Vec<ContentPart>, ItemError> {
     parts
         .into_iter()
         .enumerate()
@@ -315,11 +301,8 @@ impl InputItemParam {
     pub fn from_value(value: Value) -> Result<Self, ItemError> {
         fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ItemError> {
             serde_path_to_error::deserialize(value).map_err(|e| {
-                let path = e.path().to_string();
-                ItemError::new(
-                    if path == "." { String::new() } else { path },
-                    e.into_inner().to_string(),
-                )
+                let api = crate::ApiError::from_path_error("", e);
+                ItemError::new(api.param.unwrap_or_default(), api.message)
             })
         }
         let Some(obj) = value.as_object() else {
@@ -329,10 +312,7 @@ impl InputItemParam {
             Some(Value::String(t)) => t.as_str(),
             None if obj.contains_key("role") => "message",
             None => {
-                return Err(ItemError::new(
-                    "type",
-                    "Input items need a 'type' (or a 'role' for messages).",
-                ));
+                return Err(ItemError::new("type", "Input items need a 'type' (or a 'role' for messages)."));
             }
             Some(_) => return Err(ItemError::new("type", "'type' must be a string.")),
         };
@@ -367,9 +347,7 @@ impl InputItemParam {
                     MessageContentParam::Parts(parts) => normalize_parts(parts, "content")?,
                 };
                 if m.role != MessageRole::User
-                    && let Some(i) = content
-                        .iter()
-                        .position(|p| matches!(p, ContentPart::InputImage { .. }))
+                    && let Some(i) = content.iter().position(|p| matches!(p, ContentPart::InputImage { .. }))
                 {
                     return Err(ItemError::new(
                         format!("content[{i}]"),
@@ -390,19 +368,15 @@ impl InputItemParam {
                 arguments: f.arguments,
                 status: f.status.unwrap_or(ItemStatus::Completed),
             }),
-            InputItemParam::FunctionCallOutput(f) => {
-                Item::FunctionCallOutput(FunctionCallOutputItem {
-                    id: f.id.unwrap_or_else(|| new_id(IdKind::FunctionCallOutput)),
-                    call_id: f.call_id,
-                    output: match f.output {
-                        FunctionOutputParam::Text(t) => FunctionOutput::Text(t),
-                        FunctionOutputParam::Parts(p) => {
-                            FunctionOutput::Parts(normalize_parts(p, "output")?)
-                        }
-                    },
-                    status: f.status.unwrap_or(ItemStatus::Completed),
-                })
-            }
+            InputItemParam::FunctionCallOutput(f) => Item::FunctionCallOutput(FunctionCallOutputItem {
+                id: f.id.unwrap_or_else(|| new_id(IdKind::FunctionCallOutput)),
+                call_id: f.call_id,
+                output: match f.output {
+                    FunctionOutputParam::Text(t) => FunctionOutput::Text(t),
+                    FunctionOutputParam::Parts(p) => FunctionOutput::Parts(normalize_parts(p, "output")?),
+                },
+                status: f.status.unwrap_or(ItemStatus::Completed),
+            }),
             InputItemParam::Reasoning(r) => Item::Reasoning(ReasoningItem {
                 id: r.id.unwrap_or_else(|| new_id(IdKind::Reasoning)),
                 summary: r.summary,
@@ -435,38 +409,25 @@ mod tests {
 
     #[test]
     fn string_user_content_becomes_one_input_text_part() {
-        let item = parse(json!({"type":"message","role":"user","content":"hi"}))
-            .normalize()
-            .unwrap();
-        let Item::Message(m) = item else {
-            panic!("not a message")
-        };
+        let item = parse(json!({"type":"message","role":"user","content":"hi"})).normalize().unwrap();
+        let Item::Message(m) = item else { panic!("not a message") };
         assert!(m.id.starts_with("msg_"));
-        assert_eq!(
-            m.content,
-            vec![ContentPart::InputText { text: "hi".into() }]
-        );
+        assert_eq!(m.content, vec![ContentPart::InputText { text: "hi".into() }]);
         assert_eq!(m.status, ItemStatus::Completed);
     }
 
     #[test]
     fn string_assistant_content_becomes_output_text() {
-        let item = parse(json!({"type":"message","role":"assistant","content":"ok"}))
-            .normalize()
-            .unwrap();
-        let Item::Message(m) = item else {
-            panic!("not a message")
-        };
+        let item = parse(json!({"type":"message","role":"assistant","content":"ok"})).normalize().unwrap();
+        let Item::Message(m) = item else { panic!("not a message") };
         assert_eq!(m.content, vec![ContentPart::output_text("ok")]);
     }
 
     #[test]
     fn client_ids_are_kept() {
-        let item = parse(
-            json!({"type":"function_call","id":"fc_1","call_id":"c","name":"f","arguments":"{}"}),
-        )
-        .normalize()
-        .unwrap();
+        let item = parse(json!({"type":"function_call","id":"fc_1","call_id":"c","name":"f","arguments":"{}"}))
+            .normalize()
+            .unwrap();
         assert_eq!(item.id(), "fc_1");
     }
 
@@ -480,9 +441,10 @@ mod tests {
 
     #[test]
     fn rejects_images_outside_user_messages() {
-        let err = parse(json!({"type":"message","role":"system","content":[{"type":"input_image","image_url":"data:x"}]}))
-            .normalize()
-            .unwrap_err();
+        let err =
+            parse(json!({"type":"message","role":"system","content":[{"type":"input_image","image_url":"data:x"}]}))
+                .normalize()
+                .unwrap_err();
         assert_eq!(err.field, "content[0]");
     }
 
@@ -491,9 +453,7 @@ mod tests {
         let item = Item::Reasoning(ReasoningItem {
             id: "rs_1".into(),
             summary: vec![],
-            content: vec![ReasoningText {
-                text: "think".into(),
-            }],
+            content: vec![ReasoningText { text: "think".into() }],
             encrypted_content: None,
         });
         let v = serde_json::to_value(&item).unwrap();
@@ -508,10 +468,7 @@ mod tests {
     fn reasoning_text_falls_back_to_summary() {
         let r = ReasoningItem {
             id: "rs".into(),
-            summary: vec![
-                SummaryText { text: "a".into() },
-                SummaryText { text: "b".into() },
-            ],
+            summary: vec![SummaryText { text: "a".into() }, SummaryText { text: "b".into() }],
             content: vec![],
             encrypted_content: None,
         };

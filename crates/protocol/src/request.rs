@@ -272,38 +272,15 @@ pub struct ValidatedRequest {
     pub prompt_cache_retention: Option<String>,
 }
 
-/// Turn a `serde_path_to_error` path (`input[0].content`) into the `param` we report.
-fn param_of(path: &serde_path_to_error::Path) -> String {
-    let s = path.to_string();
-    if s == "." { String::new() } else { s }
-}
-
 impl CreateResponseRequest {
     /// Parse raw body bytes. Bad JSON, a non-object body or a wrongly typed field → 400.
     pub fn from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
-        let body: Value = serde_json::from_slice(bytes).map_err(|e| {
-            ApiError::invalid_body(format!("The request body is not valid JSON: {e}"))
-        })?;
+        let body: Value = serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::invalid_body(format!("The request body is not valid JSON: {e}")))?;
         if !body.is_object() {
-            return Err(ApiError::invalid_body(
-                "The request body must be a JSON object.",
-            ));
+            return Err(ApiError::invalid_body("The request body must be a JSON object."));
         }
-        serde_path_to_error::deserialize(body).map_err(|e| {
-            let param = param_of(e.path());
-            let inner = e.into_inner().to_string();
-            let message = if param.is_empty() {
-                inner
-            } else {
-                format!("Invalid value for '{param}': {inner}")
-            };
-            let err = ApiError::invalid_body(message);
-            if param.is_empty() {
-                err
-            } else {
-                err.with_param(param)
-            }
-        })
+        serde_path_to_error::deserialize(body).map_err(|e| ApiError::from_path_error("", e))
     }
 
     /// Apply every field rule and default; the result is what the engine runs.
@@ -311,10 +288,7 @@ impl CreateResponseRequest {
         let model = match self.model {
             Some(m) if !m.trim().is_empty() => m,
             Some(_) => {
-                return Err(ApiError::invalid(
-                    "model",
-                    "'model' must be a non-empty string.",
-                ));
+                return Err(ApiError::invalid("model", "'model' must be a non-empty string."));
             }
             None => return Err(missing("model")),
         };
@@ -334,16 +308,11 @@ impl CreateResponseRequest {
                 .into_iter()
                 .enumerate()
                 .map(|(i, item)| {
-                    InputItemParam::from_value(item)
-                        .and_then(InputItemParam::normalize)
-                        .map_err(|e| {
-                            let param = if e.field.is_empty() {
-                                format!("input[{i}]")
-                            } else {
-                                format!("input[{i}].{}", e.field)
-                            };
-                            ApiError::invalid(param, format!("Invalid input[{i}]: {}", e.message))
-                        })
+                    InputItemParam::from_value(item).and_then(InputItemParam::normalize).map_err(|e| {
+                        let param =
+                            if e.field.is_empty() { format!("input[{i}]") } else { format!("input[{i}].{}", e.field) };
+                        ApiError::invalid(param, format!("Invalid input[{i}]: {}", e.message))
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
@@ -353,16 +322,10 @@ impl CreateResponseRequest {
         if let Some(id) = &self.previous_response_id
             && id.trim().is_empty()
         {
-            return Err(ApiError::invalid(
-                "previous_response_id",
-                "'previous_response_id' must not be empty.",
-            ));
+            return Err(ApiError::invalid("previous_response_id", "'previous_response_id' must not be empty."));
         }
         if self.background == Some(true) {
-            return Err(ApiError::invalid(
-                "background",
-                "Background mode is not supported by this gateway.",
-            ));
+            return Err(ApiError::invalid("background", "Background mode is not supported by this gateway."));
         }
         if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
             return Err(ApiError::invalid(
@@ -371,10 +334,7 @@ impl CreateResponseRequest {
             ));
         }
         if self.prompt.as_ref().is_some_and(|p| !p.is_null()) {
-            return Err(ApiError::invalid(
-                "prompt",
-                "Prompt templates are not supported by this gateway.",
-            ));
+            return Err(ApiError::invalid("prompt", "Prompt templates are not supported by this gateway."));
         }
 
         check_range("temperature", self.temperature, 0.0, 2.0)?;
@@ -390,10 +350,7 @@ impl CreateResponseRequest {
         if let Some(n) = self.top_logprobs
             && n > 20
         {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                "'top_logprobs' must be between 0 and 20.",
-            ));
+            return Err(ApiError::invalid("top_logprobs", "'top_logprobs' must be between 0 and 20."));
         }
         let metadata = self.metadata.unwrap_or_default();
         check_metadata(&metadata)?;
@@ -401,17 +358,10 @@ impl CreateResponseRequest {
         check_short("prompt_cache_key", self.prompt_cache_key.as_deref())?;
 
         let include = self.include.unwrap_or_default();
-        if let Some((i, bad)) = include
-            .iter()
-            .enumerate()
-            .find(|(_, v)| !KNOWN_INCLUDES.contains(&v.as_str()))
-        {
+        if let Some((i, bad)) = include.iter().enumerate().find(|(_, v)| !KNOWN_INCLUDES.contains(&v.as_str())) {
             return Err(ApiError::invalid(
                 format!("include[{i}]"),
-                format!(
-                    "Unknown include value '{bad}'. Accepted values: {}.",
-                    KNOWN_INCLUDES.join(", ")
-                ),
+                format!("Unknown include value '{bad}'. Accepted values: {}.", KNOWN_INCLUDES.join(", ")),
             ));
         }
 
@@ -423,14 +373,10 @@ impl CreateResponseRequest {
         check_tool_choice_against_tools(&tool_choice, &tools)?;
 
         let text = match self.text {
-            None => TextConfig {
-                format: TextFormat::Text,
-                verbosity: Verbosity::Medium,
-            },
-            Some(t) => TextConfig {
-                format: t.format.unwrap_or(TextFormat::Text),
-                verbosity: t.verbosity.unwrap_or_default(),
-            },
+            None => TextConfig { format: TextFormat::Text, verbosity: Verbosity::Medium },
+            Some(t) => {
+                TextConfig { format: t.format.unwrap_or(TextFormat::Text), verbosity: t.verbosity.unwrap_or_default() }
+            }
         };
         if let TextFormat::JsonSchema { name, .. } = &text.format
             && !is_valid_name(name)
@@ -473,52 +419,40 @@ impl CreateResponseRequest {
 }
 
 fn missing(field: &str) -> ApiError {
-    ApiError::invalid(field, format!("Missing required parameter: '{field}'."))
-        .with_code("missing_required_parameter")
+    ApiError::invalid(field, format!("Missing required parameter: '{field}'.")).with_code("missing_required_parameter")
 }
 
 fn below_min(field: &str, min: u64) -> ApiError {
-    ApiError::invalid(
-        field,
-        format!("Invalid '{field}': integer below minimum value. Expected a value >= {min}."),
-    )
-    .with_code("integer_below_min_value")
+    ApiError::invalid(field, format!("Invalid '{field}': integer below minimum value. Expected a value >= {min}."))
+        .with_code("integer_below_min_value")
 }
 
 fn check_range(field: &str, value: Option<f64>, min: f64, max: f64) -> Result<(), ApiError> {
     match value {
-        Some(v) if !(min..=max).contains(&v) => Err(ApiError::invalid(
-            field,
-            format!("'{field}' must be between {min} and {max}; got {v}."),
-        )
-        .with_code("decimal_out_of_range")),
+        Some(v) if !(min..=max).contains(&v) => {
+            Err(ApiError::invalid(field, format!("'{field}' must be between {min} and {max}; got {v}."))
+                .with_code("decimal_out_of_range"))
+        }
         _ => Ok(()),
     }
 }
 
 fn check_short(field: &str, value: Option<&str>) -> Result<(), ApiError> {
     match value {
-        Some(v) if v.chars().count() > 64 => Err(ApiError::invalid(
-            field,
-            format!("'{field}' must be at most 64 characters."),
-        )),
+        Some(v) if v.chars().count() > 64 => {
+            Err(ApiError::invalid(field, format!("'{field}' must be at most 64 characters.")))
+        }
         _ => Ok(()),
     }
 }
 
 fn check_metadata(metadata: &Map<String, Value>) -> Result<(), ApiError> {
     if metadata.len() > 16 {
-        return Err(ApiError::invalid(
-            "metadata",
-            "'metadata' may hold at most 16 keys.",
-        ));
+        return Err(ApiError::invalid("metadata", "'metadata' may hold at most 16 keys."));
     }
     for (key, value) in metadata {
         if key.chars().count() > 64 {
-            return Err(ApiError::invalid(
-                format!("metadata.{key}"),
-                "metadata keys must be at most 64 characters.",
-            ));
+            return Err(ApiError::invalid(format!("metadata.{key}"), "metadata keys must be at most 64 characters."));
         }
         match value {
             Value::String(s) if s.chars().count() <= 512 => {}
@@ -529,10 +463,7 @@ fn check_metadata(metadata: &Map<String, Value>) -> Result<(), ApiError> {
                 ));
             }
             _ => {
-                return Err(ApiError::invalid(
-                    format!("metadata.{key}"),
-                    "metadata values must be strings.",
-                ));
+                return Err(ApiError::invalid(format!("metadata.{key}"), "metadata values must be strings."));
             }
         }
     }
@@ -541,10 +472,7 @@ fn check_metadata(metadata: &Map<String, Value>) -> Result<(), ApiError> {
 
 /// OpenAI's rule for function and schema names.
 fn is_valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[derive(Deserialize)]
@@ -562,9 +490,10 @@ fn parse_tools(raw: Vec<Value>) -> Result<Vec<FunctionTool>, ApiError> {
     let mut tools: Vec<FunctionTool> = Vec::with_capacity(raw.len());
     for (i, tool) in raw.into_iter().enumerate() {
         let at = format!("tools[{i}]");
-        let kind = tool.get("type").and_then(Value::as_str).ok_or_else(|| {
-            ApiError::invalid(format!("{at}.type"), "Each tool needs a string 'type'.")
-        })?;
+        let kind = tool
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::invalid(format!("{at}.type"), "Each tool needs a string 'type'."))?;
         match kind {
             "function" => {}
             k if UNSUPPORTED_TOOL_TYPES.contains(&k) => {
@@ -574,19 +503,11 @@ fn parse_tools(raw: Vec<Value>) -> Result<Vec<FunctionTool>, ApiError> {
                 ));
             }
             k => {
-                return Err(ApiError::invalid(
-                    format!("{at}.type"),
-                    format!("Unknown tool type '{k}'."),
-                ));
+                return Err(ApiError::invalid(format!("{at}.type"), format!("Unknown tool type '{k}'.")));
             }
         }
-        let f: FunctionToolParam = serde_path_to_error::deserialize(tool).map_err(|e| {
-            let field = param_of(e.path());
-            ApiError::invalid(
-                format!("{at}.{field}"),
-                format!("Invalid function tool: {}", e.into_inner()),
-            )
-        })?;
+        let f: FunctionToolParam =
+            serde_path_to_error::deserialize(tool).map_err(|e| ApiError::from_path_error(&at, e))?;
         if f.name.starts_with("mcp__") {
             return Err(ApiError::invalid(
                 format!("{at}.name"),
@@ -600,10 +521,7 @@ fn parse_tools(raw: Vec<Value>) -> Result<Vec<FunctionTool>, ApiError> {
             ));
         }
         if tools.iter().any(|t| t.name == f.name) {
-            return Err(ApiError::invalid(
-                format!("{at}.name"),
-                format!("Duplicate function tool name '{}'.", f.name),
-            ));
+            return Err(ApiError::invalid(format!("{at}.name"), format!("Duplicate function tool name '{}'.", f.name)));
         }
         if let Some(params) = &f.parameters
             && let Some(t) = params.get("type")
@@ -627,28 +545,19 @@ fn parse_tools(raw: Vec<Value>) -> Result<Vec<FunctionTool>, ApiError> {
 
 fn parse_tool_choice(v: Value) -> Result<ToolChoice, ApiError> {
     if let Value::String(s) = &v {
-        return serde_json::from_value::<ToolChoiceMode>(v.clone())
-            .map(ToolChoice::Mode)
-            .map_err(|_| {
-                ApiError::invalid(
-                    "tool_choice",
-                    format!("Unknown tool_choice '{s}'; expected 'none', 'auto' or 'required'."),
-                )
-            });
+        return serde_json::from_value::<ToolChoiceMode>(v.clone()).map(ToolChoice::Mode).map_err(|_| {
+            ApiError::invalid(
+                "tool_choice",
+                format!("Unknown tool_choice '{s}'; expected 'none', 'auto' or 'required'."),
+            )
+        });
     }
-    let kind = v
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let kind = v.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
     let parsed = match kind.as_str() {
         "function" => serde_path_to_error::deserialize(v).map(ToolChoice::Function),
         "allowed_tools" => serde_path_to_error::deserialize(v).map(ToolChoice::AllowedTools),
         "" => {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "tool_choice must be a string or an object with a 'type'.",
-            ));
+            return Err(ApiError::invalid("tool_choice", "tool_choice must be a string or an object with a 'type'."));
         }
         other => {
             return Err(ApiError::invalid(
@@ -657,32 +566,19 @@ fn parse_tool_choice(v: Value) -> Result<ToolChoice, ApiError> {
             ));
         }
     };
-    parsed.map_err(|e| {
-        let field = param_of(e.path());
-        ApiError::invalid(
-            format!("tool_choice.{field}"),
-            format!("Invalid tool_choice: {}", e.into_inner()),
-        )
-    })
+    parsed.map_err(|e| ApiError::from_path_error("tool_choice", e))
 }
 
 /// Cross-field rules between `tool_choice` and `tools` (contract failures → 422 `bad_input`).
-fn check_tool_choice_against_tools(
-    choice: &ToolChoice,
-    tools: &[FunctionTool],
-) -> Result<(), ApiError> {
+fn check_tool_choice_against_tools(choice: &ToolChoice, tools: &[FunctionTool]) -> Result<(), ApiError> {
     let has = |name: &str| tools.iter().any(|t| t.name == name);
     match choice {
-        ToolChoice::Mode(ToolChoiceMode::Required) if tools.is_empty() => Err(ApiError::bad_input(
-            "tool_choice",
-            "tool_choice 'required' needs at least one tool in 'tools'.",
-        )),
+        ToolChoice::Mode(ToolChoiceMode::Required) if tools.is_empty() => {
+            Err(ApiError::bad_input("tool_choice", "tool_choice 'required' needs at least one tool in 'tools'."))
+        }
         ToolChoice::Function(f) if !has(&f.name) => Err(ApiError::bad_input(
             "tool_choice.name",
-            format!(
-                "Tool choice function '{}' not found in 'tools' parameter.",
-                f.name
-            ),
+            format!("Tool choice function '{}' not found in 'tools' parameter.", f.name),
         )),
         ToolChoice::AllowedTools(a) => {
             if let Some((i, f)) = a.tools.iter().enumerate().find(|(_, f)| !has(&f.name)) {
@@ -744,8 +640,9 @@ mod tests {
 
     #[test]
     fn wrong_type_deep_in_input_names_its_path() {
-        let e = validate(json!({"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":7}]}))
-            .unwrap_err();
+        let e =
+            validate(json!({"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":7}]}))
+                .unwrap_err();
         assert_eq!(e.status, 400);
         assert_eq!(e.param.as_deref(), Some("input[0].arguments"));
     }
@@ -754,34 +651,26 @@ mod tests {
     fn rejects_unknown_item_types() {
         let e = validate(json!({"model":"m","input":[{"type":"bogus"}]})).unwrap_err();
         assert_eq!(e.status, 400);
-        assert!(
-            e.param
-                .as_deref()
-                .unwrap_or_default()
-                .starts_with("input[0]"),
-            "{e:?}"
-        );
+        assert!(e.param.as_deref().unwrap_or_default().starts_with("input[0]"), "{e:?}");
     }
 
     #[test]
     fn rejects_mcp_prefixed_function_names() {
-        let e = validate(json!({"model":"m","input":"x","tools":[{"type":"function","name":"mcp__a__b","parameters":{}}]}))
-            .unwrap_err();
+        let e =
+            validate(json!({"model":"m","input":"x","tools":[{"type":"function","name":"mcp__a__b","parameters":{}}]}))
+                .unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].name")));
     }
 
     #[test]
     fn rejects_unsupported_tool_types_clearly() {
-        let e = validate(json!({"model":"m","input":"x","tools":[{"type":"code_interpreter"}]}))
-            .unwrap_err();
+        let e = validate(json!({"model":"m","input":"x","tools":[{"type":"code_interpreter"}]})).unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].type")));
     }
 
     #[test]
     fn named_tool_choice_must_name_a_tool() {
-        let e =
-            validate(json!({"model":"m","input":"x","tool_choice":{"type":"function","name":"f"}}))
-                .unwrap_err();
+        let e = validate(json!({"model":"m","input":"x","tool_choice":{"type":"function","name":"f"}})).unwrap_err();
         assert_eq!((e.status, e.error_type), (422, crate::ErrorType::BadInput));
     }
 
@@ -793,8 +682,10 @@ mod tests {
 
     #[test]
     fn function_tools_echo_strict_by_default() {
-        let r = validate(json!({"model":"m","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]}))
-            .unwrap();
+        let r = validate(
+            json!({"model":"m","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]}),
+        )
+        .unwrap();
         assert_eq!(r.tools[0].strict, Some(true));
         assert_eq!(r.tools[0].description, None);
     }
@@ -813,15 +704,10 @@ mod tests {
 
     #[test]
     fn huge_integers_are_rejected_not_wrapped() {
-        let e = CreateResponseRequest::from_slice(
-            br#"{"model":"m","input":"x","max_output_tokens":1e400}"#,
-        )
-        .unwrap_err();
+        let e =
+            CreateResponseRequest::from_slice(br#"{"model":"m","input":"x","max_output_tokens":1e400}"#).unwrap_err();
         assert_eq!(e.status, 400);
-        let e = CreateResponseRequest::from_slice(
-            br#"{"model":"m","input":"x","max_output_tokens":-1}"#,
-        )
-        .unwrap_err();
+        let e = CreateResponseRequest::from_slice(br#"{"model":"m","input":"x","max_output_tokens":-1}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_output_tokens"));
     }
 

@@ -7,8 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::items::Item;
 use crate::request::{
-    FunctionTool, ReasoningConfig, ServiceTier, TextConfig, ToolChoice, Truncation,
-    ValidatedRequest,
+    FunctionTool, ReasoningConfig, ServiceTier, TextConfig, ToolChoice, Truncation, ValidatedRequest,
 };
 
 /// Where a response is in its life. The terminal ones are `Completed`, `Incomplete`, `Failed`.
@@ -143,9 +142,7 @@ impl ResponseObject {
             prompt_cache_key: req.prompt_cache_key.clone(),
             prompt_cache_retention: req.prompt_cache_retention.clone(),
             reasoning: ReasoningEcho {
-                effort: reasoning
-                    .and_then(|r: &ReasoningConfig| r.effort)
-                    .map(|e| e.as_str()),
+                effort: reasoning.and_then(|r: &ReasoningConfig| r.effort).map(|e| e.as_str()),
                 summary: reasoning.and_then(|r| r.summary),
             },
             safety_identifier: req.safety_identifier.clone(),
@@ -174,25 +171,16 @@ mod tests {
 
     #[test]
     fn in_progress_echo_has_every_key_with_nulls() {
-        let req = CreateResponseRequest::from_slice(
-            br#"{"model":"m","input":"hi","instructions":"Be brief."}"#,
-        )
-        .unwrap()
-        .validate()
-        .unwrap();
-        let v =
-            serde_json::to_value(ResponseObject::in_progress("resp_1".into(), 7, &req)).unwrap();
+        let req = CreateResponseRequest::from_slice(br#"{"model":"m","input":"hi","instructions":"Be brief."}"#)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let v = serde_json::to_value(ResponseObject::in_progress("resp_1".into(), 7, &req)).unwrap();
         assert_eq!(v["status"], "in_progress");
         assert_eq!(v["instructions"], "Be brief.");
         assert!(v["usage"].is_null() && v.as_object().unwrap().contains_key("usage"));
-        assert_eq!(
-            v["reasoning"],
-            serde_json::json!({"effort": null, "summary": null})
-        );
-        assert_eq!(
-            v["text"],
-            serde_json::json!({"format": {"type": "text"}, "verbosity": "medium"})
-        );
+        assert_eq!(v["reasoning"], serde_json::json!({"effort": null, "summary": null}));
+        assert_eq!(v["text"], serde_json::json!({"format": {"type": "text"}, "verbosity": "medium"}));
         assert_eq!(v["tools"], serde_json::json!([]));
         assert_eq!(v["tool_choice"], "auto");
     }
@@ -200,17 +188,9 @@ mod tests {
     #[test]
     fn usage_sums_across_calls() {
         let mut total = Usage::default();
-        let call = |i, o| Usage {
-            input_tokens: i,
-            output_tokens: o,
-            total_tokens: i + o,
-            ..Default::default()
-        };
+        let call = |i, o| Usage { input_tokens: i, output_tokens: o, total_tokens: i + o, ..Default::default() };
         total.add(&call(446, 56));
         total.add(&call(344, 70));
-        assert_eq!(
-            (total.input_tokens, total.output_tokens, total.total_tokens),
-            (790, 126, 916)
-        );
+        assert_eq!((total.input_tokens, total.output_tokens, total.total_tokens), (790, 126, 916));
     }
 }

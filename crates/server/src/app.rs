@@ -28,20 +28,11 @@ pub struct AppConfig {
 
 /// Build the gateway's router.
 pub fn router(config: AppConfig) -> Router {
-    let passthrough = Passthrough {
-        engine: Arc::clone(&config.engine),
-        gateway_auth: config.api_keys.enabled(),
-    };
+    let passthrough = Passthrough { engine: Arc::clone(&config.engine), gateway_auth: config.api_keys.enabled() };
     let responses_routes = Router::new()
         .route("/v1/responses", post(responses::create))
-        .route(
-            "/v1/responses/{response_id}",
-            get(responses::retrieve).delete(responses::delete),
-        )
-        .route(
-            "/v1/responses/{response_id}/input_items",
-            get(responses::input_items),
-        )
+        .route("/v1/responses/{response_id}", get(responses::retrieve).delete(responses::delete))
+        .route("/v1/responses/{response_id}/input_items", get(responses::input_items))
         .with_state(Arc::clone(&config.engine));
     let passthrough_routes = Router::new()
         .route("/v1/models", get(passthrough::models))
@@ -50,16 +41,10 @@ pub fn router(config: AppConfig) -> Router {
     let api = responses_routes
         .merge(passthrough_routes)
         .method_not_allowed_fallback(method_not_allowed)
-        .route_layer(middleware::from_fn_with_state(
-            config.api_keys,
-            require_api_key,
-        ));
+        .route_layer(middleware::from_fn_with_state(config.api_keys, require_api_key));
 
     Router::new()
-        .route(
-            "/health",
-            get(|| async { axum::Json(serde_json::json!({})) }),
-        )
+        .route("/health", get(|| async { axum::Json(serde_json::json!({})) }))
         .merge(api)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
@@ -67,15 +52,9 @@ pub fn router(config: AppConfig) -> Router {
 }
 
 async fn not_found(request: Request) -> impl IntoResponse {
-    HttpError(ApiError::route_not_found(
-        request.method().as_str(),
-        request.uri().path(),
-    ))
+    HttpError(ApiError::route_not_found(request.method().as_str(), request.uri().path()))
 }
 
 async fn method_not_allowed(request: Request) -> impl IntoResponse {
-    HttpError(ApiError::method_not_allowed(
-        request.method().as_str(),
-        request.uri().path(),
-    ))
+    HttpError(ApiError::method_not_allowed(request.method().as_str(), request.uri().path()))
 }

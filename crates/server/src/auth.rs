@@ -24,13 +24,7 @@ fn digest(key: &[u8]) -> [u8; 32] {
 
 impl ApiKeys {
     pub fn new<I: IntoIterator<Item = String>>(keys: I) -> Self {
-        ApiKeys {
-            digests: keys
-                .into_iter()
-                .filter(|k| !k.is_empty())
-                .map(|k| digest(k.as_bytes()))
-                .collect(),
-        }
+        ApiKeys { digests: keys.into_iter().filter(|k| !k.is_empty()).map(|k| digest(k.as_bytes())).collect() }
     }
 
     /// Whether any key is configured (authentication on).
@@ -42,19 +36,12 @@ impl ApiKeys {
     /// taken does not say which one matched.
     pub fn accepts(&self, presented: &str) -> bool {
         let d = digest(presented.as_bytes());
-        self.digests
-            .iter()
-            .fold(subtle::Choice::from(0), |acc, k| acc | k.ct_eq(&d))
-            .into()
+        self.digests.iter().fold(subtle::Choice::from(0), |acc, k| acc | k.ct_eq(&d)).into()
     }
 }
 
 /// Middleware for the API routes: 401 `authentication_error` unless a configured key is presented.
-pub async fn require_api_key(
-    State(keys): State<ApiKeys>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub async fn require_api_key(State(keys): State<ApiKeys>, request: Request, next: Next) -> Response {
     if !keys.enabled() {
         return next.run(request).await;
     }
@@ -62,18 +49,13 @@ pub async fn require_api_key(
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
     match presented {
         Some(key) if keys.accepts(key) => next.run(request).await,
         Some(_) => HttpError(ApiError::unauthorized("Incorrect API key provided.")).into_response(),
-        None => HttpError(ApiError::unauthorized(
-            "Missing API key: send it as 'Authorization: Bearer <key>'.",
-        ))
-        .into_response(),
+        None => HttpError(ApiError::unauthorized("Missing API key: send it as 'Authorization: Bearer <key>'."))
+            .into_response(),
     }
 }
 

@@ -16,13 +16,10 @@ impl From<ApiError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, axum::Json(self.0.body())).into_response();
         if status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -31,10 +28,7 @@ impl IntoResponse for HttpError {
 /// A body that could not be read: too large (413), or broken off (400).
 pub fn body_rejection(rejection: BytesRejection) -> HttpError {
     let status = rejection.status();
-    let mut error = ApiError::invalid_body(format!(
-        "Could not read the request body: {}",
-        rejection.body_text()
-    ));
+    let mut error = ApiError::invalid_body(format!("Could not read the request body: {}", rejection.body_text()));
     if status == StatusCode::PAYLOAD_TOO_LARGE {
         error.status = 413;
         error.code = Some("request_too_large".into());

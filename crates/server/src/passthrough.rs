@@ -90,10 +90,7 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.starts_with("text/event-stream"));
     if is_stream {
-        out_headers.insert(
-            "x-accel-buffering",
-            axum::http::HeaderValue::from_static("no"),
-        );
+        out_headers.insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
     }
     // Relay bytes as they arrive; a transport failure mid-body ends the body with an error, which
     // closes the connection — the client sees exactly what the upstream did.
@@ -119,17 +116,7 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     match body {
-        Ok(body) => {
-            forward(
-                &state,
-                Method::POST,
-                "/chat/completions",
-                &uri,
-                headers,
-                body,
-            )
-            .await
-        }
+        Ok(body) => forward(&state, Method::POST, "/chat/completions", &uri, headers, body).await,
         Err(rejection) => body_rejection(rejection).into_response(),
     }
 }

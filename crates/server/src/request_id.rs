@@ -27,7 +27,8 @@ pub async fn assign(mut request: Request, next: Next) -> Response {
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     request.extensions_mut().insert(RequestId(id.clone()));
-    let span = tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path());
+    let span =
+        tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path());
     let mut response = tracing::Instrument::instrument(next.run(request), span).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
@@ -39,10 +40,6 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestId {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<RequestId>()
-            .cloned()
-            .unwrap_or_else(|| RequestId(uuid::Uuid::now_v7().to_string())))
+        Ok(parts.extensions.get::<RequestId>().cloned().unwrap_or_else(|| RequestId(uuid::Uuid::now_v7().to_string())))
     }
 }

@@ -35,18 +35,14 @@ pub async fn create(
     let body = body.map_err(body_rejection)?;
     let request = CreateResponseRequest::from_slice(&body)?.validate()?;
     let stream = request.stream;
-    let prepared = engine
-        .prepare(request, vec![("x-request-id", request_id)])
-        .await?;
+    let prepared = engine.prepare(request, vec![("x-request-id", request_id)]).await?;
 
     if !stream {
         return match prepared.run(EventSink::Discard).await {
             RunOutcome::Finished(response) => Ok(Json(response).into_response()),
             RunOutcome::Failed { error, .. } => Err(HttpError(error)),
             // Unreachable for the discarding sink, which never reports a departed client.
-            RunOutcome::ClientGone => {
-                Err(HttpError(ApiError::internal("The response was abandoned.")))
-            }
+            RunOutcome::ClientGone => Err(HttpError(ApiError::internal("The response was abandoned."))),
         };
     }
 
@@ -54,42 +50,23 @@ pub async fn create(
     tokio::spawn(prepared.run(EventSink::Channel(tx)));
     let mut response = Body::from_stream(event_stream(rx)).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(response)
 }
 
 /// `GET /v1/responses/{response_id}`.
-pub async fn retrieve(
-    State(engine): State<Arc<Engine>>,
-    Path(id): Path<String>,
-) -> Result<Response, HttpError> {
-    match engine
-        .store()
-        .response(&id)
-        .await
-        .map_err(|e| store_error(&e))?
-    {
+pub async fn retrieve(State(engine): State<Arc<Engine>>, Path(id): Path<String>) -> Result<Response, HttpError> {
+    match engine.store().response(&id).await.map_err(|e| store_error(&e))? {
         Some(body) => Ok(Json(body).into_response()),
         None => Err(ApiError::response_not_found(&id).into()),
     }
 }
 
 /// `DELETE /v1/responses/{response_id}`.
-pub async fn delete(
-    State(engine): State<Arc<Engine>>,
-    Path(id): Path<String>,
-) -> Result<Response, HttpError> {
-    if engine
-        .store()
-        .delete(&id)
-        .await
-        .map_err(|e| store_error(&e))?
-    {
+pub async fn delete(State(engine): State<Arc<Engine>>, Path(id): Path<String>) -> Result<Response, HttpError> {
+    if engine.store().delete(&id).await.map_err(|e| store_error(&e))? {
         Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
     } else {
         Err(ApiError::response_not_found(&id).into())
@@ -110,18 +87,13 @@ pub async fn input_items(
     Path(id): Path<String>,
     query: Result<Query<InputItemsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, HttpError> {
-    let Query(query) = query
-        .map_err(|e| ApiError::invalid_body(format!("Invalid query string: {}", e.body_text())))?;
+    let Query(query) = query.map_err(|e| ApiError::invalid_body(format!("Invalid query string: {}", e.body_text())))?;
     let limit = match query.limit.as_deref() {
         None => 20,
         Some(raw) => match raw.parse::<usize>() {
             Ok(n) if (1..=100).contains(&n) => n,
             _ => {
-                return Err(ApiError::invalid(
-                    "limit",
-                    "'limit' must be an integer between 1 and 100.",
-                )
-                .into());
+                return Err(ApiError::invalid("limit", "'limit' must be an integer between 1 and 100.").into());
             }
         },
     };
@@ -132,11 +104,7 @@ pub async fn input_items(
             return Err(ApiError::invalid("order", "'order' must be 'asc' or 'desc'.").into());
         }
     };
-    let page = InputItemsPage {
-        after: query.after,
-        limit,
-        order,
-    };
+    let page = InputItemsPage { after: query.after, limit, order };
     let list = engine
         .store()
         .input_items(&id, page)

@@ -26,8 +26,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let store = respgw_store::open(&options.db_path)
         .await
         .with_context(|| format!("cannot open the response store at '{}'", options.db_path))?;
-    let upstream =
-        Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
+    let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
     let engine = Arc::new(Engine::new(upstream, store));
     let api_keys = ApiKeys::new(options.api_keys);
     if api_keys.enabled() {
@@ -35,11 +34,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     } else {
         tracing::warn!("API key authentication is OFF: no --api-key / GW_API_KEYS configured");
     }
-    let app = router(AppConfig {
-        engine,
-        api_keys,
-        max_body_bytes: options.max_body_bytes,
-    });
+    let app = router(AppConfig { engine, api_keys, max_body_bytes: options.max_body_bytes });
 
     let listener = tokio::net::TcpListener::bind((options.host.as_str(), options.port))
         .await
@@ -47,10 +42,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let addr: SocketAddr = listener.local_addr()?;
     tracing::info!(upstream = %options.upstream.base_url, db = %options.db_path, "respgw listening on http://{addr}");
     println!("listening on http://{addr}");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("server error")?;
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("server error")?;
     tracing::info!("respgw stopped");
     Ok(())
 }

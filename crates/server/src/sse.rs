@@ -56,10 +56,7 @@ impl Framer {
         self.pending.extend(frame);
         if let Some(mut response) = self.snapshot.take() {
             response.status = ResponseStatus::Failed;
-            response.error = Some(ResponseError {
-                code: "internal_error".into(),
-                message,
-            });
+            response.error = Some(ResponseError { code: "internal_error".into(), message });
             let failed = ResponseEvent::Failed { response };
             let frame = self.frame(&failed);
             self.pending.extend(frame);
@@ -98,19 +95,12 @@ impl Framer {
 }
 
 /// Frames engine events for the wire.
-pub fn event_stream(
-    rx: mpsc::Receiver<ResponseEvent>,
-) -> impl Stream<Item = Result<Bytes, Infallible>> {
-    let framer = Framer {
-        rx,
-        sequence: 0,
-        snapshot: None,
-        pending: VecDeque::new(),
-        finished: false,
-    };
-    futures::stream::unfold(framer, |mut framer| async move {
-        framer.next_frame().await.map(|frame| (Ok(frame), framer))
-    })
+pub fn event_stream(rx: mpsc::Receiver<ResponseEvent>) -> impl Stream<Item = Result<Bytes, Infallible>> {
+    let framer = Framer { rx, sequence: 0, snapshot: None, pending: VecDeque::new(), finished: false };
+    futures::stream::unfold(
+        framer,
+        |mut framer| async move { framer.next_frame().await.map(|frame| (Ok(frame), framer)) },
+    )
 }
 
 #[cfg(test)]
@@ -120,34 +110,20 @@ mod tests {
     use respgw_protocol::CreateResponseRequest;
 
     fn response() -> ResponseObject {
-        let req = CreateResponseRequest::from_slice(br#"{"model":"m","input":"hi"}"#)
-            .unwrap()
-            .validate()
-            .unwrap();
+        let req = CreateResponseRequest::from_slice(br#"{"model":"m","input":"hi"}"#).unwrap().validate().unwrap();
         ResponseObject::in_progress("resp_1".into(), 1, &req)
     }
 
     async fn collect(rx: mpsc::Receiver<ResponseEvent>) -> String {
         let frames: Vec<Bytes> = event_stream(rx).map(|f| f.unwrap()).collect().await;
-        frames
-            .iter()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .collect()
+        frames.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect()
     }
 
     #[tokio::test]
     async fn numbers_events_and_ends_with_done() {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(ResponseEvent::Created {
-            response: response(),
-        })
-        .await
-        .unwrap();
-        tx.send(ResponseEvent::Completed {
-            response: response(),
-        })
-        .await
-        .unwrap();
+        tx.send(ResponseEvent::Created { response: response() }).await.unwrap();
+        tx.send(ResponseEvent::Completed { response: response() }).await.unwrap();
         drop(tx);
         let text = collect(rx).await;
         assert!(text.contains("\"sequence_number\":0"));
@@ -158,17 +134,10 @@ mod tests {
     #[tokio::test]
     async fn a_run_that_dies_still_gets_error_and_failed() {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(ResponseEvent::Created {
-            response: response(),
-        })
-        .await
-        .unwrap();
+        tx.send(ResponseEvent::Created { response: response() }).await.unwrap();
         drop(tx);
         let text = collect(rx).await;
-        let kinds: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("event: "))
-            .collect();
+        let kinds: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
         assert_eq!(kinds, ["response.created", "error", "response.failed"]);
         assert!(text.contains("\"status\":\"failed\""));
         assert!(text.ends_with("data: [DONE]\n\n"));

@@ -124,11 +124,7 @@ pub trait ResponseStore: Send + Sync + 'static {
 
     /// This response's own input items (not inherited ones), paginated like OpenAI's input_items
     /// list (`after` is an item id; the cursor is exclusive). None if `id` is not stored.
-    async fn input_items(
-        &self,
-        id: &str,
-        page: InputItemsPage,
-    ) -> Result<Option<InputItemsList>, StoreError>;
+    async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError>;
 
     /// Delete a response; returns false when it was not stored. Items no other response references
     /// are removed in the same transaction; continuations of the deleted response keep working
@@ -137,8 +133,7 @@ pub trait ResponseStore: Send + Sync + 'static {
 }
 
 /// The locations [`open`] understands, for error messages.
-const SUPPORTED: &str =
-    "a file path (e.g. `respgw.db`), `sqlite://PATH`, `sqlite:PATH` or `:memory:`";
+const SUPPORTED: &str = "a file path (e.g. `respgw.db`), `sqlite://PATH`, `sqlite:PATH` or `:memory:`";
 
 /// A parsed store location: which backend, and its own address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,17 +147,13 @@ enum Location {
 fn parse_location(location: &str) -> Result<Location, StoreError> {
     let location = location.trim();
     if location.is_empty() {
-        return Err(StoreError::Unavailable(format!(
-            "empty store location; supported are {SUPPORTED}"
-        )));
+        return Err(StoreError::Unavailable(format!("empty store location; supported are {SUPPORTED}")));
     }
     if let Some((scheme, rest)) = location.split_once(':') {
         // A one-letter "scheme" is a Windows drive (`C:\…`), not a URL.
         let is_scheme = scheme.len() > 1
             && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
         if is_scheme {
             let scheme_lc = scheme.to_ascii_lowercase();
             if scheme_lc == "sqlite" {
@@ -174,12 +165,7 @@ fn parse_location(location: &str) -> Result<Location, StoreError> {
                 }
                 return Ok(Location::Sqlite(path.to_owned()));
             }
-            if rest.starts_with("//")
-                || matches!(
-                    scheme_lc.as_str(),
-                    "postgres" | "postgresql" | "mysql" | "mariadb"
-                )
-            {
+            if rest.starts_with("//") || matches!(scheme_lc.as_str(), "postgres" | "postgresql" | "mysql" | "mariadb") {
                 return Err(StoreError::Unavailable(format!(
                     "unsupported store location {location:?}: scheme `{scheme}` is not supported \
                      (PostgreSQL is not supported yet); supported are {SUPPORTED}"
@@ -196,9 +182,7 @@ fn parse_location(location: &str) -> Result<Location, StoreError> {
 /// [`StoreError::Unavailable`] saying which locations are supported.
 pub async fn open(location: &str) -> Result<Arc<dyn ResponseStore>, StoreError> {
     match parse_location(location)? {
-        Location::Sqlite(path) if path == ":memory:" => {
-            Ok(Arc::new(SqliteStore::open_in_memory().await?))
-        }
+        Location::Sqlite(path) if path == ":memory:" => Ok(Arc::new(SqliteStore::open_in_memory().await?)),
         Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
     }
 }

@@ -20,14 +20,9 @@ use std::time::Duration;
 
 use respgw_protocol::Item;
 use sqlx::error::ErrorKind;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::{
-    InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError,
-    StoredItem,
-};
+use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError, StoredItem};
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 1;
@@ -120,18 +115,14 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
-        let pool_options = SqlitePoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .acquire_timeout(ACQUIRE_TIMEOUT);
+        let pool_options = SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS).acquire_timeout(ACQUIRE_TIMEOUT);
         Self::connect(options, pool_options).await
     }
 
     /// A private in-memory store (for tests): one connection that is never closed, since the
     /// database lives only as long as a connection to it.
     pub async fn open_in_memory() -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str("sqlite::memory:")
-            .map_err(map_err)?
-            .foreign_keys(true);
+        let options = SqliteConnectOptions::from_str("sqlite::memory:").map_err(map_err)?.foreign_keys(true);
         let pool_options = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -141,10 +132,7 @@ impl SqliteStore {
         Self::connect(options, pool_options).await
     }
 
-    async fn connect(
-        options: SqliteConnectOptions,
-        pool_options: SqlitePoolOptions,
-    ) -> Result<Self, StoreError> {
+    async fn connect(options: SqliteConnectOptions, pool_options: SqlitePoolOptions) -> Result<Self, StoreError> {
         let mut attempt = 1;
         loop {
             let result = match pool_options.clone().connect_with(options.clone()).await {
@@ -179,17 +167,13 @@ impl SqliteStore {
 /// untouched for the caller to refuse).
 async fn migrate(pool: &SqlitePool) -> Result<i64, sqlx::Error> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let version: i64 = sqlx::query_scalar("PRAGMA user_version")
-        .fetch_one(&mut *tx)
-        .await?;
+    let version: i64 = sqlx::query_scalar("PRAGMA user_version").fetch_one(&mut *tx).await?;
     if version == 0 {
         for statement in SCHEMA_V1 {
             sqlx::query(statement).execute(&mut *tx).await?;
         }
         // PRAGMA takes no bind parameters; the value is a constant.
-        sqlx::query("PRAGMA user_version = 1")
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query("PRAGMA user_version = 1").execute(&mut *tx).await?;
     }
     tx.commit().await?;
     Ok(version)
@@ -209,10 +193,7 @@ fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
 }
 
 fn is_busy(e: &sqlx::Error) -> bool {
-    matches!(
-        sqlite_code(e).map(|c| c & 0xff),
-        Some(SQLITE_BUSY | SQLITE_LOCKED)
-    )
+    matches!(sqlite_code(e).map(|c| c & 0xff), Some(SQLITE_BUSY | SQLITE_LOCKED))
 }
 
 /// Map a driver error to the store's vocabulary. Unique violations are mapped by the caller, which
@@ -249,15 +230,10 @@ fn decode_rows(rows: Vec<(Option<i64>, Option<String>)>) -> Result<Vec<StoredIte
     let mut items = Vec::with_capacity(rows.len());
     for row in rows {
         match row {
-            (Some(key), Some(body)) => items.push(StoredItem {
-                key,
-                item: decode_item(key, &body)?,
-            }),
+            (Some(key), Some(body)) => items.push(StoredItem { key, item: decode_item(key, &body)? }),
             (Some(key), None) => {
                 // Foreign keys make this impossible unless the file was edited by hand.
-                return Err(StoreError::Corrupt(format!(
-                    "referenced item {key} is missing"
-                )));
+                return Err(StoreError::Corrupt(format!("referenced item {key} is missing")));
             }
             (None, _) => {}
         }
@@ -274,22 +250,15 @@ impl ResponseStore for SqliteStore {
         let inherited = serde_json::to_string(&response.inherited)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode history: {e}")))?;
         let mut new_items = Vec::with_capacity(response.input.len() + response.output.len());
-        for (role, item) in response
-            .input
-            .iter()
-            .map(|i| (ROLE_INPUT, i))
-            .chain(response.output.iter().map(|i| (ROLE_OUTPUT, i)))
+        for (role, item) in
+            response.input.iter().map(|i| (ROLE_INPUT, i)).chain(response.output.iter().map(|i| (ROLE_OUTPUT, i)))
         {
-            let json = serde_json::to_string(item)
-                .map_err(|e| StoreError::Corrupt(format!("cannot encode item: {e}")))?;
+            let json =
+                serde_json::to_string(item).map_err(|e| StoreError::Corrupt(format!("cannot encode item: {e}")))?;
             new_items.push((role, item.id().to_owned(), json));
         }
 
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(map_err)?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
         let inserted = sqlx::query(
             "INSERT INTO responses (id, previous_response_id, model, created_at, status, body)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -366,10 +335,8 @@ impl ResponseStore for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
-        body.map(|b| {
-            serde_json::from_str(&b).map_err(|e| StoreError::Corrupt(format!("response {id}: {e}")))
-        })
-        .transpose()
+        body.map(|b| serde_json::from_str(&b).map_err(|e| StoreError::Corrupt(format!("response {id}: {e}"))))
+            .transpose()
     }
 
     async fn conversation(&self, id: &str) -> Result<Option<Vec<StoredItem>>, StoreError> {
@@ -393,11 +360,7 @@ impl ResponseStore for SqliteStore {
         decode_rows(rows).map(Some)
     }
 
-    async fn input_items(
-        &self,
-        id: &str,
-        page: InputItemsPage,
-    ) -> Result<Option<InputItemsList>, StoreError> {
+    async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
         let sql = match page.order {
             InputItemsOrder::Asc => INPUT_ITEMS_ASC,
             InputItemsOrder::Desc => INPUT_ITEMS_DESC,
@@ -421,19 +384,13 @@ impl ResponseStore for SqliteStore {
     }
 
     async fn delete(&self, id: &str) -> Result<bool, StoreError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
+        // Remove the refs first (not via the cascade) to learn which items may now be orphans.
+        let keys: Vec<i64> = sqlx::query_scalar("DELETE FROM response_items WHERE response_id = ?1 RETURNING item_key")
+            .bind(id.to_owned())
+            .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;
-        // Remove the refs first (not via the cascade) to learn which items may now be orphans.
-        let keys: Vec<i64> = sqlx::query_scalar(
-            "DELETE FROM response_items WHERE response_id = ?1 RETURNING item_key",
-        )
-        .bind(id.to_owned())
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
         let deleted = sqlx::query("DELETE FROM responses WHERE id = ?1")
             .bind(id.to_owned())
             .execute(&mut *tx)
@@ -445,8 +402,8 @@ impl ResponseStore for SqliteStore {
             return Ok(false);
         }
         if !keys.is_empty() {
-            let keys = serde_json::to_string(&keys)
-                .map_err(|e| StoreError::Corrupt(format!("cannot encode keys: {e}")))?;
+            let keys =
+                serde_json::to_string(&keys).map_err(|e| StoreError::Corrupt(format!("cannot encode keys: {e}")))?;
             // Only this response's items are candidates, so the GC cost is bounded by its
             // conversation, not by the table.
             sqlx::query(

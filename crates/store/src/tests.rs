@@ -12,12 +12,7 @@ fn message(id: &str, role: MessageRole, text: &str) -> Item {
         MessageRole::Assistant => ContentPart::output_text(text),
         _ => ContentPart::InputText { text: text.into() },
     };
-    Item::Message(MessageItem {
-        id: id.into(),
-        role,
-        status: ItemStatus::Completed,
-        content: vec![content],
-    })
+    Item::Message(MessageItem { id: id.into(), role, status: ItemStatus::Completed, content: vec![content] })
 }
 
 fn user(id: &str) -> Item {
@@ -28,13 +23,7 @@ fn assistant(id: &str) -> Item {
     message(id, MessageRole::Assistant, &format!("answer {id}"))
 }
 
-fn new_response(
-    id: &str,
-    prev: Option<&str>,
-    inherited: Vec<i64>,
-    input: Vec<Item>,
-    output: Vec<Item>,
-) -> NewResponse {
+fn new_response(id: &str, prev: Option<&str>, inherited: Vec<i64>, input: Vec<Item>, output: Vec<Item>) -> NewResponse {
     NewResponse {
         id: id.into(),
         previous_response_id: prev.map(Into::into),
@@ -59,10 +48,7 @@ async fn count(store: &SqliteStore, table: &'static str) -> i64 {
         "response_items" => "SELECT COUNT(*) FROM response_items",
         _ => unreachable!(),
     };
-    sqlx::query_scalar(sql)
-        .fetch_one(&store.pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(sql).fetch_one(&store.pool).await.unwrap()
 }
 
 fn items_of(conv: &[StoredItem]) -> Vec<Item> {
@@ -81,13 +67,7 @@ fn ids(items: &[Item]) -> Vec<&str> {
 async fn save_then_response_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let store = file_store(&dir, "r.db").await;
-    let r = new_response(
-        "resp_1",
-        None,
-        vec![],
-        vec![user("msg_1")],
-        vec![assistant("msg_2")],
-    );
+    let r = new_response("resp_1", None, vec![], vec![user("msg_1")], vec![assistant("msg_2")]);
     let body = r.response.clone();
     store.save(r).await.unwrap();
 
@@ -95,77 +75,33 @@ async fn save_then_response_round_trips() {
     assert_eq!(got, body);
     // Key order survives too (preserve_order), and the body is not double-encoded.
     assert_eq!(got.to_string(), body.to_string());
-    let raw: String = sqlx::query_scalar("SELECT body FROM responses WHERE id = 'resp_1'")
-        .fetch_one(&store.pool)
-        .await
-        .unwrap();
+    let raw: String =
+        sqlx::query_scalar("SELECT body FROM responses WHERE id = 'resp_1'").fetch_one(&store.pool).await.unwrap();
     assert!(raw.starts_with('{'));
 
     assert!(store.response("resp_nope").await.unwrap().is_none());
     assert!(store.conversation("resp_nope").await.unwrap().is_none());
-    let page = InputItemsPage {
-        after: None,
-        limit: 20,
-        order: InputItemsOrder::Asc,
-    };
-    assert!(
-        store
-            .input_items("resp_nope", page)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
+    assert!(store.input_items("resp_nope", page).await.unwrap().is_none());
 }
 
 #[tokio::test]
 async fn chain_of_three_reads_in_one_conversation_and_stores_items_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = file_store(&dir, "chain.db").await;
-    store
-        .save(new_response(
-            "r1",
-            None,
-            vec![],
-            vec![user("i1")],
-            vec![assistant("o1")],
-        ))
-        .await
-        .unwrap();
+    store.save(new_response("r1", None, vec![], vec![user("i1")], vec![assistant("o1")])).await.unwrap();
     let c1 = store.conversation("r1").await.unwrap().unwrap();
     store
-        .save(new_response(
-            "r2",
-            Some("r1"),
-            keys_of(&c1),
-            vec![user("i2")],
-            vec![assistant("o2a"), assistant("o2b")],
-        ))
+        .save(new_response("r2", Some("r1"), keys_of(&c1), vec![user("i2")], vec![assistant("o2a"), assistant("o2b")]))
         .await
         .unwrap();
     let c2 = store.conversation("r2").await.unwrap().unwrap();
-    store
-        .save(new_response(
-            "r3",
-            Some("r2"),
-            keys_of(&c2),
-            vec![user("i3")],
-            vec![assistant("o3")],
-        ))
-        .await
-        .unwrap();
+    store.save(new_response("r3", Some("r2"), keys_of(&c2), vec![user("i3")], vec![assistant("o3")])).await.unwrap();
 
     let c3 = store.conversation("r3").await.unwrap().unwrap();
     assert_eq!(
         items_of(&c3),
-        vec![
-            user("i1"),
-            assistant("o1"),
-            user("i2"),
-            assistant("o2a"),
-            assistant("o2b"),
-            user("i3"),
-            assistant("o3")
-        ]
+        vec![user("i1"), assistant("o1"), user("i2"), assistant("o2a"), assistant("o2b"), user("i3"), assistant("o3")]
     );
     // The inherited prefix is the very same rows.
     assert_eq!(&keys_of(&c3)[..5], &keys_of(&c2)[..]);
@@ -177,166 +113,62 @@ async fn chain_of_three_reads_in_one_conversation_and_stores_items_once() {
 async fn input_items_pages_own_input_only() {
     let dir = tempfile::tempdir().unwrap();
     let store = file_store(&dir, "page.db").await;
-    store
-        .save(new_response(
-            "r1",
-            None,
-            vec![],
-            vec![user("old")],
-            vec![assistant("old_out")],
-        ))
-        .await
-        .unwrap();
+    store.save(new_response("r1", None, vec![], vec![user("old")], vec![assistant("old_out")])).await.unwrap();
     let c1 = store.conversation("r1").await.unwrap().unwrap();
     let input: Vec<Item> = (1..=5).map(|n| user(&format!("m{n}"))).collect();
-    store
-        .save(new_response(
-            "r2",
-            Some("r1"),
-            keys_of(&c1),
-            input,
-            vec![assistant("out")],
-        ))
-        .await
-        .unwrap();
+    store.save(new_response("r2", Some("r1"), keys_of(&c1), input, vec![assistant("out")])).await.unwrap();
 
-    let page = |after: Option<&str>, limit, order| InputItemsPage {
-        after: after.map(Into::into),
-        limit,
-        order,
-    };
-    let all = store
-        .input_items("r2", page(None, 100, InputItemsOrder::Asc))
-        .await
-        .unwrap()
-        .unwrap();
+    let page = |after: Option<&str>, limit, order| InputItemsPage { after: after.map(Into::into), limit, order };
+    let all = store.input_items("r2", page(None, 100, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&all.items), ["m1", "m2", "m3", "m4", "m5"]);
     assert!(!all.has_more);
 
-    let desc = store
-        .input_items("r2", page(None, 100, InputItemsOrder::Desc))
-        .await
-        .unwrap()
-        .unwrap();
+    let desc = store.input_items("r2", page(None, 100, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert_eq!(ids(&desc.items), ["m5", "m4", "m3", "m2", "m1"]);
 
-    let first = store
-        .input_items("r2", page(None, 2, InputItemsOrder::Asc))
-        .await
-        .unwrap()
-        .unwrap();
+    let first = store.input_items("r2", page(None, 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&first.items), ["m1", "m2"]);
     assert!(first.has_more);
-    let second = store
-        .input_items("r2", page(Some("m2"), 2, InputItemsOrder::Asc))
-        .await
-        .unwrap()
-        .unwrap();
+    let second = store.input_items("r2", page(Some("m2"), 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&second.items), ["m3", "m4"]);
     assert!(second.has_more);
-    let last = store
-        .input_items("r2", page(Some("m4"), 2, InputItemsOrder::Asc))
-        .await
-        .unwrap()
-        .unwrap();
+    let last = store.input_items("r2", page(Some("m4"), 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&last.items), ["m5"]);
     assert!(!last.has_more);
 
-    let exact = store
-        .input_items("r2", page(Some("m1"), 4, InputItemsOrder::Asc))
-        .await
-        .unwrap()
-        .unwrap();
+    let exact = store.input_items("r2", page(Some("m1"), 4, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&exact.items), ["m2", "m3", "m4", "m5"]);
     assert!(!exact.has_more);
 
-    let desc_after = store
-        .input_items("r2", page(Some("m4"), 2, InputItemsOrder::Desc))
-        .await
-        .unwrap()
-        .unwrap();
+    let desc_after = store.input_items("r2", page(Some("m4"), 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert_eq!(ids(&desc_after.items), ["m3", "m2"]);
     assert!(desc_after.has_more);
-    let desc_end = store
-        .input_items("r2", page(Some("m1"), 2, InputItemsOrder::Desc))
-        .await
-        .unwrap()
-        .unwrap();
+    let desc_end = store.input_items("r2", page(Some("m1"), 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert!(desc_end.items.is_empty());
     assert!(!desc_end.has_more);
 
     // Inherited and output ids are not cursors into the input, and an unknown cursor is empty.
     for bad in ["old", "out", "nope"] {
-        let got = store
-            .input_items("r2", page(Some(bad), 10, InputItemsOrder::Asc))
-            .await
-            .unwrap()
-            .unwrap();
+        let got = store.input_items("r2", page(Some(bad), 10, InputItemsOrder::Asc)).await.unwrap().unwrap();
         assert!(got.items.is_empty(), "{bad}");
         assert!(!got.has_more);
     }
 
     // A response with no input at all is stored, with an empty list.
-    store
-        .save(new_response(
-            "r3",
-            None,
-            vec![],
-            vec![],
-            vec![assistant("x")],
-        ))
-        .await
-        .unwrap();
-    let none = store
-        .input_items("r3", page(None, 10, InputItemsOrder::Desc))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        none,
-        InputItemsList {
-            items: vec![],
-            has_more: false
-        }
-    );
+    store.save(new_response("r3", None, vec![], vec![], vec![assistant("x")])).await.unwrap();
+    let none = store.input_items("r3", page(None, 10, InputItemsOrder::Desc)).await.unwrap().unwrap();
+    assert_eq!(none, InputItemsList { items: vec![], has_more: false });
 }
 
 #[tokio::test]
 async fn delete_keeps_continuations_and_collects_orphans() {
     let dir = tempfile::tempdir().unwrap();
     let store = file_store(&dir, "del.db").await;
-    store
-        .save(new_response(
-            "r1",
-            None,
-            vec![],
-            vec![user("a")],
-            vec![assistant("b")],
-        ))
-        .await
-        .unwrap();
-    store
-        .save(new_response(
-            "other",
-            None,
-            vec![],
-            vec![user("c")],
-            vec![assistant("d")],
-        ))
-        .await
-        .unwrap();
+    store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
+    store.save(new_response("other", None, vec![], vec![user("c")], vec![assistant("d")])).await.unwrap();
     let c1 = store.conversation("r1").await.unwrap().unwrap();
     // r2 inherits only `a` (as after a truncation), so `b` is referenced by r1 alone.
-    store
-        .save(new_response(
-            "r2",
-            Some("r1"),
-            vec![c1[0].key],
-            vec![user("e")],
-            vec![assistant("f")],
-        ))
-        .await
-        .unwrap();
+    store.save(new_response("r2", Some("r1"), vec![c1[0].key], vec![user("e")], vec![assistant("f")])).await.unwrap();
     assert_eq!(count(&store, "items").await, 6);
 
     assert!(store.delete("r1").await.unwrap());
@@ -347,17 +179,13 @@ async fn delete_keeps_continuations_and_collects_orphans() {
     let c2 = store.conversation("r2").await.unwrap().unwrap();
     assert_eq!(items_of(&c2), vec![user("a"), user("e"), assistant("f")]);
     // `b` is gone, `a` (shared with r2) and the unrelated response's items stay.
-    let left: Vec<String> = sqlx::query_scalar("SELECT item_id FROM items ORDER BY key")
-        .fetch_all(&store.pool)
-        .await
-        .unwrap();
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT item_id FROM items ORDER BY key").fetch_all(&store.pool).await.unwrap();
     assert_eq!(left, ["a", "c", "d", "e", "f"]);
 
     assert!(store.delete("r2").await.unwrap());
-    let left: Vec<String> = sqlx::query_scalar("SELECT item_id FROM items ORDER BY key")
-        .fetch_all(&store.pool)
-        .await
-        .unwrap();
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT item_id FROM items ORDER BY key").fetch_all(&store.pool).await.unwrap();
     assert_eq!(left, ["c", "d"]);
     assert_eq!(count(&store, "response_items").await, 2);
     assert_eq!(store.conversation("other").await.unwrap().unwrap().len(), 2);
@@ -368,39 +196,16 @@ async fn delete_keeps_continuations_and_collects_orphans() {
 async fn duplicate_and_missing_history_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = file_store(&dir, "dup.db").await;
-    store
-        .save(new_response(
-            "r1",
-            None,
-            vec![],
-            vec![user("a")],
-            vec![assistant("b")],
-        ))
-        .await
-        .unwrap();
-    let err = store
-        .save(new_response("r1", None, vec![], vec![user("x")], vec![]))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, StoreError::Duplicate(id) if id == "r1"),
-        "{err:?}"
-    );
+    store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
+    let err = store.save(new_response("r1", None, vec![], vec![user("x")], vec![])).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Duplicate(id) if id == "r1"), "{err:?}");
     assert_eq!(count(&store, "items").await, 2);
 
     let c1 = store.conversation("r1").await.unwrap().unwrap();
     let mut keys = keys_of(&c1);
     keys.push(9_999);
-    let err = store
-        .save(new_response(
-            "r2",
-            Some("r1"),
-            keys,
-            vec![user("c")],
-            vec![assistant("d")],
-        ))
-        .await
-        .unwrap_err();
+    let err =
+        store.save(new_response("r2", Some("r1"), keys, vec![user("c")], vec![assistant("d")])).await.unwrap_err();
     assert!(matches!(err, StoreError::MissingHistory(_)), "{err:?}");
     assert!(store.response("r2").await.unwrap().is_none());
     assert_eq!(count(&store, "items").await, 2);
@@ -412,39 +217,12 @@ async fn duplicate_and_missing_history_write_nothing() {
 async fn deleted_keys_are_not_reused() {
     let dir = tempfile::tempdir().unwrap();
     let store = file_store(&dir, "reuse.db").await;
-    store
-        .save(new_response(
-            "r1",
-            None,
-            vec![],
-            vec![user("a")],
-            vec![assistant("b")],
-        ))
-        .await
-        .unwrap();
+    store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
     // An engine read r1's conversation, then r1 was deleted before it saved its continuation.
     let stale = keys_of(&store.conversation("r1").await.unwrap().unwrap());
     assert!(store.delete("r1").await.unwrap());
-    store
-        .save(new_response(
-            "r9",
-            None,
-            vec![],
-            vec![user("x")],
-            vec![assistant("y")],
-        ))
-        .await
-        .unwrap();
-    let err = store
-        .save(new_response(
-            "r2",
-            Some("r1"),
-            stale,
-            vec![user("c")],
-            vec![],
-        ))
-        .await
-        .unwrap_err();
+    store.save(new_response("r9", None, vec![], vec![user("x")], vec![assistant("y")])).await.unwrap();
+    let err = store.save(new_response("r2", Some("r1"), stale, vec![user("c")], vec![])).await.unwrap_err();
     assert!(matches!(err, StoreError::MissingHistory(_)), "{err:?}");
 }
 
@@ -483,57 +261,32 @@ async fn two_stores_on_one_file_write_concurrently() {
                 let id = format!("r{s}_{n}");
                 assert!(store.response(&id).await.unwrap().is_some(), "{id}");
                 let conv = store.conversation(&id).await.unwrap().unwrap();
-                assert_eq!(
-                    ids(&items_of(&conv)),
-                    [format!("{id}_in"), format!("{id}_out")]
-                );
+                assert_eq!(ids(&items_of(&conv)), [format!("{id}_in"), format!("{id}_out")]);
             }
         }
     }
     assert_eq!(count(&stores[0], "items").await, 200);
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(&stores[1].pool)
-        .await
-        .unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&stores[1].pool).await.unwrap();
     assert_eq!(mode, "wal");
 }
 
 #[tokio::test]
 async fn open_dispatches_on_location() {
     let dir = tempfile::tempdir().unwrap();
-    for location in [
-        "postgres://x",
-        "postgresql://u@h/db",
-        "mysql://x",
-        "postgres:x",
-        "",
-    ] {
+    for location in ["postgres://x", "postgresql://u@h/db", "mysql://x", "postgres:x", ""] {
         let err = open(location).await.err().unwrap();
         let msg = err.to_string();
-        assert!(
-            matches!(err, StoreError::Unavailable(_)),
-            "{location}: {msg}"
-        );
+        assert!(matches!(err, StoreError::Unavailable(_)), "{location}: {msg}");
         assert!(msg.contains("sqlite://"), "{location}: {msg}");
     }
-    assert!(
-        open("postgres://x")
-            .await
-            .err()
-            .unwrap()
-            .to_string()
-            .contains("postgres")
-    );
+    assert!(open("postgres://x").await.err().unwrap().to_string().contains("postgres"));
 
     let a = format!("sqlite://{}", dir.path().join("a.db").display());
     let b = dir.path().join("b.db").display().to_string();
     let c = format!("sqlite:{}", dir.path().join("c.db").display());
     for location in [a, b, c] {
         let store = open(&location).await.unwrap();
-        store
-            .save(new_response("r1", None, vec![], vec![user("a")], vec![]))
-            .await
-            .unwrap();
+        store.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
         // Reopening sees the data and leaves the schema alone.
         drop(store);
         let store = open(&location).await.unwrap();
@@ -544,34 +297,17 @@ async fn open_dispatches_on_location() {
     assert!(dir.path().join("c.db").exists());
 
     let mem = open(":memory:").await.unwrap();
-    mem.save(new_response("r1", None, vec![], vec![user("a")], vec![]))
-        .await
-        .unwrap();
+    mem.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
     assert_eq!(mem.conversation("r1").await.unwrap().unwrap().len(), 1);
 }
 
 #[test]
 fn location_parsing() {
-    assert_eq!(
-        parse_location("respgw.db").unwrap(),
-        Location::Sqlite("respgw.db".into())
-    );
-    assert_eq!(
-        parse_location("sqlite://respgw.db").unwrap(),
-        Location::Sqlite("respgw.db".into())
-    );
-    assert_eq!(
-        parse_location("sqlite:///var/x.db").unwrap(),
-        Location::Sqlite("/var/x.db".into())
-    );
-    assert_eq!(
-        parse_location("sqlite:data/x.db").unwrap(),
-        Location::Sqlite("data/x.db".into())
-    );
-    assert_eq!(
-        parse_location("C:\\data\\x.db").unwrap(),
-        Location::Sqlite("C:\\data\\x.db".into())
-    );
+    assert_eq!(parse_location("respgw.db").unwrap(), Location::Sqlite("respgw.db".into()));
+    assert_eq!(parse_location("sqlite://respgw.db").unwrap(), Location::Sqlite("respgw.db".into()));
+    assert_eq!(parse_location("sqlite:///var/x.db").unwrap(), Location::Sqlite("/var/x.db".into()));
+    assert_eq!(parse_location("sqlite:data/x.db").unwrap(), Location::Sqlite("data/x.db".into()));
+    assert_eq!(parse_location("C:\\data\\x.db").unwrap(), Location::Sqlite("C:\\data\\x.db".into()));
     assert!(parse_location("sqlite://").is_err());
     assert!(parse_location("redis://h").is_err());
 }
@@ -581,43 +317,25 @@ async fn corrupt_rows_and_newer_schema_are_reported() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.db");
     let store = SqliteStore::open(&path).await.unwrap();
-    store
-        .save(new_response("r1", None, vec![], vec![user("a")], vec![]))
-        .await
-        .unwrap();
-    sqlx::query("UPDATE items SET body = '{\"type\":\"nonsense\"}'")
-        .execute(&store.pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE responses SET body = 'not json'")
-        .execute(&store.pool)
-        .await
-        .unwrap();
+    store.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
+    sqlx::query("UPDATE items SET body = '{\"type\":\"nonsense\"}'").execute(&store.pool).await.unwrap();
+    sqlx::query("UPDATE responses SET body = 'not json'").execute(&store.pool).await.unwrap();
     let err = store.conversation("r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
     let err = store.response("r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
 
-    sqlx::query("PRAGMA user_version = 2")
-        .execute(&store.pool)
-        .await
-        .unwrap();
+    sqlx::query("PRAGMA user_version = 2").execute(&store.pool).await.unwrap();
     store.pool.close().await;
     let err = SqliteStore::open(&path).await.unwrap_err();
-    assert!(
-        matches!(&err, StoreError::Corrupt(m) if m.contains("version 2")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 2")), "{err:?}");
 }
 
 /// Not a test on its own: the body of one writer process for
 /// [`two_processes_on_one_file_write_concurrently`], which runs this test binary as children.
 #[tokio::test]
 async fn child_writer() {
-    let (Ok(path), Ok(tag)) = (
-        std::env::var("RESPGW_STORE_CHILD_DB"),
-        std::env::var("RESPGW_STORE_CHILD_TAG"),
-    ) else {
+    let (Ok(path), Ok(tag)) = (std::env::var("RESPGW_STORE_CHILD_DB"), std::env::var("RESPGW_STORE_CHILD_TAG")) else {
         return;
     };
     let store = Arc::new(SqliteStore::open(&path).await.unwrap());
@@ -625,11 +343,7 @@ async fn child_writer() {
         .map(|n| {
             let store = Arc::clone(&store);
             let id = format!("{tag}_{n}");
-            tokio::spawn(async move {
-                store
-                    .save(new_response(&id, None, vec![], vec![user(&id)], vec![]))
-                    .await
-            })
+            tokio::spawn(async move { store.save(new_response(&id, None, vec![], vec![user(&id)], vec![])).await })
         })
         .collect();
     for task in tasks {

@@ -57,8 +57,7 @@ impl Cassette {
     /// Reads and parses a cassette YAML file.
     pub fn load(path: impl AsRef<Path>) -> anyhow::Result<Cassette> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading cassette {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading cassette {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("parsing cassette {}", path.display()))
     }
 
@@ -78,11 +77,7 @@ impl Cassette {
                 headers: raw.request.headers,
                 body: raw.request.body,
             },
-            response: CassetteResponse {
-                status: raw.response.status_code,
-                headers: raw.response.headers,
-                payload,
-            },
+            response: CassetteResponse { status: raw.response.status_code, headers: raw.response.headers, payload },
         })
     }
 
@@ -96,10 +91,7 @@ impl Cassette {
 
     /// The recorded `content-type` response header, if any.
     pub fn content_type(&self) -> Option<&str> {
-        self.response
-            .headers
-            .get("content-type")
-            .map(String::as_str)
+        self.response.headers.get("content-type").map(String::as_str)
     }
 }
 
@@ -146,37 +138,23 @@ mod tests {
 
     #[test]
     fn every_cassette_parses() {
-        for folder in [
-            "chat_completion",
-            "synthetic",
-            "responses",
-            "upstream_responses",
-        ] {
+        for folder in ["chat_completion", "synthetic", "responses", "upstream_responses"] {
             let mut files = Vec::new();
             yaml_files_under(&cassettes_dir().join(folder), &mut files);
             assert!(!files.is_empty(), "no cassettes found in {folder}");
             for file in files {
                 let cassette = Cassette::load(&file).unwrap_or_else(|e| panic!("{e:#}"));
                 assert_eq!(cassette.request.method, "POST", "{}", file.display());
-                assert!(
-                    cassette.request.body.is_object(),
-                    "request body of {}",
-                    file.display()
-                );
+                assert!(cassette.request.body.is_object(), "request body of {}", file.display());
             }
         }
     }
 
     #[test]
     fn streamed_cassette_concatenates_chunks() {
-        let cassette =
-            Cassette::load(cassettes_dir().join("chat_completion/text-single-stream.yaml"))
-                .unwrap();
+        let cassette = Cassette::load(cassettes_dir().join("chat_completion/text-single-stream.yaml")).unwrap();
         assert_eq!(cassette.response.status, 200);
-        assert_eq!(
-            cassette.content_type(),
-            Some("text/event-stream; charset=utf-8")
-        );
+        assert_eq!(cassette.content_type(), Some("text/event-stream; charset=utf-8"));
         assert_eq!(cassette.request.body["model"], "gpt-5-nano");
         let wire = String::from_utf8(cassette.sse_bytes().unwrap()).unwrap();
         assert!(wire.starts_with("data: {\"id\":\"chatcmpl-"));
@@ -186,9 +164,7 @@ mod tests {
 
     #[test]
     fn json_cassette_keeps_body_and_status() {
-        let cassette =
-            Cassette::load(cassettes_dir().join("chat_completion/model-not-found-stream.yaml"))
-                .unwrap();
+        let cassette = Cassette::load(cassettes_dir().join("chat_completion/model-not-found-stream.yaml")).unwrap();
         assert_eq!(cassette.response.status, 404);
         assert!(cassette.sse_bytes().is_none());
         let ResponsePayload::Json(body) = &cassette.response.payload else {

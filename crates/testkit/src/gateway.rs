@@ -39,11 +39,7 @@ impl GatewayProcess {
     /// Starts `bin` with `args` (e.g. `["serve", "--upstream", url, "--gateway-host", "127.0.0.1",
     /// "--gateway-port", "0"]`) and extra environment `envs`, in a fresh temporary working directory
     /// (so a default SQLite file lands there), and waits until it prints its `listening on` line.
-    pub async fn spawn(
-        bin: &Path,
-        args: &[String],
-        envs: &[(String, String)],
-    ) -> anyhow::Result<GatewayProcess> {
+    pub async fn spawn(bin: &Path, args: &[String], envs: &[(String, String)]) -> anyhow::Result<GatewayProcess> {
         let workdir = tempfile::tempdir().context("creating the gateway working directory")?;
         let mut gateway = Self::start(bin, args, envs, workdir.path()).await?;
         gateway._owned_workdir = Some(workdir);
@@ -79,16 +75,8 @@ impl GatewayProcess {
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let (ready_sender, ready) = oneshot::channel();
-        drain_lines(
-            child.stdout.take().context("child stdout")?,
-            stdout.clone(),
-            Some(ready_sender),
-        );
-        drain_lines(
-            child.stderr.take().context("child stderr")?,
-            stderr.clone(),
-            None,
-        );
+        drain_lines(child.stdout.take().context("child stdout")?, stdout.clone(), Some(ready_sender));
+        drain_lines(child.stderr.take().context("child stderr")?, stderr.clone(), None);
         let mut gateway = GatewayProcess {
             child,
             base_url: String::new(),
@@ -141,18 +129,12 @@ impl GatewayProcess {
 
     /// Everything the child wrote to stderr so far (its logs), for diagnostics.
     pub fn stderr_text(&self) -> String {
-        self.stderr
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.stderr.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Everything the child wrote to stdout so far.
     pub fn stdout_text(&self) -> String {
-        self.stdout
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.stdout.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Kills the child and waits for it to exit. Does nothing if it already exited.
@@ -187,10 +169,7 @@ fn drain_lines(
                 // The receiver may have given up (timeout); nothing to do then.
                 let _ = sender.send(url.to_owned());
             }
-            buffer
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push_str(&line);
+            buffer.lock().unwrap_or_else(PoisonError::into_inner).push_str(&line);
             line.clear();
         }
     });
@@ -238,23 +217,15 @@ pub fn http_client() -> reqwest::Client {
 /// POSTs `body` as JSON to `url` and returns the status, the headers and the JSON reply
 /// (`Null` for an empty body; an error if the body is not JSON, quoting it).
 pub async fn post_json(url: &str, body: &Value) -> anyhow::Result<(u16, HeaderMap, Value)> {
-    let response = http_client()
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .with_context(|| format!("POST {url}"))?;
+    let response = http_client().post(url).json(body).send().await.with_context(|| format!("POST {url}"))?;
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let text = response
-        .text()
-        .await
-        .with_context(|| format!("reading the reply of POST {url}"))?;
+    let text = response.text().await.with_context(|| format!("reading the reply of POST {url}"))?;
     if text.is_empty() {
         return Ok((status, headers, Value::Null));
     }
-    let json = serde_json::from_str(&text)
-        .with_context(|| format!("POST {url} answered {status} with non-JSON: {text}"))?;
+    let json =
+        serde_json::from_str(&text).with_context(|| format!("POST {url} answered {status} with non-JSON: {text}"))?;
     Ok((status, headers, json))
 }
 
@@ -269,9 +240,6 @@ pub async fn post_sse(url: &str, body: &Value) -> anyhow::Result<(u16, String)> 
         .await
         .with_context(|| format!("POST {url}"))?;
     let status = response.status().as_u16();
-    let text = response
-        .text()
-        .await
-        .with_context(|| format!("reading the stream of POST {url}"))?;
+    let text = response.text().await.with_context(|| format!("reading the stream of POST {url}"))?;
     Ok((status, text))
 }

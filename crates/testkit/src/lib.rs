@@ -28,7 +28,11 @@ pub const SHARED_DIR_ENV: &str = "RESPGW_SHARED_DIR";
 pub fn shared_dir() -> PathBuf {
     match std::env::var_os(SHARED_DIR_ENV) {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")),
+        _ => {
+            let beside_workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared"));
+            // Resolve the `..` for readable paths in messages; keep the raw path if it is missing.
+            beside_workspace.canonicalize().unwrap_or(beside_workspace)
+        }
     }
 }
 

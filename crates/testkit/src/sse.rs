@@ -13,11 +13,7 @@ pub struct SseEvent {
 }
 
 /// Event types that end a response stream.
-pub const TERMINAL_EVENT_TYPES: [&str; 3] = [
-    "response.completed",
-    "response.incomplete",
-    "response.failed",
-];
+pub const TERMINAL_EVENT_TYPES: [&str; 3] = ["response.completed", "response.incomplete", "response.failed"];
 
 /// Event types that carry the whole response object under `response`.
 pub const LIFECYCLE_EVENT_TYPES: [&str; 6] = [
@@ -50,10 +46,7 @@ pub fn parse_sse(raw: &str) -> anyhow::Result<Vec<SseEvent>> {
     for line in lines {
         if line.is_empty() {
             if !data_lines.is_empty() {
-                events.push(SseEvent {
-                    event: event_type.take(),
-                    data: data_lines.join("\n"),
-                });
+                events.push(SseEvent { event: event_type.take(), data: data_lines.join("\n") });
             }
             event_type = None;
             data_lines.clear();
@@ -86,17 +79,11 @@ pub fn parse_sse(raw: &str) -> anyhow::Result<Vec<SseEvent>> {
 /// same `response.id`.
 pub fn check_stream(raw: &str) -> anyhow::Result<Vec<Value>> {
     let events = parse_sse(raw)?;
-    ensure!(
-        raw.ends_with("\n\n"),
-        "stream does not end with a blank line"
-    );
+    ensure!(raw.ends_with("\n\n"), "stream does not end with a blank line");
     let Some((done, json_events)) = events.split_last() else {
         bail!("stream has no events");
     };
-    ensure!(
-        done.data == "[DONE]" && done.event.is_none(),
-        "the final frame is {done:?}, not `data: [DONE]`"
-    );
+    ensure!(done.data == "[DONE]" && done.event.is_none(), "the final frame is {done:?}, not `data: [DONE]`");
 
     let mut parsed = Vec::with_capacity(json_events.len());
     let mut response_id: Option<&str> = None;
@@ -117,10 +104,7 @@ pub fn check_stream(raw: &str) -> anyhow::Result<Vec<Value>> {
         );
         parsed.push(value);
     }
-    ensure!(
-        !parsed.is_empty(),
-        "stream has no JSON events before `data: [DONE]`"
-    );
+    ensure!(!parsed.is_empty(), "stream has no JSON events before `data: [DONE]`");
 
     for (index, value) in parsed.iter().enumerate() {
         let event_type = value["type"].as_str().unwrap_or_default();
@@ -152,10 +136,7 @@ fn parse_event(event: &SseEvent) -> anyhow::Result<Value> {
     let Some(event_name) = &event.event else {
         bail!("event has no `event:` line");
     };
-    ensure!(
-        event_name == event_type,
-        "`event: {event_name}` differs from data type `{event_type}`"
-    );
+    ensure!(event_name == event_type, "`event: {event_name}` differs from data type `{event_type}`");
     Ok(value)
 }
 
@@ -166,8 +147,7 @@ mod tests {
 
     /// The seed capture without its leading `HTTP 200` status and header lines.
     fn seed_plain_text_stream() -> String {
-        let capture =
-            std::fs::read_to_string(seed_captures_dir().join("01_plain_text.sse")).unwrap();
+        let capture = std::fs::read_to_string(seed_captures_dir().join("01_plain_text.sse")).unwrap();
         let (head, body) = capture.split_once("\n\n").unwrap();
         assert!(head.starts_with("HTTP 200\n"), "{head}");
         body.to_owned()
@@ -180,14 +160,8 @@ mod tests {
         assert_eq!(
             events,
             vec![
-                SseEvent {
-                    event: Some("a".into()),
-                    data: "{\"x\":1}".into()
-                },
-                SseEvent {
-                    event: None,
-                    data: "first\nsecond".into()
-                },
+                SseEvent { event: Some("a".into()), data: "{\"x\":1}".into() },
+                SseEvent { event: None, data: "first\nsecond".into() },
             ]
         );
         assert!(parse_sse("data: x\r\n\r\n").is_err());
@@ -196,10 +170,7 @@ mod tests {
     #[test]
     fn seed_plain_text_capture_passes_the_contract() {
         let events = check_stream(&seed_plain_text_stream()).unwrap();
-        let types: Vec<&str> = events
-            .iter()
-            .map(|event| event["type"].as_str().unwrap())
-            .collect();
+        let types: Vec<&str> = events.iter().map(|event| event["type"].as_str().unwrap()).collect();
         assert_eq!(types.first(), Some(&"response.created"));
         assert_eq!(types.last(), Some(&"response.completed"));
         assert!(types.contains(&"response.output_text.delta"));
@@ -219,38 +190,17 @@ mod tests {
     fn framing_violations_are_rejected() {
         let stream = seed_plain_text_stream();
         let cases = [
-            (
-                stream.replace("event: response.in_progress\n", "event: response.created\n"),
-                "differs from data type",
-            ),
-            (
-                stream.replace("\n\ndata: [DONE]\n\n", "\n\n"),
-                "not `data: [DONE]`",
-            ),
+            (stream.replace("event: response.in_progress\n", "event: response.created\n"), "differs from data type"),
+            (stream.replace("\n\ndata: [DONE]\n\n", "\n\n"), "not `data: [DONE]`"),
             (stream.replace('\n', "\r\n"), "CR found"),
-            (
-                stream.replace(
-                    "event: response.completed\n",
-                    "event: response.completed\r\n",
-                ),
-                "CR found",
-            ),
+            (stream.replace("event: response.completed\n", "event: response.completed\r\n"), "CR found"),
             (
                 stream
-                    .replace(
-                        "\"type\":\"response.in_progress\"",
-                        "\"type\":\"response.completed\"",
-                    )
-                    .replace(
-                        "event: response.in_progress\n",
-                        "event: response.completed\n",
-                    ),
+                    .replace("\"type\":\"response.in_progress\"", "\"type\":\"response.completed\"")
+                    .replace("event: response.in_progress\n", "event: response.completed\n"),
                 "terminal event must be exactly the last",
             ),
-            (
-                stream.replacen("\"id\":\"resp_", "\"id\":\"resp_X", 1),
-                "earlier ones resp_X",
-            ),
+            (stream.replacen("\"id\":\"resp_", "\"id\":\"resp_X", 1), "earlier ones resp_X"),
         ];
         for (tampered, expected) in cases {
             let error = format!("{:#}", check_stream(&tampered).unwrap_err());

@@ -96,15 +96,8 @@ impl Step {
                 "finish_reason": finish_reason,
             }]))
         };
-        let mut events = vec![choice(
-            json!({"role": "assistant", "content": ""}),
-            Value::Null,
-        )];
-        events.extend(
-            text_chunks
-                .iter()
-                .map(|text| choice(json!({ "content": text }), Value::Null)),
-        );
+        let mut events = vec![choice(json!({"role": "assistant", "content": ""}), Value::Null)];
+        events.extend(text_chunks.iter().map(|text| choice(json!({ "content": text }), Value::Null)));
         events.push(choice(json!({}), json!(finish_reason)));
         if let Some((prompt_tokens, completion_tokens)) = usage {
             let mut usage_chunk = chunk(json!([]));
@@ -115,10 +108,7 @@ impl Step {
             });
             events.push(usage_chunk);
         }
-        let mut chunks: Vec<String> = events
-            .iter()
-            .map(|event| format!("data: {event}\n\n"))
-            .collect();
+        let mut chunks: Vec<String> = events.iter().map(|event| format!("data: {event}\n\n")).collect();
         chunks.push("data: [DONE]\n\n".to_owned());
         Step::Sse(chunks)
     }
@@ -163,18 +153,12 @@ impl ReplayUpstream {
             requests: Mutex::new(Vec::new()),
             recording: AtomicBool::new(true),
         });
-        let router = Router::new()
-            .fallback(handle_request)
-            .with_state(state.clone());
+        let router = Router::new().fallback(handle_request).with_state(state.clone());
         let server = tokio::spawn(async move {
             // Serving only ends on an accept error; the handle is aborted on drop anyway.
             let _ = axum::serve(listener, router).await;
         });
-        Ok(ReplayUpstream {
-            address,
-            state,
-            server,
-        })
+        Ok(ReplayUpstream { address, state, server })
     }
 
     /// The OpenAI-style base URL to give the gateway: `http://127.0.0.1:PORT/v1`.
@@ -190,10 +174,7 @@ impl ReplayUpstream {
     /// Appends `steps` to the queue of scenario `name` (the `model` that selects it).
     pub fn add_scenario(&self, name: impl Into<String>, steps: Vec<Step>) {
         let mut scenarios = lock(&self.state.scenarios);
-        match scenarios
-            .entry(name.into())
-            .or_insert_with(|| Scenario::Queue(VecDeque::new()))
-        {
+        match scenarios.entry(name.into()).or_insert_with(|| Scenario::Queue(VecDeque::new())) {
             Scenario::Queue(queue) => queue.extend(steps),
             repeating @ Scenario::Repeat(_) => *repeating = Scenario::Queue(steps.into()),
         }
@@ -220,11 +201,7 @@ impl ReplayUpstream {
 
     /// The recorded requests whose body `model` is `model`, in arrival order.
     pub fn requests(&self, model: &str) -> Vec<RecordedRequest> {
-        lock(&self.state.requests)
-            .iter()
-            .filter(|request| request.model.as_deref() == Some(model))
-            .cloned()
-            .collect()
+        lock(&self.state.requests).iter().filter(|request| request.model.as_deref() == Some(model)).cloned().collect()
     }
 
     /// Every recorded request, in arrival order.
@@ -234,10 +211,7 @@ impl ReplayUpstream {
 
     /// The replay errors met so far (unknown model, exhausted queue, unknown route, unreadable cassette).
     pub fn replay_errors(&self) -> Vec<String> {
-        lock(&self.state.requests)
-            .iter()
-            .filter_map(|request| request.replay_error.clone())
-            .collect()
+        lock(&self.state.requests).iter().filter_map(|request| request.replay_error.clone()).collect()
     }
 }
 
@@ -265,9 +239,9 @@ impl ReplayState {
         match scenarios.get_mut(model) {
             None => Err(format!("no scenario for model `{model}`")),
             Some(Scenario::Repeat(step)) => Ok(step.clone()),
-            Some(Scenario::Queue(queue)) => queue
-                .pop_front()
-                .ok_or_else(|| format!("scenario `{model}` has no steps left")),
+            Some(Scenario::Queue(queue)) => {
+                queue.pop_front().ok_or_else(|| format!("scenario `{model}` has no steps left"))
+            }
         }
     }
 
@@ -299,9 +273,7 @@ enum Reply {
 
 async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let raw_body = axum::body::to_bytes(body, usize::MAX)
-        .await
-        .unwrap_or_default();
+    let raw_body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
     let body = parse_body(&raw_body);
     let model = body.get("model").and_then(Value::as_str).map(str::to_owned);
     let path = parts.uri.path().to_owned();
@@ -311,13 +283,10 @@ async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request)
             .next_step(model.as_deref())
             .and_then(|step| render_step(&step))
             .map_err(|reason| (StatusCode::INTERNAL_SERVER_ERROR, reason)),
-        (&Method::GET, "/v1/models") => Ok(Reply::Ready(
-            (StatusCode::OK, axum::Json(state.model_list())).into_response(),
-        )),
-        (method, path) => Err((
-            StatusCode::NOT_FOUND,
-            format!("no route for {method} {path}"),
-        )),
+        (&Method::GET, "/v1/models") => {
+            Ok(Reply::Ready((StatusCode::OK, axum::Json(state.model_list())).into_response()))
+        }
+        (method, path) => Err((StatusCode::NOT_FOUND, format!("no route for {method} {path}"))),
     };
     let outcome = outcome.map_err(|(status, reason)| (status, format!("replay: {reason}")));
     state.record(RecordedRequest {
@@ -332,9 +301,7 @@ async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request)
     match outcome {
         Ok(Reply::Ready(response)) => response,
         Ok(Reply::Hang) => std::future::pending().await,
-        Err((status, message)) => {
-            (status, axum::Json(json!({"error": {"message": message}}))).into_response()
-        }
+        Err((status, message)) => (status, axum::Json(json!({"error": {"message": message}}))).into_response(),
     }
 }
 
@@ -342,8 +309,7 @@ fn parse_body(raw: &Bytes) -> Value {
     if raw.is_empty() {
         return Value::Null;
     }
-    serde_json::from_slice(raw)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(raw).into_owned()))
+    serde_json::from_slice(raw).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(raw).into_owned()))
 }
 
 fn render_step(step: &Step) -> Result<Reply, String> {
@@ -358,31 +324,21 @@ fn render_step(step: &Step) -> Result<Reply, String> {
                     content_type.as_deref().unwrap_or(SSE_CONTENT_TYPE),
                     chunk_body(chunks, Duration::ZERO, false),
                 ),
-                ResponsePayload::Json(body) => json_response(
-                    status,
-                    content_type.as_deref().unwrap_or("application/json"),
-                    &body,
-                ),
+                ResponsePayload::Json(body) => {
+                    json_response(status, content_type.as_deref().unwrap_or("application/json"), &body)
+                }
             }
         }
-        Step::Status { status, body } => {
-            json_response(status_code(*status)?, "application/json", body)
+        Step::Status { status, body } => json_response(status_code(*status)?, "application/json", body),
+        Step::Sse(chunks) => {
+            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), Duration::ZERO, false))
         }
-        Step::Sse(chunks) => stream_response(
-            StatusCode::OK,
-            SSE_CONTENT_TYPE,
-            chunk_body(chunks.clone(), Duration::ZERO, false),
-        ),
-        Step::SseThenDrop { chunks } => stream_response(
-            StatusCode::OK,
-            SSE_CONTENT_TYPE,
-            chunk_body(chunks.clone(), Duration::ZERO, true),
-        ),
-        Step::SlowSse { chunks, delay } => stream_response(
-            StatusCode::OK,
-            SSE_CONTENT_TYPE,
-            chunk_body(chunks.clone(), *delay, false),
-        ),
+        Step::SseThenDrop { chunks } => {
+            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), Duration::ZERO, true))
+        }
+        Step::SlowSse { chunks, delay } => {
+            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), *delay, false))
+        }
         Step::Hang => return Ok(Reply::Hang),
     };
     Ok(Reply::Ready(response))
@@ -399,8 +355,8 @@ fn json_response(status: StatusCode, content_type: &str, body: &Value) -> Respon
 fn stream_response(status: StatusCode, content_type: &str, body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
-    let content_type = HeaderValue::from_str(content_type)
-        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    let content_type =
+        HeaderValue::from_str(content_type).unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     response.headers_mut().insert(CONTENT_TYPE, content_type);
     response
 }
@@ -409,22 +365,24 @@ fn stream_response(status: StatusCode, content_type: &str, body: Body) -> Respon
 /// chunk, so hyper flushes what it has), pausing `delay` between chunks, and optionally ending
 /// with an error, which makes hyper abort the connection mid-body.
 fn chunk_body(chunks: Vec<String>, delay: Duration, then_drop: bool) -> Body {
-    let chunks =
-        stream::iter(chunks.into_iter().enumerate()).then(move |(index, chunk)| async move {
-            if index > 0 && !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            } else {
-                tokio::task::yield_now().await;
-            }
-            Ok::<_, io::Error>(Bytes::from(chunk))
-        });
-    let abort = stream::iter(then_drop.then(|| {
-        Err(io::Error::other(
-            "replay: dropping the connection on purpose",
-        ))
-    }));
+    let chunks = stream::iter(chunks.into_iter().enumerate()).then(move |(index, chunk)| async move {
+        if index > 0 && !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        } else {
+            tokio::task::yield_now().await;
+        }
+        Ok::<_, io::Error>(Bytes::from(chunk))
+    });
+    let abort = stream::iter(then_drop.then_some(())).then(|()| async {
+        // Give hyper time to flush the chunks: it drops unflushed data when the body fails.
+        tokio::time::sleep(DROP_FLUSH_DELAY).await;
+        Err(io::Error::other("replay: dropping the connection on purpose"))
+    });
     Body::from_stream(chunks.chain(abort))
 }
+
+/// Pause before [`Step::SseThenDrop`] aborts the connection.
+const DROP_FLUSH_DELAY: Duration = Duration::from_millis(50);
 
 #[cfg(test)]
 mod tests {
@@ -445,46 +403,30 @@ mod tests {
     async fn replays_a_cassette_stream_byte_for_byte() {
         let upstream = ReplayUpstream::start().await.unwrap();
         let step = Step::cassette("chat_completion/text-single-stream.yaml");
-        let Step::Cassette(path) = &step else {
-            unreachable!()
-        };
+        let Step::Cassette(path) = &step else { unreachable!() };
         let expected = Cassette::load(path).unwrap().sse_bytes().unwrap();
         upstream.add_scenario("paris", vec![step]);
 
         let response = post_chat(&upstream, json!({"model": "paris", "stream": true})).await;
         assert_eq!(response.status(), 200);
-        assert_eq!(
-            response.headers()["content-type"],
-            "text/event-stream; charset=utf-8"
-        );
+        assert_eq!(response.headers()["content-type"], "text/event-stream; charset=utf-8");
         let mut received = Vec::new();
         let mut body = response.bytes_stream();
         while let Some(chunk) = body.next().await {
             received.extend_from_slice(&chunk.unwrap());
         }
-        assert_eq!(
-            String::from_utf8(received).unwrap(),
-            String::from_utf8(expected).unwrap()
-        );
+        assert_eq!(String::from_utf8(received).unwrap(), String::from_utf8(expected).unwrap());
         assert_eq!(upstream.remaining_steps("paris"), 0);
     }
 
     #[tokio::test]
     async fn replays_a_cassette_json_error() {
         let upstream = ReplayUpstream::start().await.unwrap();
-        upstream.add_scenario(
-            "missing",
-            vec![Step::cassette(
-                "chat_completion/model-not-found-stream.yaml",
-            )],
-        );
+        upstream.add_scenario("missing", vec![Step::cassette("chat_completion/model-not-found-stream.yaml")]);
         let response = post_chat(&upstream, json!({"model": "missing", "stream": true})).await;
         assert_eq!(response.status(), 404);
         let body: Value = response.json().await.unwrap();
-        assert_eq!(
-            body["error"]["message"],
-            "The model `MiniMaxAI/MiniMax-M2.1` does not exist."
-        );
+        assert_eq!(body["error"]["message"], "The model `MiniMaxAI/MiniMax-M2.1` does not exist.");
     }
 
     #[tokio::test]
@@ -493,20 +435,14 @@ mod tests {
         upstream.add_scenario(
             "loop",
             vec![
-                Step::Status {
-                    status: 429,
-                    body: json!({"error": {"message": "slow down"}}),
-                },
+                Step::Status { status: 429, body: json!({"error": {"message": "slow down"}}) },
                 Step::text(&["Hel", "lo"], "stop", Some((7, 2))),
             ],
         );
 
         let first = post_chat(&upstream, json!({"model": "loop"})).await;
         assert_eq!(first.status(), 429);
-        assert_eq!(
-            first.json::<Value>().await.unwrap()["error"]["message"],
-            "slow down"
-        );
+        assert_eq!(first.json::<Value>().await.unwrap()["error"]["message"], "slow down");
 
         let second = post_chat(&upstream, json!({"model": "loop"})).await;
         assert_eq!(second.status(), 200);
@@ -524,14 +460,8 @@ mod tests {
         let third = post_chat(&upstream, json!({"model": "loop"})).await;
         assert_eq!(third.status(), 500);
         let error = third.json::<Value>().await.unwrap();
-        assert_eq!(
-            error["error"]["message"],
-            "replay: scenario `loop` has no steps left"
-        );
-        assert_eq!(
-            upstream.replay_errors(),
-            vec!["replay: scenario `loop` has no steps left"]
-        );
+        assert_eq!(error["error"]["message"], "replay: scenario `loop` has no steps left");
+        assert_eq!(upstream.replay_errors(), vec!["replay: scenario `loop` has no steps left"]);
     }
 
     #[tokio::test]
@@ -540,28 +470,17 @@ mod tests {
         let response = post_chat(&upstream, json!({"model": "nobody"})).await;
         assert_eq!(response.status(), 500);
         let body: Value = response.json().await.unwrap();
-        assert_eq!(
-            body["error"]["message"],
-            "replay: no scenario for model `nobody`"
-        );
+        assert_eq!(body["error"]["message"], "replay: no scenario for model `nobody`");
         let recorded = upstream.requests("nobody");
         assert_eq!(recorded.len(), 1);
-        assert_eq!(
-            recorded[0].replay_error.as_deref(),
-            Some("replay: no scenario for model `nobody`")
-        );
+        assert_eq!(recorded[0].replay_error.as_deref(), Some("replay: no scenario for model `nobody`"));
     }
 
     #[tokio::test]
     async fn sse_then_drop_fails_the_body_after_the_chunks() {
         let upstream = ReplayUpstream::start().await.unwrap();
         let first_chunk = "data: {\"choices\":[]}\n\n";
-        upstream.add_scenario(
-            "flaky",
-            vec![Step::SseThenDrop {
-                chunks: vec![first_chunk.to_owned()],
-            }],
-        );
+        upstream.add_scenario("flaky", vec![Step::SseThenDrop { chunks: vec![first_chunk.to_owned()] }]);
         let response = post_chat(&upstream, json!({"model": "flaky"})).await;
         assert_eq!(response.status(), 200);
         let mut body = response.bytes_stream();
@@ -588,11 +507,7 @@ mod tests {
             }],
         );
         let started = std::time::Instant::now();
-        let text = post_chat(&upstream, json!({"model": "slow"}))
-            .await
-            .text()
-            .await
-            .unwrap();
+        let text = post_chat(&upstream, json!({"model": "slow"})).await.text().await.unwrap();
         assert_eq!(text, "data: 1\n\ndata: 2\n\n");
         assert!(started.elapsed() >= Duration::from_millis(150));
     }
@@ -613,13 +528,8 @@ mod tests {
         upstream.add_scenario("a", vec![Step::text(&["x"], "stop", None)]);
         upstream.add_repeating_scenario("b", Step::text(&["y"], "stop", None));
 
-        let body =
-            json!({"model": "a", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
-        post_chat(&upstream, body.clone())
-            .await
-            .text()
-            .await
-            .unwrap();
+        let body = json!({"model": "a", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+        post_chat(&upstream, body.clone()).await.text().await.unwrap();
         for _ in 0..2 {
             let response = post_chat(&upstream, json!({"model": "b"})).await;
             assert_eq!(response.status(), 200);
@@ -634,14 +544,8 @@ mod tests {
         assert!(recorded[0].replay_error.is_none());
         assert_eq!(upstream.requests("b").len(), 2);
 
-        let models: Value = http_client()
-            .get(format!("{}/models", upstream.base_url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let models: Value =
+            http_client().get(format!("{}/models", upstream.base_url())).send().await.unwrap().json().await.unwrap();
         assert_eq!(
             models,
             json!({"object": "list", "data": [
@@ -650,16 +554,9 @@ mod tests {
             ]})
         );
 
-        let missing = http_client()
-            .post(format!("{}/embeddings", upstream.base_url()))
-            .send()
-            .await
-            .unwrap();
+        let missing = http_client().post(format!("{}/embeddings", upstream.base_url())).send().await.unwrap();
         assert_eq!(missing.status(), 404);
         assert_eq!(upstream.all_requests().len(), 5);
-        assert_eq!(
-            upstream.replay_errors(),
-            vec!["replay: no route for POST /v1/embeddings"]
-        );
+        assert_eq!(upstream.replay_errors(), vec!["replay: no route for POST /v1/embeddings"]);
     }
 }

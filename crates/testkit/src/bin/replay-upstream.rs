@@ -16,15 +16,12 @@
 use anyhow::{Context, bail};
 use respgw_testkit::{Cassette, ReplayUpstream, Step, cassettes_dir};
 
-const USAGE: &str = "usage: respgw-replay-upstream [--port N] [--scenario NAME=a.yaml,b.yaml]... [--synthetic-text NAME]...";
+const USAGE: &str =
+    "usage: respgw-replay-upstream [--port N] [--scenario NAME=a.yaml,b.yaml]... [--synthetic-text NAME]...";
 
 /// The reply of `--synthetic-text` scenarios.
 fn synthetic_text_step() -> Step {
-    Step::text(
-        &["Hello", " from", " the", " replay", " upstream", "."],
-        "stop",
-        Some((12, 6)),
-    )
+    Step::text(&["Hello", " from", " the", " replay", " upstream", "."], "stop", Some((12, 6)))
 }
 
 #[tokio::main]
@@ -35,10 +32,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let mut value = || {
-            args.next()
-                .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-        };
+        let mut value = || args.next().with_context(|| format!("{flag} needs a value\n{USAGE}"));
         match flag.as_str() {
             "--port" => port = value()?.parse().context("--port must be a number")?,
             "--scenario" => {

@@ -1,0 +1,299 @@
+//! Malformed requests: each gets the right 4xx in the one error shape, naming the field at fault
+//! where there is one — never a 5xx, never a dropped connection.
+
+mod common;
+
+use common::{Harness, assert_error_shape};
+use respgw_testkit::gateway::http_client;
+use serde_json::{Value, json};
+
+/// (what, raw body, expected status, expected `param`).
+fn cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
+    let j = |v: Value| v.to_string();
+    let tool = json!({"type":"function","name":"f","parameters":{"type":"object"}});
+    vec![
+        ("not json", "{nope".into(), 400, None),
+        ("empty body", "".into(), 400, None),
+        ("array body", "[]".into(), 400, None),
+        ("string body", "\"hi\"".into(), 400, None),
+        ("missing model", j(json!({"input":"x"})), 400, Some("model")),
+        ("missing input", j(json!({"model":"m"})), 400, Some("input")),
+        ("model not a string", j(json!({"model":7,"input":"x"})), 400, Some("model")),
+        ("empty model", j(json!({"model":"  ","input":"x"})), 400, Some("model")),
+        ("input a number", j(json!({"model":"m","input":5})), 400, Some("input")),
+        ("empty input list", j(json!({"model":"m","input":[]})), 400, Some("input")),
+        ("input item not an object", j(json!({"model":"m","input":["x"]})), 400, Some("input[0]")),
+        ("unknown item type", j(json!({"model":"m","input":[{"type":"bogus"}]})), 400, Some("input[0].type")),
+        (
+            "item_reference",
+            j(json!({"model":"m","input":[{"type":"item_reference","id":"x"}]})),
+            400,
+            Some("input[0].type"),
+        ),
+        ("unknown role", j(json!({"model":"m","input":[{"role":"wizard","content":"x"}]})), 400, Some("input[0].role")),
+        (
+            "content a number",
+            j(json!({"model":"m","input":[{"role":"user","content":3}]})),
+            400,
+            Some("input[0].content"),
+        ),
+        (
+            "unknown content part",
+            j(json!({"model":"m","input":[{"role":"user","content":[{"type":"audio"}]}]})),
+            400,
+            Some("input[0].content"),
+        ),
+        (
+            "image without url",
+            j(json!({"model":"m","input":[{"role":"user","content":[{"type":"input_image"}]}]})),
+            400,
+            Some("input[0].content[0].image_url"),
+        ),
+        (
+            "image by file id",
+            j(json!({"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"file_1"}]}]})),
+            400,
+            Some("input[0].content[0].file_id"),
+        ),
+        (
+            "function_call args not string",
+            j(json!({"model":"m","input":[{"type":"function_call","call_id":"c","name":"f","arguments":{}}]})),
+            400,
+            Some("input[0].arguments"),
+        ),
+        (
+            "function_call_output without call_id",
+            j(json!({"model":"m","input":[{"type":"function_call_output","output":"x"}]})),
+            400,
+            Some("input[0].call_id"),
+        ),
+        ("temperature too high", j(json!({"model":"m","input":"x","temperature":2.5})), 400, Some("temperature")),
+        ("temperature negative", j(json!({"model":"m","input":"x","temperature":-0.1})), 400, Some("temperature")),
+        ("temperature a string", j(json!({"model":"m","input":"x","temperature":"hot"})), 400, Some("temperature")),
+        ("top_p above one", j(json!({"model":"m","input":"x","top_p":1.5})), 400, Some("top_p")),
+        (
+            "presence_penalty out of range",
+            j(json!({"model":"m","input":"x","presence_penalty":9})),
+            400,
+            Some("presence_penalty"),
+        ),
+        (
+            "max_output_tokens zero",
+            j(json!({"model":"m","input":"x","max_output_tokens":0})),
+            400,
+            Some("max_output_tokens"),
+        ),
+        (
+            "max_output_tokens negative",
+            j(json!({"model":"m","input":"x","max_output_tokens":-5})),
+            400,
+            Some("max_output_tokens"),
+        ),
+        (
+            "max_output_tokens huge",
+            r#"{"model":"m","input":"x","max_output_tokens":123456789012345678901234567890}"#.into(),
+            400,
+            Some("max_output_tokens"),
+        ),
+        (
+            "max_output_tokens fractional",
+            j(json!({"model":"m","input":"x","max_output_tokens":1.5})),
+            400,
+            Some("max_output_tokens"),
+        ),
+        ("max_tool_calls zero", j(json!({"model":"m","input":"x","max_tool_calls":0})), 400, Some("max_tool_calls")),
+        ("top_logprobs too many", j(json!({"model":"m","input":"x","top_logprobs":21})), 400, Some("top_logprobs")),
+        ("stream not a bool", j(json!({"model":"m","input":"x","stream":"yes"})), 400, Some("stream")),
+        ("store not a bool", j(json!({"model":"m","input":"x","store":1})), 400, Some("store")),
+        (
+            "instructions not a string",
+            j(json!({"model":"m","input":"x","instructions":["a"]})),
+            400,
+            Some("instructions"),
+        ),
+        ("unknown include", j(json!({"model":"m","input":"x","include":["everything"]})), 400, Some("include[0]")),
+        (
+            "metadata value not a string",
+            j(json!({"model":"m","input":"x","metadata":{"a":1}})),
+            400,
+            Some("metadata.a"),
+        ),
+        (
+            "too many metadata keys",
+            j(
+                json!({"model":"m","input":"x","metadata":(0..17).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_,_>>()}),
+            ),
+            400,
+            Some("metadata"),
+        ),
+        (
+            "reasoning effort unknown",
+            j(json!({"model":"m","input":"x","reasoning":{"effort":"maximal"}})),
+            400,
+            Some("reasoning.effort"),
+        ),
+        (
+            "text format unknown",
+            j(json!({"model":"m","input":"x","text":{"format":{"type":"yaml"}}})),
+            400,
+            Some("text.format.type"),
+        ),
+        (
+            "json_schema without schema",
+            j(json!({"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"a"}}})),
+            400,
+            Some("text.format"),
+        ),
+        (
+            "json_schema bad name",
+            j(json!({"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"a b","schema":{}}}})),
+            400,
+            Some("text.format.name"),
+        ),
+        ("truncation unknown", j(json!({"model":"m","input":"x","truncation":"middle"})), 400, Some("truncation")),
+        ("service_tier unknown", j(json!({"model":"m","input":"x","service_tier":"gold"})), 400, Some("service_tier")),
+        ("tools not a list", j(json!({"model":"m","input":"x","tools":{"type":"function"}})), 400, Some("tools")),
+        ("tool without type", j(json!({"model":"m","input":"x","tools":[{"name":"f"}]})), 400, Some("tools[0].type")),
+        (
+            "unknown tool type",
+            j(json!({"model":"m","input":"x","tools":[{"type":"teleport"}]})),
+            400,
+            Some("tools[0].type"),
+        ),
+        (
+            "hosted tool not enabled",
+            j(json!({"model":"m","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]})),
+            400,
+            Some("tools[0].type"),
+        ),
+        (
+            "function without name",
+            j(json!({"model":"m","input":"x","tools":[{"type":"function","parameters":{}}]})),
+            400,
+            Some("tools[0].name"),
+        ),
+        (
+            "function name reserved mcp__",
+            j(json!({"model":"m","input":"x","tools":[{"type":"function","name":"mcp__s__t"}]})),
+            400,
+            Some("tools[0].name"),
+        ),
+        (
+            "function name with spaces",
+            j(json!({"model":"m","input":"x","tools":[{"type":"function","name":"get weather"}]})),
+            400,
+            Some("tools[0].name"),
+        ),
+        (
+            "duplicate function names",
+            j(json!({"model":"m","input":"x","tools":[tool.clone(), tool.clone()]})),
+            400,
+            Some("tools[1].name"),
+        ),
+        (
+            "parameters not an object schema",
+            j(json!({"model":"m","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"string"}}]})),
+            400,
+            Some("tools[0].parameters.type"),
+        ),
+        (
+            "tool_choice unknown string",
+            j(json!({"model":"m","input":"x","tool_choice":"sometimes"})),
+            400,
+            Some("tool_choice"),
+        ),
+        (
+            "tool_choice unknown type",
+            j(json!({"model":"m","input":"x","tool_choice":{"type":"magic"}})),
+            400,
+            Some("tool_choice.type"),
+        ),
+        (
+            "tool_choice names a missing function",
+            j(json!({"model":"m","input":"x","tools":[tool.clone()],"tool_choice":{"type":"function","name":"g"}})),
+            422,
+            Some("tool_choice.name"),
+        ),
+        (
+            "tool_choice required without tools",
+            j(json!({"model":"m","input":"x","tool_choice":"required"})),
+            422,
+            Some("tool_choice"),
+        ),
+        (
+            "allowed_tools names a missing function",
+            j(
+                json!({"model":"m","input":"x","tools":[tool.clone()],"tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"zzz"}]}}),
+            ),
+            422,
+            Some("tool_choice.tools[0].name"),
+        ),
+        ("background mode", j(json!({"model":"m","input":"x","background":true})), 400, Some("background")),
+        ("conversation", j(json!({"model":"m","input":"x","conversation":"conv_1"})), 400, Some("conversation")),
+        (
+            "empty previous_response_id",
+            j(json!({"model":"m","input":"x","previous_response_id":""})),
+            400,
+            Some("previous_response_id"),
+        ),
+        (
+            "unknown previous_response_id",
+            j(json!({"model":"m","input":"x","previous_response_id":"resp_nope"})),
+            400,
+            Some("previous_response_id"),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn malformed_requests_get_a_precise_4xx() {
+    let h = Harness::start().await;
+    let url = h.url("/v1/responses");
+    let mut failures = Vec::new();
+    let all = cases();
+    assert!(all.len() >= 50, "the table covers dozens of cases");
+    for (what, body, status, param) in all {
+        let response = http_client()
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: connection failed: {e}"));
+        let got_status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let json: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: non-JSON reply {text}"));
+        assert_error_shape(&json);
+        let got_param = json["error"]["param"].as_str();
+        if got_status != status || got_param != param {
+            failures.push(format!(
+                "{what}: expected {status} {param:?}, got {got_status} {got_param:?}: {}",
+                json["error"]["message"]
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    // Nothing reached the upstream, and the gateway is still healthy.
+    assert!(h.upstream.all_requests().is_empty());
+    assert_eq!(h.get("/health").await.0, 200);
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused_with_413() {
+    let h = Harness::start_with(&["--max-body-mb", "1"], &[]).await;
+    let big = "x".repeat(2 * 1024 * 1024);
+    let (status, body) =
+        h.send(http_client().post(h.url("/v1/responses")).json(&json!({"model":"m","input":big}))).await;
+    assert_eq!(status, 413);
+    assert_error_shape(&body);
+}
+
+#[tokio::test]
+async fn unknown_top_level_fields_are_ignored() {
+    let h = Harness::start().await;
+    h.scenario("m", vec![respgw_testkit::upstream::Step::text(&["ok"], "stop", None)]);
+    let (status, _) = h
+        .create(json!({"model":"m","input":"x","client_metadata":{"a":"b"},"prompt_cache_key":"k","stream_options":{"include_obfuscation":false}}))
+        .await;
+    assert_eq!(status, 200);
+}

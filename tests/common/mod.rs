@@ -1,0 +1,150 @@
+//! Shared end-to-end harness: a replay upstream (in-process, replaying recorded streams) in
+//! front of which the real `respgw` binary runs as a child process on a loopback port chosen
+//! at run time. Every response object and event the tests see is validated against the Open
+//! Responses schema, and every stream against the gateway's framing contract.
+
+#![allow(dead_code)] // Each test binary uses a different subset of these helpers.
+
+use std::path::Path;
+
+use respgw_testkit::gateway::{GatewayProcess, http_client};
+use respgw_testkit::schema::SchemaValidator;
+use respgw_testkit::sse::check_stream;
+use respgw_testkit::upstream::{ReplayUpstream, Step};
+use serde_json::Value;
+
+/// A gateway in front of a replay upstream.
+pub struct Harness {
+    pub upstream: ReplayUpstream,
+    pub gateway: GatewayProcess,
+}
+
+pub fn respgw_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_respgw"))
+}
+
+fn schema() -> &'static SchemaValidator {
+    static SCHEMA: std::sync::OnceLock<SchemaValidator> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(|| SchemaValidator::load().expect("the Open Responses schema loads"))
+}
+
+/// The standard `serve` arguments for a gateway in front of `upstream_url`.
+pub fn serve_args(upstream_url: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["serve", "--upstream", upstream_url, "--gateway-host", "127.0.0.1", "--gateway-port", "0"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+impl Harness {
+    pub async fn start() -> Harness {
+        Self::start_with(&[], &[]).await
+    }
+
+    pub async fn start_with(extra_args: &[&str], envs: &[(&str, &str)]) -> Harness {
+        let upstream = ReplayUpstream::start().await.expect("replay upstream starts");
+        let envs: Vec<(String, String)> = envs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let gateway = GatewayProcess::spawn(respgw_bin(), &serve_args(&upstream.base_url(), extra_args), &envs)
+            .await
+            .expect("gateway starts");
+        Harness { upstream, gateway }
+    }
+
+    /// Wait (bounded) until the gateway's log contains `needle`; its stderr is read
+    /// asynchronously, so a line written just before readiness may arrive a moment later.
+    pub async fn wait_for_log(&self, needle: &str) -> bool {
+        for _ in 0..50 {
+            if self.gateway.stderr_text().contains(needle) {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.gateway.base_url(), path)
+    }
+
+    /// Register a scenario: requests whose `model` is `name` get these upstream replies in order.
+    pub fn scenario(&self, name: &str, steps: Vec<Step>) {
+        self.upstream.add_scenario(name, steps);
+    }
+
+    /// Bodies the upstream received for a scenario.
+    pub fn upstream_bodies(&self, name: &str) -> Vec<Value> {
+        self.upstream.requests(name).into_iter().map(|r| r.body).collect()
+    }
+
+    /// Non-stream `POST /v1/responses`; a 200 body is schema-validated.
+    pub async fn create(&self, body: Value) -> (u16, Value) {
+        let (status, _, json) =
+            respgw_testkit::gateway::post_json(&self.url("/v1/responses"), &body).await.expect("request completes");
+        if status == 200 {
+            assert_valid_response(&json);
+        } else {
+            assert_error_shape(&json);
+        }
+        (status, json)
+    }
+
+    /// Streaming `POST /v1/responses`: returns the events, after checking framing and schema.
+    pub async fn stream(&self, mut body: Value) -> Vec<Value> {
+        body["stream"] = Value::Bool(true);
+        let (status, text) =
+            respgw_testkit::gateway::post_sse(&self.url("/v1/responses"), &body).await.expect("request completes");
+        assert_eq!(status, 200, "stream answered {status}: {text}\n{}", self.gateway.stderr_text());
+        let events = check_stream(&text).unwrap_or_else(|e| panic!("bad stream framing: {e:#}\n{text}"));
+        for event in &events {
+            if let Err(e) = schema().validate_event(event) {
+                panic!("event does not match the schema: {e}\n{event:#}");
+            }
+        }
+        events
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(http_client().get(self.url(path))).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(http_client().delete(self.url(path))).await
+    }
+
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let response = request.send().await.expect("request completes");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body reads");
+        let json = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON reply ({status}): {text}"));
+        (status, json)
+    }
+}
+
+pub fn assert_valid_response(response: &Value) {
+    if let Err(e) = schema().validate_response(response) {
+        panic!("response does not match the schema: {e}\n{response:#}");
+    }
+}
+
+/// Every error body is `{"error":{"message","type","param","code"}}` with all four keys.
+pub fn assert_error_shape(body: &Value) {
+    let error = body.get("error").and_then(Value::as_object).unwrap_or_else(|| panic!("not an error body: {body}"));
+    for key in ["message", "type", "param", "code"] {
+        assert!(error.contains_key(key), "error body lacks '{key}': {body}");
+    }
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "error without message: {body}");
+    assert!(error["type"].is_string(), "error type must be a string: {body}");
+}
+
+/// The `type`s of a list of events.
+pub fn kinds(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap_or("?")).collect()
+}
+
+/// The terminal event's response.
+pub fn final_response(events: &[Value]) -> &Value {
+    &events.last().expect("at least one event")["response"]
+}

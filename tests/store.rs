@@ -1,0 +1,223 @@
+//! Stored responses end to end: retrieval, `store:false`, `previous_response_id` continuation,
+//! delete, input items, and durability before the terminal event and across restarts.
+
+mod common;
+
+use common::{Harness, assert_valid_response, final_response};
+use respgw_testkit::gateway::GatewayProcess;
+use respgw_testkit::upstream::Step;
+use serde_json::{Value, json};
+
+fn text(t: &str) -> Step {
+    Step::text(&[t], "stop", Some((10, 2)))
+}
+
+#[tokio::test]
+async fn a_stored_response_is_retrievable_with_every_key() {
+    let h = Harness::start().await;
+    h.scenario("m", vec![text("Paris.")]);
+    let (_, created) = h.create(json!({"model":"m","input":"capital?","metadata":{"k":"v"}})).await;
+    let id = created["id"].as_str().unwrap();
+    let (status, got) = h.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 200);
+    assert_valid_response(&got);
+    assert_eq!(got, created, "GET returns exactly what the create call returned");
+}
+
+#[tokio::test]
+async fn the_terminal_event_is_sent_only_after_the_response_is_stored() {
+    let h = Harness::start().await;
+    h.scenario("m", (0..10).map(|_| text("x")).collect());
+    for _ in 0..10 {
+        let events = h.stream(json!({"model":"m","input":"hi"})).await;
+        let id = final_response(&events)["id"].as_str().unwrap().to_owned();
+        // Immediately after the terminal event, the response must be readable.
+        let (status, got) = h.get(&format!("/v1/responses/{id}")).await;
+        assert_eq!(status, 200);
+        assert_eq!(got["status"], "completed");
+    }
+}
+
+#[tokio::test]
+async fn store_false_is_not_retrievable_nor_continuable() {
+    let h = Harness::start().await;
+    h.scenario("m", vec![text("a")]);
+    let (_, created) = h.create(json!({"model":"m","input":"hi","store":false})).await;
+    assert_eq!(created["store"], false);
+    let id = created["id"].as_str().unwrap();
+    let (status, body) = h.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!((status, body["error"]["type"].as_str()), (404, Some("invalid_request_error")));
+    let (status, body) = h.create(json!({"model":"m","input":"more","previous_response_id":id})).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "previous_response_not_found");
+    assert_eq!(body["error"]["param"], "previous_response_id");
+}
+
+#[tokio::test]
+async fn unknown_response_id_is_404_response_not_found() {
+    let h = Harness::start().await;
+    let (status, body) = h.get("/v1/responses/resp_missing").await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "response_not_found");
+}
+
+#[tokio::test]
+async fn continuation_replays_history_without_instructions_or_tools() {
+    let h = Harness::start().await;
+    h.scenario("m", vec![text("Paris."), text("About 2 million."), text("Yes.")]);
+    let tool = json!({"type":"function","name":"lookup","parameters":{"type":"object"}});
+    let (_, first) = h
+        .create(json!({"model":"m","input":"Capital of France?","instructions":"Be brief.","tools":[tool],"tool_choice":"auto"}))
+        .await;
+    let (status, second) =
+        h.create(json!({"model":"m","input":"Population?","previous_response_id":first["id"]})).await;
+    assert_eq!(status, 200);
+    assert_eq!(second["previous_response_id"], first["id"]);
+    assert!(second["instructions"].is_null(), "instructions are not carried");
+    assert_eq!(second["tools"], json!([]), "tools are not carried");
+    assert_eq!(second["tool_choice"], "auto");
+    let (_, third) = h.create(json!({"model":"m","input":"Sure?","previous_response_id":second["id"]})).await;
+    assert_eq!(third["status"], "completed");
+
+    let sent = h.upstream_bodies("m");
+    assert_eq!(
+        sent[1]["messages"],
+        json!([
+            {"role":"user","content":"Capital of France?"},
+            {"role":"assistant","content":"Paris."},
+            {"role":"user","content":"Population?"}
+        ])
+    );
+    assert!(sent[1].get("tools").is_none());
+    assert_eq!(sent[2]["messages"].as_array().unwrap().len(), 5, "the whole chain, flattened");
+}
+
+#[tokio::test]
+async fn a_function_call_is_continued_with_its_output() {
+    let h = Harness::start().await;
+    h.scenario(
+        "ci",
+        vec![
+            Step::cassette("chat_completion/vllm-code_interpreter-step1-stream.yaml"),
+            Step::cassette("chat_completion/vllm-code_interpreter-step2-stream.yaml"),
+        ],
+    );
+    let tool = json!({"type":"function","name":"code_interpreter","parameters":{"type":"object","properties":{"code":{"type":"string"}}}});
+    let (_, first) = h.create(json!({"model":"ci","input":"compute 2+2","tools":[tool]})).await;
+    let call = first["output"].as_array().unwrap().iter().find(|i| i["type"] == "function_call").unwrap().clone();
+    let (status, second) = h
+        .create(json!({"model":"ci","previous_response_id":first["id"],"tools":[tool],
+            "input":[{"type":"function_call_output","call_id":call["call_id"],"output":"{\"result\":\"4\"}"}]}))
+        .await;
+    assert_eq!(status, 200);
+    assert!(second["output"].as_array().unwrap().iter().any(|i| i["type"] == "message"));
+
+    let messages = h.upstream_bodies("ci")[1]["messages"].as_array().unwrap().clone();
+    let assistant = messages.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(assistant["tool_calls"][0]["id"], call["call_id"]);
+    assert!(assistant["reasoning_content"].as_str().is_some_and(|r| !r.is_empty()), "reasoning is replayed");
+    let tool_msg = messages.last().unwrap();
+    assert_eq!(tool_msg, &json!({"role":"tool","tool_call_id":call["call_id"],"content":"{\"result\":\"4\"}"}));
+}
+
+#[tokio::test]
+async fn input_items_lists_the_response_own_input() {
+    let h = Harness::start().await;
+    h.scenario("m", vec![text("a"), text("b")]);
+    let (_, first) = h.create(json!({"model":"m","input":"one"})).await;
+    let (_, second) = h
+        .create(json!({"model":"m","previous_response_id":first["id"],
+            "input":[{"role":"user","content":"two"},{"role":"user","content":"three"}]}))
+        .await;
+    let id = second["id"].as_str().unwrap();
+    let (status, list) = h.get(&format!("/v1/responses/{id}/input_items?order=asc")).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["object"], "list");
+    let texts: Vec<&str> =
+        list["data"].as_array().unwrap().iter().map(|i| i["content"][0]["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["two", "three"]);
+    assert_eq!(list["has_more"], false);
+    assert_eq!(list["first_id"], list["data"][0]["id"]);
+
+    let (_, page) = h.get(&format!("/v1/responses/{id}/input_items?limit=1")).await;
+    assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    assert_eq!(page["data"][0]["content"][0]["text"], "three", "default order is newest first");
+    assert_eq!(page["has_more"], true);
+    let (status, _) = h.get(&format!("/v1/responses/{id}/input_items?limit=0")).await;
+    assert_eq!(status, 400);
+    assert_eq!(h.get("/v1/responses/resp_nope/input_items").await.0, 404);
+}
+
+#[tokio::test]
+async fn delete_removes_a_response_but_not_its_continuations() {
+    let h = Harness::start().await;
+    h.scenario("m", vec![text("a"), text("b"), text("c")]);
+    let (_, first) = h.create(json!({"model":"m","input":"one"})).await;
+    let (_, second) = h.create(json!({"model":"m","input":"two","previous_response_id":first["id"]})).await;
+    let first_id = first["id"].as_str().unwrap();
+    let (status, body) = h.delete(&format!("/v1/responses/{first_id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body, json!({"id": first_id, "object":"response", "deleted": true}));
+    assert_eq!(h.get(&format!("/v1/responses/{first_id}")).await.0, 404);
+    assert_eq!(h.delete(&format!("/v1/responses/{first_id}")).await.0, 404);
+    // The continuation keeps its whole history.
+    let (status, _) = h.create(json!({"model":"m","input":"three","previous_response_id":second["id"]})).await;
+    assert_eq!(status, 200);
+    assert_eq!(h.upstream_bodies("m")[2]["messages"].as_array().unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn stored_responses_survive_a_restart_on_the_same_database() {
+    let upstream = respgw_testkit::upstream::ReplayUpstream::start().await.unwrap();
+    upstream.add_scenario("m", vec![text("kept"), text("again")]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let args = common::serve_args(&upstream.base_url(), &["--db-path", db.to_str().unwrap()]);
+    let id = {
+        let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &[]).await.unwrap();
+        let (_, _, body) = respgw_testkit::gateway::post_json(
+            &format!("{}/v1/responses", gw.base_url()),
+            &json!({"model":"m","input":"x"}),
+        )
+        .await
+        .unwrap();
+        body["id"].as_str().unwrap().to_owned()
+    };
+    let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &[]).await.unwrap();
+    let got: Value = respgw_testkit::gateway::http_client()
+        .get(format!("{}/v1/responses/{id}", gw.base_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["output"][0]["content"][0]["text"], "kept");
+    let (status, _, _) = respgw_testkit::gateway::post_json(
+        &format!("{}/v1/responses", gw.base_url()),
+        &json!({"model":"m","input":"y","previous_response_id":id}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn gw_db_path_chooses_the_database_file() {
+    let upstream = respgw_testkit::upstream::ReplayUpstream::start().await.unwrap();
+    upstream.add_scenario("m", vec![text("x")]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("from-env.db");
+    let envs = vec![("GW_DB_PATH".to_owned(), format!("sqlite://{}", db.display()))];
+    let gw = GatewayProcess::spawn(common::respgw_bin(), &common::serve_args(&upstream.base_url(), &[]), &envs)
+        .await
+        .unwrap();
+    let (status, _, _) = respgw_testkit::gateway::post_json(
+        &format!("{}/v1/responses", gw.base_url()),
+        &json!({"model":"m","input":"x"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    assert!(db.exists(), "the store file is where GW_DB_PATH says");
+}
