@@ -142,7 +142,7 @@ fn cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             "json_schema without schema",
             j(json!({"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"a"}}})),
             400,
-            Some("text.format"),
+            Some("text.format.schema"),
         ),
         (
             "json_schema bad name",
