@@ -291,7 +291,7 @@ impl PreparedResponse {
             message: error.message.clone(),
             param: error.param.clone(),
         };
-        if sink.send(ResponseEvent::Error { error: stream_error }).await.is_ok() {
+        if sink.send(ResponseEvent::error(stream_error)).await.is_ok() {
             let _ = sink.send(ResponseEvent::Failed { response: self.response.clone() }).await;
         }
         RunOutcome::Failed { response: Box::new(self.response.clone()), error }

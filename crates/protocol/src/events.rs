@@ -43,8 +43,11 @@ pub enum ResponseEvent {
     FunctionCallArgumentsDelta { item_id: String, output_index: usize, delta: String },
     #[serde(rename = "response.function_call_arguments.done")]
     FunctionCallArgumentsDone { item_id: String, output_index: usize, name: String, arguments: String },
+    /// The schema wants the details nested in `error` (as the reference API sends them); the
+    /// official SDKs type them flat, so `code`, `message` and `param` are repeated at the top.
+    /// Build it with [`ResponseEvent::error`].
     #[serde(rename = "error")]
-    Error { error: StreamError },
+    Error { code: Option<String>, message: String, param: Option<String>, error: StreamError },
 }
 
 /// The payload of a stream-level `error` event.
@@ -58,6 +61,16 @@ pub struct StreamError {
 }
 
 impl ResponseEvent {
+    /// A stream-level `error` event.
+    pub fn error(error: StreamError) -> Self {
+        ResponseEvent::Error {
+            code: error.code.clone(),
+            message: error.message.clone(),
+            param: error.param.clone(),
+            error,
+        }
+    }
+
     /// The wire `type` of the event (the SSE `event:` line).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -121,6 +134,20 @@ impl SseFrame {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_events_carry_the_details_nested_and_flat() {
+        let ev = ResponseEvent::error(StreamError {
+            error_type: crate::ErrorType::ApiError,
+            code: Some("404".into()),
+            message: "gone".into(),
+            param: None,
+        });
+        let v = serde_json::to_value(&ev).unwrap();
+        assert_eq!(v["error"]["code"], "404");
+        assert_eq!(v["error"]["type"], "api_error");
+        assert_eq!((v["code"].as_str(), v["message"].as_str()), (Some("404"), Some("gone")));
+    }
 
     #[test]
     fn frames_carry_type_and_sequence_number() {

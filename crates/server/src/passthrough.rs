@@ -13,8 +13,8 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
-use respgw_engine::{Engine, Upstream, UpstreamError};
+use futures::TryStreamExt;
+use respgw_engine::{Engine, Upstream};
 
 use crate::error::{HttpError, body_rejection};
 
@@ -94,11 +94,8 @@ async fn forward(
     }
     // Relay bytes as they arrive; a transport failure mid-body ends the body with an error, which
     // closes the connection — the client sees exactly what the upstream did.
-    let body = Body::from_stream(reply.bytes_stream().map(|chunk| {
-        chunk.map_err(|e| {
-            tracing::warn!(error = %UpstreamError::Unreachable(e.to_string()), "pass-through body broke off");
-            e
-        })
+    let body = Body::from_stream(reply.bytes_stream().inspect_err(|e| {
+        tracing::warn!(error = %e, "pass-through body broke off");
     }));
     (status, out_headers, body).into_response()
 }

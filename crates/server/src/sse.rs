@@ -44,14 +44,12 @@ impl Framer {
     fn close_abandoned(&mut self) {
         tracing::error!("response stream ended without a terminal event; closing it as failed");
         let message = "The gateway stopped producing this response unexpectedly.".to_owned();
-        let error = ResponseEvent::Error {
-            error: StreamError {
-                error_type: ErrorType::ApiError,
-                code: Some("internal_error".into()),
-                message: message.clone(),
-                param: None,
-            },
-        };
+        let error = ResponseEvent::error(StreamError {
+            error_type: ErrorType::ApiError,
+            code: Some("internal_error".into()),
+            message: message.clone(),
+            param: None,
+        });
         let frame = self.frame(&error);
         self.pending.extend(frame);
         if let Some(mut response) = self.snapshot.take() {
