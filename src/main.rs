@@ -3,8 +3,11 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
-use respgw_server::{ServeOptions, serve};
+use respgw_server::{GatewayOptions, UpstreamConfig};
+use respgw_supervisor::integrated::IntegratedOptions;
+use respgw_supervisor::standalone::StandaloneOptions;
 
 #[derive(Parser)]
 #[command(
@@ -19,8 +22,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the gateway in front of an upstream model server (standalone mode).
+    /// Run the gateway in front of an upstream model server (standalone mode, default port 5969).
     Serve(ServeArgs),
+    /// Own the model server's public port (default 8000): run the model server command given
+    /// after `--` as a child on a private port (`{port}` in its arguments), serve the Responses
+    /// routes, and forward everything else to it.
+    Integrated(IntegratedArgs),
+    /// A worker process; started by `serve` and `integrated`, not by hand.
+    #[command(hide = true)]
+    Worker,
 }
 
 #[derive(Args)]
@@ -41,6 +51,25 @@ struct ServeArgs {
     #[arg(long, env = "GW_GATEWAY_PORT", default_value_t = 5969)]
     gateway_port: u16,
 
+    /// Worker processes sharing the port.
+    #[arg(long, env = "GW_GATEWAY_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=512))]
+    gateway_workers: u16,
+
+    /// Seconds to wait for `GET {upstream}/models` to answer before serving.
+    #[arg(long, env = "GW_UPSTREAM_READY_TIMEOUT", default_value_t = 1800.0, value_parser = positive_seconds)]
+    upstream_ready_timeout: f64,
+
+    /// Seconds between progress lines while waiting for the upstream.
+    #[arg(long, env = "GW_UPSTREAM_READY_INTERVAL", default_value_t = 5.0, value_parser = positive_seconds)]
+    upstream_ready_interval: f64,
+
+    #[command(flatten)]
+    gateway: GatewayArgs,
+}
+
+/// Gateway settings shared by both modes.
+#[derive(Args)]
+struct GatewayArgs {
     /// An API key clients must present as `Authorization: Bearer <key>`. Repeatable; the
     /// environment form is comma-separated. No key: authentication is off.
     #[arg(long = "api-key", env = "GW_API_KEYS", value_name = "KEY", value_delimiter = ',', hide_env_values = true)]
@@ -62,12 +91,145 @@ struct ServeArgs {
     /// Largest request body accepted, in MiB (images arrive inline as data URLs).
     #[arg(long, env = "GW_MAX_BODY_MB", default_value_t = 64)]
     max_body_mb: usize,
+
+    /// Seconds a stopping worker waits for in-flight requests and streams.
+    #[arg(long, env = "GW_DRAIN_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
+    drain_timeout: f64,
+
+    /// Serve Prometheus metrics (no authentication).
+    #[arg(long, env = "GW_METRICS_ENABLED", default_value = "true", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    metrics_enabled: bool,
+
+    /// Path of the metrics endpoint.
+    #[arg(long, env = "GW_METRICS_PATH", default_value = "/metrics")]
+    metrics_path: String,
+}
+
+#[derive(Args)]
+struct IntegratedArgs {
+    /// Public address (the model server's usual host).
+    #[arg(long, default_value = "0.0.0.0")]
+    host: String,
+
+    /// Public port (the model server's usual port).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+
+    /// Worker processes sharing the port.
+    #[arg(long = "responses-workers", env = "GW_GATEWAY_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=512))]
+    workers: u16,
+
+    /// Seconds the model server may take to answer `GET /v1/models` (weights load slowly).
+    #[arg(long = "responses-model-ready-timeout", default_value_t = 1800.0, value_parser = positive_seconds)]
+    model_ready_timeout: f64,
+
+    /// API keys for the public port (repeatable; `GW_API_KEYS` comma-separated).
+    #[arg(
+        long = "responses-api-key",
+        env = "GW_API_KEYS",
+        value_name = "KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+
+    /// Response store: a SQLite file path or sqlite:// URL.
+    #[arg(long = "responses-db-path", env = "GW_DB_PATH", default_value = "respgw.db")]
+    db_path: String,
+
+    /// Longest model-server silence, in seconds, before a call fails with `upstream_timeout`.
+    #[arg(long = "responses-upstream-timeout", env = "GW_UPSTREAM_TIMEOUT", default_value_t = 600.0, value_parser = positive_seconds)]
+    upstream_timeout: f64,
+
+    /// Largest request body accepted, in MiB.
+    #[arg(long = "responses-max-body-mb", env = "GW_MAX_BODY_MB", default_value_t = 64)]
+    max_body_mb: usize,
+
+    /// Seconds a stopping worker waits for in-flight requests and streams.
+    #[arg(long = "responses-drain-timeout", env = "GW_DRAIN_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
+    drain_timeout: f64,
+
+    /// Serve Prometheus metrics (no authentication).
+    #[arg(long = "responses-metrics-enabled", env = "GW_METRICS_ENABLED", default_value = "true", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    metrics_enabled: bool,
+
+    /// Path of the metrics endpoint.
+    #[arg(long = "responses-metrics-path", env = "GW_METRICS_PATH", default_value = "/metrics")]
+    metrics_path: String,
+
+    /// The model server command; `{port}` is replaced by its private port.
+    #[arg(last = true, required = true, value_name = "MODEL SERVER COMMAND")]
+    model_command: Vec<String>,
 }
 
 fn positive_seconds(raw: &str) -> Result<f64, String> {
     match raw.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("expected a positive number of seconds, got '{raw}'")),
+    }
+}
+
+fn metrics_path(enabled: bool, path: String) -> Result<Option<String>, String> {
+    if !enabled {
+        return Ok(None);
+    }
+    if !path.starts_with('/') || path.len() < 2 {
+        return Err(format!("the metrics path must start with '/' and name a route, got '{path}'"));
+    }
+    Ok(Some(path))
+}
+
+impl ServeArgs {
+    fn into_options(self) -> Result<StandaloneOptions, String> {
+        let g = self.gateway;
+        Ok(StandaloneOptions {
+            host: self.gateway_host,
+            port: self.gateway_port,
+            workers: usize::from(self.gateway_workers),
+            upstream_ready_timeout: Duration::from_secs_f64(self.upstream_ready_timeout),
+            upstream_ready_interval: Duration::from_secs_f64(self.upstream_ready_interval),
+            gateway: GatewayOptions {
+                upstream: UpstreamConfig {
+                    base_url: self.upstream,
+                    api_key: self.upstream_api_key.filter(|k| !k.is_empty()),
+                    connect_timeout: Duration::from_secs_f64(g.upstream_connect_timeout),
+                    idle_timeout: Duration::from_secs_f64(g.upstream_timeout),
+                },
+                db_path: g.db_path,
+                api_keys: g.api_keys,
+                max_body_bytes: g.max_body_mb.saturating_mul(1024 * 1024),
+                metrics_path: metrics_path(g.metrics_enabled, g.metrics_path)?,
+                forward_other_routes_to: None,
+                drain_timeout: Duration::from_secs_f64(g.drain_timeout),
+            },
+        })
+    }
+}
+
+impl IntegratedArgs {
+    fn into_options(self) -> Result<IntegratedOptions, String> {
+        Ok(IntegratedOptions {
+            host: self.host,
+            port: self.port,
+            workers: usize::from(self.workers),
+            model_command: self.model_command,
+            model_ready_timeout: Duration::from_secs_f64(self.model_ready_timeout),
+            gateway: GatewayOptions {
+                // Filled in once the model server's private port is known.
+                upstream: UpstreamConfig {
+                    base_url: String::new(),
+                    api_key: None,
+                    connect_timeout: Duration::from_secs(10),
+                    idle_timeout: Duration::from_secs_f64(self.upstream_timeout),
+                },
+                db_path: self.db_path,
+                api_keys: self.api_keys,
+                max_body_bytes: self.max_body_mb.saturating_mul(1024 * 1024),
+                metrics_path: metrics_path(self.metrics_enabled, self.metrics_path)?,
+                forward_other_routes_to: None,
+                drain_timeout: Duration::from_secs_f64(self.drain_timeout),
+            },
+        })
     }
 }
 
@@ -84,25 +246,19 @@ fn main() -> ExitCode {
     if rustls::crypto::ring::default_provider().install_default().is_err() {
         tracing::debug!("a rustls crypto provider was already installed");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("respgw: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let result = match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(ServeOptions {
-            upstream: upstream_config(&args),
-            host: args.gateway_host,
-            port: args.gateway_port,
-            db_path: args.db_path,
-            api_keys: args.api_keys,
-            max_body_bytes: args.max_body_mb.saturating_mul(1024 * 1024),
-        })),
+        Command::Serve(args) => match args.into_options() {
+            Ok(options) => respgw_supervisor::standalone::run(options).map(|()| 0),
+            Err(message) => return usage_error(&message),
+        },
+        Command::Integrated(args) => match args.into_options() {
+            Ok(options) => respgw_supervisor::integrated::run(options),
+            Err(message) => return usage_error(&message),
+        },
+        Command::Worker => respgw_supervisor::worker::run().map(|()| 0),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("respgw: {e:#}");
             ExitCode::FAILURE
@@ -110,11 +266,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn upstream_config(args: &ServeArgs) -> respgw_server::UpstreamConfig {
-    respgw_server::UpstreamConfig {
-        base_url: args.upstream.clone(),
-        api_key: args.upstream_api_key.clone().filter(|k| !k.is_empty()),
-        connect_timeout: Duration::from_secs_f64(args.upstream_connect_timeout),
-        idle_timeout: Duration::from_secs_f64(args.upstream_timeout),
-    }
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("respgw: {message}");
+    ExitCode::from(2)
 }

@@ -16,16 +16,18 @@ use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest};
 use respgw_store::{NewResponse, ResponseStore, StoreError};
+use respgw_telemetry::{Metrics, ToolType};
 use tokio::sync::mpsc;
 
 use crate::chat::ChatRequest;
 use crate::turn::{OutputLog, TurnEnd, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
 
-/// Shared, process-wide engine: the upstream client and the store.
+/// Shared, process-wide engine: the upstream client, the store and the metrics it records into.
 pub struct Engine {
     upstream: Upstream,
     store: Arc<dyn ResponseStore>,
+    metrics: Metrics,
 }
 
 /// Where a running response sends its events.
@@ -95,8 +97,8 @@ pub fn store_error(e: &StoreError) -> ApiError {
 }
 
 impl Engine {
-    pub fn new(upstream: Upstream, store: Arc<dyn ResponseStore>) -> Self {
-        Engine { upstream, store }
+    pub fn new(upstream: Upstream, store: Arc<dyn ResponseStore>, metrics: Metrics) -> Self {
+        Engine { upstream, store, metrics }
     }
 
     pub fn upstream(&self) -> &Upstream {
@@ -105,6 +107,10 @@ impl Engine {
 
     pub fn store(&self) -> &Arc<dyn ResponseStore> {
         &self.store
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// Resolve history. Fails with 400 `previous_response_not_found` for an unknown id and 503
@@ -241,6 +247,9 @@ impl PreparedResponse {
         let result = result.map_err(|e| TurnFailure::Error(ApiError::upstream_unavailable(e)))?;
         if let Some(u) = &result.usage {
             usage.add(u);
+        }
+        for _ in &result.function_calls {
+            self.engine.metrics.tool_requested(ToolType::Function);
         }
         Ok(result.end)
     }

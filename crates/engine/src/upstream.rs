@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::chat::ChatChunk;
 
 /// How to reach the model server.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct UpstreamConfig {
     /// Base URL including the API prefix, e.g. `http://127.0.0.1:8000/v1`.
     pub base_url: String,
@@ -145,7 +145,13 @@ impl Upstream {
 
     /// A request to `{base}{path}` (path starts with `/`), with the upstream key applied.
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let rb = self.client.request(method, format!("{}{}", self.config.base_url, path));
+        self.raw_request(method, &format!("{}{}", self.config.base_url, path))
+    }
+
+    /// A request to an absolute URL on the model server (integrated mode forwards paths outside
+    /// the API base), with the upstream key applied.
+    pub fn raw_request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let rb = self.client.request(method, url);
         match &self.config.api_key {
             Some(key) => rb.bearer_auth(key),
             None => rb,

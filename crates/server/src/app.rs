@@ -1,20 +1,24 @@
 //! The router: which path goes to which handler, and which layers wrap them.
 //!
-//! `/health` (and `/metrics`, later) sit outside authentication; every `/v1/…` route is behind
-//! it. Unknown paths and wrong methods answer in the API's error shape, not axum's plain text.
+//! `/health` and `/metrics` sit outside authentication and are not counted; every `/v1/…` route
+//! is behind the API-key check and the request metrics. Unknown paths and wrong methods answer in
+//! the API's error shape — or, in integrated mode, are forwarded to the model server unchanged.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderValue;
 use axum::middleware;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use respgw_engine::Engine;
 use respgw_protocol::ApiError;
+use respgw_telemetry::Metrics;
 
 use crate::auth::{ApiKeys, require_api_key};
 use crate::error::HttpError;
+use crate::metrics::{self, MetricsView};
 use crate::passthrough::{self, Passthrough};
 use crate::{request_id, responses};
 
@@ -24,31 +28,62 @@ pub struct AppConfig {
     pub api_keys: ApiKeys,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Recorder for this process's request metrics.
+    pub metrics: Metrics,
+    /// Where `/metrics` is served and what it shows; `None` disables the route.
+    pub metrics_route: Option<(String, MetricsView)>,
+    /// Integrated mode: forward every path no gateway route serves to this base URL.
+    pub forward_other_routes_to: Option<String>,
+    /// Sent as `x-respgw-worker` on every reply, so operators can see which worker served it.
+    pub worker_label: Option<String>,
 }
 
 /// Build the gateway's router.
 pub fn router(config: AppConfig) -> Router {
-    let passthrough = Passthrough { engine: Arc::clone(&config.engine), gateway_auth: config.api_keys.enabled() };
-    let responses_routes = Router::new()
+    let passthrough = Passthrough {
+        engine: Arc::clone(&config.engine),
+        gateway_auth: config.api_keys.enabled(),
+        forward_base: config.forward_other_routes_to.clone(),
+    };
+    let mut api = Router::new()
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{response_id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{response_id}/input_items", get(responses::input_items))
         .with_state(Arc::clone(&config.engine));
-    let passthrough_routes = Router::new()
-        .route("/v1/models", get(passthrough::models))
-        .route("/v1/chat/completions", post(passthrough::chat_completions))
-        .with_state(passthrough);
-    let api = responses_routes
-        .merge(passthrough_routes)
+    if config.forward_other_routes_to.is_some() {
+        // Integrated mode: the model server's own routes (models, chat completions, tokenize, …)
+        // are reached through the forwarding fallback below.
+        api = api.fallback(any(passthrough::forward_any).with_state(passthrough.clone()));
+    } else {
+        api = api
+            .merge(
+                Router::new()
+                    .route("/v1/models", get(passthrough::models))
+                    .route("/v1/chat/completions", post(passthrough::chat_completions))
+                    .with_state(passthrough.clone()),
+            )
+            .fallback(not_found);
+    }
+    let api = api
         .method_not_allowed_fallback(method_not_allowed)
-        .route_layer(middleware::from_fn_with_state(config.api_keys, require_api_key));
+        .layer(middleware::from_fn_with_state(config.api_keys, require_api_key))
+        .layer(middleware::from_fn_with_state(config.metrics.clone(), metrics::record));
 
-    Router::new()
-        .route("/health", get(|| async { axum::Json(serde_json::json!({})) }))
-        .merge(api)
-        .fallback(not_found)
-        .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .layer(middleware::from_fn(request_id::assign))
+    let mut open = Router::new().route("/health", get(|| async { axum::Json(serde_json::json!({})) }));
+    if let Some((path, view)) = config.metrics_route {
+        open = open.route(&path, get(metrics::serve).with_state(view));
+    }
+    let mut app = open.merge(api).layer(DefaultBodyLimit::max(config.max_body_bytes));
+    if let Some(label) = config.worker_label.and_then(|l| HeaderValue::from_str(&l).ok()) {
+        app = app.layer(middleware::map_response(move |mut response: axum::response::Response| {
+            let label = label.clone();
+            async move {
+                response.headers_mut().insert("x-respgw-worker", label);
+                response
+            }
+        }));
+    }
+    app.layer(middleware::from_fn(request_id::assign))
 }
 
 async fn not_found(request: Request) -> impl IntoResponse {

@@ -1,12 +1,15 @@
-//! respgw's HTTP face: the axum router, API-key auth, request ids, SSE framing, pass-through
-//! forwarding, and `serve` which ties them to a listener.
+//! respgw's HTTP face: the axum router, API-key auth, request ids, request metrics, SSE framing,
+//! pass-through forwarding, and the functions that build and serve a gateway process.
 //!
 //! Architecture invariant: handlers are thin — parse, validate, hand to the engine, frame the
-//! result. No Responses semantics live here.
+//! result. No Responses semantics live here, and nothing here knows about other processes: a
+//! worker passes in the listener, the shutdown signal and the metrics view it wants served.
 
 mod app;
 mod auth;
 mod error;
+mod metrics;
+mod options;
 mod passthrough;
 mod request_id;
 mod responses;
@@ -15,5 +18,7 @@ mod sse;
 
 pub use app::{AppConfig, router};
 pub use auth::ApiKeys;
+pub use metrics::{MetricsView, local_view};
+pub use options::GatewayOptions;
 pub use respgw_engine::UpstreamConfig;
-pub use serve::{ServeOptions, serve};
+pub use serve::{build, serve_on};

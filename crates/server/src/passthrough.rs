@@ -24,6 +24,8 @@ pub struct Passthrough {
     pub engine: Arc<Engine>,
     /// Whether gateway API-key auth is on (then the client's `Authorization` is ours, not the upstream's).
     pub gateway_auth: bool,
+    /// Integrated mode: the model server's own base URL, for [`forward_any`].
+    pub forward_base: Option<String>,
 }
 
 /// Connection-scoped headers (RFC 9110 §7.6.1) plus those the HTTP client sets itself.
@@ -44,21 +46,34 @@ fn forwardable(name: &str) -> bool {
     !NOT_FORWARDED.contains(&name)
 }
 
-/// Forward one request to `{upstream}{upstream_path}`.
+/// Where a forwarded request goes.
+enum Target<'a> {
+    /// `{upstream base}{path}`, e.g. `/models` under `http://host:8000/v1`.
+    UnderUpstreamBase(&'a str),
+    /// The model server's own base URL plus the client's path, unchanged (integrated mode).
+    Raw(&'a str),
+}
+
+/// Forward one request.
 async fn forward(
     state: &Passthrough,
     method: Method,
-    upstream_path: &str,
+    target: Target<'_>,
     uri: &Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let upstream = state.engine.upstream();
-    let path = match uri.query() {
-        Some(q) => format!("{upstream_path}?{q}"),
-        None => upstream_path.to_owned(),
+    let with_query = |path: &str| match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
     };
-    let mut request = upstream.request(method, &path);
+    let mut request = match target {
+        Target::UnderUpstreamBase(path) => upstream.request(method, &with_query(path)),
+        Target::Raw(base) => {
+            upstream.raw_request(method, &format!("{}{}", base.trim_end_matches('/'), with_query(uri.path())))
+        }
+    };
     let upstream_has_key = upstream.config().api_key.is_some();
     for (name, value) in &headers {
         let name_str = name.as_str();
@@ -102,7 +117,7 @@ async fn forward(
 
 /// `GET /v1/models`.
 pub async fn models(State(state): State<Passthrough>, uri: Uri, headers: HeaderMap) -> Response {
-    forward(&state, Method::GET, "/models", &uri, headers, Bytes::new()).await
+    forward(&state, Method::GET, Target::UnderUpstreamBase("/models"), &uri, headers, Bytes::new()).await
 }
 
 /// `POST /v1/chat/completions`.
@@ -113,7 +128,26 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     match body {
-        Ok(body) => forward(&state, Method::POST, "/chat/completions", &uri, headers, body).await,
+        Ok(body) => {
+            forward(&state, Method::POST, Target::UnderUpstreamBase("/chat/completions"), &uri, headers, body).await
+        }
+        Err(rejection) => body_rejection(rejection).into_response(),
+    }
+}
+
+/// Integrated mode: any request no gateway route serves, forwarded to the model server as it is.
+pub async fn forward_any(
+    State(state): State<Passthrough>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let Some(base) = state.forward_base.clone() else {
+        return HttpError(respgw_protocol::ApiError::route_not_found(method.as_str(), uri.path())).into_response();
+    };
+    match body {
+        Ok(body) => forward(&state, method, Target::Raw(&base), &uri, headers, body).await,
         Err(rejection) => body_rejection(rejection).into_response(),
     }
 }

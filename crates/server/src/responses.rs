@@ -47,8 +47,9 @@ pub async fn create(
     }
 
     let (tx, rx) = mpsc::channel(SSE_BUFFER);
+    let open_stream = engine.metrics().sse_stream("/v1/responses");
     tokio::spawn(prepared.run(EventSink::Channel(tx)));
-    let mut response = Body::from_stream(event_stream(rx)).into_response();
+    let mut response = Body::from_stream(event_stream(rx, open_stream)).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -14,6 +14,7 @@ use futures::Stream;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::response::ResponseError;
 use respgw_protocol::{ErrorType, ResponseEvent, ResponseObject, ResponseStatus, SseFrame};
+use respgw_telemetry::SseStreamGuard;
 use tokio::sync::mpsc;
 
 struct Framer {
@@ -24,6 +25,8 @@ struct Framer {
     /// Frames decided but not yet yielded (the closing frames).
     pending: VecDeque<Bytes>,
     finished: bool,
+    /// Counts this stream as open, and times it, until the body is dropped.
+    _open_stream: SseStreamGuard,
 }
 
 impl Framer {
@@ -92,9 +95,19 @@ impl Framer {
     }
 }
 
-/// Frames engine events for the wire.
-pub fn event_stream(rx: mpsc::Receiver<ResponseEvent>) -> impl Stream<Item = Result<Bytes, Infallible>> {
-    let framer = Framer { rx, sequence: 0, snapshot: None, pending: VecDeque::new(), finished: false };
+/// Frames engine events for the wire; `open_stream` is released when the body is dropped.
+pub fn event_stream(
+    rx: mpsc::Receiver<ResponseEvent>,
+    open_stream: SseStreamGuard,
+) -> impl Stream<Item = Result<Bytes, Infallible>> {
+    let framer = Framer {
+        rx,
+        sequence: 0,
+        snapshot: None,
+        pending: VecDeque::new(),
+        finished: false,
+        _open_stream: open_stream,
+    };
     futures::stream::unfold(
         framer,
         |mut framer| async move { framer.next_frame().await.map(|frame| (Ok(frame), framer)) },
@@ -113,7 +126,10 @@ mod tests {
     }
 
     async fn collect(rx: mpsc::Receiver<ResponseEvent>) -> String {
-        let frames: Vec<Bytes> = event_stream(rx).map(|f| f.unwrap()).collect().await;
+        let metrics = respgw_telemetry::Metrics::new();
+        let frames: Vec<Bytes> =
+            event_stream(rx, metrics.sse_stream("/v1/responses")).map(|f| f.unwrap()).collect().await;
+        assert_eq!(metrics.snapshot().gauge("gw_responses_sse_connections_in_flight", &[]), Some(0));
         frames.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect()
     }
 

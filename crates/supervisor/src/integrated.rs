@@ -1,0 +1,195 @@
+//! `respgw integrated`: respgw owns the model server's public port. The model server runs as a
+//! supervised child on a private loopback port (its command line's `{port}` is replaced by that
+//! port); the workers serve the Responses routes and forward every other request to it
+//! unchanged. When the model server exits, respgw drains and exits with its code; when respgw is
+//! told to stop, it drains its workers first, then stops the model server.
+
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use respgw_server::GatewayOptions;
+use tokio::sync::watch;
+
+use crate::pool::{self, PoolConfig, PoolStop};
+use crate::sockets::PublicSockets;
+
+/// Everything `respgw integrated` needs.
+pub struct IntegratedOptions {
+    pub host: String,
+    pub port: u16,
+    pub workers: usize,
+    /// Gateway settings; the upstream and forwarding addresses are filled in here.
+    pub gateway: GatewayOptions,
+    /// The model server's command line; `{port}` stands for its private port.
+    pub model_command: Vec<String>,
+    /// How long the model server may take to answer `GET /v1/models` (loading weights is slow).
+    pub model_ready_timeout: Duration,
+}
+
+/// How long the model server gets to stop after SIGTERM before it is killed.
+const MODEL_STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// Run integrated mode to the end; the result is the process exit code.
+pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        if !options.model_command.iter().any(|a| a.contains("{port}")) {
+            bail!("the model server command must contain '{{port}}' where its listening port goes");
+        }
+        let private_port = free_loopback_port()?;
+        let args: Vec<String> =
+            options.model_command.iter().map(|a| a.replace("{port}", &private_port.to_string())).collect();
+        let child_base = format!("http://127.0.0.1:{private_port}");
+        let (model_pid, mut model_exit) = spawn_model_server(&args)?;
+
+        wait_for_model_server(&child_base, options.model_ready_timeout, &mut model_exit).await?;
+        options.gateway.upstream.base_url = format!("{child_base}/v1");
+        options.gateway.forward_other_routes_to = Some(child_base);
+        crate::check_store(&options.gateway.db_path).await?;
+        let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
+        crate::log_auth(&options.gateway);
+        let config = PoolConfig {
+            exe: std::env::current_exe().context("cannot find the respgw binary to start workers")?,
+            workers: options.workers,
+            sockets,
+            worker_config_json: serde_json::to_string(&options.gateway)?,
+            drain_timeout: options.gateway.drain_timeout,
+        };
+        let mut exit_watch = model_exit.clone();
+        let model_exited = async move {
+            loop {
+                if let Some(code) = *exit_watch.borrow() {
+                    return code;
+                }
+                if exit_watch.changed().await.is_err() {
+                    return 1;
+                }
+            }
+        };
+        let stop = pool::run(
+            config,
+            |address| {
+                tracing::info!(%address, "respgw integrated serving");
+                println!("listening on http://{address}");
+            },
+            model_exited,
+        )
+        .await;
+        match stop {
+            Ok(PoolStop::External(code)) => {
+                tracing::error!(code, "the model server exited; respgw exits with its code");
+                Ok(code)
+            }
+            Ok(PoolStop::Signal) => {
+                stop_model_server(model_pid, &mut model_exit).await;
+                Ok(0)
+            }
+            Err(e) => {
+                stop_model_server(model_pid, &mut model_exit).await;
+                Err(e)
+            }
+        }
+    })
+}
+
+/// A loopback port nobody listens on right now.
+fn free_loopback_port() -> anyhow::Result<u16> {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
+    Ok(probe.local_addr()?.port())
+}
+
+/// Start the model server in its own process group (so a terminal's Ctrl-C reaches respgw, which
+/// then stops it in order). Its exit code arrives on the returned watch.
+fn spawn_model_server(args: &[String]) -> anyhow::Result<(u32, watch::Receiver<Option<i32>>)> {
+    let (program, rest) = args.split_first().context("no model server command given after `--`")?;
+    let mut command = std::process::Command::new(program);
+    command.args(rest).stdin(std::process::Stdio::null()).process_group(0);
+    // SAFETY: runs between fork and exec; prctl is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = tokio::process::Command::from(command)
+        .spawn()
+        .with_context(|| format!("cannot start the model server '{program}'"))?;
+    let pid = child.id().unwrap_or_default();
+    tracing::info!(pid, command = %args.join(" "), "model server started");
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let code = match child.wait().await {
+            Ok(status) => exit_code(status),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot wait for the model server");
+                1
+            }
+        };
+        let _ = tx.send(Some(code));
+    });
+    Ok((pid, rx))
+}
+
+/// The shell's convention: the exit code, or 128 + the signal that ended the process.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
+}
+
+async fn wait_for_model_server(
+    base: &str,
+    timeout: Duration,
+    model_exit: &mut watch::Receiver<Option<i32>>,
+) -> anyhow::Result<()> {
+    let url = format!("{base}/v1/models");
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+    let started = Instant::now();
+    let mut last_log = started;
+    loop {
+        if let Some(code) = *model_exit.borrow() {
+            bail!("the model server exited with code {code} before it was ready");
+        }
+        if let Ok(response) = client.get(&url).send().await
+            && response.status().is_success()
+        {
+            tracing::info!(waited_s = started.elapsed().as_secs_f64(), "model server is ready");
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            bail!("the model server did not answer {url} within {} s", timeout.as_secs());
+        }
+        if last_log.elapsed() >= Duration::from_secs(10) {
+            tracing::info!(waited_s = started.elapsed().as_secs(), "waiting for the model server");
+            last_log = Instant::now();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = model_exit.changed() => {}
+        }
+    }
+}
+
+async fn stop_model_server(pid: u32, model_exit: &mut watch::Receiver<Option<i32>>) {
+    if model_exit.borrow().is_some() {
+        return;
+    }
+    tracing::info!(pid, "stopping the model server");
+    // SAFETY: kill(2) on the process group we created for the child.
+    unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGTERM) };
+    let exited = tokio::time::timeout(MODEL_STOP_GRACE, async {
+        while model_exit.borrow().is_none() {
+            if model_exit.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    if exited.is_err() {
+        tracing::warn!(pid, "the model server did not stop in time; killing it");
+        // SAFETY: as above.
+        unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+    }
+}

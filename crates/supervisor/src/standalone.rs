@@ -1,0 +1,61 @@
+//! `respgw serve`: wait for the upstream, check the store, bind the public sockets, and run the
+//! worker pool until a signal.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use respgw_server::GatewayOptions;
+
+use crate::pool::{self, PoolConfig};
+use crate::readiness::wait_for_upstream;
+use crate::sockets::PublicSockets;
+
+/// Everything `respgw serve` needs.
+pub struct StandaloneOptions {
+    pub host: String,
+    pub port: u16,
+    pub workers: usize,
+    pub gateway: GatewayOptions,
+    pub upstream_ready_timeout: Duration,
+    pub upstream_ready_interval: Duration,
+}
+
+/// Run standalone mode to the end. Prints `listening on http://ADDR` on stdout once every worker
+/// serves.
+pub fn run(options: StandaloneOptions) -> anyhow::Result<()> {
+    // One thread: the supervisor only moves frames and waits on children, and workers' death
+    // signal (PR_SET_PDEATHSIG) is tied to the thread that forked them.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let upstream = &options.gateway.upstream;
+        wait_for_upstream(
+            &upstream.base_url,
+            upstream.api_key.as_deref(),
+            options.upstream_ready_timeout,
+            options.upstream_ready_interval,
+        )
+        .await?;
+        crate::check_store(&options.gateway.db_path).await?;
+        let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
+        crate::log_auth(&options.gateway);
+        let config = PoolConfig {
+            exe: std::env::current_exe().context("cannot find the respgw binary to start workers")?,
+            workers: options.workers,
+            sockets,
+            worker_config_json: serde_json::to_string(&options.gateway)?,
+            drain_timeout: options.gateway.drain_timeout,
+        };
+        let workers = options.workers;
+        pool::run(
+            config,
+            move |address| {
+                tracing::info!(%address, workers, "respgw serving");
+                println!("listening on http://{address}");
+            },
+            std::future::pending(),
+        )
+        .await?;
+        tracing::info!("respgw stopped");
+        Ok(())
+    })
+}

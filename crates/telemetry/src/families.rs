@@ -1,0 +1,180 @@
+//! The gateway's metric families as one static table: name, help text, type, label names and
+//! histogram buckets. Recording ([`crate::recorder`]) and exposition ([`crate::exposition`]) both
+//! read this table, so the set of families on `/metrics` is fixed and complete even before any sample.
+
+/// `gw_responses_http_requests_total` — counter {method, route, status}.
+pub const HTTP_REQUESTS_TOTAL: &str = "gw_responses_http_requests_total";
+/// `gw_responses_http_request_duration_seconds` — histogram {method, route}.
+pub const HTTP_REQUEST_DURATION_SECONDS: &str = "gw_responses_http_request_duration_seconds";
+/// `gw_responses_http_in_flight_requests` — gauge, no labels.
+pub const HTTP_IN_FLIGHT_REQUESTS: &str = "gw_responses_http_in_flight_requests";
+/// `gw_responses_sse_connections_in_flight` — gauge, no labels.
+pub const SSE_CONNECTIONS_IN_FLIGHT: &str = "gw_responses_sse_connections_in_flight";
+/// `gw_responses_sse_stream_duration_seconds` — histogram {route}.
+pub const SSE_STREAM_DURATION_SECONDS: &str = "gw_responses_sse_stream_duration_seconds";
+/// `gw_responses_tool_calls_requested_total` — counter {tool_type}.
+pub const TOOL_CALLS_REQUESTED_TOTAL: &str = "gw_responses_tool_calls_requested_total";
+/// `gw_responses_tool_calls_executed_total` — counter {tool_type}.
+pub const TOOL_CALLS_EXECUTED_TOTAL: &str = "gw_responses_tool_calls_executed_total";
+/// `gw_responses_tool_execution_duration_seconds` — histogram {tool_type}.
+pub const TOOL_EXECUTION_DURATION_SECONDS: &str = "gw_responses_tool_execution_duration_seconds";
+/// `gw_responses_tool_errors_total` — counter {tool_type}.
+pub const TOOL_ERRORS_TOTAL: &str = "gw_responses_tool_errors_total";
+/// `gw_responses_mcp_server_startup_total` — counter {server_label, status}.
+pub const MCP_SERVER_STARTUP_TOTAL: &str = "gw_responses_mcp_server_startup_total";
+
+/// Upper bounds (seconds) of the HTTP handler duration histogram.
+pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
+    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0];
+/// Upper bounds (seconds) of the SSE stream lifetime histogram.
+pub const SSE_STREAM_DURATION_BUCKETS: &[f64] = &[
+    0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 240.0,
+    300.0, 420.0, 600.0,
+];
+/// Upper bounds (seconds) of the tool execution duration histogram.
+pub const TOOL_EXECUTION_DURATION_BUCKETS: &[f64] =
+    &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0];
+
+/// The Prometheus type of a family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Monotonic count; summed across workers, kept after a worker dies.
+    Counter,
+    /// Current level; summed over live workers only.
+    Gauge,
+    /// Bucketed observations; summed across workers, kept after a worker dies.
+    Histogram,
+}
+
+impl MetricKind {
+    /// The word used on the `# TYPE` line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Static description of one metric family.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FamilyDescriptor {
+    /// Full metric name (for counters including `_total`).
+    pub name: &'static str,
+    /// Text of the `# HELP` line.
+    pub help: &'static str,
+    /// Prometheus type.
+    pub kind: MetricKind,
+    /// Label names in sorted order (the order samples carry them in).
+    pub label_names: &'static [&'static str],
+    /// Histogram upper bounds, ascending, without `+Inf`; empty for counters and gauges.
+    pub buckets: &'static [f64],
+}
+
+/// All ten families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 10] = [
+    FamilyDescriptor {
+        name: HTTP_REQUESTS_TOTAL,
+        help: "Completed HTTP requests.",
+        kind: MetricKind::Counter,
+        label_names: &["method", "route", "status"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: HTTP_REQUEST_DURATION_SECONDS,
+        help: "HTTP handler duration in seconds, excluding SSE stream lifetime.",
+        kind: MetricKind::Histogram,
+        label_names: &["method", "route"],
+        buckets: HTTP_REQUEST_DURATION_BUCKETS,
+    },
+    FamilyDescriptor {
+        name: HTTP_IN_FLIGHT_REQUESTS,
+        help: "HTTP requests being handled, not counting open streams.",
+        kind: MetricKind::Gauge,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: SSE_CONNECTIONS_IN_FLIGHT,
+        help: "Open SSE connections.",
+        kind: MetricKind::Gauge,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: SSE_STREAM_DURATION_SECONDS,
+        help: "Whole SSE stream lifetime in seconds, from stream start to termination.",
+        kind: MetricKind::Histogram,
+        label_names: &["route"],
+        buckets: SSE_STREAM_DURATION_BUCKETS,
+    },
+    FamilyDescriptor {
+        name: TOOL_CALLS_REQUESTED_TOTAL,
+        help: "Tool calls requested by the model.",
+        kind: MetricKind::Counter,
+        label_names: &["tool_type"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: TOOL_CALLS_EXECUTED_TOTAL,
+        help: "Tool calls executed by the gateway.",
+        kind: MetricKind::Counter,
+        label_names: &["tool_type"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: TOOL_EXECUTION_DURATION_SECONDS,
+        help: "Tool execution duration in seconds.",
+        kind: MetricKind::Histogram,
+        label_names: &["tool_type"],
+        buckets: TOOL_EXECUTION_DURATION_BUCKETS,
+    },
+    FamilyDescriptor {
+        name: TOOL_ERRORS_TOTAL,
+        help: "Tool execution errors.",
+        kind: MetricKind::Counter,
+        label_names: &["tool_type"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: MCP_SERVER_STARTUP_TOTAL,
+        help: "Built-in MCP server startup outcomes.",
+        kind: MetricKind::Counter,
+        label_names: &["server_label", "status"],
+        buckets: &[],
+    },
+];
+
+/// The descriptor of the family called `name`, if it is one of the gateway's.
+pub fn family(name: &str) -> Option<&'static FamilyDescriptor> {
+    FAMILIES.iter().find(|family| family.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_prefixed_and_labels_sorted() {
+        for (index, family) in FAMILIES.iter().enumerate() {
+            assert!(family.name.starts_with("gw_responses_"), "{}", family.name);
+            assert!(FAMILIES[index + 1..].iter().all(|other| other.name != family.name));
+            assert!(family.label_names.windows(2).all(|pair| pair[0] < pair[1]), "{}", family.name);
+            assert!(family.buckets.windows(2).all(|pair| pair[0] < pair[1]), "{}", family.name);
+            assert_eq!(family.kind == MetricKind::Histogram, !family.buckets.is_empty());
+            if family.kind == MetricKind::Counter {
+                assert!(family.name.ends_with("_total"), "{}", family.name);
+            }
+        }
+    }
+
+    #[test]
+    fn bucket_tables_match_the_seed() {
+        assert_eq!(HTTP_REQUEST_DURATION_BUCKETS.len(), 14);
+        assert_eq!(SSE_STREAM_DURATION_BUCKETS.len(), 22);
+        assert_eq!(TOOL_EXECUTION_DURATION_BUCKETS.len(), 14);
+        assert_eq!(SSE_STREAM_DURATION_BUCKETS.last(), Some(&600.0));
+        assert_eq!(TOOL_EXECUTION_DURATION_BUCKETS.last(), Some(&120.0));
+    }
+}

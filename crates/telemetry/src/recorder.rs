@@ -1,0 +1,387 @@
+//! Per-process recording: [`Metrics`] holds one worker's series and offers the small recording API
+//! used by the HTTP layer and the engine, plus [`Metrics::snapshot`] for shipping to the supervisor.
+//!
+//! Why not the `prometheus` crate's registry: the gateway never exposes a single process's registry
+//! directly; it exposes merged snapshots of several processes (see [`crate::merge`]), so the crate's
+//! encoder could not be used anyway (it also refuses families without samples, and every family must
+//! be listed). Its registry would only replace the two maps below while adding fallible registration
+//! of constant names and a conversion from its f64-valued data model; a mutex-guarded map of plain
+//! integers is simpler and keeps each histogram's buckets, sum and count consistent with each other.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::families::{
+    HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS, HTTP_REQUESTS_TOTAL,
+    MCP_SERVER_STARTUP_TOTAL, SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS,
+    TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL, TOOL_EXECUTION_DURATION_BUCKETS,
+    TOOL_EXECUTION_DURATION_SECONDS,
+};
+use crate::snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot, sorted_labels};
+
+/// Value of the `tool_type` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolType {
+    /// A client-executed function tool (only ever counted as requested).
+    Function,
+    /// The gateway's code interpreter.
+    CodeInterpreter,
+    /// The gateway's web search.
+    WebSearch,
+    /// An MCP tool, Built-in or Remote alike.
+    Mcp,
+}
+
+impl ToolType {
+    /// The label value: `function`, `code_interpreter`, `web_search` or `mcp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolType::Function => "function",
+            ToolType::CodeInterpreter => "code_interpreter",
+            ToolType::WebSearch => "web_search",
+            ToolType::Mcp => "mcp",
+        }
+    }
+}
+
+/// One process's metrics. Cheap to clone (all clones share the same series) and safe to use from
+/// any thread.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    http_in_flight: AtomicI64,
+    sse_in_flight: AtomicI64,
+    series: Mutex<SeriesStore>,
+}
+
+type SeriesKey = (&'static str, Labels);
+
+#[derive(Debug, Default)]
+struct SeriesStore {
+    counters: BTreeMap<SeriesKey, u64>,
+    histograms: BTreeMap<SeriesKey, HistogramCells>,
+}
+
+/// Live histogram state: per-bucket (non-cumulative) counts, the last cell being `+Inf`.
+#[derive(Debug)]
+struct HistogramCells {
+    upper_bounds: &'static [f64],
+    per_bucket_counts: Vec<u64>,
+    sum: f64,
+}
+
+impl HistogramCells {
+    fn new(upper_bounds: &'static [f64]) -> Self {
+        HistogramCells { upper_bounds, per_bucket_counts: vec![0; upper_bounds.len() + 1], sum: 0.0 }
+    }
+
+    fn observe(&mut self, value: f64) {
+        let index = self.upper_bounds.iter().position(|bound| value <= *bound).unwrap_or(self.upper_bounds.len());
+        if let Some(cell) = self.per_bucket_counts.get_mut(index) {
+            *cell = cell.saturating_add(1);
+        }
+        self.sum += value;
+    }
+
+    fn to_sample(&self, name: &str, labels: &Labels) -> HistogramSample {
+        let mut running = 0u64;
+        let mut cumulative_counts = Vec::with_capacity(self.upper_bounds.len());
+        for cell in &self.per_bucket_counts[..self.upper_bounds.len()] {
+            running = running.saturating_add(*cell);
+            cumulative_counts.push(running);
+        }
+        let count = self.per_bucket_counts.iter().fold(0u64, |total, cell| total.saturating_add(*cell));
+        HistogramSample {
+            name: name.to_owned(),
+            labels: labels.clone(),
+            upper_bounds: self.upper_bounds.to_vec(),
+            cumulative_counts,
+            sum: self.sum,
+            count,
+        }
+    }
+}
+
+impl Metrics {
+    /// A fresh set of series, all at zero.
+    pub fn new() -> Self {
+        Metrics::default()
+    }
+
+    /// Records one completed HTTP request: `http_requests_total{method,route,status}` += 1 and
+    /// `elapsed` into `http_request_duration_seconds{method,route}`. `route` is the route template
+    /// (e.g. `/v1/responses/{response_id}`), never the raw path.
+    pub fn record_request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        let status = status.to_string();
+        let counter_labels = sorted_labels(&[("method", method), ("route", route), ("status", &status)]);
+        let histogram_labels = sorted_labels(&[("method", method), ("route", route)]);
+        let mut series = self.lock_series();
+        series.increment(HTTP_REQUESTS_TOTAL, counter_labels);
+        series.observe(HTTP_REQUEST_DURATION_SECONDS, HTTP_REQUEST_DURATION_BUCKETS, histogram_labels, elapsed);
+    }
+
+    /// Counts one request handler as running until the returned guard is dropped
+    /// (`http_in_flight_requests`).
+    #[must_use = "the request stops counting as in flight when the guard is dropped"]
+    pub fn in_flight(&self) -> InFlightGuard {
+        self.registry.http_in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlightGuard { registry: Arc::clone(&self.registry) }
+    }
+
+    /// Counts one open SSE stream until the returned guard is dropped (`sse_connections_in_flight`);
+    /// on drop, the time since this call is observed into `sse_stream_duration_seconds{route}`.
+    #[must_use = "the stream is closed (and its duration observed) when the guard is dropped"]
+    pub fn sse_stream(&self, route: &str) -> SseStreamGuard {
+        self.registry.sse_in_flight.fetch_add(1, Ordering::Relaxed);
+        SseStreamGuard { registry: Arc::clone(&self.registry), route: route.to_owned(), started: Instant::now() }
+    }
+
+    /// Counts one tool call the model started (`tool_calls_requested_total{tool_type}`).
+    pub fn tool_requested(&self, tool_type: ToolType) {
+        self.lock_series().increment(TOOL_CALLS_REQUESTED_TOTAL, sorted_labels(&[("tool_type", tool_type.as_str())]));
+    }
+
+    /// Records one tool execution by the gateway: `tool_calls_executed_total` += 1, `elapsed` into
+    /// `tool_execution_duration_seconds`, and when `ok` is false also `tool_errors_total` += 1.
+    pub fn tool_executed(&self, tool_type: ToolType, elapsed: Duration, ok: bool) {
+        let labels = sorted_labels(&[("tool_type", tool_type.as_str())]);
+        let mut series = self.lock_series();
+        series.increment(TOOL_CALLS_EXECUTED_TOTAL, labels.clone());
+        if !ok {
+            series.increment(TOOL_ERRORS_TOTAL, labels.clone());
+        }
+        series.observe(TOOL_EXECUTION_DURATION_SECONDS, TOOL_EXECUTION_DURATION_BUCKETS, labels, elapsed);
+    }
+
+    /// Records one Built-in MCP server start (`mcp_server_startup_total{server_label,status}`,
+    /// status `ok` or `error`).
+    pub fn mcp_server_startup(&self, server_label: &str, ok: bool) {
+        let status = if ok { "ok" } else { "error" };
+        self.lock_series()
+            .increment(MCP_SERVER_STARTUP_TOTAL, sorted_labels(&[("server_label", server_label), ("status", status)]));
+    }
+
+    /// Copies every series as it is now. Both gauges are always present; counters and histograms
+    /// appear once they have a sample. Series are sorted by (name, labels).
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let gauges = vec![
+            GaugeSample {
+                name: HTTP_IN_FLIGHT_REQUESTS.to_owned(),
+                labels: Vec::new(),
+                value: self.registry.http_in_flight.load(Ordering::Relaxed),
+            },
+            GaugeSample {
+                name: SSE_CONNECTIONS_IN_FLIGHT.to_owned(),
+                labels: Vec::new(),
+                value: self.registry.sse_in_flight.load(Ordering::Relaxed),
+            },
+        ];
+        let series = self.lock_series();
+        let counters = series
+            .counters
+            .iter()
+            .map(|((name, labels), value)| CounterSample {
+                name: (*name).to_owned(),
+                labels: labels.clone(),
+                value: *value,
+            })
+            .collect();
+        let histograms =
+            series.histograms.iter().map(|((name, labels), cells)| cells.to_sample(name, labels)).collect();
+        MetricsSnapshot { counters, gauges, histograms }
+    }
+
+    fn lock_series(&self) -> MutexGuard<'_, SeriesStore> {
+        self.registry.lock_series()
+    }
+}
+
+impl Registry {
+    fn lock_series(&self) -> MutexGuard<'_, SeriesStore> {
+        // A panic while holding the lock leaves at worst one half-recorded observation; keep serving.
+        self.series.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl SeriesStore {
+    fn increment(&mut self, name: &'static str, labels: Labels) {
+        let value = self.counters.entry((name, labels)).or_insert(0);
+        *value = value.saturating_add(1);
+    }
+
+    fn observe(&mut self, name: &'static str, upper_bounds: &'static [f64], labels: Labels, elapsed: Duration) {
+        self.histograms
+            .entry((name, labels))
+            .or_insert_with(|| HistogramCells::new(upper_bounds))
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Keeps `http_in_flight_requests` incremented while alive; see [`Metrics::in_flight`].
+#[derive(Debug)]
+#[must_use = "the request stops counting as in flight when the guard is dropped"]
+pub struct InFlightGuard {
+    registry: Arc<Registry>,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.registry.http_in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Keeps `sse_connections_in_flight` incremented while alive and observes the stream's lifetime
+/// on drop; see [`Metrics::sse_stream`].
+#[derive(Debug)]
+#[must_use = "the stream is closed (and its duration observed) when the guard is dropped"]
+pub struct SseStreamGuard {
+    registry: Arc<Registry>,
+    route: String,
+    started: Instant,
+}
+
+impl Drop for SseStreamGuard {
+    fn drop(&mut self) {
+        self.registry.sse_in_flight.fetch_sub(1, Ordering::Relaxed);
+        let labels = sorted_labels(&[("route", &self.route)]);
+        let elapsed = self.started.elapsed();
+        self.registry.lock_series().observe(SSE_STREAM_DURATION_SECONDS, SSE_STREAM_DURATION_BUCKETS, labels, elapsed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POST: &[(&str, &str)] = &[("method", "POST"), ("route", "/v1/responses")];
+
+    #[test]
+    fn record_request_counts_by_status_and_observes_duration() {
+        let metrics = Metrics::new();
+        metrics.record_request("POST", "/v1/responses", 200, Duration::from_millis(3));
+        metrics.record_request("POST", "/v1/responses", 200, Duration::from_millis(70));
+        metrics.record_request("POST", "/v1/responses", 400, Duration::from_secs(100));
+        let snapshot = metrics.snapshot();
+        let ok = [("method", "POST"), ("route", "/v1/responses"), ("status", "200")];
+        let bad = [("method", "POST"), ("route", "/v1/responses"), ("status", "400")];
+        assert_eq!(snapshot.counter(HTTP_REQUESTS_TOTAL, &ok), Some(2));
+        assert_eq!(snapshot.counter(HTTP_REQUESTS_TOTAL, &bad), Some(1));
+        let histogram = snapshot.histogram(HTTP_REQUEST_DURATION_SECONDS, POST).expect("histogram");
+        assert_eq!(histogram.count, 3);
+        assert_eq!(histogram.upper_bounds, HTTP_REQUEST_DURATION_BUCKETS);
+        // 0.003 <= 0.005; 0.07 <= 0.1; 100 s only in +Inf.
+        assert_eq!(histogram.cumulative_counts[0], 1);
+        assert_eq!(histogram.cumulative_counts[3], 1); // le=0.05
+        assert_eq!(histogram.cumulative_counts[4], 2); // le=0.1
+        assert_eq!(histogram.cumulative_counts.last(), Some(&2)); // le=60
+        assert!((histogram.sum - 100.073).abs() < 1e-9);
+    }
+
+    #[test]
+    fn observation_on_a_bound_lands_in_that_bucket() {
+        let metrics = Metrics::new();
+        metrics.tool_executed(ToolType::WebSearch, Duration::from_millis(10), true);
+        let snapshot = metrics.snapshot();
+        let histogram =
+            snapshot.histogram(TOOL_EXECUTION_DURATION_SECONDS, &[("tool_type", "web_search")]).expect("histogram");
+        assert_eq!(histogram.cumulative_counts[0], 1, "le=0.01 includes 0.01");
+    }
+
+    #[test]
+    fn in_flight_guard_decrements_on_drop() {
+        let metrics = Metrics::new();
+        let first = metrics.in_flight();
+        let second = metrics.clone().in_flight();
+        assert_eq!(metrics.snapshot().gauge(HTTP_IN_FLIGHT_REQUESTS, &[]), Some(2));
+        drop(first);
+        assert_eq!(metrics.snapshot().gauge(HTTP_IN_FLIGHT_REQUESTS, &[]), Some(1));
+        drop(second);
+        assert_eq!(metrics.snapshot().gauge(HTTP_IN_FLIGHT_REQUESTS, &[]), Some(0));
+        assert_eq!(metrics.snapshot().gauge(SSE_CONNECTIONS_IN_FLIGHT, &[]), Some(0));
+    }
+
+    #[test]
+    fn sse_guard_decrements_and_observes_lifetime_on_drop() {
+        let metrics = Metrics::new();
+        let guard = metrics.sse_stream("/v1/responses");
+        assert_eq!(metrics.snapshot().gauge(SSE_CONNECTIONS_IN_FLIGHT, &[]), Some(1));
+        assert!(metrics.snapshot().histogram(SSE_STREAM_DURATION_SECONDS, &[("route", "/v1/responses")]).is_none());
+        std::thread::sleep(Duration::from_millis(5));
+        drop(guard);
+        let snapshot = metrics.snapshot();
+        assert_eq!(snapshot.gauge(SSE_CONNECTIONS_IN_FLIGHT, &[]), Some(0));
+        let histogram =
+            snapshot.histogram(SSE_STREAM_DURATION_SECONDS, &[("route", "/v1/responses")]).expect("observed");
+        assert_eq!(histogram.count, 1);
+        assert!(histogram.sum >= 0.005);
+        assert_eq!(histogram.cumulative_counts[0], 1, "a 5 ms stream is <= 0.25 s");
+    }
+
+    #[test]
+    fn tool_recorders_count_requests_executions_and_errors() {
+        let metrics = Metrics::new();
+        metrics.tool_requested(ToolType::Function);
+        metrics.tool_requested(ToolType::Mcp);
+        metrics.tool_requested(ToolType::Mcp);
+        metrics.tool_executed(ToolType::Mcp, Duration::from_millis(30), true);
+        metrics.tool_executed(ToolType::Mcp, Duration::from_secs(200), false);
+        metrics.tool_executed(ToolType::CodeInterpreter, Duration::from_secs(1), true);
+        let snapshot = metrics.snapshot();
+        assert_eq!(snapshot.counter(TOOL_CALLS_REQUESTED_TOTAL, &[("tool_type", "function")]), Some(1));
+        assert_eq!(snapshot.counter(TOOL_CALLS_REQUESTED_TOTAL, &[("tool_type", "mcp")]), Some(2));
+        assert_eq!(snapshot.counter(TOOL_CALLS_EXECUTED_TOTAL, &[("tool_type", "mcp")]), Some(2));
+        assert_eq!(snapshot.counter(TOOL_CALLS_EXECUTED_TOTAL, &[("tool_type", "code_interpreter")]), Some(1));
+        assert_eq!(snapshot.counter(TOOL_ERRORS_TOTAL, &[("tool_type", "mcp")]), Some(1));
+        assert_eq!(snapshot.counter(TOOL_ERRORS_TOTAL, &[("tool_type", "code_interpreter")]), None);
+        let mcp = snapshot.histogram(TOOL_EXECUTION_DURATION_SECONDS, &[("tool_type", "mcp")]).expect("histogram");
+        assert_eq!((mcp.count, mcp.cumulative_counts.last().copied()), (2, Some(1)));
+    }
+
+    #[test]
+    fn mcp_server_startup_counts_ok_and_error() {
+        let metrics = Metrics::new();
+        metrics.mcp_server_startup("files", true);
+        metrics.mcp_server_startup("files", false);
+        metrics.mcp_server_startup("files", false);
+        let snapshot = metrics.snapshot();
+        assert_eq!(snapshot.counter(MCP_SERVER_STARTUP_TOTAL, &[("server_label", "files"), ("status", "ok")]), Some(1));
+        assert_eq!(
+            snapshot.counter(MCP_SERVER_STARTUP_TOTAL, &[("status", "error"), ("server_label", "files")]),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn tool_type_label_values() {
+        let values: Vec<_> = [ToolType::Function, ToolType::CodeInterpreter, ToolType::WebSearch, ToolType::Mcp]
+            .map(ToolType::as_str)
+            .into();
+        assert_eq!(values, ["function", "code_interpreter", "web_search", "mcp"]);
+    }
+
+    #[test]
+    fn recording_from_many_threads_adds_up() {
+        let metrics = Metrics::new();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                let metrics = metrics.clone();
+                scope.spawn(move || {
+                    for _ in 0..250 {
+                        let _guard = metrics.in_flight();
+                        metrics.record_request("GET", "/v1/responses/{response_id}", 200, Duration::ZERO);
+                    }
+                });
+            }
+        });
+        let snapshot = metrics.snapshot();
+        let labels = [("method", "GET"), ("route", "/v1/responses/{response_id}"), ("status", "200")];
+        assert_eq!(snapshot.counter(HTTP_REQUESTS_TOTAL, &labels), Some(1000));
+        assert_eq!(snapshot.gauge(HTTP_IN_FLIGHT_REQUESTS, &[]), Some(0));
+    }
+}
