@@ -4,6 +4,7 @@
 //! unchanged. When the model server exits, respgw drains and exits with its code; when respgw is
 //! told to stop, it drains its workers first, then stops the model server.
 
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
@@ -104,7 +105,9 @@ fn free_loopback_port() -> anyhow::Result<u16> {
 fn spawn_model_server(args: &[String]) -> anyhow::Result<(u32, watch::Receiver<Option<i32>>)> {
     let (program, rest) = args.split_first().context("no model server command given after `--`")?;
     let mut command = std::process::Command::new(program);
-    command.args(rest).stdin(std::process::Stdio::null()).process_group(0);
+    // respgw's stdout carries one line, its own `listening on …`; the model server logs to stderr.
+    let stderr = std::io::stderr().as_fd().try_clone_to_owned().context("cannot duplicate stderr")?;
+    command.args(rest).stdin(std::process::Stdio::null()).stdout(stderr).process_group(0);
     // SAFETY: runs between fork and exec; prctl is async-signal-safe.
     unsafe {
         command.pre_exec(|| {
