@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use respgw_server::{GatewayOptions, UpstreamConfig};
 use respgw_supervisor::integrated::IntegratedOptions;
 use respgw_supervisor::standalone::StandaloneOptions;
+use respgw_telemetry::tracing_otlp::{self, TracingConfig};
 
 #[derive(Parser)]
 #[command(
@@ -55,8 +56,8 @@ struct ServeArgs {
     #[arg(long, env = "GW_GATEWAY_WORKERS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=512))]
     gateway_workers: u16,
 
-    /// Seconds to wait for `GET {upstream}/models` to answer before serving.
-    #[arg(long, env = "GW_UPSTREAM_READY_TIMEOUT", default_value_t = 1800.0, value_parser = positive_seconds)]
+    /// Seconds to wait for `GET {upstream}/models` to answer before serving (0: do not wait).
+    #[arg(long, env = "GW_UPSTREAM_READY_TIMEOUT", default_value_t = 1800.0, value_parser = non_negative_seconds)]
     upstream_ready_timeout: f64,
 
     /// Seconds between progress lines while waiting for the upstream.
@@ -70,6 +71,12 @@ struct ServeArgs {
 /// Gateway settings shared by both modes.
 #[derive(Args)]
 struct GatewayArgs {
+    /// Run model-written Python for the `code_interpreter` tool in a bubblewrap sandbox
+    /// (`spawn`), or do not offer the tool (`disabled`). Without a working sandbox (see
+    /// scripts/setup-code-interpreter) the tool is left out and the log says why.
+    #[arg(long, env = "GW_CODE_INTERPRETER", value_enum, default_value_t = CodeInterpreterMode::Spawn)]
+    code_interpreter: CodeInterpreterMode,
+
     /// An API key clients must present as `Authorization: Bearer <key>`. Repeatable; the
     /// environment form is comma-separated. No key: authentication is off.
     #[arg(long = "api-key", env = "GW_API_KEYS", value_name = "KEY", value_delimiter = ',', hide_env_values = true)]
@@ -105,8 +112,19 @@ struct GatewayArgs {
     metrics_path: String,
 }
 
+/// `--code-interpreter` values.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CodeInterpreterMode {
+    Spawn,
+    Disabled,
+}
+
 #[derive(Args)]
 struct IntegratedArgs {
+    /// Run model-written Python for `code_interpreter` in a sandbox (`spawn`) or not (`disabled`).
+    #[arg(long = "responses-code-interpreter", env = "GW_CODE_INTERPRETER", value_enum, default_value_t = CodeInterpreterMode::Spawn)]
+    code_interpreter: CodeInterpreterMode,
+
     /// Public address (the model server's usual host).
     #[arg(long, default_value = "0.0.0.0")]
     host: String,
@@ -162,6 +180,13 @@ struct IntegratedArgs {
     model_command: Vec<String>,
 }
 
+fn non_negative_seconds(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("expected a number of seconds (0 or more), got '{raw}'")),
+    }
+}
+
 fn positive_seconds(raw: &str) -> Result<f64, String> {
     match raw.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
@@ -201,6 +226,8 @@ impl ServeArgs {
                 metrics_path: metrics_path(g.metrics_enabled, g.metrics_path)?,
                 forward_other_routes_to: None,
                 drain_timeout: Duration::from_secs_f64(g.drain_timeout),
+                code_interpreter: g.code_interpreter == CodeInterpreterMode::Spawn,
+                mcp_helper_url: None,
             },
         })
     }
@@ -227,6 +254,8 @@ impl IntegratedArgs {
                 max_body_bytes: self.max_body_mb.saturating_mul(1024 * 1024),
                 metrics_path: metrics_path(self.metrics_enabled, self.metrics_path)?,
                 forward_other_routes_to: None,
+                code_interpreter: self.code_interpreter == CodeInterpreterMode::Spawn,
+                mcp_helper_url: None,
                 drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             },
         })
@@ -235,13 +264,24 @@ impl IntegratedArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    // Tracing settings come from `GW_TRACING_*`/`GW_OPENTELEMETRY_*`/`GW_OTEL_SERVICE_NAME`. Every
+    // process validates them (a bad value stops `serve` here); only workers export spans — they
+    // are re-exec'd with the supervisor's environment.
+    let tracing_config = match TracingConfig::from_env() {
+        Ok(config) => config,
+        Err(message) => return usage_error(&message),
+    };
+    let exports_spans = matches!(cli.command, Command::Worker);
+    let _tracing = match tracing_otlp::init_subscriber(&TracingConfig {
+        enabled: tracing_config.enabled && exports_spans,
+        ..tracing_config
+    }) {
+        Ok(guard) => guard,
+        Err(message) => {
+            eprintln!("respgw: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     // reqwest is built without a bundled TLS backend choice; use rustls with ring (faster to build).
     if rustls::crypto::ring::default_provider().install_default().is_err() {
         tracing::debug!("a rustls crypto provider was already installed");

@@ -123,8 +123,8 @@ async fn pass_through_reports_unreachable_and_slow_upstreams() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let gw = respgw_testkit::gateway::GatewayProcess::spawn(
         common::respgw_bin(),
-        &common::serve_args(&format!("http://127.0.0.1:{port}/v1"), &[]),
-        &[],
+        &common::serve_args(&format!("http://127.0.0.1:{port}/v1"), &["--upstream-ready-timeout", "0"]),
+        &common::quiet_env(),
     )
     .await
     .unwrap();

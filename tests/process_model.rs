@@ -308,6 +308,7 @@ async fn metrics_and_health_need_no_key_when_auth_is_on() {
 async fn run_to_exit(args: &[String], timeout: Duration) -> (Option<i32>, String) {
     let child = tokio::process::Command::new(respgw_bin())
         .args(args)
+        .envs(common::quiet_env())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -363,7 +364,7 @@ async fn integrated_mode_serves_responses_and_forwards_everything_else() {
         &dir.path().join("i.db"),
         &[replay.to_str().unwrap(), "--port", "{port}", "--synthetic-text", "tiny-model"],
     );
-    let gw = GatewayProcess::spawn(respgw_bin(), &args, &[]).await.expect("integrated mode starts");
+    let gw = GatewayProcess::spawn(respgw_bin(), &args, &common::quiet_env()).await.expect("integrated mode starts");
     let base = gw.base_url().to_owned();
     let client = http_client();
 

@@ -174,7 +174,7 @@ async fn stored_responses_survive_a_restart_on_the_same_database() {
     let db = dir.path().join("store.db");
     let args = common::serve_args(&upstream.base_url(), &["--db-path", db.to_str().unwrap()]);
     let id = {
-        let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &[]).await.unwrap();
+        let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &common::quiet_env()).await.unwrap();
         let (_, _, body) = respgw_testkit::gateway::post_json(
             &format!("{}/v1/responses", gw.base_url()),
             &json!({"model":"m","input":"x"}),
@@ -183,7 +183,7 @@ async fn stored_responses_survive_a_restart_on_the_same_database() {
         .unwrap();
         body["id"].as_str().unwrap().to_owned()
     };
-    let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &[]).await.unwrap();
+    let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &common::quiet_env()).await.unwrap();
     let got: Value = respgw_testkit::gateway::http_client()
         .get(format!("{}/v1/responses/{id}", gw.base_url()))
         .send()
@@ -208,7 +208,8 @@ async fn gw_db_path_chooses_the_database_file() {
     upstream.add_scenario("m", vec![text("x")]);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("from-env.db");
-    let envs = vec![("GW_DB_PATH".to_owned(), format!("sqlite://{}", db.display()))];
+    let mut envs = common::quiet_env();
+    envs.push(("GW_DB_PATH".to_owned(), format!("sqlite://{}", db.display())));
     let gw = GatewayProcess::spawn(common::respgw_bin(), &common::serve_args(&upstream.base_url(), &[]), &envs)
         .await
         .unwrap();

@@ -28,6 +28,11 @@ fn schema() -> &'static SchemaValidator {
     SCHEMA.get_or_init(|| SchemaValidator::load().expect("the Open Responses schema loads"))
 }
 
+/// Environment for gateways a test starts itself: the code interpreter off (see `start_with`).
+pub fn quiet_env() -> Vec<(String, String)> {
+    vec![("GW_CODE_INTERPRETER".into(), "disabled".into())]
+}
+
 /// The standard `serve` arguments for a gateway in front of `upstream_url`.
 pub fn serve_args(upstream_url: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> =
@@ -44,9 +49,15 @@ impl Harness {
         Self::start_with(&[], &[]).await
     }
 
+    /// Start with extra `serve` arguments and environment. The code interpreter is off unless
+    /// `envs` turns it on (`GW_CODE_INTERPRETER=spawn`): probing the sandbox costs a second per
+    /// start, and most tests do not need it.
     pub async fn start_with(extra_args: &[&str], envs: &[(&str, &str)]) -> Harness {
         let upstream = ReplayUpstream::start().await.expect("replay upstream starts");
-        let envs: Vec<(String, String)> = envs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut envs: Vec<(String, String)> = envs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        if !envs.iter().any(|(k, _)| k == "GW_CODE_INTERPRETER") {
+            envs.push(("GW_CODE_INTERPRETER".into(), "disabled".into()));
+        }
         let gateway = GatewayProcess::spawn(respgw_bin(), &serve_args(&upstream.base_url(), extra_args), &envs)
             .await
             .expect("gateway starts");

@@ -1,8 +1,13 @@
 //! The gateway under test: the real `respgw` binary as a child process, plus what `/proc` says
 //! about it (resident memory, CPU time).
+//!
+//! `respgw serve` is a supervisor that re-executes itself as worker processes, so every number
+//! here is taken over the whole process tree: the child and all its descendants.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -11,20 +16,32 @@ use tokio::process::{Child, Command};
 
 /// How long `respgw serve` may take to print its `listening on` line.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// respgw log lines kept for the error message if it dies.
+const LOG_TAIL: usize = 20;
+/// respgw log lines forwarded to stderr per instance; the rest are counted (a flood of the same
+/// warning under 10,000 streams would bury the table).
+const LOG_FORWARD: usize = 10;
+
+/// How long a stopped respgw may take to exit after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running `respgw serve` on `127.0.0.1:<free port>`, its store in a private temp dir.
-/// Killed when dropped.
+/// Killed (SIGKILL) when dropped; [`Gateway::stop`] shuts it down gracefully.
 pub struct Gateway {
     child: Child,
     pid: u32,
     base_url: String,
+    /// respgw's last log lines (stderr).
+    log_tail: Arc<Mutex<VecDeque<String>>>,
+    /// The task forwarding respgw's log lines; returns how many there were.
+    log_forwarder: Option<tokio::task::JoinHandle<usize>>,
     /// Holds the SQLite file; removed on drop, after the child is gone.
     _dir: tempfile::TempDir,
 }
 
 impl Gateway {
-    /// Start `binary serve --upstream <upstream>` and wait until it listens.
-    pub async fn start(binary: &Path, upstream: &str) -> anyhow::Result<Self> {
+    /// Start `binary serve --upstream <upstream> <extra_args>` and wait until it listens.
+    pub async fn start(binary: &Path, upstream: &str, extra_args: &[String]) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("respgw-bench-")
             .tempdir()
@@ -37,7 +54,9 @@ impl Gateway {
             .args(["--gateway-host", "127.0.0.1", "--gateway-port", "0"])
             .arg("--db-path")
             .arg(&db_path)
+            .args(extra_args)
             .env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1")
             // No key: auth off. Make sure nothing from the caller's environment turns it on.
             .env_remove("GW_API_KEYS")
             .env_remove("GW_UPSTREAM_API_KEY")
@@ -56,16 +75,31 @@ impl Gateway {
             })?;
         let pid = child.id().context("respgw exited at once")?;
 
-        // Forward respgw's log lines, minus the expected "authentication is OFF" warning.
+        // Forward respgw's log lines, minus the expected "authentication is OFF" warning, and
+        // keep the last few for an error message.
+        let log_tail = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL)));
+        let mut log_forwarder = None;
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(async move {
+            let log_tail = Arc::clone(&log_tail);
+            log_forwarder = Some(tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
+                let mut forwarded = 0usize;
                 while let Ok(Some(line)) = lines.next_line().await {
-                    if !line.contains("authentication is OFF") {
+                    if line.contains("authentication is OFF") {
+                        continue;
+                    }
+                    forwarded += 1;
+                    if forwarded <= LOG_FORWARD {
                         eprintln!("  respgw[{pid}]: {line}");
                     }
+                    let mut tail = log_tail.lock().unwrap_or_else(PoisonError::into_inner);
+                    if tail.len() == LOG_TAIL {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
                 }
-            });
+                forwarded
+            }));
         }
 
         let stdout = child.stdout.take().context("respgw stdout is not piped")?;
@@ -83,7 +117,7 @@ impl Gateway {
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
-        Ok(Gateway { child, pid, base_url, _dir: dir })
+        Ok(Gateway { child, pid, base_url, log_tail, log_forwarder, _dir: dir })
     }
 
     /// `http://127.0.0.1:PORT`, without `/v1`.
@@ -96,55 +130,173 @@ impl Gateway {
         self.pid
     }
 
-    /// Fail if the child has exited.
-    pub fn check_alive(&mut self) -> anyhow::Result<()> {
-        match self.child.try_wait()? {
-            Some(status) => bail!("respgw exited unexpectedly: {status}"),
-            None => Ok(()),
-        }
+    /// Fail if the child has exited, with its exit status and last log lines.
+    pub async fn check_alive(&mut self) -> anyhow::Result<()> {
+        let Some(status) = self.child.try_wait()? else {
+            return Ok(());
+        };
+        // Let the log forwarder read what the child wrote last.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let tail = self.log_tail.lock().unwrap_or_else(PoisonError::into_inner);
+        let log: Vec<&str> = tail.iter().map(String::as_str).collect();
+        bail!(
+            "respgw (pid {}) exited unexpectedly: {status}; its last log lines:\n{}",
+            self.pid,
+            if log.is_empty() { "(none)".to_owned() } else { log.join("\n") }
+        )
     }
 
-    /// Kill the child and reap it.
+    /// Resident memory of the process tree in KiB (the sum of each process's `VmRSS`, so pages
+    /// shared between the supervisor and its workers count once per process), and how many
+    /// processes it has. Fails if the child has exited.
+    pub async fn rss_kib(&mut self) -> anyhow::Result<(u64, usize)> {
+        self.check_alive().await?;
+        let tree = process_tree(self.pid);
+        let mut total = 0;
+        for &pid in &tree {
+            // A process can exit between the listing and the read; only the root must be there.
+            match rss_kib(pid) {
+                Ok(kib) => total += kib,
+                Err(e) if pid == self.pid => return Err(e),
+                Err(_) => {}
+            }
+        }
+        Ok((total, tree.len()))
+    }
+
+    /// CPU time used so far by the process tree's live threads, in ns (see [`cpu_ns`]). Fails
+    /// if the child has exited.
+    pub async fn cpu_ns(&mut self) -> anyhow::Result<u64> {
+        self.check_alive().await?;
+        Ok(process_tree(self.pid).into_iter().map(cpu_ns).sum())
+    }
+
+    /// CPU time used so far by the process tree, exited threads included, at clock-tick
+    /// resolution (see [`stat_cpu_ns`]). Fails if the child has exited.
+    pub async fn stat_cpu_ns(&mut self) -> anyhow::Result<u64> {
+        self.check_alive().await?;
+        Ok(process_tree(self.pid).into_iter().map(stat_cpu_ns).sum())
+    }
+
+    /// SIGTERM, wait for a graceful exit (bounded), SIGKILL if it did not come; reap.
     pub async fn stop(mut self) -> anyhow::Result<()> {
-        self.child.start_kill().ok();
+        let pid = libc::pid_t::try_from(self.pid).context("pid out of range")?;
+        // SAFETY: kill(2) has no memory-safety preconditions; `pid` is our own unreaped child,
+        // so it cannot have been recycled for another process.
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
+        if !sent || tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await.is_err() {
+            self.child.start_kill().ok();
+        }
         self.child.wait().await.context("cannot reap respgw")?;
+        if let Some(forwarder) = self.log_forwarder.take()
+            && let Ok(Ok(lines)) = tokio::time::timeout(Duration::from_secs(1), forwarder).await
+            && lines > LOG_FORWARD
+        {
+            eprintln!("  respgw[{}]: ({} more log lines not shown)", self.pid, lines - LOG_FORWARD);
+        }
         Ok(())
     }
 }
 
+/// `root` and all its descendants, from the parent ids in `/proc/*/stat`.
+fn process_tree(root: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`; comm may contain spaces and parentheses.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(ppid) = ppid {
+                parents.push((pid, ppid));
+            }
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(parents.iter().filter(|&&(_, pp)| pp == parent).map(|&(p, _)| p));
+        i += 1;
+    }
+    tree
+}
+
 /// Resident set size of `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).
-pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("cannot read /proc/{pid}/status"))?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS in /proc/<pid>/status")
+        .with_context(|| format!("no VmRSS in /proc/{pid}/status"))
 }
 
 /// CPU time used so far by all live threads of `pid`, in nanoseconds: the sum of the first field
 /// of `/proc/<pid>/task/*/schedstat` (threads that already exited are not counted; respgw's
-/// runtime and SQLite threads live as long as the process).
-pub fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
+/// runtime and SQLite threads live as long as the process). 0 if the process is gone.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
     let mut total = 0u64;
-    let tasks =
-        std::fs::read_dir(format!("/proc/{pid}/task")).with_context(|| format!("cannot list /proc/{pid}/task"))?;
-    for task in tasks {
-        let path = task?.path().join("schedstat");
+    for task in tasks.flatten() {
         // A thread can exit between the listing and the read.
-        if let Ok(text) = std::fs::read_to_string(&path)
+        if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat"))
             && let Some(ns) = text.split_whitespace().next().and_then(|v| v.parse::<u64>().ok())
         {
             total += ns;
         }
     }
-    Ok(total)
+    total
 }
 
-/// The soft limit on open files of this process (children inherit it), from `/proc/self/limits`.
-pub fn open_files_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
+/// CPU time (user + system) of `pid` so far, in nanoseconds, from `/proc/<pid>/stat`: unlike
+/// [`cpu_ns`] it includes threads that already exited, at clock-tick resolution (10 ms
+/// usually), so it suits windows of seconds. 0 if the process is gone.
+pub fn stat_cpu_ns(pid: u32) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_s = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        t if t > 0 => t as u64,
+        _ => 100,
+    };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // After `pid (comm)`: state is field 3, utime and stime are fields 14 and 15.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok())).sum();
+    ticks * 1_000_000_000 / ticks_per_s
+}
+
+/// Raise this process's soft open-files limit towards its hard limit, up to 65,536 (children
+/// inherit it), and return the soft limit now in force.
+pub fn raise_open_files_limit() -> anyhow::Result<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read or write the `rlimit` struct passed by pointer,
+    // which lives for the duration of the call.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            bail!("getrlimit(RLIMIT_NOFILE) failed: {}", std::io::Error::last_os_error());
+        }
+        let wanted = limit.rlim_max.min(65_536);
+        if limit.rlim_cur < wanted {
+            let raised = libc::rlimit { rlim_cur: wanted, rlim_max: limit.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    Ok(limit.rlim_cur)
 }

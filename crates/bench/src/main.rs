@@ -8,15 +8,23 @@
 //!   concurrent), against streaming the same reply directly from the mock;
 //! - SSE throughput: `response.output_text.delta` events/s through respgw against content
 //!   chunks/s read directly;
-//! - respgw's resident memory with many streams open at once.
+//! - SSE throughput again with clients that parse every event's JSON, as real clients do;
+//! - worker scaling: requests/s (non-stream, `store: false`) and SSE events/s from many
+//!   keep-alive connections through `--gateway-workers 1` and then `--gateway-workers N`, with
+//!   where the machine's cores went ([`scaling`], against the out-of-process mock [`fastmock`]);
+//! - respgw's resident memory with many streams open at once: 1,000 through one worker, and
+//!   10,000 through N workers (the mock in its own process, for the open-files limit).
 //!
 //! It prints a table with ratios and the issue's targets, and exits 0 whatever the numbers say
 //! (the numbers are the output); it fails only when something breaks. Loopback only; every loop
 //! is bounded in count and time. Run it through `scripts/bench`.
 
+mod fastmock;
 mod gateway;
 mod measure;
 mod mock;
+mod rawhttp;
+mod scaling;
 mod sse;
 
 use std::path::PathBuf;
@@ -26,14 +34,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 
+use crate::fastmock::MockProcess;
 use crate::gateway::Gateway;
 use crate::measure::{LatencyResult, Targets};
 use crate::mock::MockUpstream;
+use crate::scaling::{Load, ScalingRun};
 
 /// Issue targets.
 const TARGET_ADDED_P50_MS: f64 = 0.5;
 const TARGET_ADDED_P99_MS: f64 = 2.0;
 const TARGET_SSE_RATIO: f64 = 0.90;
+const TARGET_SCALING: f64 = 1.7;
+const TARGET_BIG_RSS_BYTES: f64 = 300e6;
 
 /// Command line.
 #[derive(Parser)]
@@ -62,6 +74,10 @@ struct Cli {
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
 
+    /// Short streams per side in the streaming latency test (0 skips it).
+    #[arg(long, default_value_t = 100)]
+    stream_requests: usize,
+
     /// Content deltas per stream in the SSE throughput test.
     #[arg(long, default_value_t = 20_000)]
     stream_deltas: usize,
@@ -78,13 +94,69 @@ struct Cli {
     #[arg(long, default_value_t = 1000)]
     open_streams: usize,
 
+    /// Extra argument for `respgw serve` (repeatable), e.g. `--respgw-arg=--gateway-workers=2`.
+    #[arg(long = "respgw-arg", value_name = "ARG", allow_hyphen_values = true)]
+    respgw_args: Vec<String>,
+
     /// Longest wait, in seconds, for the memory test's streams to open (and to finish).
     #[arg(long, default_value_t = 60)]
     open_timeout: u64,
+
+    /// Worker processes compared with one in the scaling test (0 skips it).
+    #[arg(long, default_value_t = 2)]
+    scaling_workers: usize,
+
+    /// Keep-alive connections of the scaling test's non-stream load.
+    #[arg(long, default_value_t = 32)]
+    scaling_conns: usize,
+
+    /// Content deltas in each of the scaling test's non-stream replies.
+    #[arg(long, default_value_t = 16)]
+    scaling_deltas: usize,
+
+    /// Measured seconds of the scaling test's non-stream load (after 1 s of warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    scaling_seconds: f64,
+
+    /// Concurrent streams of the scaling test's SSE load (0 skips it).
+    #[arg(long, default_value_t = 16)]
+    scaling_stream_conns: usize,
+
+    /// Content deltas per stream in the scaling test's SSE load.
+    #[arg(long, default_value_t = 256)]
+    scaling_stream_deltas: usize,
+
+    /// Measured seconds of the scaling test's SSE load (after 1 s of warm-up).
+    #[arg(long, default_value_t = 3.0)]
+    scaling_stream_seconds: f64,
+
+    /// Streams held open at once in the big memory test (0 skips it).
+    #[arg(long, default_value_t = 10_000)]
+    big_streams: usize,
+
+    /// Worker processes of respgw in the big memory test.
+    #[arg(long, default_value_t = 2)]
+    big_streams_workers: usize,
+
+    /// Quicker run: skips the big memory test and shortens the scaling test's windows.
+    #[arg(long)]
+    quick: bool,
+
+    /// Internal: run only the out-of-process mock upstream (see `fastmock`).
+    #[arg(long, hide = true)]
+    serve_mock: bool,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if cli.serve_mock {
+        return fastmock::serve_main(Duration::from_secs(cli.open_timeout.max(1)));
+    }
+    if cli.quick {
+        cli.big_streams = 0;
+        cli.scaling_seconds = cli.scaling_seconds.min(2.0);
+        cli.scaling_stream_seconds = cli.scaling_stream_seconds.min(1.5);
+    }
     // reqwest is built with `rustls-no-provider`: building a client needs a process-wide
     // crypto provider even for plain-HTTP use.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -106,63 +178,133 @@ fn main() -> ExitCode {
 
 /// Run every measurement and print the table.
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    check_open_files(cli.open_streams)?;
+    check_open_files(cli.open_streams, cli.big_streams, cli.big_streams_workers)?;
     let started = Instant::now();
+    let busy_before = scaling::machine_busy(Duration::from_millis(500)).await?;
+    if busy_before > 0.2 {
+        progress(&format!("warning: the machine is already busy ({busy_before:.2} cores): the numbers will be noisy"));
+    }
     let limit = Duration::from_secs(cli.open_timeout.max(1));
     let mock = MockUpstream::start(limit * 2).await?;
     let mut table = Table::default();
 
-    let mut gw = Gateway::start(&cli.respgw, &mock.base_url()).await?;
+    let mut gw = Gateway::start(&cli.respgw, &mock.base_url(), &cli.respgw_args).await?;
     let targets = Targets::new(&mock, &gw);
     progress(&format!("respgw {} (pid {}) in front of mock {}", gw.base_url(), gw.pid(), mock.base_url()));
 
     progress(&format!("latency: {} warm-up + {} measured sequential requests per side", cli.warmup, cli.requests));
-    let seq = measure::latency_sequential(&targets, &gw, cli.latency_deltas, cli.warmup, cli.requests)
+    let seq = measure::latency_sequential(&targets, &mut gw, cli.latency_deltas, cli.warmup, cli.requests, true)
         .await
         .context("sequential latency test")?;
-    gw.check_alive()?;
-    table.latency("sequential", &seq, true);
+    gw.check_alive().await?;
+    table.latency("sequential", &seq, true, false);
 
-    let conc = if cli.concurrency > 0 {
-        progress(&format!("latency: {} requests per side from {} concurrent workers", cli.requests, cli.concurrency));
-        let r = measure::latency_concurrent(&targets, &gw, cli.latency_deltas, cli.concurrency, cli.requests)
-            .await
-            .context("concurrent latency test")?;
-        gw.check_alive()?;
-        table.latency(&format!("concurrency {}", cli.concurrency), &r, false);
+    // The same without the store write: how much of the added latency is the store's.
+    let unstored_requests = cli.requests / 2;
+    let unstored = if unstored_requests > 0 {
+        progress(&format!("latency: {unstored_requests} sequential store:false requests per side"));
+        let r = measure::latency_sequential(
+            &targets,
+            &mut gw,
+            cli.latency_deltas,
+            cli.warmup / 2,
+            unstored_requests,
+            false,
+        )
+        .await
+        .context("sequential store:false latency test")?;
+        gw.check_alive().await?;
+        table.latency("seq., store:false", &r, false, false);
         Some(r)
     } else {
         None
     };
+
+    let conc = if cli.concurrency > 0 {
+        progress(&format!("latency: {} requests per side from {} concurrent workers", cli.requests, cli.concurrency));
+        let r = measure::latency_concurrent(&targets, &mut gw, cli.latency_deltas, cli.concurrency, cli.requests)
+            .await
+            .context("concurrent latency test")?;
+        gw.check_alive().await?;
+        table.latency(&format!("concurrency {}", cli.concurrency), &r, false, true);
+        Some(r)
+    } else {
+        None
+    };
+
+    if cli.stream_requests > 0 {
+        progress(&format!(
+            "streaming latency: {} short streams ({} delta(s)) per side",
+            cli.stream_requests, cli.latency_deltas
+        ));
+        let r = measure::stream_latency(&targets, cli.latency_deltas, cli.stream_requests)
+            .await
+            .context("streaming latency test")?;
+        gw.check_alive().await?;
+        for (label, direct, through) in [
+            ("SSE time to first delta", &r.direct_first, &r.gateway_first),
+            ("SSE time to stream end", &r.direct_end, &r.gateway_end),
+        ] {
+            for p in [50.0, 99.0] {
+                let (d, g) = (percentile_ms(direct, p), percentile_ms(through, p));
+                table.row(Row {
+                    metric: format!("{label} p{p:.0}"),
+                    direct: format!("{d:.3} ms"),
+                    respgw: format!("{g:.3} ms"),
+                    delta: format!("{:+.3} ms", g - d),
+                    target: "-".into(),
+                    verdict: "info",
+                    note: String::new(),
+                });
+            }
+        }
+    }
 
     let mut throughputs = Vec::new();
     let mut levels = vec![1];
     if cli.stream_concurrency > 1 {
         levels.push(cli.stream_concurrency);
     }
-    for (i, &streams) in levels.iter().enumerate() {
-        progress(&format!(
-            "SSE throughput: {} rounds of {streams} stream(s) x {} deltas per side",
-            cli.stream_runs, cli.stream_deltas
-        ));
-        let r = measure::sse_throughput(&targets, &gw, cli.stream_deltas, streams, cli.stream_runs.max(1))
-            .await
-            .with_context(|| format!("SSE throughput test ({streams} streams)"))?;
-        gw.check_alive()?;
-        let ratio = r.gateway_per_s / r.direct_per_s;
-        table.row(Row {
-            metric: format!("SSE deltas/s, {streams} stream(s)"),
-            direct: format!("{:.0}", r.direct_per_s),
-            respgw: format!("{:.0}", r.gateway_per_s),
-            delta: format!("{:.1} %", ratio * 100.0),
-            target: if i == 0 { format!(">= {:.0} %", TARGET_SSE_RATIO * 100.0) } else { "-".into() },
-            verdict: if i == 0 { verdict(ratio >= TARGET_SSE_RATIO) } else { "info" },
-        });
-        throughputs.push((streams, r));
+    // First with clients that only split and count frames (the client costs nearly nothing, so
+    // the ratio is respgw's raw event rate against the mock's), then with clients that also
+    // parse every event's JSON, as real clients do (like for like on both sides).
+    for parse in [false, true] {
+        for (i, &streams) in levels.iter().enumerate() {
+            let how = if parse { ", client parses every event" } else { "" };
+            progress(&format!(
+                "SSE throughput: {} rounds of {streams} stream(s) x {} deltas per side{how}",
+                cli.stream_runs, cli.stream_deltas
+            ));
+            let r =
+                measure::sse_throughput(&targets, &mut gw, cli.stream_deltas, streams, cli.stream_runs.max(1), parse)
+                    .await
+                    .with_context(|| format!("SSE throughput test ({streams} streams{how})"))?;
+            gw.check_alive().await?;
+            let ratio = r.gateway_per_s / r.direct_per_s;
+            table.row(Row {
+                metric: format!("SSE deltas/s, {streams} stream(s){how}"),
+                direct: format!("{:.0}", r.direct_per_s),
+                respgw: format!("{:.0}", r.gateway_per_s),
+                delta: format!("{:.1} %", ratio * 100.0),
+                target: if i == 0 { format!(">= {:.0} %", TARGET_SSE_RATIO * 100.0) } else { "-".into() },
+                verdict: if i == 0 { verdict(ratio >= TARGET_SSE_RATIO) } else { "info" },
+                note: if parse && i == 0 {
+                    "both clients: serde_json::from_slice::<Value> per data: line".into()
+                } else {
+                    String::new()
+                },
+            });
+            if !parse {
+                throughputs.push((streams, r));
+            }
+        }
     }
     gw.stop().await?;
 
     table.row(Row::info("respgw CPU per request (seq)", format!("{:.0} us", seq.gateway_cpu_us)));
+    if let Some(r) = &unstored {
+        table.row(Row::info("respgw CPU per request (seq, store:false)", format!("{:.0} us", r.gateway_cpu_us)));
+    }
     if let Some(c) = &conc {
         table.row(Row::info(
             &format!("respgw CPU per request (c{})", cli.concurrency),
@@ -176,14 +318,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ));
     }
 
+    // The out-of-process mock: for the scaling test (cheap, CPU measured on its own) and the
+    // big memory test (its sockets do not count against this process's open-files limit).
+    let fast_mock = if cli.scaling_workers > 0 || cli.big_streams > 0 {
+        let m = MockProcess::start(limit * 2).await.context("cannot start the mock upstream process")?;
+        progress(&format!("out-of-process mock upstream {} (pid {})", m.base_url(), m.pid()));
+        Some(m)
+    } else {
+        None
+    };
+    if let (Some(fast_mock), n) = (&fast_mock, cli.scaling_workers)
+        && n > 0
+    {
+        scaling_rows(&cli, fast_mock, &mut table).await?;
+    }
+
     if cli.open_streams > 0 {
         // A fresh gateway, so that "idle" means idle and earlier tests' allocations don't hide
         // the per-stream cost.
-        let gw = Gateway::start(&cli.respgw, &mock.base_url()).await?;
+        let mut gw = Gateway::start(&cli.respgw, &mock.base_url(), &cli.respgw_args).await?;
         progress(&format!("memory: {} streams held open through a fresh respgw (pid {})", cli.open_streams, gw.pid()));
-        let m = measure::memory(&mock, &gw, cli.open_streams, limit).await.context("memory test")?;
+        let m = measure::memory(&mock, &mut gw, cli.open_streams, limit).await.context("memory test")?;
         gw.stop().await?;
-        table.row(Row::info("respgw RSS idle (fresh, warmed)", format!("{:.1} MiB", m.idle_kib as f64 / 1024.0)));
+        table.row(Row::info(
+            &format!("respgw RSS idle ({} processes, warmed)", m.processes),
+            format!("{:.1} MiB", m.idle_kib as f64 / 1024.0),
+        ));
         let per_stream = m.open_kib.saturating_sub(m.idle_kib) as f64 / m.streams as f64;
         table.row(Row {
             metric: format!("respgw RSS, {} open streams", m.streams),
@@ -192,38 +352,261 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             delta: format!("+{per_stream:.1} KiB/stream"),
             target: "-".into(),
             verdict: "info",
+            note: String::new(),
         });
         table.row(Row::info("respgw RSS after they closed", format!("{:.1} MiB", m.after_kib as f64 / 1024.0)));
         table.row(Row::info(
             &format!("time to open {} streams", m.streams),
             format!("{:.0} ms", m.open_time.as_secs_f64() * 1e3),
         ));
+        table.row(Row::info(
+            &format!("time for {} to finish after release", m.streams),
+            format!("{:.0} ms", m.finish_time.as_secs_f64() * 1e3),
+        ));
+    }
+
+    if let Some(fast_mock) = fast_mock {
+        if cli.big_streams > 0 {
+            big_memory_rows(&cli, &fast_mock, &mut table).await?;
+        }
+        fast_mock.stop().await?;
     }
 
     println!();
     table.print();
     println!(
         "\n(latency: non-stream store:true through respgw vs streaming the same reply directly; \
-         `added` = respgw - direct. SSE: client-counted content deltas per second. \
-         {} cores, total {:.0} s.)",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        started.elapsed().as_secs_f64()
+         `added` = respgw - direct. SSE deltas/s: client-counted content deltas per second from \
+         the first delta to the last.{} {} cores, {:.2} of them busy with other processes before \
+         the run; total {:.0} s.)",
+        if cli.scaling_workers > 0 {
+            format!(
+                " Worker-scaling rows (`@1w`, `@{}w`): the baseline is respgw with 1 worker, both in \
+                 front of the out-of-process mock; `cores` = CPU seconds per second over the measured \
+                 window (/proc/*/stat), `other` = machine busy time (/proc/stat) not in respgw, mock \
+                 or bench.",
+                cli.scaling_workers
+            )
+        } else {
+            String::new()
+        },
+        scaling::machine_cpus(),
+        busy_before,
+        started.elapsed().as_secs_f64(),
     );
     Ok(())
 }
 
-/// Fail early, with the fix, when the open-file limit is too low for the memory test: this
-/// process holds two sockets per stream (client and mock side) and so does respgw.
-fn check_open_files(streams: usize) -> anyhow::Result<()> {
+/// Raise the open-files limit, and fail early, with the fix, if it is still too low for the
+/// memory tests. The 1,000-stream test: this process holds two sockets per stream (client and
+/// in-process mock side) and so does respgw. The big test: this process holds the client
+/// sockets, the mock process the upstream ones, and each of respgw's workers both sides of its
+/// share (all three inherit this limit).
+fn check_open_files(streams: usize, big: usize, big_workers: usize) -> anyhow::Result<()> {
+    let limit = gateway::raise_open_files_limit()?;
     let needed = (2 * streams + 256) as u64;
-    match gateway::open_files_limit() {
-        Some(limit) if streams > 0 && limit < needed => bail!(
-            "the open-files limit is {limit}, the memory test needs about {needed}: \
-             run `ulimit -n 65536` first (scripts/bench does), or pass --open-streams {}",
-            (limit.saturating_sub(256) / 2)
-        ),
-        _ => Ok(()),
+    if streams > 0 && limit < needed {
+        bail!(
+            "the open-files limit is {limit}, the memory test needs about {needed}: raise the hard \
+             limit (`ulimit -Hn`), or pass --open-streams {}",
+            limit.saturating_sub(256) / 2
+        );
     }
+    // SO_REUSEPORT spreads connections by hash: allow a worker 10 % more than its share.
+    let per_worker = (2 * big).div_ceil(big_workers.max(1)) * 11 / 10;
+    let needed = (big.max(per_worker) + 256) as u64;
+    if big > 0 && limit < needed {
+        bail!(
+            "the open-files limit is {limit}, the {big}-stream memory test needs about {needed} per \
+             process: raise the hard limit (`ulimit -Hn`), or pass --big-streams N (or --quick to \
+             skip it)"
+        );
+    }
+    Ok(())
+}
+
+/// `args` without any `--gateway-workers` of the user's, plus `--gateway-workers <n>`.
+fn with_workers(args: &[String], n: usize) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len() + 2);
+    let mut skip_value = false;
+    for a in args {
+        if skip_value {
+            skip_value = false;
+        } else if a == "--gateway-workers" {
+            skip_value = true;
+        } else if !a.starts_with("--gateway-workers=") {
+            out.push(a.clone());
+        }
+    }
+    out.extend(["--gateway-workers".to_owned(), n.to_string()]);
+    out
+}
+
+/// The worker-scaling test: the same loads through respgw with 1 worker, then (a fresh instance)
+/// with `cli.scaling_workers`, both in front of the out-of-process mock.
+async fn scaling_rows(cli: &Cli, mock: &MockProcess, table: &mut Table) -> anyhow::Result<()> {
+    let warmup = Duration::from_secs(1);
+    let n = cli.scaling_workers;
+    let mut requests: Vec<ScalingRun> = Vec::new();
+    let mut events: Vec<ScalingRun> = Vec::new();
+    for workers in [1, n] {
+        let mut gw = Gateway::start(&cli.respgw, &mock.base_url(), &with_workers(&cli.respgw_args, workers)).await?;
+        progress(&format!(
+            "scaling: respgw --gateway-workers {workers} (pid {}): {} keep-alive connections, non-stream \
+             store:false, {} s",
+            gw.pid(),
+            cli.scaling_conns,
+            cli.scaling_seconds
+        ));
+        let r = scaling::run(
+            &mut gw,
+            mock,
+            Load::Requests { deltas: cli.scaling_deltas },
+            workers,
+            cli.scaling_conns.max(1),
+            warmup,
+            Duration::from_secs_f64(cli.scaling_seconds.max(0.5)),
+        )
+        .await
+        .with_context(|| format!("scaling test, {workers} worker(s), non-stream"))?;
+        requests.push(r);
+        if cli.scaling_stream_conns > 0 {
+            progress(&format!(
+                "scaling: respgw --gateway-workers {workers}: {} streams of {} deltas at a time, {} s",
+                cli.scaling_stream_conns, cli.scaling_stream_deltas, cli.scaling_stream_seconds
+            ));
+            let r = scaling::run(
+                &mut gw,
+                mock,
+                Load::Events { deltas: cli.scaling_stream_deltas },
+                workers,
+                cli.scaling_stream_conns,
+                warmup,
+                Duration::from_secs_f64(cli.scaling_stream_seconds.max(0.5)),
+            )
+            .await
+            .with_context(|| format!("scaling test, {workers} worker(s), SSE"))?;
+            events.push(r);
+        }
+        gw.stop().await?;
+    }
+    let what = format!("non-stream store:false, {} conns", cli.scaling_conns);
+    scaling_table(table, &format!("requests/s ({what})"), "respgw CPU per request", &requests, n);
+    if events.len() == 2 {
+        let what = format!("{} streams x {} deltas", cli.scaling_stream_conns, cli.scaling_stream_deltas);
+        scaling_table(table, &format!("SSE deltas/s ({what})"), "respgw CPU per SSE delta", &events, n);
+    }
+    Ok(())
+}
+
+/// The rows of one scaling comparison: the rate at 1 worker, at `n` workers (ratio, target), and
+/// respgw's CPU per unit at both.
+fn scaling_table(table: &mut Table, metric: &str, cpu_metric: &str, runs: &[ScalingRun], n: usize) {
+    let [one, many] = runs else { return };
+    let ratio = many.rate / one.rate;
+    table.row(Row {
+        metric: format!("{metric}, 1 -> {n} workers"),
+        direct: format!("{:.0} @1w", one.rate),
+        respgw: format!("{:.0} @{n}w", many.rate),
+        delta: format!("{ratio:.2}x"),
+        target: format!(">= {TARGET_SCALING}x"),
+        verdict: verdict(ratio >= TARGET_SCALING),
+        note: scaling_note(one, many, n),
+    });
+    table.row(Row {
+        metric: format!("{cpu_metric}, 1 -> {n} workers"),
+        direct: format!("{:.1} us", one.respgw_cpu_us),
+        respgw: format!("{:.1} us", many.respgw_cpu_us),
+        delta: format!("{:.2}x", many.respgw_cpu_us / one.respgw_cpu_us),
+        target: "-".into(),
+        verdict: "info",
+        note: format!(
+            "process tree; conns per worker at {n}: {} (balanced; the kernel's hash gave {})",
+            join(&many.conns_per_worker),
+            join(&many.natural_per_worker)
+        ),
+    });
+    for (w, r) in [(1, one), (n, many)] {
+        table.row(Row {
+            metric: format!("  cores used, {w} worker(s)"),
+            direct: "-".into(),
+            respgw: format!("{:.2}", r.respgw_cores),
+            delta: "-".into(),
+            target: "-".into(),
+            verdict: "info",
+            note: format!(
+                "machine {:.2}/{} busy: respgw {:.2}, bench client {:.2}, mock {:.2}, other {:.2}",
+                r.busy_cores,
+                r.cores,
+                r.respgw_cores,
+                r.bench_cores,
+                r.mock_cores,
+                r.other_cores()
+            ),
+        });
+    }
+}
+
+/// What the reader needs to judge a scaling ratio.
+fn scaling_note(one: &ScalingRun, many: &ScalingRun, n: usize) -> String {
+    let mut notes = Vec::new();
+    let cores = many.cores as f64;
+    if many.busy_cores >= 0.9 * cores {
+        notes.push(format!(
+            "machine saturated: respgw got {:.2} of {} cores at {n} workers, {:.2} at 1",
+            many.respgw_cores, many.cores, one.respgw_cores
+        ));
+    }
+    if one.respgw_cores > 1.15 {
+        notes.push(format!("1 worker already used {:.2} cores (multi-threaded runtime)", one.respgw_cores));
+    }
+    let other = one.other_cores().max(many.other_cores());
+    if other > 0.1 {
+        notes.push(format!("other load on the machine (up to {other:.2} cores): noisy"));
+    }
+    if many.cores < 2 * n {
+        notes.push(format!("{} cores shared by respgw, client and mock", many.cores));
+    }
+    notes.join("; ")
+}
+
+fn join(counts: &[usize]) -> String {
+    counts.iter().map(usize::to_string).collect::<Vec<_>>().join("/")
+}
+
+/// The big memory test: `cli.big_streams` held streams through a fresh respgw with
+/// `cli.big_streams_workers` workers, in front of the out-of-process mock.
+async fn big_memory_rows(cli: &Cli, mock: &MockProcess, table: &mut Table) -> anyhow::Result<()> {
+    let limit = Duration::from_secs(cli.open_timeout.max(1));
+    let workers = cli.big_streams_workers.max(1);
+    let mut gw = Gateway::start(&cli.respgw, &mock.base_url(), &with_workers(&cli.respgw_args, workers)).await?;
+    progress(&format!(
+        "memory: {} streams held open through a fresh respgw --gateway-workers {workers} (pid {})",
+        cli.big_streams,
+        gw.pid()
+    ));
+    let m = measure::memory(mock, &mut gw, cli.big_streams, limit).await.context("big memory test")?;
+    gw.stop().await?;
+    let per_stream = m.open_kib.saturating_sub(m.idle_kib) as f64 / m.streams as f64;
+    let bytes = m.open_kib as f64 * 1024.0;
+    table.row(Row {
+        metric: format!("respgw RSS, {} open streams, {workers} workers", m.streams),
+        direct: "-".into(),
+        respgw: format!("{:.1} MiB", m.open_kib as f64 / 1024.0),
+        delta: format!("+{per_stream:.1} KiB/stream"),
+        target: format!("<= {:.0} MB", TARGET_BIG_RSS_BYTES / 1e6),
+        verdict: verdict(bytes <= TARGET_BIG_RSS_BYTES),
+        note: format!(
+            "{} processes, sum of VmRSS; idle {:.1} MiB; {:.1} MiB after they closed; opened in {:.1} s, \
+             finished {:.1} s after release",
+            m.processes,
+            m.idle_kib as f64 / 1024.0,
+            m.after_kib as f64 / 1024.0,
+            m.open_time.as_secs_f64(),
+            m.finish_time.as_secs_f64()
+        ),
+    });
+    Ok(())
 }
 
 fn progress(msg: &str) {
@@ -254,6 +637,8 @@ struct Row {
     delta: String,
     target: String,
     verdict: &'static str,
+    /// What the reader needs to judge the number.
+    note: String,
 }
 
 impl Row {
@@ -266,6 +651,7 @@ impl Row {
             delta: "-".into(),
             target: "-".into(),
             verdict: "info",
+            note: String::new(),
         }
     }
 }
@@ -281,8 +667,9 @@ impl Table {
         self.rows.push(row);
     }
 
-    /// p50/p99 lines (and requests/s) of a latency test; `targets` applies the issue's targets.
-    fn latency(&mut self, label: &str, r: &LatencyResult, targets: bool) {
+    /// p50/p99 lines of a latency test; `targets` applies the issue's targets, `rate` adds a
+    /// requests/s line.
+    fn latency(&mut self, label: &str, r: &LatencyResult, targets: bool, rate: bool) {
         for (p, target) in [(50.0, TARGET_ADDED_P50_MS), (99.0, TARGET_ADDED_P99_MS)] {
             let direct = percentile_ms(&r.direct, p);
             let through = percentile_ms(&r.gateway, p);
@@ -294,9 +681,10 @@ impl Table {
                 delta: format!("{added:+.3} ms"),
                 target: if targets { format!("<= {target} ms added") } else { "-".into() },
                 verdict: if targets { verdict(added <= target) } else { "info" },
+                note: String::new(),
             });
         }
-        if !targets {
+        if rate {
             let direct = r.direct.len() as f64 / r.direct_wall.as_secs_f64();
             let through = r.gateway.len() as f64 / r.gateway_wall.as_secs_f64();
             self.row(Row {
@@ -306,6 +694,7 @@ impl Table {
                 delta: format!("{:.1} %", through / direct * 100.0),
                 target: "-".into(),
                 verdict: "info",
+                note: String::new(),
             });
         }
     }
@@ -313,11 +702,12 @@ impl Table {
     fn print(&self) {
         let header = Row {
             metric: "metric".into(),
-            direct: "direct".into(),
+            direct: "baseline".into(),
             respgw: "respgw".into(),
             delta: "ratio/added".into(),
             target: "target".into(),
             verdict: "result",
+            note: "note".into(),
         };
         let all: Vec<&Row> = std::iter::once(&header).chain(&self.rows).collect();
         let w = |f: fn(&Row) -> usize| all.iter().map(|r| f(r)).max().unwrap_or(0);
@@ -328,22 +718,25 @@ impl Table {
             w(|r| r.delta.chars().count()),
             w(|r| r.target.chars().count()),
             w(|r| r.verdict.chars().count()),
+            w(|r| r.note.chars().count()),
         ];
         let line = |r: &Row| {
             format!(
-                "| {:<w0$} | {:>w1$} | {:>w2$} | {:>w3$} | {:<w4$} | {:<w5$} |",
+                "| {:<w0$} | {:>w1$} | {:>w2$} | {:>w3$} | {:<w4$} | {:<w5$} | {:<w6$} |",
                 r.metric,
                 r.direct,
                 r.respgw,
                 r.delta,
                 r.target,
                 r.verdict,
+                r.note,
                 w0 = widths[0],
                 w1 = widths[1],
                 w2 = widths[2],
                 w3 = widths[3],
                 w4 = widths[4],
                 w5 = widths[5],
+                w6 = widths[6],
             )
         };
         println!("{}", line(&header));

@@ -10,12 +10,14 @@ use anyhow::{Context, bail, ensure};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::gateway::{self, Gateway};
+use crate::gateway::Gateway;
 use crate::mock::{self, HOLD_MODEL, MockUpstream};
 use crate::sse::{Frame, FrameSplitter, classify_responses, classify_upstream};
 
 /// The prompt every request carries.
 const PROMPT: &str = "Say hello to the benchmark.";
+/// Streams of the memory test that may be opening (not yet past their first delta) at once.
+const OPENING_AT_ONCE: usize = 64;
 /// Longest any single non-stream request may take before the run is declared broken.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -99,30 +101,32 @@ pub struct LatencyResult {
 }
 
 /// `warmup` then `requests` sequential requests on each side, alternating direct and gateway so
-/// that both see the same machine conditions.
+/// that both see the same machine conditions. `store` is the gateway requests' `store` flag.
 pub async fn latency_sequential(
     targets: &Targets,
-    gateway: &Gateway,
+    gateway: &mut Gateway,
     deltas: usize,
     warmup: usize,
     requests: usize,
+    store: bool,
 ) -> anyhow::Result<LatencyResult> {
     let client = client(4)?;
     let model = mock::model_for(deltas);
     let chat = chat_body(&model);
-    let resp = responses_body(&model, false);
+    let mut resp = responses_body(&model, false);
+    resp["store"] = Value::Bool(store);
     for _ in 0..warmup {
         direct_once(&client, &targets.direct, &chat).await?;
         gateway_once(&client, &targets.gateway, &resp).await?;
     }
     let mut direct = Vec::with_capacity(requests);
     let mut through = Vec::with_capacity(requests);
-    let cpu_before = gateway::cpu_ns(gateway.pid())?;
+    let cpu_before = gateway.cpu_ns().await?;
     for _ in 0..requests {
         direct.push(direct_once(&client, &targets.direct, &chat).await?);
         through.push(gateway_once(&client, &targets.gateway, &resp).await?);
     }
-    let cpu = gateway::cpu_ns(gateway.pid())?.saturating_sub(cpu_before);
+    let cpu = gateway.cpu_ns().await?.saturating_sub(cpu_before);
     Ok(LatencyResult {
         direct_wall: direct.iter().sum(),
         gateway_wall: through.iter().sum(),
@@ -136,7 +140,7 @@ pub async fn latency_sequential(
 /// the gateway (each phase after its own short warm-up).
 pub async fn latency_concurrent(
     targets: &Targets,
-    gateway: &Gateway,
+    gateway: &mut Gateway,
     deltas: usize,
     concurrency: usize,
     requests: usize,
@@ -183,9 +187,9 @@ pub async fn latency_concurrent(
     run_phase(true, 20).await?;
     let (direct, direct_wall) = run_phase(true, per_worker).await?;
     run_phase(false, 20).await?;
-    let cpu_before = gateway::cpu_ns(gateway.pid())?;
+    let cpu_before = gateway.cpu_ns().await?;
     let (through, gateway_wall) = run_phase(false, per_worker).await?;
-    let cpu = gateway::cpu_ns(gateway.pid())?.saturating_sub(cpu_before);
+    let cpu = gateway.cpu_ns().await?.saturating_sub(cpu_before);
     Ok(LatencyResult {
         gateway_cpu_us: cpu as f64 / 1e3 / through.len().max(1) as f64,
         direct,
@@ -195,22 +199,115 @@ pub async fn latency_concurrent(
     })
 }
 
-/// Read one SSE stream to its end; returns the number of delta frames and whether the end frame
-/// arrived.
-async fn read_stream(response: reqwest::Response, classify: fn(&[u8]) -> Frame) -> anyhow::Result<(usize, bool)> {
+/// What the client saw of one SSE stream.
+struct StreamRead {
+    /// Delta frames.
+    deltas: usize,
+    /// Whether the end frame arrived.
+    ended: bool,
+    /// When the first and the last delta frame arrived.
+    first_delta: Option<Instant>,
+    last_delta: Option<Instant>,
+}
+
+/// Read one SSE stream to its end, classifying frames with `classify`. With `parse`, the client
+/// also does what a real one does with every event: parse the JSON of each `data:` line (all but
+/// the upstream's `[DONE]`) into a `serde_json::Value`.
+async fn read_stream(
+    response: reqwest::Response,
+    classify: fn(&[u8]) -> Frame,
+    parse: bool,
+) -> anyhow::Result<StreamRead> {
     let status = response.status();
     ensure!(status.is_success(), "stream answered {status}");
     let mut body = response.bytes_stream();
     let mut splitter = FrameSplitter::default();
-    let (mut deltas, mut ended) = (0usize, false);
+    let mut read = StreamRead { deltas: 0, ended: false, first_delta: None, last_delta: None };
+    let mut bad_json = 0usize;
     while let Some(chunk) = body.next().await {
-        splitter.feed(&chunk?, |frame| match classify(frame) {
-            Frame::Delta => deltas += 1,
-            Frame::End => ended = true,
-            Frame::Other => {}
+        let before = read.deltas;
+        splitter.feed(&chunk?, |frame| {
+            if parse && !parse_data_lines(frame) {
+                bad_json += 1;
+            }
+            match classify(frame) {
+                Frame::Delta => read.deltas += 1,
+                Frame::End => read.ended = true,
+                Frame::Other => {}
+            }
         });
+        if read.deltas > before {
+            let now = Instant::now();
+            read.first_delta.get_or_insert(now);
+            read.last_delta = Some(now);
+        }
     }
-    Ok((deltas, ended))
+    ensure!(bad_json == 0, "{bad_json} event(s) carried a `data:` line that is not JSON");
+    Ok(read)
+}
+
+/// Parse every `data:` line of an SSE frame as JSON (skipping `[DONE]`); `false` if one is not
+/// valid JSON.
+fn parse_data_lines(frame: &[u8]) -> bool {
+    frame.split(|&b| b == b'\n').filter_map(|line| line.strip_prefix(b"data:")).all(|data| {
+        let data = data.strip_prefix(b" ").unwrap_or(data);
+        data == b"[DONE]" || std::hint::black_box(serde_json::from_slice::<Value>(data)).is_ok()
+    })
+}
+
+/// Time to first delta and time to the end of short streams, each side.
+pub struct StreamLatencyResult {
+    pub direct_first: Vec<Duration>,
+    pub gateway_first: Vec<Duration>,
+    pub direct_end: Vec<Duration>,
+    pub gateway_end: Vec<Duration>,
+}
+
+/// `requests` short streams (`deltas` deltas) per side, sequential and alternating: how long until
+/// the first delta and until the stream's end.
+pub async fn stream_latency(targets: &Targets, deltas: usize, requests: usize) -> anyhow::Result<StreamLatencyResult> {
+    let client = client(4)?;
+    let model = mock::model_for(deltas);
+    let chat = chat_body(&model);
+    let resp = responses_body(&model, true);
+    let mut result = StreamLatencyResult {
+        direct_first: Vec::with_capacity(requests),
+        gateway_first: Vec::with_capacity(requests),
+        direct_end: Vec::with_capacity(requests),
+        gateway_end: Vec::with_capacity(requests),
+    };
+    // The first round of each side is a warm-up.
+    for i in 0..=requests {
+        for direct in [true, false] {
+            let (url, body, classify): (_, _, fn(&[u8]) -> Frame) = if direct {
+                (&targets.direct, &chat, classify_upstream)
+            } else {
+                (&targets.gateway, &resp, classify_responses)
+            };
+            let started = Instant::now();
+            let response = client.post(url).json(body).timeout(REQUEST_TIMEOUT).send().await?;
+            let read = read_stream(response, classify, false).await?;
+            let end = started.elapsed();
+            ensure!(
+                read.deltas == deltas && read.ended,
+                "a short stream delivered {}/{deltas} deltas (ended: {})",
+                read.deltas,
+                read.ended
+            );
+            let first = read.first_delta.map_or(end, |t| t.saturating_duration_since(started));
+            if i == 0 {
+                continue;
+            }
+            let (firsts, ends) = if direct {
+                (&mut result.direct_first, &mut result.direct_end)
+            } else {
+                (&mut result.gateway_first, &mut result.gateway_end)
+            };
+            firsts.push(first);
+            ends.push(end);
+        }
+    }
+    Ok(result)
 }
 
 /// Events/s of the two sides.
@@ -224,13 +321,17 @@ pub struct ThroughputResult {
 }
 
 /// `runs` rounds; each round streams `concurrency` replies of `deltas` chunks at once, first
-/// directly, then through the gateway. Rates are total deltas over total wall time per side.
+/// directly, then through the gateway. A round's rate window runs from the first delta any of
+/// its streams received to the last one (request set-up and the stream's tail are not counted);
+/// rates are total deltas over total window time per side. With `parse`, the clients of both
+/// sides parse the JSON of every event (see [`read_stream`]).
 pub async fn sse_throughput(
     targets: &Targets,
-    gateway: &Gateway,
+    gateway: &mut Gateway,
     deltas: usize,
     concurrency: usize,
     runs: usize,
+    parse: bool,
 ) -> anyhow::Result<ThroughputResult> {
     let client = client(concurrency * 2)?;
     let model = mock::model_for(deltas);
@@ -245,37 +346,71 @@ pub async fn sse_throughput(
             (targets.gateway.clone(), resp.clone(), classify_responses)
         };
         async move {
-            let started = Instant::now();
             let streams: Vec<_> = (0..concurrency)
                 .map(|_| {
                     let request = client.post(&url).json(&body).send();
-                    tokio::spawn(async move { read_stream(request.await?, classify).await })
+                    tokio::spawn(async move { read_stream(request.await?, classify, parse).await })
                 })
                 .collect();
+            let (mut first, mut last): (Option<Instant>, Option<Instant>) = (None, None);
             for s in streams {
-                let (got, ended) = s.await.context("a stream reader panicked")??;
-                ensure!(got == deltas && ended, "a stream delivered {got}/{deltas} deltas (ended: {ended})");
+                let read = s.await.context("a stream reader panicked")??;
+                ensure!(
+                    read.deltas == deltas && read.ended,
+                    "a stream delivered {}/{deltas} deltas (ended: {})",
+                    read.deltas,
+                    read.ended
+                );
+                first = match (first, read.first_delta) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                // `None` orders before any `Some`.
+                last = last.max(read.last_delta);
             }
-            anyhow::Ok(started.elapsed())
+            match (first, last) {
+                (Some(a), Some(b)) => anyhow::Ok(b.saturating_duration_since(a)),
+                _ => bail!("no delta arrived"),
+            }
         }
     };
 
-    // Warm-up: one short round each way (fills connection pools, the mock's frame cache).
+    // Warm-up: one round each way (fills connection pools, the mock's frame cache).
     round(true).await?;
     round(false).await?;
     let (mut direct_wall, mut gateway_wall, mut cpu) = (Duration::ZERO, Duration::ZERO, 0u64);
     for _ in 0..runs {
         direct_wall += round(true).await?;
-        let cpu_before = gateway::cpu_ns(gateway.pid())?;
+        let cpu_before = gateway.cpu_ns().await?;
         gateway_wall += round(false).await?;
-        cpu += gateway::cpu_ns(gateway.pid())?.saturating_sub(cpu_before);
+        cpu += gateway.cpu_ns().await?.saturating_sub(cpu_before);
     }
     let total = (deltas * concurrency * runs) as f64;
     Ok(ThroughputResult {
         direct_per_s: total / direct_wall.as_secs_f64(),
         gateway_per_s: total / gateway_wall.as_secs_f64(),
+        // The CPU window includes the streams' set-up and tail: a slight over-estimate.
         gateway_cpu_us: cpu as f64 / 1e3 / total.max(1.0),
     })
+}
+
+/// A mock upstream whose `hold` streams wait until released.
+pub trait HeldStreams {
+    /// Held streams currently waiting.
+    async fn holding(&self) -> anyhow::Result<usize>;
+    /// Let every held stream (and any later `hold` request) finish.
+    async fn release(&self) -> anyhow::Result<()>;
+}
+
+impl HeldStreams for MockUpstream {
+    async fn holding(&self) -> anyhow::Result<usize> {
+        Ok(MockUpstream::holding(self))
+    }
+
+    async fn release(&self) -> anyhow::Result<()> {
+        MockUpstream::release(self);
+        Ok(())
+    }
 }
 
 /// respgw's memory with many open streams.
@@ -283,59 +418,68 @@ pub struct MemoryResult {
     pub streams: usize,
     /// After start-up and a few warm-up requests.
     pub idle_kib: u64,
+    /// respgw's processes (supervisor and workers).
+    pub processes: usize,
     /// With every stream open and past its first delta.
     pub open_kib: u64,
     /// After every stream finished.
     pub after_kib: u64,
     /// Time to open all streams and see each one's first delta.
     pub open_time: Duration,
+    /// Time from the release to the end of the last stream.
+    pub finish_time: Duration,
 }
 
 /// Open `streams` SSE streams through a fresh gateway (model `hold`), measure RSS once each one
 /// has received its first delta, then release them and check that all complete.
 pub async fn memory(
-    mock: &MockUpstream,
-    gateway: &Gateway,
+    mock: &impl HeldStreams,
+    gateway: &mut Gateway,
     streams: usize,
     limit: Duration,
 ) -> anyhow::Result<MemoryResult> {
-    let targets = Targets::new(mock, gateway);
+    let url = format!("{}/v1/responses", gateway.base_url());
     let warm = client(2)?;
     let model = mock::model_for(4);
     for _ in 0..20 {
-        gateway_once(&warm, &targets.gateway, &responses_body(&model, false)).await?;
-        let response = warm.post(&targets.gateway).json(&responses_body(&model, true)).send().await?;
-        let (deltas, ended) = read_stream(response, classify_responses).await?;
-        ensure!(deltas == 4 && ended, "warm-up stream was incomplete");
+        gateway_once(&warm, &url, &responses_body(&model, false)).await?;
+        let response = warm.post(&url).json(&responses_body(&model, true)).send().await?;
+        let read = read_stream(response, classify_responses, false).await?;
+        ensure!(read.deltas == 4 && read.ended, "warm-up stream was incomplete");
     }
     drop(warm);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let idle_kib = gateway::rss_kib(gateway.pid())?;
+    let (idle_kib, processes) = gateway.rss_kib().await?;
 
     let client = client(streams)?;
     let first = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
     let body = responses_body(HOLD_MODEL, true);
+    // Streams still opening at once. Opening all of them at the same instant overflows the
+    // listen backlogs (SYN cookies, 1 s retransmits), which measures the kernel, not respgw.
+    let opening = Arc::new(tokio::sync::Semaphore::new(OPENING_AT_ONCE));
     let started = Instant::now();
     let tasks: Vec<_> = (0..streams)
         .map(|_| {
-            let request = client.post(&targets.gateway).json(&body).send();
-            let (first, failed) = (Arc::clone(&first), Arc::clone(&failed));
+            let request = client.post(&url).json(&body).send();
+            let (first, failed, opening) = (Arc::clone(&first), Arc::clone(&failed), Arc::clone(&opening));
             tokio::spawn(async move {
                 let result = async {
+                    // Held until this stream's first delta: bounds the connection burst.
+                    let mut permit = Some(opening.acquire_owned().await?);
                     let response = request.await?;
                     ensure!(response.status().is_success(), "{}", response.status());
                     let mut body = response.bytes_stream();
                     let mut splitter = FrameSplitter::default();
-                    let (mut deltas, mut ended, mut counted) = (0usize, false, false);
+                    let (mut deltas, mut ended) = (0usize, false);
                     while let Some(chunk) = body.next().await {
                         splitter.feed(&chunk?, |frame| match classify_responses(frame) {
                             Frame::Delta => deltas += 1,
                             Frame::End => ended = true,
                             Frame::Other => {}
                         });
-                        if deltas > 0 && !counted {
-                            counted = true;
+                        if deltas > 0 && permit.is_some() {
+                            permit = None;
                             first.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -363,19 +507,22 @@ pub async fn memory(
     }
     let open_time = started.elapsed();
     let opened = first.load(Ordering::Relaxed);
-    let open_kib = gateway::rss_kib(gateway.pid())?;
-    let holding = mock.holding();
-    mock.release();
+    let (open_kib, _) = gateway.rss_kib().await?;
+    let holding = mock.holding().await?;
+    let released = Instant::now();
+    mock.release().await?;
 
     let mut errors = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
     for t in tasks {
-        match tokio::time::timeout(limit, t).await {
+        match tokio::time::timeout_at(deadline, t).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => errors.push(format!("{e:#}")),
             Ok(Err(e)) => errors.push(format!("stream task panicked: {e}")),
             Err(_) => errors.push("a released stream did not finish in time".into()),
         }
     }
+    let finish_time = released.elapsed();
     if let Some(e) = errors.first() {
         bail!("{} of {streams} held streams failed; first: {e}", errors.len());
     }
@@ -383,5 +530,19 @@ pub async fn memory(
     ensure!(holding == streams, "the mock held {holding} upstream streams, expected {streams}");
     drop(client);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    Ok(MemoryResult { streams, idle_kib, open_kib, after_kib: gateway::rss_kib(gateway.pid())?, open_time })
+    let (after_kib, _) = gateway.rss_kib().await?;
+    Ok(MemoryResult { streams, idle_kib, processes, open_kib, after_kib, open_time, finish_time })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_data_lines;
+
+    #[test]
+    fn parses_data_lines() {
+        assert!(parse_data_lines(b"event: response.output_text.delta\ndata: {\"delta\":\" hi\"}"));
+        assert!(parse_data_lines(b"data: [DONE]"));
+        assert!(parse_data_lines(b"data:{}"));
+        assert!(!parse_data_lines(b"event: x\ndata: {\"unterminated\""));
+    }
 }

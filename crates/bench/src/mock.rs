@@ -161,7 +161,7 @@ fn content_chunk(model: &str, i: usize) -> Bytes {
 }
 
 /// Every frame of a reply with `deltas` content chunks, in wire order.
-fn build_frames(model: &str, deltas: usize) -> Vec<Bytes> {
+pub fn build_frames(model: &str, deltas: usize) -> Vec<Bytes> {
     let mut frames = Vec::with_capacity(deltas + 4);
     frames.push(frame(&chunk(model, json!({"role": "assistant", "content": ""}), None)));
     frames.extend((0..deltas).map(|i| content_chunk(model, i)));
@@ -207,33 +207,44 @@ async fn chat_completions(State(state): State<Arc<MockState>>, body: Bytes) -> R
 
 /// The body of a `hold` reply: role chunk and one delta now, the rest after the release.
 fn held_body(state: Arc<MockState>) -> Body {
-    let mut head = BytesMut::new();
-    head.extend_from_slice(&frame(&chunk(HOLD_MODEL, json!({"role": "assistant", "content": ""}), None)));
-    head.extend_from_slice(&content_chunk(HOLD_MODEL, 0));
+    let [head, rest] = held_frames();
     let mut release = state.release.subscribe();
     let tail = stream::once(async move {
         state.holding.fetch_add(1, Ordering::Relaxed);
         // A closed channel or the time limit both end the wait; the stream finishes either way.
         let _ = tokio::time::timeout(state.hold_limit, release.wait_for(|released| *released)).await;
         state.holding.fetch_sub(1, Ordering::Relaxed);
-        let mut tail = BytesMut::new();
-        tail.extend_from_slice(&content_chunk(HOLD_MODEL, 1));
-        for f in closing_frames(HOLD_MODEL, 2) {
-            tail.extend_from_slice(&f);
-        }
-        Ok::<_, Infallible>(tail.freeze())
+        Ok::<_, Infallible>(rest)
     });
-    Body::from_stream(stream::once(async move { Ok(head.freeze()) }).chain(tail))
+    Body::from_stream(stream::once(async move { Ok(head) }).chain(tail))
+}
+
+/// The two parts of a `hold` reply: what is sent at once (role chunk and one delta) and what is
+/// sent after the release (one more delta, the closing frames).
+pub fn held_frames() -> [Bytes; 2] {
+    let mut head = BytesMut::new();
+    head.extend_from_slice(&frame(&chunk(HOLD_MODEL, json!({"role": "assistant", "content": ""}), None)));
+    head.extend_from_slice(&content_chunk(HOLD_MODEL, 0));
+    let mut tail = BytesMut::new();
+    tail.extend_from_slice(&content_chunk(HOLD_MODEL, 1));
+    for f in closing_frames(HOLD_MODEL, 2) {
+        tail.extend_from_slice(&f);
+    }
+    [head.freeze(), tail.freeze()]
 }
 
 /// `GET /v1/models`.
 async fn models() -> Response {
-    axum::Json(json!({
+    axum::Json(models_json()).into_response()
+}
+
+/// The model list.
+pub fn models_json() -> serde_json::Value {
+    json!({
         "object": "list",
         "data": [
             {"id": model_for(1), "object": "model", "created": 1_700_000_000, "owned_by": "bench"},
             {"id": HOLD_MODEL, "object": "model", "created": 1_700_000_000, "owned_by": "bench"},
         ],
-    }))
-    .into_response()
+    })
 }

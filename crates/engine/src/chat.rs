@@ -5,48 +5,55 @@
 //! fields the gateway uses are modelled; unknown fields are ignored so new server versions work.
 
 use respgw_protocol::ValidatedRequest;
-use respgw_protocol::items::{ContentPart, FunctionOutput, Item, MessageRole};
-use respgw_protocol::request::{TextFormat, ToolChoice, ToolChoiceMode};
+use respgw_protocol::items::{CodeInterpreterOutput, ContentPart, FunctionOutput, Item, MessageRole};
+use respgw_protocol::request::TextFormat;
+use respgw_protocol::tools::{CODE_INTERPRETER_FUNCTION, FunctionTool, mcp_function_name};
+
+use crate::hosted::FunctionSpec;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 /// The JSON body of one upstream chat-completions call.
 pub struct ChatRequest;
 
+/// The functions offered to the model in one turn, and the `tool_choice` sent with them.
+#[derive(Debug, Clone)]
+pub struct ToolOffer {
+    pub functions: Vec<FunctionSpec>,
+    /// Chat-completions spelling: `"auto"`, `"none"`, `"required"` or a named function. It is
+    /// forwarded for real (never emulated with prompt text), so the upstream's guided decoding
+    /// enforces it.
+    pub tool_choice: Value,
+}
+
 impl ChatRequest {
-    /// Build the streaming request for `history` (inherited items, then this request's input).
-    pub fn build(req: &ValidatedRequest, history: &[Item]) -> Value {
+    /// Build the streaming request for `history` with the tools of `offer`.
+    pub fn build(req: &ValidatedRequest, history: &[Item], offer: &ToolOffer) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), json!(req.model));
         body.insert("messages".into(), Value::Array(messages(req.instructions.as_deref(), history)));
         body.insert("stream".into(), json!(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
 
-        if !req.tools.is_empty() {
-            let offered = offered_tools(req);
-            let tools: Vec<Value> = offered
+        if !offer.functions.is_empty() {
+            let tools: Vec<Value> = offer
+                .functions
                 .iter()
-                .map(|t| {
+                .map(|f| {
                     let mut function = Map::new();
-                    function.insert("name".into(), json!(t.name));
-                    if let Some(d) = &t.description {
+                    function.insert("name".into(), json!(f.name));
+                    if let Some(d) = &f.description {
                         function.insert("description".into(), json!(d));
                     }
-                    function.insert(
-                        "parameters".into(),
-                        t.parameters
-                            .clone()
-                            .map(Value::Object)
-                            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-                    );
-                    if let Some(strict) = t.strict {
+                    function.insert("parameters".into(), f.parameters.clone());
+                    if let Some(strict) = f.strict {
                         function.insert("strict".into(), json!(strict));
                     }
                     json!({"type": "function", "function": function})
                 })
                 .collect();
             body.insert("tools".into(), Value::Array(tools));
-            body.insert("tool_choice".into(), upstream_tool_choice(&req.tool_choice));
+            body.insert("tool_choice".into(), offer.tool_choice.clone());
             if let Some(p) = req.parallel_tool_calls {
                 body.insert("parallel_tool_calls".into(), json!(p));
             }
@@ -89,27 +96,64 @@ impl ChatRequest {
     }
 }
 
-/// The tools the model is offered: all of them, or the `allowed_tools` subset.
-fn offered_tools(req: &ValidatedRequest) -> Vec<&respgw_protocol::request::FunctionTool> {
-    match &req.tool_choice {
-        ToolChoice::AllowedTools(a) => req.tools.iter().filter(|t| a.tools.iter().any(|f| f.name == t.name)).collect(),
-        _ => req.tools.iter().collect(),
+/// A client function tool as the model sees it.
+pub fn function_spec(tool: &FunctionTool) -> FunctionSpec {
+    FunctionSpec {
+        name: tool.name.clone(),
+        description: tool.description.clone(),
+        parameters: tool
+            .parameters
+            .clone()
+            .map(Value::Object)
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        strict: tool.strict,
     }
 }
 
-/// `tool_choice` in chat-completions spelling. The choice is forwarded for real (never emulated
-/// with prompt text), so the upstream's guided decoding enforces it.
-fn upstream_tool_choice(choice: &ToolChoice) -> Value {
-    let mode = |m: ToolChoiceMode| match m {
-        ToolChoiceMode::None => json!("none"),
-        ToolChoiceMode::Auto => json!("auto"),
-        ToolChoiceMode::Required => json!("required"),
-    };
-    match choice {
-        ToolChoice::Mode(m) => mode(*m),
-        ToolChoice::Function(f) => json!({"type": "function", "function": {"name": f.name}}),
-        ToolChoice::AllowedTools(a) => mode(a.mode),
+/// What the model is told a hosted call returned. Derived from the finished item alone, so a
+/// live tool loop and a later continuation send the model exactly the same text.
+pub fn tool_result_text(item: &Item) -> Option<String> {
+    match item {
+        Item::McpCall(m) => Some(match (&m.output, &m.error) {
+            (_, Some(error)) => format!("MCP tool error: {error}"),
+            (Some(output), None) => output.clone(),
+            (None, None) => String::new(),
+        }),
+        Item::CodeInterpreterCall(c) => {
+            let outputs = c.outputs.as_deref().unwrap_or_default();
+            let mut text = String::new();
+            let mut images = 0;
+            for output in outputs {
+                match output {
+                    CodeInterpreterOutput::Logs { logs } => {
+                        if !text.is_empty() && !text.ends_with('\n') {
+                            text.push('\n');
+                        }
+                        text.push_str(logs);
+                    }
+                    CodeInterpreterOutput::Image { .. } => images += 1,
+                }
+            }
+            if images > 0 {
+                text.push_str(&format!("\n[{images} image(s) produced and shown to the user]"));
+            }
+            if text.trim().is_empty() {
+                text = "(no output)".into();
+            }
+            Some(text)
+        }
+        _ => None,
     }
+}
+
+/// The tool call a hosted item stands for in an assistant message.
+fn hosted_tool_call(item: &Item) -> Option<Value> {
+    let (name, arguments) = match item {
+        Item::McpCall(m) => (mcp_function_name(&m.server_label, &m.name), m.arguments.clone()),
+        Item::CodeInterpreterCall(c) => (CODE_INTERPRETER_FUNCTION.to_owned(), json!({"code": c.code}).to_string()),
+        _ => return None,
+    };
+    Some(json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}}))
 }
 
 /// An assistant turn being assembled from consecutive assistant-side items.
@@ -118,6 +162,8 @@ struct AssistantTurn {
     text: Vec<String>,
     reasoning: Vec<String>,
     tool_calls: Vec<Value>,
+    /// Results of the gateway's own calls in this turn, sent right after the assistant message.
+    hosted_results: Vec<Value>,
 }
 
 impl AssistantTurn {
@@ -125,7 +171,8 @@ impl AssistantTurn {
         self.text.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty()
     }
 
-    fn into_message(self) -> Value {
+    /// The assistant message, followed by the results of its hosted calls.
+    fn into_messages(self, out: &mut Vec<Value>) {
         let mut m = Map::new();
         m.insert("role".into(), json!("assistant"));
         m.insert("content".into(), if self.text.is_empty() { Value::Null } else { json!(self.text.join("\n\n")) });
@@ -136,13 +183,16 @@ impl AssistantTurn {
         if !self.tool_calls.is_empty() {
             m.insert("tool_calls".into(), Value::Array(self.tool_calls));
         }
-        Value::Object(m)
+        out.push(Value::Object(m));
+        out.extend(self.hosted_results);
     }
 }
 
 /// History items → chat messages. Consecutive assistant-side items (reasoning, assistant text,
-/// function calls) form one assistant message; a reasoning item after text or calls starts the
-/// next assistant turn, because reasoning always precedes what it produced.
+/// function calls, the gateway's own tool calls) form one assistant message; a reasoning item
+/// after text or calls starts the next assistant turn, because reasoning always precedes what it
+/// produced. Gateway tool calls are followed by their results, so on a continuation the model
+/// sees its earlier MCP and code interpreter calls too. `mcp_list_tools` items are not sent.
 pub fn messages(instructions: Option<&str>, history: &[Item]) -> Vec<Value> {
     let mut out = Vec::with_capacity(history.len() + 1);
     if let Some(text) = instructions {
@@ -151,7 +201,7 @@ pub fn messages(instructions: Option<&str>, history: &[Item]) -> Vec<Value> {
     let mut turn = AssistantTurn::default();
     let flush = |turn: &mut AssistantTurn, out: &mut Vec<Value>| {
         if !turn.is_empty() {
-            out.push(std::mem::take(turn).into_message());
+            std::mem::take(turn).into_messages(out);
         }
     };
     for item in history {
@@ -177,6 +227,13 @@ pub fn messages(instructions: Option<&str>, history: &[Item]) -> Vec<Value> {
                 "type": "function",
                 "function": {"name": f.name, "arguments": f.arguments},
             })),
+            Item::McpCall(_) | Item::CodeInterpreterCall(_) => {
+                if let (Some(call), Some(result)) = (hosted_tool_call(item), tool_result_text(item)) {
+                    turn.tool_calls.push(call);
+                    turn.hosted_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
+                }
+            }
+            Item::McpListTools(_) => {}
             Item::Message(m) => {
                 flush(&mut turn, &mut out);
                 let role = match m.role {
@@ -327,13 +384,17 @@ mod tests {
     use respgw_protocol::CreateResponseRequest;
 
     fn req(v: Value) -> ValidatedRequest {
-        CreateResponseRequest::from_slice(v.to_string().as_bytes()).unwrap().validate().unwrap()
+        CreateResponseRequest::from_slice(v.to_string().as_bytes()).unwrap().validate(&Default::default()).unwrap()
+    }
+
+    fn no_tools() -> ToolOffer {
+        ToolOffer { functions: Vec::new(), tool_choice: json!("auto") }
     }
 
     #[test]
     fn plain_request_body() {
         let r = req(json!({"model":"m","input":"hi","instructions":"Be brief.","max_output_tokens":16}));
-        let body = ChatRequest::build(&r, &r.input);
+        let body = ChatRequest::build(&r, &r.input, &no_tools());
         assert_eq!(
             body,
             json!({
@@ -347,25 +408,24 @@ mod tests {
     }
 
     #[test]
-    fn named_tool_choice_is_forwarded_not_emulated() {
-        let r = req(json!({"model":"m","input":"hi",
-            "tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}],
-            "tool_choice":{"type":"function","name":"get_weather"}}));
-        let body = ChatRequest::build(&r, &r.input);
+    fn offered_functions_and_choice_are_sent() {
+        let r = req(json!({"model":"m","input":"hi"}));
+        let offer = ToolOffer {
+            functions: vec![FunctionSpec {
+                name: "get_weather".into(),
+                description: None,
+                parameters: json!({"type":"object"}),
+                strict: Some(true),
+            }],
+            tool_choice: json!({"type":"function","function":{"name":"get_weather"}}),
+        };
+        let body = ChatRequest::build(&r, &r.input, &offer);
         assert_eq!(body["tool_choice"], json!({"type":"function","function":{"name":"get_weather"}}));
-        assert_eq!(body["tools"][0]["function"]["strict"], json!(true));
+        assert_eq!(
+            body["tools"][0],
+            json!({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"},"strict":true}})
+        );
         assert_eq!(body["messages"].as_array().unwrap().len(), 1, "no injected instruction text");
-    }
-
-    #[test]
-    fn allowed_tools_narrows_the_offer() {
-        let r = req(json!({"model":"m","input":"hi",
-            "tools":[{"type":"function","name":"a"},{"type":"function","name":"b"}],
-            "tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"b"}]}}));
-        let body = ChatRequest::build(&r, &r.input);
-        assert_eq!(body["tools"].as_array().unwrap().len(), 1);
-        assert_eq!(body["tools"][0]["function"]["name"], "b");
-        assert_eq!(body["tool_choice"], "required");
     }
 
     #[test]
@@ -373,7 +433,7 @@ mod tests {
         let r = req(
             json!({"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"out","schema":{"type":"object"},"strict":true}}}),
         );
-        let body = ChatRequest::build(&r, &r.input);
+        let body = ChatRequest::build(&r, &r.input, &no_tools());
         assert_eq!(
             body["response_format"],
             json!({"type":"json_schema","json_schema":{"name":"out","schema":{"type":"object"},"strict":true}})
@@ -421,5 +481,43 @@ mod tests {
         let r =
             req(json!({"model":"m","input":[{"role":"developer","content":"rules"},{"role":"user","content":"hi"}]}));
         assert_eq!(messages(None, &r.input)[0], json!({"role":"system","content":"rules"}));
+    }
+}
+
+#[cfg(test)]
+mod hosted_history_tests {
+    use super::*;
+    use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, McpCallItem};
+
+    #[test]
+    fn hosted_calls_are_replayed_with_their_results() {
+        let history = vec![
+            Item::McpCall(McpCallItem {
+                id: "mcp_1".into(),
+                server_label: "docs".into(),
+                name: "search".into(),
+                arguments: "{\"q\":\"x\"}".into(),
+                status: CallStatus::Completed,
+                output: Some("found".into()),
+                error: None,
+            }),
+            Item::CodeInterpreterCall(CodeInterpreterCallItem {
+                id: "ci_1".into(),
+                status: CallStatus::Completed,
+                code: "2+2".into(),
+                container_id: "cntr_1".into(),
+                outputs: Some(vec![CodeInterpreterOutput::Logs { logs: "4".into() }]),
+            }),
+        ];
+        assert_eq!(
+            Value::Array(messages(None, &history)),
+            json!([
+                {"role":"assistant","content":null,"tool_calls":[
+                    {"id":"mcp_1","type":"function","function":{"name":"mcp__docs__search","arguments":"{\"q\":\"x\"}"}},
+                    {"id":"ci_1","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"2+2\"}"}}]},
+                {"role":"tool","tool_call_id":"mcp_1","content":"found"},
+                {"role":"tool","tool_call_id":"ci_1","content":"4"}
+            ])
+        );
     }
 }

@@ -10,10 +10,14 @@
 //! the model server through [`Upstream`] and to storage through `respgw_store::ResponseStore`.
 
 pub mod chat;
+mod code_stream;
+pub mod hosted;
+mod offer;
 mod run;
 pub mod think;
 pub mod turn;
 pub mod upstream;
 
+pub use hosted::{FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, ResolvedTools, ToolResolver};
 pub use run::{ClientGone, Engine, EventSink, PreparedResponse, RunOutcome, store_error};
 pub use upstream::{Upstream, UpstreamConfig, UpstreamError};

@@ -1,32 +1,41 @@
 //! One response from start to terminal event.
 //!
-//! [`Engine::prepare`] does everything that can still fail with a plain HTTP error (history
-//! lookup for `previous_response_id`); [`PreparedResponse::run`] then streams: `created`,
-//! `in_progress`, the upstream turn's item events, persistence, and exactly one terminal event
-//! (`completed`, `incomplete` or `failed`, the latter preceded by an `error` event). The store
-//! write happens before the terminal event leaves, so a client that saw `completed` can always
-//! continue from it.
+//! [`Engine::prepare`] does everything that can still fail with a plain HTTP error: the history
+//! lookup for `previous_response_id` and resolving the gateway's own tools (MCP inventories).
+//! [`PreparedResponse::run`] then streams: `created`, `in_progress`, MCP tool listings, then the
+//! tool loop — one upstream turn, the gateway tools it called, the next turn — until the model
+//! answers or calls a client function; then persistence, and exactly one terminal event
+//! (`completed`, `incomplete`, or `failed` preceded by an `error` event). The store write happens
+//! before the terminal event leaves, so a client that saw `completed` can always continue from it.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::ids::{IdKind, new_id};
+use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, McpCallItem, McpListToolsItem};
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest};
 use respgw_store::{NewResponse, ResponseStore, StoreError};
 use respgw_telemetry::{Metrics, ToolType};
 use tokio::sync::mpsc;
 
-use crate::chat::ChatRequest;
-use crate::turn::{OutputLog, TurnEnd, TurnState};
+use crate::chat::{ChatRequest, ToolOffer};
+use crate::hosted::{HostedCall, HostedKind, HostedOutcome, HostedTool, ToolResolver};
+use crate::offer::{ToolMenu, TurnPhase, roster};
+use crate::turn::{OutputLog, PendingHostedCall, TurnEnd, TurnResult, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
 
-/// Shared, process-wide engine: the upstream client, the store and the metrics it records into.
+/// Model turns one response may take; the last one is sent with `tool_choice: "none"`.
+const MAX_TURNS: usize = 16;
+
+/// Shared, process-wide engine: the upstream client, the store, the gateway's tools and the
+/// metrics it records into.
 pub struct Engine {
     upstream: Upstream,
     store: Arc<dyn ResponseStore>,
+    tools: Arc<dyn ToolResolver>,
     metrics: Metrics,
 }
 
@@ -69,7 +78,7 @@ pub enum RunOutcome {
     ClientGone,
 }
 
-/// A request whose history is resolved, ready to run.
+/// A request whose history and tools are resolved, ready to run.
 pub struct PreparedResponse {
     engine: Arc<Engine>,
     request: ValidatedRequest,
@@ -80,6 +89,14 @@ pub struct PreparedResponse {
     response: ResponseObject,
     /// Headers forwarded on upstream calls (e.g. `x-request-id`).
     upstream_headers: Vec<(&'static str, String)>,
+    hosted: Vec<Arc<dyn HostedTool>>,
+    menu: ToolMenu,
+    /// `mcp_list_tools` items to show first.
+    listings: Vec<McpListToolsItem>,
+    /// The conversation's code interpreter container (reused across turns while it exists).
+    container_id: String,
+    /// Output items as produced, unfiltered: what history and the store keep.
+    output: Vec<Item>,
 }
 
 fn unix_now() -> i64 {
@@ -97,8 +114,13 @@ pub fn store_error(e: &StoreError) -> ApiError {
 }
 
 impl Engine {
-    pub fn new(upstream: Upstream, store: Arc<dyn ResponseStore>, metrics: Metrics) -> Self {
-        Engine { upstream, store, metrics }
+    pub fn new(
+        upstream: Upstream,
+        store: Arc<dyn ResponseStore>,
+        tools: Arc<dyn ToolResolver>,
+        metrics: Metrics,
+    ) -> Self {
+        Engine { upstream, store, tools, metrics }
     }
 
     pub fn upstream(&self) -> &Upstream {
@@ -113,8 +135,14 @@ impl Engine {
         &self.metrics
     }
 
-    /// Resolve history. Fails with 400 `previous_response_not_found` for an unknown id and 503
-    /// when the store cannot be read.
+    /// Which gateway tools requests may declare.
+    pub fn capabilities(&self) -> respgw_protocol::Capabilities {
+        self.tools.capabilities()
+    }
+
+    /// Resolve history and tools. Fails with 400 `previous_response_not_found` for an unknown
+    /// id, 503 when the store cannot be read, and 422 `bad_input` when a declared tool cannot
+    /// be resolved.
     pub async fn prepare(
         self: &Arc<Self>,
         request: ValidatedRequest,
@@ -136,9 +164,38 @@ impl Engine {
             }
         };
         history.extend(request.input.iter().cloned());
+        let resolved = self.tools.resolve(&request, &history).await?;
+        let menu = ToolMenu::new(&request, &resolved.tools);
+        menu.check_choice(&request.tool_choice)?;
+        let container_id = history
+            .iter()
+            .rev()
+            .find_map(|item| match item {
+                Item::CodeInterpreterCall(c) => Some(c.container_id.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| new_id(IdKind::Container));
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
-        Ok(PreparedResponse { engine: Arc::clone(self), request, history, inherited_keys, response, upstream_headers })
+        Ok(PreparedResponse {
+            engine: Arc::clone(self),
+            request,
+            history,
+            inherited_keys,
+            response,
+            upstream_headers,
+            hosted: resolved.tools,
+            menu,
+            listings: resolved.listings,
+            container_id,
+            output: Vec::new(),
+        })
     }
+}
+
+/// Why a turn or tool run stopped the response early.
+enum Stop {
+    ClientGone,
+    Error(ApiError),
 }
 
 impl PreparedResponse {
@@ -149,7 +206,7 @@ impl PreparedResponse {
 
     /// Run to the terminal event, sending events to `sink`.
     pub async fn run(mut self, mut sink: EventSink) -> RunOutcome {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let outcome = self.run_inner(&mut sink).await;
         match &outcome {
             RunOutcome::Finished(r) => {
@@ -166,21 +223,26 @@ impl PreparedResponse {
     }
 
     async fn run_inner(&mut self, sink: &mut EventSink) -> RunOutcome {
-        if sink.send(ResponseEvent::Created { response: self.response.clone() }).await.is_err()
-            || sink.send(ResponseEvent::InProgress { response: self.response.clone() }).await.is_err()
+        if sink.send(ResponseEvent::Created { response: Box::new(self.response.clone()) }).await.is_err()
+            || sink.send(ResponseEvent::InProgress { response: Box::new(self.response.clone()) }).await.is_err()
         {
             return RunOutcome::ClientGone;
         }
         let mut log = OutputLog::default();
         let mut usage = Usage::default();
-        let end = match self.stream_turn(sink, &mut log, &mut usage).await {
+        let end = match self.tool_loop(sink, &mut log, &mut usage).await {
             Ok(end) => end,
-            Err(TurnFailure::ClientGone) => return RunOutcome::ClientGone,
-            Err(TurnFailure::Error(error)) => return self.fail(sink, log.items, error).await,
+            Err(Stop::ClientGone) => return RunOutcome::ClientGone,
+            Err(Stop::Error(error)) => {
+                self.output = std::mem::take(&mut log.items);
+                return self.fail(sink, error).await;
+            }
         };
 
+        self.output = std::mem::take(&mut log.items);
+        let presented: Vec<Item> = self.output.iter().map(|i| self.present(i)).collect();
         let response = &mut self.response;
-        response.output = std::mem::take(&mut log.items);
+        response.output = presented;
         response.usage = Some(usage);
         match end {
             TurnEnd::Finished => {
@@ -196,16 +258,63 @@ impl PreparedResponse {
             && let Err(e) = self.persist().await
         {
             tracing::error!(response_id = %self.response.id, error = %e, "could not store the response");
-            let output = std::mem::take(&mut self.response.output);
-            return self.fail(sink, output, store_error(&e)).await;
+            return self.fail(sink, store_error(&e)).await;
         }
         let terminal = match self.response.status {
-            ResponseStatus::Incomplete => ResponseEvent::Incomplete { response: self.response.clone() },
-            _ => ResponseEvent::Completed { response: self.response.clone() },
+            ResponseStatus::Incomplete => ResponseEvent::Incomplete { response: Box::new(self.response.clone()) },
+            _ => ResponseEvent::Completed { response: Box::new(self.response.clone()) },
         };
         // A client that leaves now still gets its stored response; the outcome is the same.
         let _ = sink.send(terminal).await;
         RunOutcome::Finished(Box::new(self.response.clone()))
+    }
+
+    /// Listings, then model turns and the gateway tools they call, until the model is done.
+    async fn tool_loop(
+        &mut self,
+        sink: &mut EventSink,
+        log: &mut OutputLog,
+        usage: &mut Usage,
+    ) -> Result<TurnEnd, Stop> {
+        for listing in std::mem::take(&mut self.listings) {
+            self.emit_listing(sink, log, listing).await?;
+        }
+        let roster = roster(&self.hosted);
+        let mut phase = TurnPhase::First;
+        for turn in 1..=MAX_TURNS {
+            let phase_now = if turn == MAX_TURNS { TurnPhase::Last } else { phase };
+            let offer = self.menu.offer(&self.request.tool_choice, phase_now);
+            let result = self.stream_turn(sink, log, &offer, roster.clone()).await?;
+            if let Some(u) = &result.usage {
+                usage.add(u);
+            }
+            self.count_requested(&result);
+            if let TurnEnd::Cut(_) = result.end {
+                return Ok(result.end);
+            }
+            if result.hosted_calls.is_empty() {
+                return Ok(TurnEnd::Finished);
+            }
+            for call in result.hosted_calls {
+                self.run_hosted(sink, log, call).await?;
+            }
+            if !result.function_calls.is_empty() {
+                // The client has to run its functions before the model can go on.
+                return Ok(TurnEnd::Finished);
+            }
+            phase = TurnPhase::AfterToolUse;
+        }
+        Ok(TurnEnd::Finished)
+    }
+
+    fn count_requested(&self, result: &TurnResult) {
+        let metrics = &self.engine.metrics;
+        for _ in &result.function_calls {
+            metrics.tool_requested(ToolType::Function);
+        }
+        for call in &result.hosted_calls {
+            metrics.tool_requested(tool_type(&call.kind));
+        }
     }
 
     /// One upstream call, streamed into events.
@@ -213,20 +322,24 @@ impl PreparedResponse {
         &mut self,
         sink: &mut EventSink,
         log: &mut OutputLog,
-        usage: &mut Usage,
-    ) -> Result<TurnEnd, TurnFailure> {
-        let body = ChatRequest::build(&self.request, &self.history);
+        offer: &ToolOffer,
+        roster: Vec<(String, HostedKind)>,
+    ) -> Result<TurnResult, Stop> {
+        let mut history = Vec::with_capacity(self.history.len() + log.items.len());
+        history.extend(self.history.iter().cloned());
+        history.extend(log.items.iter().cloned());
+        let body = ChatRequest::build(&self.request, &history, offer);
         let upstream = self.engine.upstream.stream_chat(&body, &self.upstream_headers);
         let mut chunks = tokio::select! {
-            r = upstream => r.map_err(|e| TurnFailure::Error(e.to_api_error()))?,
-            () = sink.closed() => return Err(TurnFailure::ClientGone),
+            r = upstream => r.map_err(|e| Stop::Error(e.to_api_error()))?,
+            () = sink.closed() => return Err(Stop::ClientGone),
         };
-        let mut state = TurnState::default();
+        let mut state = TurnState::new(roster, self.container_id.clone());
         let mut events = Vec::new();
         loop {
             let next = tokio::select! {
                 next = chunks.next() => next,
-                () = sink.closed() => return Err(TurnFailure::ClientGone),
+                () = sink.closed() => return Err(Stop::ClientGone),
             };
             match next {
                 None => break,
@@ -237,30 +350,135 @@ impl PreparedResponse {
                 Some(Ok(UpstreamEvent::Chunk(chunk))) => state.on_chunk(chunk, log, &mut events),
                 Some(Err(e)) => {
                     self.flush(sink, &mut events).await?;
-                    return Err(TurnFailure::Error(e.to_api_error()));
+                    return Err(Stop::Error(e.to_api_error()));
                 }
             }
             self.flush(sink, &mut events).await?;
         }
         let result = state.finish(log, &mut events);
         self.flush(sink, &mut events).await?;
-        let result = result.map_err(|e| TurnFailure::Error(ApiError::upstream_unavailable(e)))?;
-        if let Some(u) = &result.usage {
-            usage.add(u);
-        }
-        for _ in &result.function_calls {
-            self.engine.metrics.tool_requested(ToolType::Function);
-        }
-        Ok(result.end)
+        result.map_err(|e| Stop::Error(ApiError::upstream_unavailable(e)))
     }
 
-    async fn flush(&self, sink: &mut EventSink, events: &mut Vec<ResponseEvent>) -> Result<(), TurnFailure> {
+    /// Run one gateway tool call: its "running" event, the call, its outcome on the item.
+    async fn run_hosted(
+        &mut self,
+        sink: &mut EventSink,
+        log: &mut OutputLog,
+        call: PendingHostedCall,
+    ) -> Result<(), Stop> {
+        let (item_id, output_index) = (call.item_id.clone(), call.output_index);
+        if call.kind == HostedKind::CodeInterpreter {
+            sink.send(ResponseEvent::CodeInterpreterCallInterpreting { item_id: item_id.clone(), output_index })
+                .await
+                .map_err(|_| Stop::ClientGone)?;
+        }
+        let Some(tool) = self.hosted.iter().find(|t| t.spec().name == call.function).cloned() else {
+            // The roster only names hosted tools, so this cannot happen; fail loudly if it does.
+            return Err(Stop::Error(ApiError::internal(format!("no gateway tool named '{}'", call.function))));
+        };
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            outcome = tool.call(HostedCall { arguments: &call.arguments, container_id: &self.container_id }) => outcome,
+            () = sink.closed() => return Err(Stop::ClientGone),
+        };
+        let (item, ok, done_event) = match (outcome, &call.kind) {
+            (HostedOutcome::CodeInterpreter { outputs, ok }, _) => (
+                Item::CodeInterpreterCall(CodeInterpreterCallItem {
+                    id: item_id.clone(),
+                    status: if ok { CallStatus::Completed } else { CallStatus::Failed },
+                    code: call.code,
+                    container_id: self.container_id.clone(),
+                    outputs: Some(outputs),
+                }),
+                ok,
+                ResponseEvent::CodeInterpreterCallCompleted { item_id: item_id.clone(), output_index },
+            ),
+            (HostedOutcome::Mcp(result), HostedKind::Mcp { server_label, tool_name }) => {
+                let ok = result.is_ok();
+                let (output, error) = match result {
+                    Ok(text) => (Some(text), None),
+                    Err(e) => (None, Some(e)),
+                };
+                let event = if ok {
+                    ResponseEvent::McpCallCompleted { item_id: item_id.clone(), output_index }
+                } else {
+                    ResponseEvent::McpCallFailed { item_id: item_id.clone(), output_index }
+                };
+                (
+                    Item::McpCall(McpCallItem {
+                        id: item_id.clone(),
+                        server_label: server_label.clone(),
+                        name: tool_name.clone(),
+                        arguments: call.arguments,
+                        status: if ok { CallStatus::Completed } else { CallStatus::Failed },
+                        output,
+                        error,
+                    }),
+                    ok,
+                    event,
+                )
+            }
+            (HostedOutcome::Mcp(_), HostedKind::CodeInterpreter) => {
+                return Err(Stop::Error(ApiError::internal("a code interpreter call returned an MCP outcome")));
+            }
+        };
+        self.engine.metrics.tool_executed(tool_type(&call.kind), started.elapsed(), ok);
+        let presented = self.present(&item);
+        log.items.push(item);
+        sink.send(done_event).await.map_err(|_| Stop::ClientGone)?;
+        sink.send(ResponseEvent::OutputItemDone { output_index, item: presented }).await.map_err(|_| Stop::ClientGone)
+    }
+
+    /// Show an MCP server's tools as an `mcp_list_tools` item.
+    async fn emit_listing(
+        &mut self,
+        sink: &mut EventSink,
+        log: &mut OutputLog,
+        listing: McpListToolsItem,
+    ) -> Result<(), Stop> {
+        let output_index = log.allocate_index();
+        let item_id = listing.id.clone();
+        let announced = McpListToolsItem { tools: Vec::new(), error: None, ..listing.clone() };
+        let finished = if listing.error.is_some() {
+            ResponseEvent::McpListToolsFailed { item_id: item_id.clone(), output_index }
+        } else {
+            ResponseEvent::McpListToolsCompleted { item_id: item_id.clone(), output_index }
+        };
+        let item = Item::McpListTools(listing);
+        for event in [
+            ResponseEvent::OutputItemAdded { output_index, item: Item::McpListTools(announced) },
+            ResponseEvent::McpListToolsInProgress { item_id, output_index },
+            finished,
+            ResponseEvent::OutputItemDone { output_index, item: item.clone() },
+        ] {
+            sink.send(event).await.map_err(|_| Stop::ClientGone)?;
+        }
+        log.items.push(item);
+        Ok(())
+    }
+
+    async fn flush(&self, sink: &mut EventSink, events: &mut Vec<ResponseEvent>) -> Result<(), Stop> {
         for event in events.drain(..) {
-            sink.send(event).await.map_err(|_| TurnFailure::ClientGone)?;
+            sink.send(event).await.map_err(|_| Stop::ClientGone)?;
         }
         Ok(())
     }
 
+    /// An item as the client sees it: code interpreter outputs only when `include` asks.
+    fn present(&self, item: &Item) -> Item {
+        match item {
+            Item::CodeInterpreterCall(c)
+                if !self.request.include.iter().any(|i| i == "code_interpreter_call.outputs") =>
+            {
+                Item::CodeInterpreterCall(CodeInterpreterCallItem { outputs: None, ..c.clone() })
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// Store the response: the object as the client sees it, and the unfiltered items the
+    /// conversation continues from.
     async fn persist(&self) -> Result<(), StoreError> {
         let response = serde_json::to_value(&self.response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let status = match self.response.status {
@@ -278,16 +496,17 @@ impl PreparedResponse {
                 response,
                 inherited: self.inherited_keys.clone(),
                 input: self.request.input.clone(),
-                output: self.response.output.clone(),
+                output: self.output.clone(),
             })
             .await
     }
 
     /// End with `error` + `response.failed`. Items finished before the failure stay in `output`.
-    async fn fail(&mut self, sink: &mut EventSink, finished_items: Vec<Item>, error: ApiError) -> RunOutcome {
+    async fn fail(&mut self, sink: &mut EventSink, error: ApiError) -> RunOutcome {
+        let presented: Vec<Item> = self.output.iter().map(|i| self.present(i)).collect();
         let response = &mut self.response;
         response.status = ResponseStatus::Failed;
-        response.output = finished_items;
+        response.output = presented;
         response.usage = None;
         response.completed_at = None;
         response.error = Some(ResponseError {
@@ -301,13 +520,15 @@ impl PreparedResponse {
             param: error.param.clone(),
         };
         if sink.send(ResponseEvent::error(stream_error)).await.is_ok() {
-            let _ = sink.send(ResponseEvent::Failed { response: self.response.clone() }).await;
+            let _ = sink.send(ResponseEvent::Failed { response: Box::new(self.response.clone()) }).await;
         }
         RunOutcome::Failed { response: Box::new(self.response.clone()), error }
     }
 }
 
-enum TurnFailure {
-    ClientGone,
-    Error(ApiError),
+fn tool_type(kind: &HostedKind) -> ToolType {
+    match kind {
+        HostedKind::CodeInterpreter => ToolType::CodeInterpreter,
+        HostedKind::Mcp { .. } => ToolType::Mcp,
+    }
 }

@@ -10,11 +10,14 @@ use respgw_protocol::ResponseEvent;
 use respgw_protocol::Usage;
 use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::items::{
-    ContentPart, FunctionCallItem, Item, ItemStatus, MessageItem, MessageRole, ReasoningItem, ReasoningText,
+    CallStatus, CodeInterpreterCallItem, ContentPart, FunctionCallItem, Item, ItemStatus, McpCallItem, MessageItem,
+    MessageRole, ReasoningItem, ReasoningText,
 };
 use respgw_protocol::response::IncompleteReason;
 
 use crate::chat::{ChatChunk, ToolCallDelta};
+use crate::code_stream::CodeStream;
+use crate::hosted::HostedKind;
 use crate::think::{Segment, ThinkSplitter};
 
 /// The response-wide record of output: index allocation and finished items in completion order.
@@ -25,6 +28,11 @@ pub struct OutputLog {
 }
 
 impl OutputLog {
+    /// The next `output_index`, for an item announced outside a model turn (e.g. a listing).
+    pub fn allocate_index(&mut self) -> usize {
+        self.allocate()
+    }
+
     fn allocate(&mut self) -> usize {
         let i = self.next_index;
         self.next_index += 1;
@@ -46,8 +54,24 @@ pub enum TurnEnd {
 pub struct TurnResult {
     pub end: TurnEnd,
     pub usage: Option<Usage>,
-    /// Function calls of this turn, in the order the model made them.
+    /// Client function calls of this turn, in the order the model made them (their items are
+    /// done).
     pub function_calls: Vec<FunctionCallItem>,
+    /// Calls to the gateway's own tools, in order; their items stay open until they have run.
+    pub hosted_calls: Vec<PendingHostedCall>,
+}
+
+/// A gateway tool call whose arguments are complete and which is waiting to run.
+#[derive(Debug, Clone)]
+pub struct PendingHostedCall {
+    pub item_id: String,
+    pub output_index: usize,
+    /// The function name the model used.
+    pub function: String,
+    pub kind: HostedKind,
+    pub arguments: String,
+    /// For code interpreter calls: the decoded code.
+    pub code: String,
 }
 
 #[derive(Debug)]
@@ -71,13 +95,20 @@ struct CallSlot {
     call_id: Option<String>,
     name: Option<String>,
     arguments: String,
-    /// Set once the item is announced (its name is known).
-    opened: Option<(String, usize)>,
+    /// Set once the item is announced (its name is known): item id, output index, and the
+    /// gateway tool it calls (`None`: a client function).
+    opened: Option<(String, usize, Option<HostedKind>)>,
+    /// Decoded code of a code interpreter call, streamed as it arrives.
+    code: CodeStream,
 }
 
 /// The state of one upstream model turn.
 #[derive(Debug, Default)]
 pub struct TurnState {
+    /// Function names that are gateway tools.
+    roster: Vec<(String, HostedKind)>,
+    /// The conversation's code interpreter container.
+    container_id: String,
     splitter: ThinkSplitter,
     reasoning: Option<OpenReasoning>,
     message: Option<OpenMessage>,
@@ -99,6 +130,11 @@ pub enum TurnError {
 }
 
 impl TurnState {
+    /// A turn in which calls to the functions of `roster` are the gateway's own tools.
+    pub fn new(roster: Vec<(String, HostedKind)>, container_id: String) -> Self {
+        TurnState { roster, container_id, ..TurnState::default() }
+    }
+
     /// Apply one chunk; events it causes are appended to `events`.
     pub fn on_chunk(&mut self, chunk: ChatChunk, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
         if let Some(u) = &chunk.usage {
@@ -228,6 +264,7 @@ impl TurnState {
                     name: None,
                     arguments: String::new(),
                     opened: None,
+                    code: CodeStream::default(),
                 });
                 self.calls.len() - 1
             }
@@ -241,22 +278,15 @@ impl TurnState {
             slot.name.get_or_insert(name);
         }
         let fragment = function.arguments.unwrap_or_default();
-        match &slot.opened {
-            Some((item_id, output_index)) => {
-                if !fragment.is_empty() {
-                    slot.arguments.push_str(&fragment);
-                    events.push(ResponseEvent::FunctionCallArgumentsDelta {
-                        item_id: item_id.clone(),
-                        output_index: *output_index,
-                        delta: fragment,
-                    });
-                }
-            }
-            None => {
+        if slot.opened.is_some() {
+            if !fragment.is_empty() {
                 slot.arguments.push_str(&fragment);
-                if slot.name.is_some() {
-                    open_call(slot, log, events);
-                }
+                argument_delta(slot, fragment, events);
+            }
+        } else {
+            slot.arguments.push_str(&fragment);
+            if slot.name.is_some() {
+                open_call(slot, &self.roster, &self.container_id, log, events);
             }
         }
     }
@@ -323,73 +353,183 @@ impl TurnState {
         };
         self.close_message(message_status, log, events);
 
-        let mut function_calls = Vec::with_capacity(self.calls.len());
+        let mut function_calls = Vec::new();
+        let mut hosted_calls = Vec::new();
         for mut slot in std::mem::take(&mut self.calls) {
             if slot.opened.is_none() {
                 if slot.name.is_none() {
                     return Err(TurnError::NamelessToolCall);
                 }
-                open_call(&mut slot, log, events);
+                open_call(&mut slot, &self.roster, &self.container_id, log, events);
             }
-            let Some((item_id, output_index)) = slot.opened else {
-                continue;
-            };
-            if slot.arguments.is_empty() {
-                // A call without arguments is `{}`; say so in a delta too, so deltas add up.
-                slot.arguments.push_str("{}");
-                events.push(ResponseEvent::FunctionCallArgumentsDelta {
-                    item_id: item_id.clone(),
-                    output_index,
-                    delta: slot.arguments.clone(),
-                });
+            let Some((item_id, output_index, kind)) = slot.opened.take() else { continue };
+            let name = slot.name.take().unwrap_or_default();
+            match kind {
+                Some(HostedKind::CodeInterpreter) => {
+                    let (code, rest) = std::mem::take(&mut slot.code).finish(&slot.arguments);
+                    if !rest.is_empty() {
+                        events.push(ResponseEvent::CodeInterpreterCallCodeDelta {
+                            item_id: item_id.clone(),
+                            output_index,
+                            delta: rest,
+                        });
+                    }
+                    events.push(ResponseEvent::CodeInterpreterCallCodeDone {
+                        item_id: item_id.clone(),
+                        output_index,
+                        code: code.clone(),
+                    });
+                    hosted_calls.push(PendingHostedCall {
+                        item_id,
+                        output_index,
+                        function: name,
+                        kind: HostedKind::CodeInterpreter,
+                        arguments: slot.arguments,
+                        code,
+                    });
+                }
+                Some(kind @ HostedKind::Mcp { .. }) => {
+                    if slot.arguments.is_empty() {
+                        slot.arguments.push_str("{}");
+                        events.push(ResponseEvent::McpCallArgumentsDelta {
+                            item_id: item_id.clone(),
+                            output_index,
+                            delta: slot.arguments.clone(),
+                        });
+                    }
+                    events.push(ResponseEvent::McpCallArgumentsDone {
+                        item_id: item_id.clone(),
+                        output_index,
+                        arguments: slot.arguments.clone(),
+                    });
+                    hosted_calls.push(PendingHostedCall {
+                        item_id,
+                        output_index,
+                        function: name,
+                        kind,
+                        arguments: slot.arguments,
+                        code: String::new(),
+                    });
+                }
+                None => {
+                    if slot.arguments.is_empty() {
+                        // A call without arguments is `{}`; say so in a delta too, so deltas add up.
+                        slot.arguments.push_str("{}");
+                        events.push(ResponseEvent::FunctionCallArgumentsDelta {
+                            item_id: item_id.clone(),
+                            output_index,
+                            delta: slot.arguments.clone(),
+                        });
+                    }
+                    events.push(ResponseEvent::FunctionCallArgumentsDone {
+                        item_id: item_id.clone(),
+                        output_index,
+                        name: name.clone(),
+                        arguments: slot.arguments.clone(),
+                    });
+                    let call = FunctionCallItem {
+                        id: item_id,
+                        call_id: slot.call_id.unwrap_or_else(|| format!("call_{}", new_id(IdKind::FunctionCall))),
+                        name,
+                        arguments: slot.arguments,
+                        status: ItemStatus::Completed,
+                    };
+                    let item = Item::FunctionCall(call.clone());
+                    events.push(ResponseEvent::OutputItemDone { output_index, item: item.clone() });
+                    log.items.push(item);
+                    function_calls.push(call);
+                }
             }
-            let name = slot.name.unwrap_or_default();
-            events.push(ResponseEvent::FunctionCallArgumentsDone {
-                item_id: item_id.clone(),
-                output_index,
-                name: name.clone(),
-                arguments: slot.arguments.clone(),
-            });
-            let call = FunctionCallItem {
-                id: item_id,
-                call_id: slot.call_id.unwrap_or_else(|| format!("call_{}", new_id(IdKind::FunctionCall))),
-                name,
-                arguments: slot.arguments,
-                status: ItemStatus::Completed,
-            };
-            let item = Item::FunctionCall(call.clone());
-            events.push(ResponseEvent::OutputItemDone { output_index, item: item.clone() });
-            log.items.push(item);
-            function_calls.push(call);
         }
-        Ok(TurnResult { end, usage: self.usage, function_calls })
+        Ok(TurnResult { end, usage: self.usage, function_calls, hosted_calls })
     }
 }
 
-/// Announce a function call item and send the arguments gathered so far as its first delta.
-fn open_call(slot: &mut CallSlot, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
-    let item_id = new_id(IdKind::FunctionCall);
+/// Announce a call's item — a client `function_call`, or the gateway tool's own item — and send
+/// the arguments gathered so far as its first delta.
+fn open_call(
+    slot: &mut CallSlot,
+    roster: &[(String, HostedKind)],
+    container_id: &str,
+    log: &mut OutputLog,
+    events: &mut Vec<ResponseEvent>,
+) {
+    let name = slot.name.clone().unwrap_or_default();
+    let kind = roster.iter().find(|(n, _)| *n == name).map(|(_, k)| k.clone());
     let output_index = log.allocate();
-    // The call id must be stable from the first event on: mint one now if the server sent none.
-    let call_id = slot.call_id.get_or_insert_with(|| format!("call_{}", uuid_tail(&item_id))).clone();
-    events.push(ResponseEvent::OutputItemAdded {
-        output_index,
-        item: Item::FunctionCall(FunctionCallItem {
-            id: item_id.clone(),
-            call_id,
-            name: slot.name.clone().unwrap_or_default(),
-            arguments: String::new(),
-            status: ItemStatus::InProgress,
-        }),
-    });
+    let item_id = match &kind {
+        None => {
+            let item_id = new_id(IdKind::FunctionCall);
+            // The call id must be stable from the first event on: mint one now if the server sent none.
+            let call_id = slot.call_id.get_or_insert_with(|| format!("call_{}", uuid_tail(&item_id))).clone();
+            events.push(ResponseEvent::OutputItemAdded {
+                output_index,
+                item: Item::FunctionCall(FunctionCallItem {
+                    id: item_id.clone(),
+                    call_id,
+                    name,
+                    arguments: String::new(),
+                    status: ItemStatus::InProgress,
+                }),
+            });
+            item_id
+        }
+        Some(HostedKind::CodeInterpreter) => {
+            let item_id = new_id(IdKind::CodeInterpreterCall);
+            events.push(ResponseEvent::OutputItemAdded {
+                output_index,
+                item: Item::CodeInterpreterCall(CodeInterpreterCallItem {
+                    id: item_id.clone(),
+                    status: CallStatus::InProgress,
+                    code: String::new(),
+                    container_id: container_id.to_owned(),
+                    outputs: None,
+                }),
+            });
+            events.push(ResponseEvent::CodeInterpreterCallInProgress { item_id: item_id.clone(), output_index });
+            item_id
+        }
+        Some(HostedKind::Mcp { server_label, tool_name }) => {
+            let item_id = new_id(IdKind::McpCall);
+            events.push(ResponseEvent::OutputItemAdded {
+                output_index,
+                item: Item::McpCall(McpCallItem {
+                    id: item_id.clone(),
+                    server_label: server_label.clone(),
+                    name: tool_name.clone(),
+                    arguments: String::new(),
+                    status: CallStatus::InProgress,
+                    output: None,
+                    error: None,
+                }),
+            });
+            events.push(ResponseEvent::McpCallInProgress { item_id: item_id.clone(), output_index });
+            item_id
+        }
+    };
+    slot.opened = Some((item_id, output_index, kind));
     if !slot.arguments.is_empty() {
-        events.push(ResponseEvent::FunctionCallArgumentsDelta {
-            item_id: item_id.clone(),
-            output_index,
-            delta: slot.arguments.clone(),
-        });
+        let gathered = slot.arguments.clone();
+        argument_delta(slot, gathered, events);
     }
-    slot.opened = Some((item_id, output_index));
+}
+
+/// The delta event for an argument fragment, in the call's own event family.
+fn argument_delta(slot: &mut CallSlot, fragment: String, events: &mut Vec<ResponseEvent>) {
+    let Some((item_id, output_index, kind)) = &slot.opened else { return };
+    let (item_id, output_index) = (item_id.clone(), *output_index);
+    match kind {
+        None => events.push(ResponseEvent::FunctionCallArgumentsDelta { item_id, output_index, delta: fragment }),
+        Some(HostedKind::Mcp { .. }) => {
+            events.push(ResponseEvent::McpCallArgumentsDelta { item_id, output_index, delta: fragment })
+        }
+        Some(HostedKind::CodeInterpreter) => {
+            let delta = slot.code.push(&fragment);
+            if !delta.is_empty() {
+                events.push(ResponseEvent::CodeInterpreterCallCodeDelta { item_id, output_index, delta });
+            }
+        }
+    }
 }
 
 fn uuid_tail(id: &str) -> &str {
@@ -547,5 +687,69 @@ mod tests {
         assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["f", "g"]);
         assert_eq!(calls[1].arguments, "{}");
         assert_eq!(log.items.len(), 2);
+    }
+
+    #[test]
+    fn a_code_interpreter_call_streams_decoded_code_and_stays_open() {
+        let mut state = TurnState::new(vec![("code_interpreter".into(), HostedKind::CodeInterpreter)], "cntr_1".into());
+        let mut log = OutputLog::default();
+        let mut events = Vec::new();
+        for c in [
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_9","function":{"name":"code_interpreter","arguments":"{\"code\": \"import"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":" math\\nmath.sqrt(2)\"}"}}]},"finish_reason":"tool_calls"}]}),
+        ] {
+            state.on_chunk(chunk(c), &mut log, &mut events);
+        }
+        state.on_done();
+        let result = state.finish(&mut log, &mut events).unwrap();
+        assert_eq!(
+            kinds(&events),
+            [
+                "response.output_item.added",
+                "response.code_interpreter_call.in_progress",
+                "response.code_interpreter_call_code.delta",
+                "response.code_interpreter_call_code.delta",
+                "response.code_interpreter_call_code.done"
+            ]
+        );
+        let deltas: String = events
+            .iter()
+            .filter_map(|e| match e {
+                ResponseEvent::CodeInterpreterCallCodeDelta { delta, .. } => Some(delta.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, "import math\nmath.sqrt(2)");
+        assert!(log.items.is_empty(), "the item is done only after it has run");
+        assert_eq!(result.hosted_calls[0].code, "import math\nmath.sqrt(2)");
+        let ResponseEvent::OutputItemAdded { item: Item::CodeInterpreterCall(ci), .. } = &events[0] else { panic!() };
+        assert_eq!((ci.container_id.as_str(), ci.outputs.is_none()), ("cntr_1", true));
+    }
+
+    #[test]
+    fn an_mcp_call_uses_the_real_label_and_tool_name() {
+        let kind = HostedKind::Mcp { server_label: "docs".into(), tool_name: "search.v2".into() };
+        let mut state = TurnState::new(vec![("mcp__docs__search_v2_1234".into(), kind)], "cntr_1".into());
+        let mut log = OutputLog::default();
+        let mut events = Vec::new();
+        state.on_chunk(
+            chunk(json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"mcp__docs__search_v2_1234","arguments":""}}]},"finish_reason":"tool_calls"}]})),
+            &mut log,
+            &mut events,
+        );
+        state.on_done();
+        let result = state.finish(&mut log, &mut events).unwrap();
+        assert_eq!(
+            kinds(&events),
+            [
+                "response.output_item.added",
+                "response.mcp_call.in_progress",
+                "response.mcp_call_arguments.delta",
+                "response.mcp_call_arguments.done"
+            ]
+        );
+        let ResponseEvent::OutputItemAdded { item: Item::McpCall(m), .. } = &events[0] else { panic!() };
+        assert_eq!((m.server_label.as_str(), m.name.as_str()), ("docs", "search.v2"));
+        assert_eq!(result.hosted_calls[0].arguments, "{}");
     }
 }

@@ -4,6 +4,12 @@
 //! [`Upstream::request`] gives the pass-through routes a request builder with the upstream's
 //! base URL and credentials applied. Failures are classified once here ([`UpstreamError`]) and
 //! mapped to the API's error shape in one place ([`UpstreamError::to_api_error`]).
+//!
+//! Tracing: when spans are exported ([`respgw_telemetry::tracing_otlp`]), each call gets a client
+//! span ([`Upstream::client_span`], e.g. `POST /chat/completions`) whose W3C `traceparent` is sent
+//! upstream. The span covers the whole call, streamed body included, not each chunk; when spans
+//! are not exported it is a disabled span and no header is added. Nothing of the request or reply
+//! bodies is recorded on it.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -12,7 +18,9 @@ use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use respgw_protocol::ApiError;
 use respgw_protocol::error::ErrorType;
+use respgw_telemetry::tracing_otlp;
 use serde_json::Value;
+use tracing::field::Empty;
 
 use crate::chat::ChatChunk;
 
@@ -45,6 +53,16 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// A short, content-free name for the kind of failure (a span's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Unreachable(_) => "unreachable",
+            UpstreamError::Timeout => "timeout",
+            UpstreamError::Status { .. } => "upstream_error",
+            UpstreamError::Protocol(_) => "protocol_error",
+        }
+    }
+
     fn from_reqwest(e: reqwest::Error) -> Self {
         if e.is_timeout() {
             UpstreamError::Timeout
@@ -123,6 +141,8 @@ pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<UpstreamEvent, UpstreamE
 pub struct Upstream {
     client: reqwest::Client,
     config: UpstreamConfig,
+    /// Host and port of `config.base_url`, for the client spans' `server.address`/`server.port`.
+    server: (String, Option<u16>),
 }
 
 impl Upstream {
@@ -136,7 +156,10 @@ impl Upstream {
             .build()
             .map_err(|e| UpstreamError::Unreachable(format!("cannot build HTTP client: {e}")))?;
         let base_url = config.base_url.trim_end_matches('/').to_owned();
-        Ok(Upstream { client, config: UpstreamConfig { base_url, ..config } })
+        let server = reqwest::Url::parse(&base_url)
+            .map(|url| (url.host_str().unwrap_or_default().to_owned(), url.port_or_known_default()))
+            .unwrap_or_default();
+        Ok(Upstream { client, config: UpstreamConfig { base_url, ..config }, server })
     }
 
     pub fn config(&self) -> &UpstreamConfig {
@@ -163,28 +186,90 @@ impl Upstream {
         UpstreamError::from_reqwest(e)
     }
 
+    /// The client span for one upstream call, named `{METHOD} {path}` (`path` without the query:
+    /// it is the span name). A child of the current span; disabled when spans are not exported.
+    /// Record the outcome with [`Upstream::record_status`] / [`Upstream::record_failure`].
+    pub fn client_span(&self, method: &reqwest::Method, path: &str) -> tracing::Span {
+        if !tracing_otlp::exporting() {
+            return tracing::Span::none();
+        }
+        let (address, port) = &self.server;
+        tracing::info_span!(
+            "upstream",
+            otel.name = %format_args!("{method} {path}"),
+            otel.kind = "client",
+            http.request.method = %method,
+            server.address = %address,
+            server.port = port,
+            http.response.status_code = Empty,
+            error.type = Empty,
+            otel.status_code = Empty,
+        )
+    }
+
+    /// Send `span`'s W3C trace context (`traceparent`, `tracestate`) with a request, replacing any
+    /// such header already set on it (a pass-through client's own). Unchanged when spans are not
+    /// exported.
+    pub fn with_trace_context(request: reqwest::RequestBuilder, span: &tracing::Span) -> reqwest::RequestBuilder {
+        let headers = tracing_otlp::trace_context_headers(span);
+        if headers.is_empty() { request } else { request.headers(headers) }
+    }
+
     /// Start a streaming chat-completions call. HTTP errors are read and returned as
     /// [`UpstreamError::Status`] before any chunk is yielded.
     pub async fn stream_chat(&self, body: &Value, headers: &[(&str, String)]) -> Result<ChunkStream, UpstreamError> {
+        let span = self.client_span(&reqwest::Method::POST, "/chat/completions");
         let mut rb = self.request(reqwest::Method::POST, "/chat/completions").json(body);
         for (name, value) in headers {
             rb = rb.header(*name, value);
         }
-        let response = rb.send().await.map_err(UpstreamError::from_reqwest)?;
+        let rb = Self::with_trace_context(rb, &span);
+        let response = match rb.send().await {
+            Ok(response) => response,
+            Err(e) => {
+                let error = UpstreamError::from_reqwest(e);
+                Self::record_failure(&span, error.kind());
+                return Err(error);
+            }
+        };
         let status = response.status();
+        Self::record_status(&span, status);
         if !status.is_success() {
             let bytes = response.bytes().await.map_err(UpstreamError::from_reqwest)?;
             let body = serde_json::from_slice(&bytes)
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
             return Err(UpstreamError::Status { status: status.as_u16(), body });
         }
-        let events = response.bytes_stream().eventsource().map(|event| match event {
-            Ok(ev) if ev.data.trim() == "[DONE]" => Ok(UpstreamEvent::Done),
-            Ok(ev) => parse_chunk(&ev.data),
-            Err(eventsource_stream::EventStreamError::Transport(e)) => Err(UpstreamError::from_reqwest(e)),
-            Err(e) => Err(UpstreamError::Protocol(e.to_string())),
+        // The closure owns the span, so the span ends when the stream is dropped.
+        let events = response.bytes_stream().eventsource().map(move |event| {
+            let item = match event {
+                Ok(ev) if ev.data.trim() == "[DONE]" => Ok(UpstreamEvent::Done),
+                Ok(ev) => parse_chunk(&ev.data),
+                Err(eventsource_stream::EventStreamError::Transport(e)) => Err(UpstreamError::from_reqwest(e)),
+                Err(e) => Err(UpstreamError::Protocol(e.to_string())),
+            };
+            if let Err(error) = &item {
+                Self::record_failure(&span, error.kind());
+            }
+            item
         });
         Ok(Box::pin(events))
+    }
+
+    /// Record an upstream reply's status on its client span; 4xx and 5xx mark the span as failed.
+    pub fn record_status(span: &tracing::Span, status: reqwest::StatusCode) {
+        span.record("http.response.status_code", status.as_u16());
+        if status.is_client_error() || status.is_server_error() {
+            span.record("error.type", status.as_str());
+            span.record("otel.status_code", "error");
+        }
+    }
+
+    /// Mark an upstream call's client span as failed, with `kind` (e.g. [`UpstreamError::kind`]) as
+    /// its `error.type` — never the error's details, which may quote the upstream's body.
+    pub fn record_failure(span: &tracing::Span, kind: &'static str) {
+        span.record("error.type", kind);
+        span.record("otel.status_code", "error");
     }
 }
 

@@ -9,20 +9,21 @@ use serde::Serialize;
 use crate::items::{ContentPart, Item};
 use crate::response::ResponseObject;
 
-/// One event of a response stream.
+/// One event of a response stream. Lifecycle events box their response so the enum stays small
+/// (events queue in per-stream channels).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type")]
 pub enum ResponseEvent {
     #[serde(rename = "response.created")]
-    Created { response: ResponseObject },
+    Created { response: Box<ResponseObject> },
     #[serde(rename = "response.in_progress")]
-    InProgress { response: ResponseObject },
+    InProgress { response: Box<ResponseObject> },
     #[serde(rename = "response.completed")]
-    Completed { response: ResponseObject },
+    Completed { response: Box<ResponseObject> },
     #[serde(rename = "response.incomplete")]
-    Incomplete { response: ResponseObject },
+    Incomplete { response: Box<ResponseObject> },
     #[serde(rename = "response.failed")]
-    Failed { response: ResponseObject },
+    Failed { response: Box<ResponseObject> },
     #[serde(rename = "response.output_item.added")]
     OutputItemAdded { output_index: usize, item: Item },
     #[serde(rename = "response.output_item.done")]
@@ -43,6 +44,34 @@ pub enum ResponseEvent {
     FunctionCallArgumentsDelta { item_id: String, output_index: usize, delta: String },
     #[serde(rename = "response.function_call_arguments.done")]
     FunctionCallArgumentsDone { item_id: String, output_index: usize, name: String, arguments: String },
+    #[serde(rename = "response.code_interpreter_call.in_progress")]
+    CodeInterpreterCallInProgress { item_id: String, output_index: usize },
+    #[serde(rename = "response.code_interpreter_call_code.delta")]
+    CodeInterpreterCallCodeDelta { item_id: String, output_index: usize, delta: String },
+    #[serde(rename = "response.code_interpreter_call_code.done")]
+    CodeInterpreterCallCodeDone { item_id: String, output_index: usize, code: String },
+    #[serde(rename = "response.code_interpreter_call.interpreting")]
+    CodeInterpreterCallInterpreting { item_id: String, output_index: usize },
+    #[serde(rename = "response.code_interpreter_call.completed")]
+    CodeInterpreterCallCompleted { item_id: String, output_index: usize },
+    #[serde(rename = "response.mcp_call.in_progress")]
+    McpCallInProgress { item_id: String, output_index: usize },
+    #[serde(rename = "response.mcp_call_arguments.delta")]
+    McpCallArgumentsDelta { item_id: String, output_index: usize, delta: String },
+    #[serde(rename = "response.mcp_call_arguments.done")]
+    McpCallArgumentsDone { item_id: String, output_index: usize, arguments: String },
+    #[serde(rename = "response.mcp_call.completed")]
+    McpCallCompleted { item_id: String, output_index: usize },
+    /// Carries no `error` key on purpose: SDKs treat an `error` key in an event as fatal to the
+    /// stream. The reason is on the item (`output_item.done`).
+    #[serde(rename = "response.mcp_call.failed")]
+    McpCallFailed { item_id: String, output_index: usize },
+    #[serde(rename = "response.mcp_list_tools.in_progress")]
+    McpListToolsInProgress { item_id: String, output_index: usize },
+    #[serde(rename = "response.mcp_list_tools.completed")]
+    McpListToolsCompleted { item_id: String, output_index: usize },
+    #[serde(rename = "response.mcp_list_tools.failed")]
+    McpListToolsFailed { item_id: String, output_index: usize },
     /// The schema wants the details nested in `error` (as the reference API sends them); the
     /// official SDKs type them flat, so `code`, `message` and `param` are repeated at the top.
     /// Build it with [`ResponseEvent::error`].
@@ -89,6 +118,19 @@ impl ResponseEvent {
             ResponseEvent::ReasoningDone { .. } => "response.reasoning.done",
             ResponseEvent::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             ResponseEvent::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
+            ResponseEvent::CodeInterpreterCallInProgress { .. } => "response.code_interpreter_call.in_progress",
+            ResponseEvent::CodeInterpreterCallCodeDelta { .. } => "response.code_interpreter_call_code.delta",
+            ResponseEvent::CodeInterpreterCallCodeDone { .. } => "response.code_interpreter_call_code.done",
+            ResponseEvent::CodeInterpreterCallInterpreting { .. } => "response.code_interpreter_call.interpreting",
+            ResponseEvent::CodeInterpreterCallCompleted { .. } => "response.code_interpreter_call.completed",
+            ResponseEvent::McpCallInProgress { .. } => "response.mcp_call.in_progress",
+            ResponseEvent::McpCallArgumentsDelta { .. } => "response.mcp_call_arguments.delta",
+            ResponseEvent::McpCallArgumentsDone { .. } => "response.mcp_call_arguments.done",
+            ResponseEvent::McpCallCompleted { .. } => "response.mcp_call.completed",
+            ResponseEvent::McpCallFailed { .. } => "response.mcp_call.failed",
+            ResponseEvent::McpListToolsInProgress { .. } => "response.mcp_list_tools.in_progress",
+            ResponseEvent::McpListToolsCompleted { .. } => "response.mcp_list_tools.completed",
+            ResponseEvent::McpListToolsFailed { .. } => "response.mcp_list_tools.failed",
             ResponseEvent::Error { .. } => "error",
         }
     }
@@ -98,7 +140,7 @@ impl ResponseEvent {
         match self {
             ResponseEvent::Completed { response }
             | ResponseEvent::Incomplete { response }
-            | ResponseEvent::Failed { response } => Some(response),
+            | ResponseEvent::Failed { response } => Some(response.as_ref()),
             _ => None,
         }
     }

@@ -10,6 +10,10 @@ pub enum IdKind {
     Reasoning,
     FunctionCall,
     FunctionCallOutput,
+    CodeInterpreterCall,
+    Container,
+    McpCall,
+    McpListTools,
 }
 
 impl IdKind {
@@ -20,6 +24,10 @@ impl IdKind {
             IdKind::Reasoning => "rs",
             IdKind::FunctionCall => "fc",
             IdKind::FunctionCallOutput => "fco",
+            IdKind::CodeInterpreterCall => "ci",
+            IdKind::Container => "cntr",
+            IdKind::McpCall => "mcp",
+            IdKind::McpListTools => "mcpl",
         }
     }
 }

@@ -18,6 +18,9 @@ pub enum Item {
     FunctionCall(FunctionCallItem),
     FunctionCallOutput(FunctionCallOutputItem),
     Reasoning(ReasoningItem),
+    CodeInterpreterCall(CodeInterpreterCallItem),
+    McpCall(McpCallItem),
+    McpListTools(McpListToolsItem),
 }
 
 impl Item {
@@ -28,8 +31,80 @@ impl Item {
             Item::FunctionCall(f) => &f.id,
             Item::FunctionCallOutput(f) => &f.id,
             Item::Reasoning(r) => &r.id,
+            Item::CodeInterpreterCall(c) => &c.id,
+            Item::McpCall(m) => &m.id,
+            Item::McpListTools(l) => &l.id,
         }
     }
+}
+
+/// Status of a gateway-executed tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    InProgress,
+    Interpreting,
+    Completed,
+    Incomplete,
+    Failed,
+}
+
+/// A `code_interpreter` call the gateway ran. All keys are always present (`outputs` is `null`
+/// unless the request's `include` asks for them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CodeInterpreterCallItem {
+    pub id: String,
+    pub status: CallStatus,
+    pub code: String,
+    pub container_id: String,
+    pub outputs: Option<Vec<CodeInterpreterOutput>>,
+}
+
+/// One output of a code interpreter call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CodeInterpreterOutput {
+    /// Text the code printed (stdout, stderr) or the value of its last expression.
+    Logs { logs: String },
+    /// An image the code wrote, as a `data:image/png;base64,…` URL.
+    Image { url: String },
+}
+
+/// An MCP tool call the gateway made. `output` holds the result of a completed call, `error`
+/// the reason of a failed one; both keys are always present.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpCallItem {
+    pub id: String,
+    pub server_label: String,
+    /// The tool's real name on its server (not the mangled function name the model saw).
+    pub name: String,
+    pub arguments: String,
+    pub status: CallStatus,
+    #[serde(default)]
+    pub output: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The tools an MCP server offered, shown once per server per conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpListToolsItem {
+    pub id: String,
+    pub server_label: String,
+    pub tools: Vec<McpToolInfo>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// One tool in an [`McpListToolsItem`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpToolInfo {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub input_schema: Value,
+    #[serde(default)]
+    pub annotations: Option<Value>,
 }
 
 /// Who speaks in a message.
@@ -181,6 +256,8 @@ pub enum InputItemParam {
     FunctionCall(FunctionCallParam),
     FunctionCallOutput(FunctionCallOutputParam),
     Reasoning(ReasoningParam),
+    /// A gateway tool item replayed by a stateless client; taken as it is.
+    Hosted(Item),
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -321,6 +398,7 @@ impl InputItemParam {
             "function_call" => typed(value).map(InputItemParam::FunctionCall),
             "function_call_output" => typed(value).map(InputItemParam::FunctionCallOutput),
             "reasoning" => typed(value).map(InputItemParam::Reasoning),
+            "code_interpreter_call" | "mcp_call" | "mcp_list_tools" => typed(value).map(InputItemParam::Hosted),
             "item_reference" => Err(ItemError::new(
                 "type",
                 "item_reference input items are not supported; send the item itself or use previous_response_id.",
@@ -329,7 +407,7 @@ impl InputItemParam {
                 "type",
                 format!(
                     "Unsupported input item type '{other}'. Supported: message, function_call, \
-                     function_call_output, reasoning."
+                     function_call_output, reasoning, code_interpreter_call, mcp_call, mcp_list_tools."
                 ),
             )),
         }
@@ -377,6 +455,7 @@ impl InputItemParam {
                 },
                 status: f.status.unwrap_or(ItemStatus::Completed),
             }),
+            InputItemParam::Hosted(item) => item,
             InputItemParam::Reasoning(r) => Item::Reasoning(ReasoningItem {
                 id: r.id.unwrap_or_else(|| new_id(IdKind::Reasoning)),
                 summary: r.summary,

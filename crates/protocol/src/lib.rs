@@ -13,9 +13,11 @@ pub mod ids;
 pub mod items;
 pub mod request;
 pub mod response;
+pub mod tools;
 
 pub use error::{ApiError, ErrorType};
 pub use events::{ResponseEvent, SseFrame};
 pub use items::{ContentPart, Item, MessageRole};
-pub use request::{CreateResponseRequest, ToolChoice, ValidatedRequest};
+pub use request::{CreateResponseRequest, ValidatedRequest};
 pub use response::{ResponseObject, ResponseStatus, Usage};
+pub use tools::{Capabilities, ToolChoice, ToolDeclaration};

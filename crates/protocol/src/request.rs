@@ -11,6 +11,10 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::items::{InputItemParam, Item};
+use crate::tools::{
+    Capabilities, ToolChoice, ToolChoiceMode, ToolDeclaration, check_tool_choice, is_valid_name, parse_tool_choice,
+    parse_tools,
+};
 
 /// The body of `POST /v1/responses`, as parsed (not yet validated).
 #[derive(Debug, Clone, Deserialize)]
@@ -153,64 +157,6 @@ pub enum ServiceTier {
     Priority,
 }
 
-/// A client-executed function tool, as echoed in `response.tools` (all keys present).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FunctionTool {
-    #[serde(rename = "type")]
-    pub kind: FunctionToolType,
-    pub name: String,
-    pub description: Option<String>,
-    pub parameters: Option<Map<String, Value>>,
-    pub strict: Option<bool>,
-}
-
-/// The constant `"function"` tag of [`FunctionTool`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FunctionToolType {
-    Function,
-}
-
-/// `tool_choice` as the gateway understands it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum ToolChoice {
-    Mode(ToolChoiceMode),
-    Function(NamedFunction),
-    AllowedTools(AllowedTools),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolChoiceMode {
-    None,
-    Auto,
-    Required,
-}
-
-/// `{"type":"function","name":…}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NamedFunction {
-    #[serde(rename = "type")]
-    pub kind: FunctionToolType,
-    pub name: String,
-}
-
-/// `{"type":"allowed_tools","mode":…,"tools":[{"type":"function","name":…}]}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AllowedTools {
-    #[serde(rename = "type")]
-    pub kind: AllowedToolsType,
-    pub mode: ToolChoiceMode,
-    pub tools: Vec<NamedFunction>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AllowedToolsType {
-    AllowedTools,
-}
-
 /// `include` values the gateway accepts. Only some change behaviour today; the rest are the
 /// reference API's values and are accepted so clients that always send them keep working.
 pub const KNOWN_INCLUDES: &[&str] = &[
@@ -224,21 +170,6 @@ pub const KNOWN_INCLUDES: &[&str] = &[
     "web_search_call.results",
 ];
 
-/// Tool types of the Responses API that this build does not run. A request naming one gets a
-/// clear 400 rather than a silently missing tool.
-const UNSUPPORTED_TOOL_TYPES: &[&str] = &[
-    "code_interpreter",
-    "web_search",
-    "web_search_preview",
-    "web_search_2025_08_26",
-    "mcp",
-    "file_search",
-    "computer_use_preview",
-    "image_generation",
-    "local_shell",
-    "custom",
-];
-
 /// A request that passed every check, with defaults applied and input normalized.
 #[derive(Debug, Clone)]
 pub struct ValidatedRequest {
@@ -247,7 +178,7 @@ pub struct ValidatedRequest {
     pub input: Vec<Item>,
     pub instructions: Option<String>,
     pub previous_response_id: Option<String>,
-    pub tools: Vec<FunctionTool>,
+    pub tools: Vec<ToolDeclaration>,
     pub tool_choice: ToolChoice,
     pub store: bool,
     pub stream: bool,
@@ -283,8 +214,9 @@ impl CreateResponseRequest {
         serde_path_to_error::deserialize(body).map_err(|e| ApiError::from_path_error("", e))
     }
 
-    /// Apply every field rule and default; the result is what the engine runs.
-    pub fn validate(self) -> Result<ValidatedRequest, ApiError> {
+    /// Apply every field rule and default; the result is what the engine runs. `caps` says which
+    /// gateway tools may be declared.
+    pub fn validate(self, caps: &Capabilities) -> Result<ValidatedRequest, ApiError> {
         let model = match self.model {
             Some(m) if !m.trim().is_empty() => m,
             Some(_) => {
@@ -365,12 +297,12 @@ impl CreateResponseRequest {
             ));
         }
 
-        let tools = parse_tools(self.tools.unwrap_or_default())?;
+        let tools = parse_tools(self.tools.unwrap_or_default(), caps)?;
         let tool_choice = match self.tool_choice {
             None | Some(Value::Null) => ToolChoice::Mode(ToolChoiceMode::Auto),
             Some(v) => parse_tool_choice(v)?,
         };
-        check_tool_choice_against_tools(&tool_choice, &tools)?;
+        check_tool_choice(&tool_choice, &tools)?;
 
         let text = match self.text {
             None => TextConfig { format: TextFormat::Text, verbosity: Verbosity::Medium },
@@ -470,142 +402,13 @@ fn check_metadata(metadata: &Map<String, Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// OpenAI's rule for function and schema names.
-fn is_valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-#[derive(Deserialize)]
-struct FunctionToolParam {
-    name: String,
-    #[serde(default)]
-    description: Option<String>,
-    #[serde(default)]
-    parameters: Option<Map<String, Value>>,
-    #[serde(default)]
-    strict: Option<bool>,
-}
-
-fn parse_tools(raw: Vec<Value>) -> Result<Vec<FunctionTool>, ApiError> {
-    let mut tools: Vec<FunctionTool> = Vec::with_capacity(raw.len());
-    for (i, tool) in raw.into_iter().enumerate() {
-        let at = format!("tools[{i}]");
-        let kind = tool
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::invalid(format!("{at}.type"), "Each tool needs a string 'type'."))?;
-        match kind {
-            "function" => {}
-            k if UNSUPPORTED_TOOL_TYPES.contains(&k) => {
-                return Err(ApiError::invalid(
-                    format!("{at}.type"),
-                    format!("Tool type '{k}' is not enabled on this gateway."),
-                ));
-            }
-            k => {
-                return Err(ApiError::invalid(format!("{at}.type"), format!("Unknown tool type '{k}'.")));
-            }
-        }
-        let f: FunctionToolParam =
-            serde_path_to_error::deserialize(tool).map_err(|e| ApiError::from_path_error(&at, e))?;
-        if f.name.starts_with("mcp__") {
-            return Err(ApiError::invalid(
-                format!("{at}.name"),
-                "Function tool names starting with 'mcp__' are reserved.",
-            ));
-        }
-        if !is_valid_name(&f.name) {
-            return Err(ApiError::invalid(
-                format!("{at}.name"),
-                "Function names must be 1-64 characters of a-z, A-Z, 0-9, '_' or '-'.",
-            ));
-        }
-        if tools.iter().any(|t| t.name == f.name) {
-            return Err(ApiError::invalid(format!("{at}.name"), format!("Duplicate function tool name '{}'.", f.name)));
-        }
-        if let Some(params) = &f.parameters
-            && let Some(t) = params.get("type")
-            && t != "object"
-        {
-            return Err(ApiError::invalid(
-                format!("{at}.parameters.type"),
-                "Function parameters must be a JSON schema of type 'object'.",
-            ));
-        }
-        tools.push(FunctionTool {
-            kind: FunctionToolType::Function,
-            name: f.name,
-            description: f.description,
-            parameters: f.parameters,
-            strict: Some(f.strict.unwrap_or(true)),
-        });
-    }
-    Ok(tools)
-}
-
-fn parse_tool_choice(v: Value) -> Result<ToolChoice, ApiError> {
-    if let Value::String(s) = &v {
-        return serde_json::from_value::<ToolChoiceMode>(v.clone()).map(ToolChoice::Mode).map_err(|_| {
-            ApiError::invalid(
-                "tool_choice",
-                format!("Unknown tool_choice '{s}'; expected 'none', 'auto' or 'required'."),
-            )
-        });
-    }
-    let kind = v.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
-    let parsed = match kind.as_str() {
-        "function" => serde_path_to_error::deserialize(v).map(ToolChoice::Function),
-        "allowed_tools" => serde_path_to_error::deserialize(v).map(ToolChoice::AllowedTools),
-        "" => {
-            return Err(ApiError::invalid("tool_choice", "tool_choice must be a string or an object with a 'type'."));
-        }
-        other => {
-            return Err(ApiError::invalid(
-                "tool_choice.type",
-                format!("tool_choice type '{other}' is not supported by this gateway."),
-            ));
-        }
-    };
-    parsed.map_err(|e| ApiError::from_path_error("tool_choice", e))
-}
-
-/// Cross-field rules between `tool_choice` and `tools` (contract failures → 422 `bad_input`).
-fn check_tool_choice_against_tools(choice: &ToolChoice, tools: &[FunctionTool]) -> Result<(), ApiError> {
-    let has = |name: &str| tools.iter().any(|t| t.name == name);
-    match choice {
-        ToolChoice::Mode(ToolChoiceMode::Required) if tools.is_empty() => {
-            Err(ApiError::bad_input("tool_choice", "tool_choice 'required' needs at least one tool in 'tools'."))
-        }
-        ToolChoice::Function(f) if !has(&f.name) => Err(ApiError::bad_input(
-            "tool_choice.name",
-            format!("Tool choice function '{}' not found in 'tools' parameter.", f.name),
-        )),
-        ToolChoice::AllowedTools(a) => {
-            if let Some((i, f)) = a.tools.iter().enumerate().find(|(_, f)| !has(&f.name)) {
-                return Err(ApiError::bad_input(
-                    format!("tool_choice.tools[{i}].name"),
-                    format!("Allowed tool '{}' not found in 'tools' parameter.", f.name),
-                ));
-            }
-            if a.mode == ToolChoiceMode::Required && a.tools.is_empty() {
-                return Err(ApiError::bad_input(
-                    "tool_choice.tools",
-                    "tool_choice allowed_tools with mode 'required' needs at least one tool.",
-                ));
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
     fn validate(v: Value) -> Result<ValidatedRequest, ApiError> {
-        CreateResponseRequest::from_slice(v.to_string().as_bytes())?.validate()
+        CreateResponseRequest::from_slice(v.to_string().as_bytes())?.validate(&Capabilities::default())
     }
 
     #[test]
@@ -686,8 +489,9 @@ mod tests {
             json!({"model":"m","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]}),
         )
         .unwrap();
-        assert_eq!(r.tools[0].strict, Some(true));
-        assert_eq!(r.tools[0].description, None);
+        let crate::tools::ToolDeclaration::Function(f) = &r.tools[0] else { panic!() };
+        assert_eq!(f.strict, Some(true));
+        assert_eq!(f.description, None);
     }
 
     #[test]

@@ -6,9 +6,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::items::Item;
-use crate::request::{
-    FunctionTool, ReasoningConfig, ServiceTier, TextConfig, ToolChoice, Truncation, ValidatedRequest,
-};
+use crate::request::{ReasoningConfig, ServiceTier, TextConfig, Truncation, ValidatedRequest};
+use crate::tools::{ToolChoice, ToolDeclaration};
 
 /// Where a response is in its life. The terminal ones are `Completed`, `Incomplete`, `Failed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -71,9 +70,6 @@ impl Usage {
     }
 }
 
-/// The tool definitions echoed in `response.tools`.
-pub type ToolDefinition = FunctionTool;
-
 /// `reasoning` as echoed: both keys present.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReasoningEcho {
@@ -108,7 +104,7 @@ pub struct ResponseObject {
     pub temperature: f64,
     pub text: TextConfig,
     pub tool_choice: ToolChoice,
-    pub tools: Vec<ToolDefinition>,
+    pub tools: Vec<ToolDeclaration>,
     pub top_logprobs: u32,
     pub top_p: f64,
     pub presence_penalty: f64,
@@ -173,7 +169,7 @@ mod tests {
     fn in_progress_echo_has_every_key_with_nulls() {
         let req = CreateResponseRequest::from_slice(br#"{"model":"m","input":"hi","instructions":"Be brief."}"#)
             .unwrap()
-            .validate()
+            .validate(&crate::tools::Capabilities::default())
             .unwrap();
         let v = serde_json::to_value(ResponseObject::in_progress("resp_1".into(), 7, &req)).unwrap();
         assert_eq!(v["status"], "in_progress");

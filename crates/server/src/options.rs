@@ -24,4 +24,8 @@ pub struct GatewayOptions {
     pub forward_other_routes_to: Option<String>,
     /// How long a draining worker waits for in-flight requests and streams.
     pub drain_timeout: Duration,
+    /// Offer `code_interpreter` (the supervisor checked that the sandbox works here).
+    pub code_interpreter: bool,
+    /// Base URL of the Built-in MCP helper, when MCP servers are configured.
+    pub mcp_helper_url: Option<String>,
 }

@@ -64,6 +64,11 @@ async fn forward(
     body: Bytes,
 ) -> Response {
     let upstream = state.engine.upstream();
+    // The client span of the forwarded call (disabled unless spans are exported); it ends with the body.
+    let span = match target {
+        Target::UnderUpstreamBase(path) => upstream.client_span(&method, path),
+        Target::Raw(_) => upstream.client_span(&method, uri.path()),
+    };
     let with_query = |path: &str| match uri.query() {
         Some(q) => format!("{path}?{q}"),
         None => path.to_owned(),
@@ -85,14 +90,21 @@ async fn forward(
         }
         request = request.header(name, value);
     }
+    // Our span's `traceparent` replaces the client's when spans are exported.
+    request = Upstream::with_trace_context(request, &span);
     if !body.is_empty() {
         request = request.body(body);
     }
     let reply = match request.send().await {
         Ok(reply) => reply,
-        Err(e) => return HttpError(Upstream::classify(e).to_api_error()).into_response(),
+        Err(e) => {
+            let error = Upstream::classify(e);
+            Upstream::record_failure(&span, error.kind());
+            return HttpError(error.to_api_error()).into_response();
+        }
     };
     let status = reply.status();
+    Upstream::record_status(&span, status);
     let mut out_headers = HeaderMap::new();
     for (name, value) in reply.headers() {
         if forwardable(name.as_str()) {
@@ -109,7 +121,8 @@ async fn forward(
     }
     // Relay bytes as they arrive; a transport failure mid-body ends the body with an error, which
     // closes the connection — the client sees exactly what the upstream did.
-    let body = Body::from_stream(reply.bytes_stream().inspect_err(|e| {
+    let body = Body::from_stream(reply.bytes_stream().inspect_err(move |e| {
+        Upstream::record_failure(&span, "body_interrupted");
         tracing::warn!(error = %e, "pass-through body broke off");
     }));
     (status, out_headers, body).into_response()

@@ -33,7 +33,7 @@ pub async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
     let body = body.map_err(body_rejection)?;
-    let request = CreateResponseRequest::from_slice(&body)?.validate()?;
+    let request = CreateResponseRequest::from_slice(&body)?.validate(&engine.capabilities())?;
     let stream = request.stream;
     let prepared = engine.prepare(request, vec![("x-request-id", request_id)]).await?;
 
@@ -48,7 +48,8 @@ pub async fn create(
 
     let (tx, rx) = mpsc::channel(SSE_BUFFER);
     let open_stream = engine.metrics().sse_stream("/v1/responses");
-    tokio::spawn(prepared.run(EventSink::Channel(tx)));
+    // In the request's span: its logs keep the request id, its upstream call is a child span.
+    tokio::spawn(tracing::Instrument::in_current_span(prepared.run(EventSink::Channel(tx))));
     let mut response = Body::from_stream(event_stream(rx, open_stream)).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));

@@ -6,8 +6,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
+use axum::serve::ListenerExt;
 use respgw_engine::{Engine, Upstream};
 use respgw_telemetry::Metrics;
+use respgw_tools::GatewayTools;
+use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
+use respgw_tools::mcp::McpHelperClient;
 
 use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
@@ -28,7 +32,7 @@ pub async fn build(
         .await
         .with_context(|| format!("cannot open the response store at '{}'", options.db_path))?;
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
-    let engine = Arc::new(Engine::new(upstream, store, metrics.clone()));
+    let engine = Arc::new(Engine::new(upstream, store, Arc::new(gateway_tools(options).await?), metrics.clone()));
     let api_keys = ApiKeys::new(options.api_keys.iter().cloned());
     Ok(router(AppConfig {
         engine,
@@ -41,6 +45,28 @@ pub async fn build(
     }))
 }
 
+/// The gateway tools this worker runs. The supervisor already checked the sandbox; if it fails
+/// here anyway, the tool is left out (requests naming it get a 400) rather than the worker dying.
+async fn gateway_tools(options: &GatewayOptions) -> anyhow::Result<GatewayTools> {
+    let sandbox = if options.code_interpreter {
+        let config = SandboxConfig::from_env().map_err(|e| anyhow::anyhow!("code interpreter settings: {e}"))?;
+        match Sandbox::new(config).await {
+            Ok(sandbox) => Some(sandbox),
+            Err(e) => {
+                tracing::error!(error = %e, "code_interpreter is disabled in this worker");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mcp_helper = match &options.mcp_helper_url {
+        Some(url) => Some(McpHelperClient::new(url).with_context(|| format!("bad MCP helper URL '{url}'"))?),
+        None => None,
+    };
+    Ok(GatewayTools::new(sandbox, mcp_helper))
+}
+
 /// Serve `app` on `listener` until `shutdown` resolves; then stop accepting and let in-flight
 /// requests and streams finish for at most `options.drain_timeout`.
 pub async fn serve_on(
@@ -51,6 +77,13 @@ pub async fn serve_on(
 ) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener).context("cannot adopt the listening socket")?;
+    // Without TCP_NODELAY the last small write of a stream waits for the client's delayed ACK
+    // (~40 ms on Linux): every SSE event must leave as soon as it is written.
+    let listener = listener.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;

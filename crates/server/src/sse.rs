@@ -9,13 +9,16 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::Stream;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::response::ResponseError;
 use respgw_protocol::{ErrorType, ResponseEvent, ResponseObject, ResponseStatus, SseFrame};
 use respgw_telemetry::SseStreamGuard;
 use tokio::sync::mpsc;
+
+/// Stop batching waiting events once a chunk is this large.
+const MAX_BATCH_BYTES: usize = 64 * 1024;
 
 struct Framer {
     rx: mpsc::Receiver<ResponseEvent>,
@@ -30,11 +33,11 @@ struct Framer {
 }
 
 impl Framer {
-    fn frame(&mut self, event: &ResponseEvent) -> Option<Bytes> {
+    fn frame(&mut self, event: &ResponseEvent) -> Option<Vec<u8>> {
         match SseFrame::encode(event, self.sequence) {
             Ok(bytes) => {
                 self.sequence += 1;
-                Some(Bytes::from(bytes))
+                Some(bytes)
             }
             Err(e) => {
                 tracing::error!(error = %e, kind = event.kind(), "could not serialize an event");
@@ -54,44 +57,54 @@ impl Framer {
             param: None,
         });
         let frame = self.frame(&error);
-        self.pending.extend(frame);
+        self.pending.extend(frame.map(Bytes::from));
         if let Some(mut response) = self.snapshot.take() {
             response.status = ResponseStatus::Failed;
             response.error = Some(ResponseError { code: "internal_error".into(), message });
-            let failed = ResponseEvent::Failed { response };
+            let failed = ResponseEvent::Failed { response: Box::new(response) };
             let frame = self.frame(&failed);
-            self.pending.extend(frame);
+            self.pending.extend(frame.map(Bytes::from));
         }
         self.pending.push_back(Bytes::from_static(SseFrame::DONE));
     }
 
+    /// Frame one event; a terminal event also queues `[DONE]`.
+    fn accept(&mut self, event: ResponseEvent, out: &mut BytesMut) {
+        if let ResponseEvent::Created { response } = &event {
+            self.snapshot = Some((**response).clone());
+        }
+        if let Some(frame) = self.frame(&event) {
+            out.extend_from_slice(&frame);
+        }
+        if event.terminal_response().is_some() {
+            self.finished = true;
+            out.extend_from_slice(SseFrame::DONE);
+        }
+    }
+
+    /// The next chunk of the body: every event already waiting, framed into one buffer, so a
+    /// burst of events costs one write rather than one per event.
     async fn next_frame(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(frame) = self.pending.pop_front() {
-                return Some(frame);
-            }
-            if self.finished {
-                return None;
-            }
-            match self.rx.recv().await {
-                Some(event) => {
-                    if let ResponseEvent::Created { response } = &event {
-                        self.snapshot = Some(response.clone());
-                    }
-                    if event.terminal_response().is_some() {
-                        self.finished = true;
-                        self.pending.push_back(Bytes::from_static(SseFrame::DONE));
-                    }
-                    if let Some(frame) = self.frame(&event) {
-                        self.pending.push_front(frame);
-                    }
-                }
-                None => {
-                    self.finished = true;
-                    self.close_abandoned();
-                }
+        if let Some(frame) = self.pending.pop_front() {
+            return Some(frame);
+        }
+        if self.finished {
+            return None;
+        }
+        let Some(first) = self.rx.recv().await else {
+            self.finished = true;
+            self.close_abandoned();
+            return self.pending.pop_front();
+        };
+        let mut out = BytesMut::new();
+        self.accept(first, &mut out);
+        while !self.finished && out.len() < MAX_BATCH_BYTES {
+            match self.rx.try_recv() {
+                Ok(event) => self.accept(event, &mut out),
+                Err(_) => break,
             }
         }
+        Some(out.freeze())
     }
 }
 
@@ -121,7 +134,10 @@ mod tests {
     use respgw_protocol::CreateResponseRequest;
 
     fn response() -> ResponseObject {
-        let req = CreateResponseRequest::from_slice(br#"{"model":"m","input":"hi"}"#).unwrap().validate().unwrap();
+        let req = CreateResponseRequest::from_slice(br#"{"model":"m","input":"hi"}"#)
+            .unwrap()
+            .validate(&Default::default())
+            .unwrap();
         ResponseObject::in_progress("resp_1".into(), 1, &req)
     }
 
@@ -136,8 +152,8 @@ mod tests {
     #[tokio::test]
     async fn numbers_events_and_ends_with_done() {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(ResponseEvent::Created { response: response() }).await.unwrap();
-        tx.send(ResponseEvent::Completed { response: response() }).await.unwrap();
+        tx.send(ResponseEvent::Created { response: Box::new(response()) }).await.unwrap();
+        tx.send(ResponseEvent::Completed { response: Box::new(response()) }).await.unwrap();
         drop(tx);
         let text = collect(rx).await;
         assert!(text.contains("\"sequence_number\":0"));
@@ -148,7 +164,7 @@ mod tests {
     #[tokio::test]
     async fn a_run_that_dies_still_gets_error_and_failed() {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(ResponseEvent::Created { response: response() }).await.unwrap();
+        tx.send(ResponseEvent::Created { response: Box::new(response()) }).await.unwrap();
         drop(tx);
         let text = collect(rx).await;
         let kinds: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();

@@ -11,29 +11,45 @@
 //! - `response_items(response_id, position, item_key, role)`: a response's ordered conversation
 //!   (role 0 inherited, 1 input, 2 output), indexed on `item_key` for garbage collection.
 //!
-//! Writers use `BEGIN IMMEDIATE` so that they queue on the busy timeout instead of failing when a
-//! read snapshot cannot be upgraded; readers are single statements and need no transaction.
+//! # Threads and connections
+//!
+//! SQLite is synchronous, so every trait call is one closure on tokio's blocking pool that runs
+//! all of its statements (one thread hop per call, with statements prepared once per connection).
+//!
+//! - Writes go through the process's single writer connection, behind an async mutex: this
+//!   process's writers queue for it in order instead of racing for SQLite's write lock and
+//!   sleeping in its busy handler. Writers use `BEGIN IMMEDIATE`, so a write lock held by another
+//!   process is waited for at the start, never by upgrading a read snapshot.
+//! - Reads use a small pool of reader connections (up to 8, created on demand); in WAL mode they
+//!   never wait for writers. Each read is a single statement, hence one consistent snapshot.
+//! - Locks held by other processes are waited for by a busy handler with fine-grained sleeps (see
+//!   the `connection` module), within the same 5 s budget the busy timeout had.
+//! - WAL checkpoints run on a background thread, not inside commits (see the `checkpoint` module).
+//!
+//! An in-memory store (tests) has a single connection that serves reads and writes alike.
 
-use std::path::Path;
-use std::str::FromStr;
+mod checkpoint;
+mod connection;
+
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use respgw_protocol::Item;
-use sqlx::error::ErrorKind;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use rusqlite::hooks::Wal;
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+use tokio::sync::Semaphore;
 
+use self::checkpoint::{Checkpointer, Signal};
+pub(crate) use self::connection::Config;
+use self::connection::{Stats, is_busy, is_foreign_key_violation, is_unique_violation, map_err};
 use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError, StoredItem};
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 1;
 
-/// How long a statement waits for another connection's (or process's) lock.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long an operation waits for a free pooled connection.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections per process; SQLite serialises writers anyway, this is for concurrent reads.
-const MAX_CONNECTIONS: u32 = 8;
-/// Attempts at the first connection and schema setup, which can hit a lock the busy timeout does
+/// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).
 const OPEN_ATTEMPTS: u32 = 10;
 
@@ -41,31 +57,45 @@ const ROLE_INHERITED: i64 = 0;
 const ROLE_INPUT: i64 = 1;
 const ROLE_OUTPUT: i64 = 2;
 
-/// The version-1 schema. Idempotent, and run inside one `BEGIN IMMEDIATE` transaction so that
-/// processes racing to create it take turns.
-const SCHEMA_V1: [&str; 4] = [
-    "CREATE TABLE IF NOT EXISTS items (
-        key INTEGER PRIMARY KEY AUTOINCREMENT,
-        item_id TEXT NOT NULL,
-        body TEXT NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS responses (
-        id TEXT PRIMARY KEY,
-        previous_response_id TEXT,
-        model TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        status TEXT NOT NULL,
-        body TEXT NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS response_items (
-        response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
-        position INTEGER NOT NULL,
-        item_key INTEGER NOT NULL REFERENCES items(key),
-        role INTEGER NOT NULL,
-        PRIMARY KEY (response_id, position)
-    )",
-    "CREATE INDEX IF NOT EXISTS response_items_item_key ON response_items(item_key)",
-];
+const INSERT_RESPONSE: &str = "
+    INSERT INTO responses (id, previous_response_id, model, created_at, status, body)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// The inherited history in one statement; the foreign key on `item_key` rejects a key whose item
+/// was deleted meanwhile. json_each's `key` is the array index, i.e. the position.
+const INSERT_INHERITED_REFS: &str = "
+    INSERT INTO response_items (response_id, position, item_key, role)
+    SELECT ?1, j.key, j.value, ?3 FROM json_each(?2) AS j";
+
+/// Refs to the `?5` new items whose keys start at `?3`, at positions from `?2`: the first `?4` are
+/// input (role `?6`), the rest output (role `?7`). A counting CTE instead of one bound row per
+/// item: the keys are contiguous (see [`insert_items`]).
+const INSERT_NEW_REFS: &str = "
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?5)
+    INSERT INTO response_items (response_id, position, item_key, role)
+    SELECT ?1, ?2 + i, ?3 + i, CASE WHEN i < ?4 THEN ?6 ELSE ?7 END FROM n";
+
+/// New items per multi-row `INSERT` (two parameters each). Longer lists take several statements.
+const ITEMS_PER_INSERT: usize = 16;
+
+/// `INSERT INTO items … VALUES (?, ?), …` for 1..=[`ITEMS_PER_INSERT`] rows, built once.
+static INSERT_ITEMS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    (1..=ITEMS_PER_INSERT)
+        .map(|rows| format!("INSERT INTO items (item_id, body) VALUES {}", vec!["(?, ?)"; rows].join(", ")))
+        .collect()
+});
+
+const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = ?1";
+
+/// LEFT JOINs from `responses`: no row at all means "not stored", one all-NULL row means "stored,
+/// empty conversation"; one statement, so one consistent snapshot.
+const SELECT_CONVERSATION: &str = "
+    SELECT ri.item_key, i.body
+    FROM responses r
+    LEFT JOIN response_items ri ON ri.response_id = r.id
+    LEFT JOIN items i ON i.key = ri.item_key
+    WHERE r.id = ?1
+    ORDER BY ri.position";
 
 /// Input items of one response from an exclusive cursor, oldest first. The LEFT JOINs from
 /// `responses` yield one all-NULL row when the response exists but the page is empty, so existence
@@ -98,135 +128,250 @@ const INPUT_ITEMS_DESC: &str = "
     ORDER BY ri.position DESC
     LIMIT ?3";
 
+/// Remove the refs first (not via the cascade) to learn which items may now be orphans.
+const DELETE_REFS: &str = "DELETE FROM response_items WHERE response_id = ?1 RETURNING item_key";
+
+const DELETE_RESPONSE: &str = "DELETE FROM responses WHERE id = ?1";
+
+/// Only the deleted response's items are candidates, so the GC cost is bounded by its
+/// conversation, not by the table.
+const DELETE_ORPHANS: &str = "
+    DELETE FROM items
+    WHERE key IN (SELECT value FROM json_each(?1))
+    AND NOT EXISTS (SELECT 1 FROM response_items ri WHERE ri.item_key = items.key)";
+
 /// A [`ResponseStore`] on a SQLite database (a file shared by processes, or private in memory).
-#[derive(Debug, Clone)]
+/// Clones share the same connections; the last one dropped closes them and stops the
+/// checkpointer.
+#[derive(Clone)]
 pub struct SqliteStore {
-    pub(crate) pool: SqlitePool,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Where the database is (`:memory:` for a private one), for `Debug`.
+    location: PathBuf,
+    /// The one writer connection of this process. An async mutex: a save waits for its turn as a
+    /// parked future, not as a blocked thread, and moves the guard into its blocking closure.
+    writer: Arc<tokio::sync::Mutex<Connection>>,
+    /// Reader connections; `None` for an in-memory store, whose writer serves reads too.
+    readers: Option<Arc<Readers>>,
+    /// The counters the connections and the checkpointer update (read by tests).
+    #[cfg_attr(not(test), expect(dead_code, reason = "read by tests only, for now"))]
+    stats: Arc<Stats>,
+    /// Stops the checkpointer thread when dropped; `None` for an in-memory store (no WAL).
+    _checkpointer: Option<Checkpointer>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("location", &self.inner.location).finish_non_exhaustive()
+    }
+}
+
+/// The reader connections of a file store: created on demand, up to `config.max_readers`, and
+/// kept for reuse.
+struct Readers {
+    path: PathBuf,
+    config: Config,
+    stats: Arc<Stats>,
+    idle: Mutex<Vec<Connection>>,
+    /// One permit per connection that may exist: a read beyond that waits here (asynchronously).
+    permits: Arc<Semaphore>,
+}
+
+impl Readers {
+    fn take(&self) -> Result<Connection, StoreError> {
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => connection::open_reader(&self.path, &self.config, &self.stats).map_err(map_err),
+        }
+    }
+
+    fn put(&self, conn: Connection) {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner).push(conn);
+    }
+}
+
+/// What one attempt at opening a file store produced (on a blocking thread).
+enum Opened {
+    /// The writer (schema in place) and the checkpointer's connection.
+    Ready(Box<(Connection, Connection)>),
+    /// The file has a newer schema than this code (nothing was changed).
+    Newer(i64),
 }
 
 impl SqliteStore {
     /// Open the database file at `path` (relative to the CWD), creating the file and schema if
     /// missing. Safe to call from several processes at once on the same file.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::new()
-            .filename(path.as_ref())
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(BUSY_TIMEOUT)
-            .foreign_keys(true);
-        let pool_options = SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS).acquire_timeout(ACQUIRE_TIMEOUT);
-        Self::connect(options, pool_options).await
+        if path.as_ref() == Path::new(":memory:") {
+            // SQLite's name for a private database; a pool of those would be several databases.
+            return Self::open_in_memory().await;
+        }
+        Self::open_with(path.as_ref(), Config::default()).await
     }
 
-    /// A private in-memory store (for tests): one connection that is never closed, since the
-    /// database lives only as long as a connection to it.
-    pub async fn open_in_memory() -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str("sqlite::memory:").map_err(map_err)?.foreign_keys(true);
-        let pool_options = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .acquire_timeout(ACQUIRE_TIMEOUT);
-        Self::connect(options, pool_options).await
-    }
-
-    async fn connect(options: SqliteConnectOptions, pool_options: SqlitePoolOptions) -> Result<Self, StoreError> {
+    /// [`SqliteStore::open`] with non-default tunables (tests).
+    pub(crate) async fn open_with(path: &Path, config: Config) -> Result<Self, StoreError> {
+        let stats = Arc::new(Stats::default());
+        let signal = Arc::new(Signal::default());
         let mut attempt = 1;
-        loop {
-            let result = match pool_options.clone().connect_with(options.clone()).await {
-                Ok(pool) => match migrate(&pool).await {
-                    Ok(version) => Ok((pool, version)),
-                    Err(e) => {
-                        pool.close().await;
-                        Err(e)
-                    }
-                },
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok((pool, version)) if version <= SCHEMA_VERSION => return Ok(Self { pool }),
-                Ok((_, version)) => {
-                    return Err(StoreError::Corrupt(format!(
-                        "database schema version {version} is newer than this gateway's \
-                         ({SCHEMA_VERSION}); upgrade the gateway"
-                    )));
-                }
+        let (writer, checkpoint_conn) = loop {
+            let (path, config, stats, signal) =
+                (path.to_owned(), config.clone(), Arc::clone(&stats), Arc::clone(&signal));
+            let opened = spawn_blocking(move || Ok(open_file(&path, &config, &stats, signal))).await?;
+            match opened {
+                Ok(Opened::Ready(connections)) => break *connections,
+                Ok(Opened::Newer(version)) => return Err(newer_schema(version)),
                 Err(e) if attempt < OPEN_ATTEMPTS && is_busy(&e) => {
                     tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
                     attempt += 1;
                 }
                 Err(e) => return Err(map_err(e)),
             }
+        };
+        let writer = Arc::new(tokio::sync::Mutex::new(writer));
+        let checkpointer = Checkpointer::start(
+            checkpoint_conn,
+            Arc::downgrade(&writer),
+            signal,
+            config.clone(),
+            Arc::clone(&stats),
+            path.to_owned(),
+        )
+        .map_err(|e| StoreError::Unavailable(format!("cannot start the WAL checkpointer thread: {e}")))?;
+        let readers = Readers {
+            path: path.to_owned(),
+            permits: Arc::new(Semaphore::new(config.max_readers.max(1))),
+            config,
+            stats: Arc::clone(&stats),
+            idle: Mutex::new(Vec::new()),
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                location: path.to_owned(),
+                writer,
+                readers: Some(Arc::new(readers)),
+                stats,
+                _checkpointer: Some(checkpointer),
+            }),
+        })
+    }
+
+    /// A private in-memory store (for tests): one connection for reads and writes, since the
+    /// database lives only as long as a connection to it.
+    pub async fn open_in_memory() -> Result<Self, StoreError> {
+        let (conn, version) = spawn_blocking(|| connection::open_memory().map_err(map_err)).await?;
+        if version > SCHEMA_VERSION {
+            return Err(newer_schema(version));
         }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                location: PathBuf::from(":memory:"),
+                writer: Arc::new(tokio::sync::Mutex::new(conn)),
+                readers: None,
+                stats: Arc::new(Stats::default()),
+                _checkpointer: None,
+            }),
+        })
     }
-}
 
-/// Create the schema if the database has none; returns the version found (newer versions are left
-/// untouched for the caller to refuse).
-async fn migrate(pool: &SqlitePool) -> Result<i64, sqlx::Error> {
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let version: i64 = sqlx::query_scalar("PRAGMA user_version").fetch_one(&mut *tx).await?;
-    if version == 0 {
-        for statement in SCHEMA_V1 {
-            sqlx::query(statement).execute(&mut *tx).await?;
-        }
-        // PRAGMA takes no bind parameters; the value is a constant.
-        sqlx::query("PRAGMA user_version = 1").execute(&mut *tx).await?;
-    }
-    tx.commit().await?;
-    Ok(version)
-}
-
-/// SQLite primary result codes (extended codes carry them in the low byte).
-const SQLITE_BUSY: i64 = 5;
-const SQLITE_LOCKED: i64 = 6;
-const SQLITE_CORRUPT: i64 = 11;
-const SQLITE_NOTADB: i64 = 26;
-
-fn sqlite_code(e: &sqlx::Error) -> Option<i64> {
-    match e {
-        sqlx::Error::Database(db) => db.code().and_then(|c| c.parse::<i64>().ok()),
-        _ => None,
-    }
-}
-
-fn is_busy(e: &sqlx::Error) -> bool {
-    matches!(sqlite_code(e).map(|c| c & 0xff), Some(SQLITE_BUSY | SQLITE_LOCKED))
-}
-
-/// Map a driver error to the store's vocabulary. Unique violations are mapped by the caller, which
-/// knows which id collided.
-fn map_err(e: sqlx::Error) -> StoreError {
-    match &e {
-        sqlx::Error::Database(db) => {
-            if db.kind() == ErrorKind::ForeignKeyViolation {
-                return StoreError::MissingHistory(e.to_string());
+    /// Run `f` on the writer connection, once this process's earlier writes are done.
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let mut writer = Arc::clone(&self.inner.writer).lock_owned().await;
+        // The guard moves into the closure: it is released on the blocking thread as soon as `f`
+        // is done, and even if this future is dropped meanwhile, `f` runs to its end (a save is
+        // then committed, or rolled back by its own error path; never left half-done).
+        spawn_blocking(move || {
+            if !writer.is_autocommit() {
+                // A transaction left open (its rollback failed, e.g. on an I/O error) would make
+                // every later `BEGIN` fail: end it first.
+                writer.execute_batch("ROLLBACK").map_err(map_err)?;
             }
-            match sqlite_code(&e).map(|c| c & 0xff) {
-                Some(SQLITE_CORRUPT | SQLITE_NOTADB) => StoreError::Corrupt(e.to_string()),
-                // Busy, locked, I/O, full disk, cannot open, read-only…: an operator or a retry
-                // can fix these.
-                _ => StoreError::Unavailable(e.to_string()),
-            }
-        }
-        sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::TypeNotFound { .. } => StoreError::Corrupt(e.to_string()),
-        _ => StoreError::Unavailable(e.to_string()),
+            f(&mut writer)
+        })
+        .await
     }
+
+    /// Run `f` on a reader connection (the writer for an in-memory store).
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let Some(readers) = &self.inner.readers else {
+            return self.write(move |conn| f(conn)).await;
+        };
+        let readers = Arc::clone(readers);
+        let permit = Arc::clone(&readers.permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Unavailable("the store's reader pool is closed".into()))?;
+        spawn_blocking(move || {
+            let conn = readers.take()?;
+            let result = f(&conn);
+            readers.put(conn);
+            drop(permit);
+            result
+        })
+        .await
+    }
+}
+
+/// Run a store operation on tokio's blocking pool.
+async fn spawn_blocking<T, F>(f: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store operation did not finish: {e}")))?
+}
+
+fn newer_schema(version: i64) -> StoreError {
+    StoreError::Corrupt(format!(
+        "database schema version {version} is newer than this gateway's ({SCHEMA_VERSION}); upgrade the gateway"
+    ))
+}
+
+/// Open the writer (creating file and schema) and the checkpointer's connection.
+fn open_file(path: &Path, config: &Config, stats: &Arc<Stats>, signal: Arc<Signal>) -> rusqlite::Result<Opened> {
+    let (mut writer, version) = connection::open_writer(path, config, stats)?;
+    if version > SCHEMA_VERSION {
+        return Ok(Opened::Newer(version));
+    }
+    // SQLite calls this after every commit with the number of frames in the WAL: it tells the
+    // checkpointer (which replaces SQLite's automatic checkpoint, disabled) when to run.
+    let pages = config.checkpoint_pages;
+    writer.wal_hook(Some(move |_: &mut Wal, frames: c_int| {
+        signal.committed(frames, pages);
+        Ok(())
+    }))?;
+    let checkpoint_conn = connection::open_checkpointer(path, config, stats)?;
+    Ok(Opened::Ready(Box::new((writer, checkpoint_conn))))
+}
+
+fn encode<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot encode {what}: {e}")))
 }
 
 fn decode_item(key: i64, body: &str) -> Result<Item, StoreError> {
     serde_json::from_str(body).map_err(|e| StoreError::Corrupt(format!("item {key}: {e}")))
 }
 
+/// An `(item_key, body)` row of a LEFT JOIN from `responses` (both NULL: no item).
+type ItemRow = (Option<i64>, Option<String>);
+
 /// Decode `(item_key, body)` rows of a LEFT JOIN, skipping the all-NULL row that only says the
 /// response exists.
-fn decode_rows(rows: Vec<(Option<i64>, Option<String>)>) -> Result<Vec<StoredItem>, StoreError> {
+fn decode_rows(rows: Vec<ItemRow>) -> Result<Vec<StoredItem>, StoreError> {
     let mut items = Vec::with_capacity(rows.len());
     for row in rows {
         match row {
@@ -241,182 +386,230 @@ fn decode_rows(rows: Vec<(Option<i64>, Option<String>)>) -> Result<Vec<StoredIte
     Ok(items)
 }
 
+/// Run a cached `(item_key, body)` query.
+fn item_rows(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<ItemRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
+    let rows = stmt.query_map(params, |row| Ok((row.get(0)?, row.get(1)?))).map_err(map_err)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(map_err)
+}
+
+/// Insert the new items (`(item_id, body)`, in order) with as few statements as possible; returns
+/// the key of the first one, the others following it one by one.
+///
+/// Why the keys are contiguous: the caller holds the write transaction (`BEGIN IMMEDIATE`), so no
+/// other connection, in this process or another, inserts items meanwhile. An `AUTOINCREMENT` key
+/// is one more than the largest of the table's current maximum and the largest key it ever handed
+/// out (`sqlite_sequence`), and a multi-row `INSERT … VALUES` inserts its rows in order, each
+/// getting the next key; the next statement continues from the last. So the n items get
+/// `first..first + n`, even when deleted items left gaps below or above the current maximum. The
+/// chunk boundaries are checked anyway (cheaply), and the test `new_item_keys_are_contiguous`
+/// checks the whole mapping.
+fn insert_items(tx: &Transaction<'_>, items: &[(String, String)]) -> Result<i64, StoreError> {
+    let mut first = None;
+    let mut next = 0;
+    for chunk in items.chunks(ITEMS_PER_INSERT) {
+        let mut stmt = tx.prepare_cached(&INSERT_ITEMS[chunk.len() - 1]).map_err(map_err)?;
+        for (n, (item_id, body)) in chunk.iter().enumerate() {
+            stmt.raw_bind_parameter(2 * n + 1, item_id).map_err(map_err)?;
+            stmt.raw_bind_parameter(2 * n + 2, body).map_err(map_err)?;
+        }
+        stmt.raw_execute().map_err(map_err)?;
+        let last = tx.last_insert_rowid();
+        let chunk_first = last - (chunk.len() as i64 - 1);
+        match first {
+            None => first = Some(chunk_first),
+            Some(_) if chunk_first != next => {
+                return Err(StoreError::Unavailable(format!(
+                    "item keys are not contiguous (expected {next}, got {chunk_first}); nothing was saved"
+                )));
+            }
+            Some(_) => {}
+        }
+        next = last + 1;
+    }
+    first.ok_or_else(|| StoreError::Unavailable("no items to insert".into()))
+}
+
 #[async_trait::async_trait]
 impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
-        // Encode everything before taking the write lock, to hold it as briefly as possible.
-        let body = serde_json::to_string(&response.response)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode response: {e}")))?;
-        let inherited = serde_json::to_string(&response.inherited)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode history: {e}")))?;
-        let mut new_items = Vec::with_capacity(response.input.len() + response.output.len());
-        for (role, item) in
-            response.input.iter().map(|i| (ROLE_INPUT, i)).chain(response.output.iter().map(|i| (ROLE_OUTPUT, i)))
-        {
-            let json =
-                serde_json::to_string(item).map_err(|e| StoreError::Corrupt(format!("cannot encode item: {e}")))?;
-            new_items.push((role, item.id().to_owned(), json));
+        let NewResponse { id, previous_response_id, model, created_at, status, response, inherited, input, output } =
+            response;
+        // Encode everything before taking the writer, to hold it as briefly as possible.
+        let body = encode(&response, "response")?;
+        let inherited_json = if inherited.is_empty() { None } else { Some(encode(&inherited, "history")?) };
+        let inputs = input.len() as i64;
+        let mut new_items = Vec::with_capacity(input.len() + output.len());
+        for item in input.iter().chain(&output) {
+            new_items.push((item.id().to_owned(), encode(item, "item")?));
         }
+        // New items follow the inherited ones.
+        let first_position = inherited.len() as i64;
 
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
-        let inserted = sqlx::query(
-            "INSERT INTO responses (id, previous_response_id, model, created_at, status, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .bind(response.id.clone())
-        .bind(response.previous_response_id.clone())
-        .bind(response.model)
-        .bind(response.created_at)
-        .bind(response.status)
-        .bind(body)
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {}
-            Err(sqlx::Error::Database(db)) if db.kind() == ErrorKind::UniqueViolation => {
-                return Err(StoreError::Duplicate(response.id));
-            }
-            Err(e) => return Err(map_err(e)),
-        }
-
-        if !response.inherited.is_empty() {
-            // One statement for the whole history; the foreign key on item_key rejects a key whose
-            // item was deleted meanwhile. json_each's `key` is the array index, i.e. the position.
-            let refs = sqlx::query(
-                "INSERT INTO response_items (response_id, position, item_key, role)
-                 SELECT ?1, j.key, j.value, ?3 FROM json_each(?2) AS j",
-            )
-            .bind(response.id.clone())
-            .bind(inherited)
-            .bind(ROLE_INHERITED)
-            .execute(&mut *tx)
-            .await;
-            match refs {
+        self.write(move |conn| {
+            // Dropping `tx` on any error path below rolls everything back.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+            let inserted = tx
+                .prepare_cached(INSERT_RESPONSE)
+                .and_then(|mut s| s.execute(params![id, previous_response_id, model, created_at, status, body]));
+            match inserted {
                 Ok(_) => {}
-                Err(sqlx::Error::Database(db)) if db.kind() == ErrorKind::ForeignKeyViolation => {
-                    return Err(StoreError::MissingHistory(format!(
-                        "an item inherited from {} no longer exists",
-                        response.previous_response_id.as_deref().unwrap_or("(none)")
-                    )));
-                }
+                Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
                 Err(e) => return Err(map_err(e)),
             }
-        }
 
-        // New items follow the inherited ones.
-        let first = response.inherited.len() as i64;
-        for (position, (role, item_id, json)) in (first..).zip(new_items) {
-            let key = sqlx::query("INSERT INTO items (item_id, body) VALUES (?1, ?2)")
-                .bind(item_id)
-                .bind(json)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?
-                .last_insert_rowid();
-            sqlx::query(
-                "INSERT INTO response_items (response_id, position, item_key, role)
-                 VALUES (?1, ?2, ?3, ?4)",
-            )
-            .bind(response.id.clone())
-            .bind(position)
-            .bind(key)
-            .bind(role)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
+            if let Some(inherited) = inherited_json {
+                let refs = tx
+                    .prepare_cached(INSERT_INHERITED_REFS)
+                    .and_then(|mut s| s.execute(params![id, inherited, ROLE_INHERITED]));
+                match refs {
+                    Ok(_) => {}
+                    Err(e) if is_foreign_key_violation(&e) => {
+                        return Err(StoreError::MissingHistory(format!(
+                            "an item inherited from {} no longer exists",
+                            previous_response_id.as_deref().unwrap_or("(none)")
+                        )));
+                    }
+                    Err(e) => return Err(map_err(e)),
+                }
+            }
 
-        tx.commit().await.map_err(map_err)
+            if !new_items.is_empty() {
+                let first_key = insert_items(&tx, &new_items)?;
+                tx.prepare_cached(INSERT_NEW_REFS)
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            id,
+                            first_position,
+                            first_key,
+                            inputs,
+                            new_items.len() as i64,
+                            ROLE_INPUT,
+                            ROLE_OUTPUT
+                        ])
+                    })
+                    .map_err(map_err)?;
+            }
+
+            tx.commit().map_err(map_err)
+        })
+        .await
     }
 
     async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        let body: Option<String> = sqlx::query_scalar("SELECT body FROM responses WHERE id = ?1")
-            .bind(id.to_owned())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
-        body.map(|b| serde_json::from_str(&b).map_err(|e| StoreError::Corrupt(format!("response {id}: {e}"))))
-            .transpose()
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(SELECT_RESPONSE).map_err(map_err)?;
+            let mut rows = stmt.query([&id]).map_err(map_err)?;
+            let Some(row) = rows.next().map_err(map_err)? else { return Ok(None) };
+            let body: String = row.get(0).map_err(map_err)?;
+            serde_json::from_str(&body).map(Some).map_err(|e| StoreError::Corrupt(format!("response {id}: {e}")))
+        })
+        .await
     }
 
     async fn conversation(&self, id: &str) -> Result<Option<Vec<StoredItem>>, StoreError> {
-        // LEFT JOINs from `responses`: no row at all means "not stored", one all-NULL row means
-        // "stored, empty conversation"; one statement, so one consistent snapshot.
-        let rows: Vec<(Option<i64>, Option<String>)> = sqlx::query_as(
-            "SELECT ri.item_key, i.body
-             FROM responses r
-             LEFT JOIN response_items ri ON ri.response_id = r.id
-             LEFT JOIN items i ON i.key = ri.item_key
-             WHERE r.id = ?1
-             ORDER BY ri.position",
-        )
-        .bind(id.to_owned())
-        .fetch_all(&self.pool)
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let rows = item_rows(conn, SELECT_CONVERSATION, [&id])?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            decode_rows(rows).map(Some)
+        })
         .await
-        .map_err(map_err)?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        decode_rows(rows).map(Some)
     }
 
     async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
-        let sql = match page.order {
-            InputItemsOrder::Asc => INPUT_ITEMS_ASC,
-            InputItemsOrder::Desc => INPUT_ITEMS_DESC,
-        };
-        // One row more than asked tells whether more follow.
-        let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let rows: Vec<(Option<i64>, Option<String>)> = sqlx::query_as(sql)
-            .bind(id.to_owned())
-            .bind(page.after)
-            .bind(fetch)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        let mut items: Vec<Item> = decode_rows(rows)?.into_iter().map(|s| s.item).collect();
-        let has_more = items.len() > page.limit;
-        items.truncate(page.limit);
-        Ok(Some(InputItemsList { items, has_more }))
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let sql = match page.order {
+                InputItemsOrder::Asc => INPUT_ITEMS_ASC,
+                InputItemsOrder::Desc => INPUT_ITEMS_DESC,
+            };
+            // One row more than asked tells whether more follow.
+            let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
+            let rows = item_rows(conn, sql, params![id, page.after, fetch])?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let mut items: Vec<Item> = decode_rows(rows)?.into_iter().map(|s| s.item).collect();
+            let has_more = items.len() > page.limit;
+            items.truncate(page.limit);
+            Ok(Some(InputItemsList { items, has_more }))
+        })
+        .await
     }
 
     async fn delete(&self, id: &str) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
-        // Remove the refs first (not via the cascade) to learn which items may now be orphans.
-        let keys: Vec<i64> = sqlx::query_scalar("DELETE FROM response_items WHERE response_id = ?1 RETURNING item_key")
-            .bind(id.to_owned())
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        let deleted = sqlx::query("DELETE FROM responses WHERE id = ?1")
-            .bind(id.to_owned())
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-        if deleted == 0 {
-            // Nothing was stored (and so no refs were removed); dropping rolls back.
-            return Ok(false);
-        }
-        if !keys.is_empty() {
-            let keys =
-                serde_json::to_string(&keys).map_err(|e| StoreError::Corrupt(format!("cannot encode keys: {e}")))?;
-            // Only this response's items are candidates, so the GC cost is bounded by its
-            // conversation, not by the table.
-            sqlx::query(
-                "DELETE FROM items
-                 WHERE key IN (SELECT value FROM json_each(?1))
-                 AND NOT EXISTS (SELECT 1 FROM response_items ri WHERE ri.item_key = items.key)",
-            )
-            .bind(keys)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(true)
+        let id = id.to_owned();
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+            let keys = {
+                let mut stmt = tx.prepare_cached(DELETE_REFS).map_err(map_err)?;
+                let keys = stmt.query_map([&id], |row| row.get::<_, i64>(0)).map_err(map_err)?;
+                keys.collect::<Result<Vec<i64>, _>>().map_err(map_err)?
+            };
+            let deleted = tx.prepare_cached(DELETE_RESPONSE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
+            if deleted == 0 {
+                // Nothing was stored (and so no refs were removed); dropping `tx` rolls back.
+                return Ok(false);
+            }
+            if !keys.is_empty() {
+                let keys = encode(&keys, "keys")?;
+                tx.prepare_cached(DELETE_ORPHANS).and_then(|mut s| s.execute([&keys])).map_err(map_err)?;
+            }
+            tx.commit().map_err(map_err)?;
+            Ok(true)
+        })
+        .await
     }
 }
+
+/// Access for tests: raw SQL on the writer connection, and the internal counters.
+#[cfg(test)]
+impl SqliteStore {
+    /// Run `f` on the writer connection; panics on an error (tests only).
+    pub(crate) async fn with_writer<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> T {
+        self.write(move |conn| f(conn).map_err(map_err)).await.unwrap()
+    }
+
+    /// The single integer a query returns.
+    pub(crate) async fn sql_i64(&self, sql: &'static str) -> i64 {
+        self.with_writer(move |conn| conn.query_row(sql, [], |row| row.get(0))).await
+    }
+
+    /// The single string a query returns.
+    pub(crate) async fn sql_string(&self, sql: &'static str) -> String {
+        self.with_writer(move |conn| conn.query_row(sql, [], |row| row.get(0))).await
+    }
+
+    /// The strings of a one-column query.
+    pub(crate) async fn sql_strings(&self, sql: &'static str) -> Vec<String> {
+        self.with_writer(move |conn| {
+            let mut stmt = conn.prepare(sql)?;
+            let rows = stmt.query_map([], |row| row.get(0))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// Run statements that return nothing of interest.
+    pub(crate) async fn sql_execute(&self, sql: &'static str) {
+        self.with_writer(move |conn| conn.execute_batch(sql)).await;
+    }
+
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    pub(crate) fn writer(&self) -> &Arc<tokio::sync::Mutex<Connection>> {
+        &self.inner.writer
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -48,7 +48,7 @@ async fn count(store: &SqliteStore, table: &'static str) -> i64 {
         "response_items" => "SELECT COUNT(*) FROM response_items",
         _ => unreachable!(),
     };
-    sqlx::query_scalar(sql).fetch_one(&store.pool).await.unwrap()
+    store.sql_i64(sql).await
 }
 
 fn items_of(conv: &[StoredItem]) -> Vec<Item> {
@@ -75,8 +75,7 @@ async fn save_then_response_round_trips() {
     assert_eq!(got, body);
     // Key order survives too (preserve_order), and the body is not double-encoded.
     assert_eq!(got.to_string(), body.to_string());
-    let raw: String =
-        sqlx::query_scalar("SELECT body FROM responses WHERE id = 'resp_1'").fetch_one(&store.pool).await.unwrap();
+    let raw: String = store.sql_string("SELECT body FROM responses WHERE id = 'resp_1'").await;
     assert!(raw.starts_with('{'));
 
     assert!(store.response("resp_nope").await.unwrap().is_none());
@@ -179,13 +178,11 @@ async fn delete_keeps_continuations_and_collects_orphans() {
     let c2 = store.conversation("r2").await.unwrap().unwrap();
     assert_eq!(items_of(&c2), vec![user("a"), user("e"), assistant("f")]);
     // `b` is gone, `a` (shared with r2) and the unrelated response's items stay.
-    let left: Vec<String> =
-        sqlx::query_scalar("SELECT item_id FROM items ORDER BY key").fetch_all(&store.pool).await.unwrap();
+    let left: Vec<String> = store.sql_strings("SELECT item_id FROM items ORDER BY key").await;
     assert_eq!(left, ["a", "c", "d", "e", "f"]);
 
     assert!(store.delete("r2").await.unwrap());
-    let left: Vec<String> =
-        sqlx::query_scalar("SELECT item_id FROM items ORDER BY key").fetch_all(&store.pool).await.unwrap();
+    let left: Vec<String> = store.sql_strings("SELECT item_id FROM items ORDER BY key").await;
     assert_eq!(left, ["c", "d"]);
     assert_eq!(count(&store, "response_items").await, 2);
     assert_eq!(store.conversation("other").await.unwrap().unwrap().len(), 2);
@@ -266,7 +263,7 @@ async fn two_stores_on_one_file_write_concurrently() {
         }
     }
     assert_eq!(count(&stores[0], "items").await, 200);
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&stores[1].pool).await.unwrap();
+    let mode: String = stores[1].sql_string("PRAGMA journal_mode").await;
     assert_eq!(mode, "wal");
 }
 
@@ -318,15 +315,15 @@ async fn corrupt_rows_and_newer_schema_are_reported() {
     let path = dir.path().join("bad.db");
     let store = SqliteStore::open(&path).await.unwrap();
     store.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
-    sqlx::query("UPDATE items SET body = '{\"type\":\"nonsense\"}'").execute(&store.pool).await.unwrap();
-    sqlx::query("UPDATE responses SET body = 'not json'").execute(&store.pool).await.unwrap();
+    store.sql_execute("UPDATE items SET body = '{\"type\":\"nonsense\"}'").await;
+    store.sql_execute("UPDATE responses SET body = 'not json'").await;
     let err = store.conversation("r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
     let err = store.response("r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
 
-    sqlx::query("PRAGMA user_version = 2").execute(&store.pool).await.unwrap();
-    store.pool.close().await;
+    store.sql_execute("PRAGMA user_version = 2").await;
+    drop(store);
     let err = SqliteStore::open(&path).await.unwrap_err();
     assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 2")), "{err:?}");
 }

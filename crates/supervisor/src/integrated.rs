@@ -48,6 +48,7 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
         options.gateway.upstream.base_url = format!("{child_base}/v1");
         options.gateway.forward_other_routes_to = Some(child_base);
         crate::check_store(&options.gateway.db_path).await?;
+        crate::check_code_interpreter(&mut options.gateway).await;
         let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
         crate::log_auth(&options.gateway);
         let config = PoolConfig {

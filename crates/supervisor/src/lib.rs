@@ -27,6 +27,29 @@ async fn check_store(db_path: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Check the code interpreter sandbox once, before workers start. Without a working sandbox
+/// the tool is left out — never run unsandboxed — and the log says how to fix it.
+async fn check_code_interpreter(options: &mut GatewayOptions) {
+    if !options.code_interpreter {
+        tracing::info!("code_interpreter is disabled (--code-interpreter disabled)");
+        return;
+    }
+    let checked = match respgw_tools::code_interpreter::SandboxConfig::from_env() {
+        Ok(config) => respgw_tools::code_interpreter::Sandbox::new(config).await.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("invalid code interpreter settings: {e}")),
+    };
+    match checked {
+        Ok(_) => tracing::info!("code_interpreter is enabled (bubblewrap sandbox)"),
+        Err(e) => {
+            tracing::error!(
+                "code_interpreter is NOT offered: {e}. Run scripts/setup-code-interpreter to install \
+                 bubblewrap and the Python environment, or pass --code-interpreter disabled to silence this."
+            );
+            options.code_interpreter = false;
+        }
+    }
+}
+
 fn log_auth(options: &GatewayOptions) {
     if options.api_keys.iter().any(|k| !k.is_empty()) {
         tracing::info!("API key authentication is on");

@@ -1,6 +1,7 @@
 //! Waiting for the upstream model server before serving: `GET {upstream}/models` until it
 //! answers 2xx, polling every 250 ms, logging progress every `log_interval`, giving up with a
-//! clear error after `timeout`.
+//! clear error after `timeout`. A zero timeout skips the wait (the upstream may come later;
+//! requests fail with 502 until it does).
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,10 @@ pub async fn wait_for_upstream(
     log_interval: Duration,
 ) -> anyhow::Result<()> {
     let url = format!("{}/models", base_url.trim_end_matches('/'));
+    if timeout.is_zero() {
+        tracing::info!(%url, "not waiting for the upstream (--upstream-ready-timeout 0)");
+        return Ok(());
+    }
     let client =
         reqwest::Client::builder().connect_timeout(Duration::from_secs(2)).timeout(Duration::from_secs(5)).build()?;
     let started = Instant::now();

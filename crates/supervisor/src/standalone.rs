@@ -22,7 +22,7 @@ pub struct StandaloneOptions {
 
 /// Run standalone mode to the end. Prints `listening on http://ADDR` on stdout once every worker
 /// serves.
-pub fn run(options: StandaloneOptions) -> anyhow::Result<()> {
+pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
     // One thread: the supervisor only moves frames and waits on children, and workers' death
     // signal (PR_SET_PDEATHSIG) is tied to the thread that forked them.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -36,6 +36,7 @@ pub fn run(options: StandaloneOptions) -> anyhow::Result<()> {
         )
         .await?;
         crate::check_store(&options.gateway.db_path).await?;
+        crate::check_code_interpreter(&mut options.gateway).await;
         let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
         crate::log_auth(&options.gateway);
         let config = PoolConfig {

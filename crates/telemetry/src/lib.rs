@@ -10,12 +10,16 @@
 //!    [`render`] of it with [`CONTENT_TYPE`].
 //!
 //! A single-process deployment simply serves `render(&metrics.snapshot())`.
+//!
+//! Tracing: [`tracing_otlp`] installs the log subscriber and, when `GW_TRACING_ENABLED`, exports
+//! spans over OTLP/gRPC (cargo feature `otlp`).
 
 pub mod exposition;
 pub mod families;
 pub mod merge;
 pub mod recorder;
 pub mod snapshot;
+pub mod tracing_otlp;
 
 pub use exposition::{CONTENT_TYPE, render};
 pub use families::{FAMILIES, FamilyDescriptor, MetricKind};

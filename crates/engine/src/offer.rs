@@ -1,0 +1,254 @@
+//! Which functions the model is offered in each turn of the tool loop, and the `tool_choice`
+//! sent with them.
+//!
+//! The client's functions and the gateway's hosted tools are offered together. A forcing choice
+//! (`required`, a named function, an MCP server or tool, `code_interpreter`) applies to the first
+//! turn only: once a gateway tool has run, the model must be free to answer, or it would call
+//! tools forever. `allowed_tools` narrows the offer in every turn. The last turn the loop allows
+//! is sent with `tool_choice: "none"`, so the model answers with what it has.
+
+use std::sync::Arc;
+
+use respgw_protocol::tools::{
+    AllowedTool, CODE_INTERPRETER_FUNCTION, McpToolChoice, ToolChoice, ToolChoiceMode, ToolDeclaration,
+    mcp_function_name,
+};
+use respgw_protocol::{ApiError, ValidatedRequest};
+use serde_json::json;
+
+use crate::chat::{ToolOffer, function_spec};
+use crate::hosted::{FunctionSpec, HostedKind, HostedTool};
+
+/// Where the loop is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnPhase {
+    /// No gateway tool has run yet.
+    First,
+    /// A gateway tool ran: forcing choices are lifted.
+    AfterToolUse,
+    /// The loop's last turn: no more tool calls.
+    Last,
+}
+
+/// Everything the model could be offered, with where each function came from.
+pub struct ToolMenu {
+    entries: Vec<(FunctionSpec, Source)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    Client,
+    Hosted(HostedKind),
+}
+
+impl ToolMenu {
+    pub fn new(request: &ValidatedRequest, hosted: &[Arc<dyn HostedTool>]) -> Self {
+        let client = request.tools.iter().filter_map(|t| match t {
+            ToolDeclaration::Function(f) => Some((function_spec(f), Source::Client)),
+            _ => None,
+        });
+        let hosted = hosted.iter().map(|t| (t.spec().clone(), Source::Hosted(t.kind().clone())));
+        ToolMenu { entries: client.chain(hosted).collect() }
+    }
+
+    /// Check that a forced MCP tool exists on its server (only known once inventories are in).
+    pub fn check_choice(&self, choice: &ToolChoice) -> Result<(), ApiError> {
+        let mcp_choices: Vec<(&McpToolChoice, String)> = match choice {
+            ToolChoice::Mcp(m) => vec![(m, "tool_choice.name".to_owned())],
+            ToolChoice::AllowedTools(a) => a
+                .tools
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| match t {
+                    AllowedTool::Mcp(m) => Some((m, format!("tool_choice.tools[{i}].name"))),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        for (m, param) in mcp_choices {
+            if let Some(name) = &m.name
+                && !self.entries.iter().any(|(_, source)| matches_mcp(source, &m.server_label, Some(name)))
+            {
+                return Err(ApiError::bad_input(
+                    param,
+                    format!("`tool_choice.name` '{name}' is not a tool of MCP server '{}'.", m.server_label),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The offer for one turn.
+    pub fn offer(&self, choice: &ToolChoice, phase: TurnPhase) -> ToolOffer {
+        let all = || self.entries.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>();
+        let mode = |m: ToolChoiceMode| {
+            let m = if phase == TurnPhase::AfterToolUse && m == ToolChoiceMode::Required {
+                ToolChoiceMode::Auto
+            } else {
+                m
+            };
+            json!(match m {
+                ToolChoiceMode::None => "none",
+                ToolChoiceMode::Auto => "auto",
+                ToolChoiceMode::Required => "required",
+            })
+        };
+        let named = |name: &str| json!({"type": "function", "function": {"name": name}});
+        let first = phase == TurnPhase::First;
+        let (functions, tool_choice) = match choice {
+            ToolChoice::Mode(m) => (all(), mode(*m)),
+            ToolChoice::Function(f) if first => (all(), named(&f.name)),
+            ToolChoice::CodeInterpreter(_) if first => (all(), named(CODE_INTERPRETER_FUNCTION)),
+            ToolChoice::Mcp(m) if first => match &m.name {
+                Some(tool) => (all(), named(&mcp_function_name(&m.server_label, tool))),
+                // Any tool of that server: offer only its tools, and require a call.
+                None => (self.select(|_, s| matches_mcp(s, &m.server_label, None)), json!("required")),
+            },
+            ToolChoice::Function(_) | ToolChoice::CodeInterpreter(_) | ToolChoice::Mcp(_) => (all(), json!("auto")),
+            ToolChoice::AllowedTools(a) => (self.select(|f, s| a.tools.iter().any(|t| allows(t, f, s))), mode(a.mode)),
+        };
+        let tool_choice = if phase == TurnPhase::Last { json!("none") } else { tool_choice };
+        ToolOffer { functions, tool_choice }
+    }
+
+    fn select(&self, keep: impl Fn(&FunctionSpec, &Source) -> bool) -> Vec<FunctionSpec> {
+        self.entries.iter().filter(|(f, s)| keep(f, s)).map(|(f, _)| f.clone()).collect()
+    }
+}
+
+/// Function names that belong to hosted tools, and what they are.
+pub fn roster(hosted: &[Arc<dyn HostedTool>]) -> Vec<(String, HostedKind)> {
+    hosted.iter().map(|t| (t.spec().name.clone(), t.kind().clone())).collect()
+}
+
+fn matches_mcp(source: &Source, label: &str, tool: Option<&str>) -> bool {
+    matches!(source, Source::Hosted(HostedKind::Mcp { server_label, tool_name })
+        if server_label == label && tool.is_none_or(|t| t == tool_name))
+}
+
+/// Whether an `allowed_tools` entry admits a function, given where the function came from.
+fn allows(entry: &AllowedTool, spec: &FunctionSpec, source: &Source) -> bool {
+    match entry {
+        AllowedTool::Function(f) => *source == Source::Client && spec.name == f.name,
+        AllowedTool::CodeInterpreter(_) => *source == Source::Hosted(HostedKind::CodeInterpreter),
+        AllowedTool::Mcp(m) => matches_mcp(source, &m.server_label, m.name.as_deref()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use respgw_protocol::{Capabilities, CreateResponseRequest};
+    use serde_json::Value;
+
+    use crate::hosted::{HostedCall, HostedOutcome};
+
+    struct Fake(FunctionSpec, HostedKind);
+
+    #[async_trait]
+    impl HostedTool for Fake {
+        fn spec(&self) -> &FunctionSpec {
+            &self.0
+        }
+        fn kind(&self) -> &HostedKind {
+            &self.1
+        }
+        async fn call(&self, _: HostedCall<'_>) -> HostedOutcome {
+            HostedOutcome::Mcp(Ok(String::new()))
+        }
+    }
+
+    fn spec(name: &str) -> FunctionSpec {
+        FunctionSpec { name: name.into(), description: None, parameters: json!({"type":"object"}), strict: None }
+    }
+
+    fn menu(body: Value) -> (ValidatedRequest, ToolMenu) {
+        let caps =
+            Capabilities { code_interpreter: true, builtin_mcp: true, remote_mcp: true, remote_url_checks: true };
+        let req = CreateResponseRequest::from_slice(body.to_string().as_bytes()).unwrap().validate(&caps).unwrap();
+        let hosted: Vec<Arc<dyn HostedTool>> = vec![
+            Arc::new(Fake(spec("code_interpreter"), HostedKind::CodeInterpreter)),
+            Arc::new(Fake(
+                spec("mcp__docs__search"),
+                HostedKind::Mcp { server_label: "docs".into(), tool_name: "search".into() },
+            )),
+            Arc::new(Fake(
+                spec("mcp__docs__fetch"),
+                HostedKind::Mcp { server_label: "docs".into(), tool_name: "fetch".into() },
+            )),
+        ];
+        let menu = ToolMenu::new(&req, &hosted);
+        (req, menu)
+    }
+
+    fn names(offer: &ToolOffer) -> Vec<&str> {
+        offer.functions.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    const TOOLS: &str =
+        r#"[{"type":"function","name":"weather"},{"type":"code_interpreter"},{"type":"mcp","server_label":"docs"}]"#;
+
+    fn body(choice: Value) -> Value {
+        json!({"model":"m","input":"x","tools":serde_json::from_str::<Value>(TOOLS).unwrap(),"tool_choice":choice})
+    }
+
+    #[test]
+    fn client_and_hosted_functions_are_offered_together() {
+        let (req, menu) = menu(body(json!("auto")));
+        let offer = menu.offer(&req.tool_choice, TurnPhase::First);
+        assert_eq!(names(&offer), ["weather", "code_interpreter", "mcp__docs__search", "mcp__docs__fetch"]);
+        assert_eq!(offer.tool_choice, "auto");
+    }
+
+    #[test]
+    fn forcing_choices_apply_to_the_first_turn_only() {
+        for (choice, first) in [
+            (json!("required"), json!("required")),
+            (json!({"type":"function","name":"weather"}), json!({"type":"function","function":{"name":"weather"}})),
+            (json!({"type":"code_interpreter"}), json!({"type":"function","function":{"name":"code_interpreter"}})),
+            (
+                json!({"type":"mcp","server_label":"docs","name":"fetch"}),
+                json!({"type":"function","function":{"name":"mcp__docs__fetch"}}),
+            ),
+        ] {
+            let (req, menu) = menu(body(choice.clone()));
+            assert_eq!(menu.offer(&req.tool_choice, TurnPhase::First).tool_choice, first, "{choice}");
+            assert_eq!(menu.offer(&req.tool_choice, TurnPhase::AfterToolUse).tool_choice, "auto", "{choice}");
+        }
+    }
+
+    #[test]
+    fn an_mcp_server_choice_offers_only_that_server() {
+        let (req, menu) = menu(body(json!({"type":"mcp","server_label":"docs"})));
+        let offer = menu.offer(&req.tool_choice, TurnPhase::First);
+        assert_eq!(names(&offer), ["mcp__docs__search", "mcp__docs__fetch"]);
+        assert_eq!(offer.tool_choice, "required");
+    }
+
+    #[test]
+    fn allowed_tools_narrow_every_turn() {
+        let (req, menu) = menu(body(json!({"type":"allowed_tools","mode":"required","tools":[
+            {"type":"function","name":"weather"},{"type":"mcp","server_label":"docs","name":"search"}]})));
+        let first = menu.offer(&req.tool_choice, TurnPhase::First);
+        assert_eq!(names(&first), ["weather", "mcp__docs__search"]);
+        assert_eq!(first.tool_choice, "required");
+        let later = menu.offer(&req.tool_choice, TurnPhase::AfterToolUse);
+        assert_eq!(names(&later), ["weather", "mcp__docs__search"]);
+        assert_eq!(later.tool_choice, "auto");
+    }
+
+    #[test]
+    fn the_last_turn_forbids_tool_calls() {
+        let (req, menu) = menu(body(json!("required")));
+        assert_eq!(menu.offer(&req.tool_choice, TurnPhase::Last).tool_choice, "none");
+    }
+
+    #[test]
+    fn a_forced_mcp_tool_must_exist_on_its_server() {
+        let (req, menu) = menu(body(json!({"type":"mcp","server_label":"docs","name":"nope"})));
+        let e = menu.check_choice(&req.tool_choice).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (422, Some("tool_choice.name")));
+    }
+}

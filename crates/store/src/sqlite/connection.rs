@@ -1,0 +1,272 @@
+//! Opening and configuring SQLite connections: the writer, the readers and the checkpointer's,
+//! their busy handler, the schema migration, and the mapping of driver errors to [`StoreError`].
+//!
+//! Everything here is synchronous and runs on a blocking thread (never on the async runtime).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, ffi};
+
+use super::SCHEMA_VERSION;
+use crate::StoreError;
+
+/// The version-1 schema. Idempotent, and run inside one `BEGIN IMMEDIATE` transaction so that
+/// processes racing to create it take turns.
+const SCHEMA_V1: &str = "
+    CREATE TABLE IF NOT EXISTS items (
+        key INTEGER PRIMARY KEY AUTOINCREMENT,
+        item_id TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS responses (
+        id TEXT PRIMARY KEY,
+        previous_response_id TEXT,
+        model TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS response_items (
+        response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        item_key INTEGER NOT NULL REFERENCES items(key),
+        role INTEGER NOT NULL,
+        PRIMARY KEY (response_id, position)
+    );
+    CREATE INDEX IF NOT EXISTS response_items_item_key ON response_items(item_key);
+    PRAGMA user_version = 1;";
+
+/// Prepared statements kept per connection. The store uses about a dozen fixed statements plus one
+/// multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in the parent module); this
+/// leaves room so that none is ever evicted and re-prepared.
+const STATEMENT_CACHE: usize = 64;
+
+/// Tunables of one store. [`Default`] is what production uses; tests shrink some of them.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// How long one statement keeps retrying a lock held by another process before giving up with
+    /// [`StoreError::Unavailable`] (what a 5 s `busy_timeout` was before).
+    pub busy_budget: Duration,
+    /// Reader connections per process (created on demand).
+    pub max_readers: usize,
+    /// The checkpointer runs at least this often.
+    pub checkpoint_interval: Duration,
+    /// A commit that leaves at least this many frames in the WAL wakes the checkpointer early
+    /// (SQLite's own automatic checkpoint uses the same default, 1000).
+    pub checkpoint_pages: i32,
+    /// A WAL still this long after a checkpoint means the checkpoint cannot catch up with this
+    /// process's writes: the next one runs while holding the writer (see the checkpoint module).
+    pub catch_up_pages: i32,
+    /// `PRAGMA journal_size_limit`: when the WAL starts over from its beginning, its file is
+    /// truncated to this many bytes, so a burst does not leave a large file behind for good.
+    pub journal_size_limit: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            busy_budget: Duration::from_secs(5),
+            max_readers: 8,
+            checkpoint_interval: Duration::from_secs(1),
+            checkpoint_pages: 1000,
+            catch_up_pages: 4000,
+            // About twice the usual high-water mark (1000 frames of 4 KiB pages plus what arrives
+            // while a checkpoint runs), so that a WAL of normal size is reused, not truncated and
+            // regrown every time.
+            journal_size_limit: 8 << 20,
+        }
+    }
+}
+
+/// Counters for tests and diagnostics. Cheap (relaxed atomics), so they are always kept.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Sleeps taken by the busy handler of any connection of this store.
+    pub busy_sleeps: AtomicU64,
+    /// Checkpoints the checkpointer ran (successful or not).
+    pub checkpoints: AtomicU64,
+    /// Checkpoints run while holding the writer because the WAL had grown past the catch-up mark.
+    pub catch_ups: AtomicU64,
+    /// Of the last checkpoint: frames in the WAL, and how many of them are in the database file
+    /// (`-1` when it failed).
+    pub last_checkpoint: std::sync::Mutex<(i32, i32)>,
+}
+
+/// Flags for every file connection. `SQLITE_OPEN_URI` as before (sqlx set it), so a `file:` URI
+/// location keeps working; `NO_MUTEX` because each connection is used by one thread at a time.
+fn flags(create: bool) -> OpenFlags {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    flags
+}
+
+/// Install the store's busy handler: called by SQLite when another connection (in practice
+/// another process, since this process serializes its own writers) holds a lock this statement
+/// needs. SQLite's default handler (`busy_timeout`) backs off 1, 2, 5, 10, … up to 100 ms, which
+/// turns a lock held for 100 µs into a 1–100 ms stall; this one sleeps 50 µs, doubling up to 2 ms,
+/// within the same total budget. Returning false makes the statement fail with `SQLITE_BUSY`.
+fn set_busy_handler(conn: &mut Connection, budget: Duration, stats: &Arc<Stats>) -> rusqlite::Result<()> {
+    const FIRST: Duration = Duration::from_micros(50);
+    const MAX: Duration = Duration::from_millis(2);
+    let stats = Arc::clone(stats);
+    // When the current wait began; `attempt` restarts at 0 for every new lock wait.
+    let mut since = Instant::now();
+    conn.busy_handler(Some(move |attempt: i32| {
+        if attempt == 0 {
+            since = Instant::now();
+        }
+        let shift = u32::try_from(attempt).unwrap_or(0).min(6);
+        let sleep = FIRST.saturating_mul(1 << shift).min(MAX);
+        if since.elapsed() + sleep > budget {
+            return false;
+        }
+        stats.busy_sleeps.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(sleep);
+        true
+    }))
+}
+
+/// Settings every connection of a file store shares.
+fn configure(conn: &mut Connection, config: &Config, stats: &Arc<Stats>) -> rusqlite::Result<()> {
+    set_busy_handler(conn, config.busy_budget, stats)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // No checkpoint inside a commit: the checkpointer thread does them (see its module). The
+    // pragma is per connection; it is set before the writer installs its WAL hook, which it would
+    // otherwise replace.
+    conn.execute_batch(&format!(
+        "PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = {};",
+        config.journal_size_limit
+    ))
+}
+
+/// Open the process's writer connection on a file (creating it), switch it to WAL and create the
+/// schema if missing. Returns the connection and the schema version found (the caller refuses a
+/// newer one).
+pub(crate) fn open_writer(path: &Path, config: &Config, stats: &Arc<Stats>) -> rusqlite::Result<(Connection, i64)> {
+    let mut conn = Connection::open_with_flags(path, flags(true))?;
+    configure(&mut conn, config, stats)?;
+    // WAL lets readers run beside the writer and other processes share the file. The mode is
+    // persistent, so this only does something on a fresh file, where it needs an exclusive lock
+    // that SQLite does not wait for: the caller retries `SQLITE_BUSY` at start-up.
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        // SQLite keeps the old mode when it cannot switch; retry like a lock, then give up.
+        return Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(ffi::SQLITE_BUSY),
+            Some(format!("cannot switch the database to WAL mode (it stays in {mode:?})")),
+        ));
+    }
+    // NORMAL: a commit is durable once the WAL is synced at checkpoint time; a power loss may
+    // drop the last commits but never corrupts the file (the usual choice with WAL).
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
+    let version = migrate(&mut conn)?;
+    Ok((conn, version))
+}
+
+/// Open a reader connection on an existing file store.
+pub(crate) fn open_reader(path: &Path, config: &Config, stats: &Arc<Stats>) -> rusqlite::Result<Connection> {
+    let mut conn = Connection::open_with_flags(path, flags(false))?;
+    configure(&mut conn, config, stats)?;
+    // Readers never write; make a mistake fail loudly instead of racing the writer.
+    conn.execute_batch("PRAGMA query_only = ON;")?;
+    Ok(conn)
+}
+
+/// Open the checkpointer's connection on an existing file store.
+pub(crate) fn open_checkpointer(path: &Path, config: &Config, stats: &Arc<Stats>) -> rusqlite::Result<Connection> {
+    let mut conn = Connection::open_with_flags(path, flags(false))?;
+    configure(&mut conn, config, stats)?;
+    // A connection learns that the file is in WAL mode (and opens the WAL) at its first read
+    // transaction; until then `wal_checkpoint` does nothing and reports -1 frames.
+    let mode: String = conn
+        .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |_| Ok(()))
+        .and_then(|()| conn.query_row("PRAGMA journal_mode", [], |row| row.get(0)))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(ffi::SQLITE_BUSY),
+            Some(format!("the database is not in WAL mode (it is in {mode:?})")),
+        ));
+    }
+    Ok(conn)
+}
+
+/// A private in-memory database: a single connection (the database lives as long as it does).
+pub(crate) fn open_memory() -> rusqlite::Result<(Connection, i64)> {
+    let mut conn = Connection::open_in_memory()?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.execute_batch("PRAGMA foreign_keys = ON;")?;
+    let version = migrate(&mut conn)?;
+    Ok((conn, version))
+}
+
+/// Create the schema if the database has none; returns the version found (newer versions are left
+/// untouched for the caller to refuse).
+fn migrate(conn: &mut Connection) -> rusqlite::Result<i64> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if version == 0 {
+        debug_assert_eq!(SCHEMA_VERSION, 1, "SCHEMA_V1 sets user_version = 1");
+        tx.execute_batch(SCHEMA_V1)?;
+    }
+    tx.commit()?;
+    Ok(version)
+}
+
+/// The SQLite error code of a driver error, if it is one.
+fn code(e: &rusqlite::Error) -> Option<ErrorCode> {
+    e.sqlite_error_code()
+}
+
+/// A lock held elsewhere (after the busy handler gave up, or a lock it is not asked about).
+pub(crate) fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(code(e), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
+/// The extended result code of a constraint violation.
+fn constraint(e: &rusqlite::Error) -> Option<i32> {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::ConstraintViolation => Some(f.extended_code),
+        _ => None,
+    }
+}
+
+/// A `PRIMARY KEY` or `UNIQUE` violation.
+pub(crate) fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(constraint(e), Some(ffi::SQLITE_CONSTRAINT_PRIMARYKEY | ffi::SQLITE_CONSTRAINT_UNIQUE))
+}
+
+/// A `REFERENCES` violation.
+pub(crate) fn is_foreign_key_violation(e: &rusqlite::Error) -> bool {
+    constraint(e) == Some(ffi::SQLITE_CONSTRAINT_FOREIGNKEY)
+}
+
+/// Map a driver error to the store's vocabulary. Unique violations are mapped by the caller, which
+/// knows which id collided.
+pub(crate) fn map_err(e: rusqlite::Error) -> StoreError {
+    if is_foreign_key_violation(&e) {
+        return StoreError::MissingHistory(e.to_string());
+    }
+    match &e {
+        rusqlite::Error::SqliteFailure(f, _) => match f.code {
+            ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => StoreError::Corrupt(e.to_string()),
+            // Busy, locked, I/O, full disk, cannot open, read-only…: an operator or a retry can
+            // fix these.
+            _ => StoreError::Unavailable(e.to_string()),
+        },
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::InvalidColumnIndex(_)
+        | rusqlite::Error::InvalidColumnName(_)
+        | rusqlite::Error::Utf8Error(..) => StoreError::Corrupt(e.to_string()),
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}

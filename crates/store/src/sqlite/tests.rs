@@ -1,0 +1,315 @@
+//! Tests of the SQLite backend's own machinery: the in-process writer queue, the busy handler, the
+//! background checkpointer and the key arithmetic of multi-row inserts. The store's behaviour as
+//! seen through [`ResponseStore`] is tested in the crate's `tests` module.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use respgw_protocol::items::{ContentPart, ItemStatus, MessageItem, MessageRole};
+use serde_json::json;
+
+use super::*;
+
+fn message(id: &str, role: MessageRole) -> Item {
+    let content = match role {
+        MessageRole::Assistant => ContentPart::output_text(format!("answer {id}")),
+        _ => ContentPart::InputText { text: format!("text of {id}") },
+    };
+    Item::Message(MessageItem { id: id.into(), role, status: ItemStatus::Completed, content: vec![content] })
+}
+
+fn new_response(id: &str, inherited: Vec<i64>, inputs: usize, outputs: usize) -> NewResponse {
+    NewResponse {
+        id: id.into(),
+        previous_response_id: None,
+        model: "m".into(),
+        created_at: 1_700_000_000,
+        status: "completed".into(),
+        response: json!({"id": id, "object": "response", "status": "completed", "output": []}),
+        inherited,
+        input: (0..inputs).map(|n| message(&format!("{id}_in{n}"), MessageRole::User)).collect(),
+        output: (0..outputs).map(|n| message(&format!("{id}_out{n}"), MessageRole::Assistant)).collect(),
+    }
+}
+
+fn wal_bytes(path: &Path) -> u64 {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0)
+}
+
+/// WAL frames of 4 KiB pages (SQLite's default page size, which the store keeps).
+fn frames(bytes: u64) -> u64 {
+    bytes.saturating_sub(32) / (4096 + 24)
+}
+
+/// Save `count` one-in-one-out responses named `{tag}_{n}` from `tasks` concurrent tasks.
+async fn save_many(store: &SqliteStore, tag: &str, tasks: usize, count: usize) {
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let store = store.clone();
+            let tag = tag.to_owned();
+            tokio::spawn(async move {
+                for n in (t..count).step_by(tasks) {
+                    store.save(new_response(&format!("{tag}_{n}"), vec![], 1, 1)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn concurrent_saves_in_one_process_never_sleep() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("queue.db")).await.unwrap();
+    // 8 writers of 10 saves each, and readers beside them: this process's writers queue for its
+    // one writer connection instead of racing for SQLite's lock, and readers never wait in WAL mode.
+    let writers = save_many(&store, "w", 8, 80);
+    let readers = async {
+        for _ in 0..40 {
+            let got = store.conversation("w_0").await.unwrap();
+            assert!(got.is_none_or(|c| c.len() == 2));
+        }
+    };
+    tokio::join!(writers, readers);
+    assert_eq!(store.sql_i64("SELECT COUNT(*) FROM responses").await, 80);
+    assert_eq!(store.stats().busy_sleeps.load(Ordering::Relaxed), 0, "a save slept waiting for a lock");
+}
+
+#[tokio::test]
+async fn reads_do_not_wait_for_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("read.db")).await.unwrap();
+    store.save(new_response("r1", vec![], 1, 1)).await.unwrap();
+    // Hold the writer, and a write transaction on it, as a long save would.
+    let writer = Arc::clone(store.writer()).lock_owned().await;
+    let writer = tokio::task::spawn_blocking(move || {
+        writer.execute_batch("BEGIN IMMEDIATE; INSERT INTO items (item_id, body) VALUES ('x', '{}');").unwrap();
+        writer
+    })
+    .await
+    .unwrap();
+    let conversation = tokio::time::timeout(Duration::from_secs(5), store.conversation("r1")).await.unwrap().unwrap();
+    assert_eq!(conversation.unwrap().len(), 2);
+    assert!(tokio::time::timeout(Duration::from_secs(5), store.response("r1")).await.unwrap().unwrap().is_some());
+    tokio::task::spawn_blocking(move || writer.execute_batch("ROLLBACK").unwrap()).await.unwrap();
+}
+
+#[tokio::test]
+async fn another_process_lock_is_waited_for_in_short_sleeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    // Another "process" holds the write lock for 50 ms.
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        other.execute_batch("COMMIT").unwrap();
+    });
+    let started = Instant::now();
+    store.save(new_response("r1", vec![], 1, 1)).await.unwrap();
+    let waited = started.elapsed();
+    release.join().unwrap();
+    assert!(waited >= Duration::from_millis(40), "{waited:?}");
+    // 50 µs doubling up to 2 ms: about 30 sleeps for 50 ms (fewer if the machine oversleeps),
+    // where SQLite's default handler would have slept in steps of up to 100 ms.
+    let sleeps = store.stats().busy_sleeps.load(Ordering::Relaxed);
+    assert!(sleeps >= 3, "{sleeps}");
+}
+
+#[tokio::test]
+async fn a_lock_held_past_the_budget_is_unavailable_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("budget.db");
+    let config = Config { busy_budget: Duration::from_millis(100), ..Config::default() };
+    let store = SqliteStore::open_with(&path, config).await.unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    let err = store.save(new_response("r1", vec![], 1, 1)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(90), "{:?}", started.elapsed());
+    other.execute_batch("ROLLBACK").unwrap();
+    assert!(store.response("r1").await.unwrap().is_none());
+    assert_eq!(store.sql_i64("SELECT COUNT(*) FROM items").await, 0);
+    // And the writer is usable again.
+    store.save(new_response("r1", vec![], 1, 1)).await.unwrap();
+}
+
+/// Poll (bounded) until the checkpointer has copied the whole WAL back into the database.
+async fn wait_for_full_checkpoint(store: &SqliteStore) {
+    let since = store.stats().checkpoints.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (log, copied) = *store.stats().last_checkpoint.lock().unwrap();
+        if store.stats().checkpoints.load(Ordering::Relaxed) > since && log >= 0 && log == copied {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no complete checkpoint within 10 s: last {log} frames, {copied} copied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_checkpointer_keeps_the_wal_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal.db");
+    // Production marks scaled down, so that 500 saves (about 3700 frames) cross them often.
+    let config = Config {
+        checkpoint_interval: Duration::from_millis(100),
+        checkpoint_pages: 100,
+        catch_up_pages: 200,
+        journal_size_limit: 100 * 4096,
+        ..Config::default()
+    };
+    let store = SqliteStore::open_with(&path, config.clone()).await.unwrap();
+    // 8 writers back to back: a load that outruns an unlocked checkpoint, so catch-ups happen.
+    save_many(&store, "r", 8, 500).await;
+    let peak = frames(wal_bytes(&path));
+    // Reads on the pooled reader connections (with their cached statements) must not keep a
+    // snapshot open afterwards: that would stop the WAL from starting over below.
+    for n in 0..20 {
+        let id = format!("r_{n}");
+        assert!(store.response(&id).await.unwrap().is_some());
+        assert_eq!(store.conversation(&id).await.unwrap().unwrap().len(), 2);
+        let page = InputItemsPage { after: None, limit: 10, order: InputItemsOrder::Desc };
+        assert_eq!(store.input_items(&id, page).await.unwrap().unwrap().items.len(), 1);
+    }
+    wait_for_full_checkpoint(&store).await;
+    // The next write starts the WAL over and truncates its file to `journal_size_limit`.
+    store.save(new_response("last", vec![], 1, 1)).await.unwrap();
+    let after = wal_bytes(&path);
+
+    // Without the checkpointer the same saves leave every frame in the WAL: compare.
+    let unchecked = Config { checkpoint_interval: Duration::from_secs(3600), checkpoint_pages: i32::MAX, ..config };
+    let path2 = dir.path().join("unchecked.db");
+    let store2 = SqliteStore::open_with(&path2, unchecked).await.unwrap();
+    save_many(&store2, "r", 8, 500).await;
+    let unbounded = frames(wal_bytes(&path2));
+
+    eprintln!("WAL frames: peak {peak}, after {}, without checkpointer {unbounded}", frames(after));
+    // Commits never checkpoint by themselves (SQLite's automatic checkpoint is off): all frames stay.
+    assert!(unbounded > 2000, "{unbounded}");
+    // Bounded by `catch_up_pages` plus what the writers append while one checkpoint runs.
+    assert!(peak < unbounded * 2 / 3, "peak {peak} vs {unbounded}");
+    assert!(after <= 100 * 4096 + 16 * (4096 + 24), "{after}");
+    assert!(store.stats().checkpoints.load(Ordering::Relaxed) > 0);
+}
+
+#[tokio::test]
+async fn new_item_keys_are_contiguous() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    store.save(new_response("r1", vec![], 2, 1)).await.unwrap();
+    // Deleting the newest response removes the largest keys: the next keys continue after them
+    // (AUTOINCREMENT), not after the largest key left.
+    store.save(new_response("gone", vec![], 3, 0)).await.unwrap();
+    assert!(store.delete("gone").await.unwrap());
+    let c1 = store.conversation("r1").await.unwrap().unwrap();
+
+    // More items than one multi-row INSERT takes (16): three statements, 23 input + 17 output.
+    let r2 = new_response("r2", c1.iter().map(|s| s.key).collect(), 23, 17);
+    let expected: Vec<Item> =
+        c1.iter().map(|s| s.item.clone()).chain(r2.input.clone()).chain(r2.output.clone()).collect();
+    store.save(r2).await.unwrap();
+    let c2 = store.conversation("r2").await.unwrap().unwrap();
+    assert_eq!(c2.iter().map(|s| s.item.clone()).collect::<Vec<_>>(), expected);
+    let new_keys: Vec<i64> = c2[3..].iter().map(|s| s.key).collect();
+    assert_eq!(new_keys, (7..7 + 40).collect::<Vec<_>>(), "keys 4..=6 were handed out to `gone`");
+
+    // Each key names the very row holding that item, and the roles split input from output.
+    let rows = store
+        .with_writer(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT ri.item_key, i.item_id, ri.role FROM response_items ri JOIN items i ON i.key = ri.item_key
+                 WHERE ri.response_id = 'r2' ORDER BY ri.position",
+            )?;
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+            rows.collect::<rusqlite::Result<Vec<(i64, String, i64)>>>()
+        })
+        .await;
+    assert_eq!(rows.len(), 43);
+    for ((key, item_id, role), stored) in rows.iter().zip(&c2) {
+        assert_eq!(*key, stored.key);
+        assert_eq!(item_id, stored.item.id());
+        let expected_role = match item_id {
+            id if id.starts_with("r1_") => ROLE_INHERITED,
+            id if id.contains("_in") => ROLE_INPUT,
+            _ => ROLE_OUTPUT,
+        };
+        assert_eq!(*role, expected_role, "{item_id}");
+    }
+    let page = InputItemsPage { after: None, limit: 100, order: InputItemsOrder::Asc };
+    let input = store.input_items("r2", page).await.unwrap().unwrap();
+    assert_eq!(input.items.len(), 23);
+    assert!(input.items.iter().enumerate().all(|(n, item)| item.id() == format!("r2_in{n}")));
+}
+
+#[tokio::test]
+async fn concurrent_multi_row_saves_from_two_stores_do_not_interleave() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("interleave.db");
+    let a = SqliteStore::open(&path).await.unwrap();
+    let b = SqliteStore::open(&path).await.unwrap();
+    let mut tasks = Vec::new();
+    for (s, store) in [a.clone(), b.clone()].into_iter().enumerate() {
+        for n in 0..10 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                store.save(new_response(&format!("s{s}_{n}"), vec![], 20, 5)).await.unwrap();
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for s in 0..2 {
+        for n in 0..10 {
+            let id = format!("s{s}_{n}");
+            let conv = a.conversation(&id).await.unwrap().unwrap();
+            let keys: Vec<i64> = conv.iter().map(|c| c.key).collect();
+            assert_eq!(keys, (keys[0]..keys[0] + 25).collect::<Vec<_>>(), "{id}");
+            for (k, stored) in conv.iter().enumerate() {
+                let want = if k < 20 { format!("{id}_in{k}") } else { format!("{id}_out{}", k - 20) };
+                assert_eq!(stored.item.id(), want);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_store_closes_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("drop.db")).await.unwrap();
+    store.save(new_response("r1", vec![], 1, 1)).await.unwrap();
+    assert!(store.response("r1").await.unwrap().is_some());
+    let clone = store.clone();
+    drop(store);
+    assert!(clone.conversation("r1").await.unwrap().is_some(), "clones share the connections");
+    // The counters are shared by every connection's busy handler and by the checkpointer thread:
+    // once the last clone is gone, only this handle is left.
+    let stats = Arc::clone(&clone.inner.stats);
+    drop(clone);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Arc::strong_count(&stats) > 1 {
+        assert!(Instant::now() < deadline, "checkpointer thread or a connection outlived the store");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn in_memory_store_serves_reads_from_its_one_connection() {
+    let store = SqliteStore::open_in_memory().await.unwrap();
+    store.save(new_response("r1", vec![], 2, 1)).await.unwrap();
+    let conv = store.conversation("r1").await.unwrap().unwrap();
+    store.save(new_response("r2", conv.iter().map(|s| s.key).collect(), 1, 1)).await.unwrap();
+    assert_eq!(store.conversation("r2").await.unwrap().unwrap().len(), 5);
+    assert!(store.delete("r1").await.unwrap());
+    assert_eq!(store.conversation("r2").await.unwrap().unwrap().len(), 5);
+}

@@ -1,0 +1,178 @@
+//! [`SandboxConfig`]: every limit and path of the code_interpreter sandbox, with documented
+//! defaults ([`Default`]) and the environment overrides ([`SandboxConfig::from_env`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variable naming the venv (overrides the default path).
+pub const ENV_VENV: &str = "GW_CODE_INTERPRETER_VENV";
+/// Environment variable with the wall-clock timeout per execution, in seconds.
+pub const ENV_TIMEOUT_SEC: &str = "GW_CODE_INTERPRETER_TIMEOUT_SEC";
+
+/// Settings of a [`super::Sandbox`]. Every field is public and may be changed by the caller;
+/// [`Default`] gives the documented defaults without reading the environment,
+/// [`SandboxConfig::from_env`] applies the `GW_CODE_INTERPRETER_*` overrides on top.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// The bubblewrap binary. Default `bwrap`, resolved on `PATH` by [`super::Sandbox::new`].
+    pub bwrap: PathBuf,
+    /// The Python venv holding numpy, pandas and matplotlib (made by
+    /// `scripts/setup-code-interpreter`). Default
+    /// `${XDG_CACHE_HOME:-~/.cache}/respgw/code-interpreter-venv`; env [`ENV_VENV`] overrides
+    /// (in [`SandboxConfig::from_env`]). Mounted read-only at `/opt/venv` in the sandbox.
+    pub venv: PathBuf,
+    /// Where container directories live. Default `std::env::temp_dir()/respgw-containers-<euid>`.
+    /// Created if missing; must be owned by the gateway's user and not writable by others.
+    pub work_root: PathBuf,
+    /// Wall-clock limit per execution; the whole process group is killed when it runs out.
+    /// Default 30 s; env [`ENV_TIMEOUT_SEC`].
+    pub timeout: Duration,
+    /// `RLIMIT_CPU` of every sandboxed process, in seconds (soft limit; the hard limit is one
+    /// second more). Default 30.
+    pub cpu_seconds: u64,
+    /// `RLIMIT_AS` (address space) of every sandboxed process. Default 2 GiB: importing numpy,
+    /// pandas and matplotlib maps ~0.5 GiB of address space before any data.
+    pub memory_bytes: u64,
+    /// `RLIMIT_FSIZE`: the largest file a sandboxed process may write. Default 100 MiB.
+    pub max_file_bytes: u64,
+    /// Processes *and threads* one execution may have at once. Default 64.
+    ///
+    /// `RLIMIT_NPROC` is counted per (user namespace, real uid) and checked at every level of the
+    /// namespace hierarchy. Each bubblewrap sandbox has its own user namespace, so the runner sets
+    /// this limit inside the sandbox (before any model code runs, which cannot raise it again):
+    /// that count is per execution. At the host level the limit is `max_processes ×
+    /// max_concurrency + 16` for the dedicated sandbox uid when the gateway runs as root (see
+    /// [`SandboxConfig::sandbox_uid`]); when the gateway is not root the sandbox runs as the
+    /// gateway's own uid, whose inherited `ulimit -u` applies there (a lower one would count the
+    /// gateway's own threads). Note that a real uid of 0 is exempt from `RLIMIT_NPROC`, which is
+    /// why the sandbox never runs as host root.
+    pub max_processes: u64,
+    /// `RLIMIT_NOFILE`. Default 256.
+    pub max_open_files: u64,
+    /// stdout and stderr kept per stream (the rest is counted and dropped, and a marker says how
+    /// much). Default 64 KiB.
+    pub max_output_bytes: usize,
+    /// Executions running at once in this process. Default: the number of CPUs.
+    pub max_concurrency: usize,
+    /// Executions allowed to wait beyond [`SandboxConfig::max_concurrency`]; more are refused
+    /// with [`super::SandboxError::Busy`]. Default 32.
+    pub max_queued: usize,
+    /// A container directory unused for this long is deleted. Default 20 min.
+    pub container_idle: Duration,
+    /// Largest PNG returned as an image (larger ones are skipped). Default 8 MiB.
+    pub max_image_bytes: usize,
+    /// Most images returned by one execution (oldest first). Default 16.
+    pub max_images: usize,
+    /// Disk space one container may use (all its files). A watchdog measures it twice a second
+    /// while code runs and stops the execution past it. Default 1 GiB.
+    pub max_disk_bytes: u64,
+    /// Size of the sandbox's private `/tmp` and `/dev/shm` (tmpfs, i.e. memory). Default 256 MiB.
+    pub tmp_bytes: u64,
+    /// Host uid the sandbox runs as when the gateway runs as root. Default 65534 (`nobody`).
+    /// Ignored when the gateway is not root: an unprivileged process cannot change its uid, and
+    /// the sandbox then runs as the gateway's uid (mapped to 65534 inside the sandbox either way).
+    /// Must not be 0.
+    pub sandbox_uid: u32,
+    /// Host gid the sandbox runs as when the gateway runs as root. Default 65534 (`nogroup`).
+    pub sandbox_gid: u32,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            bwrap: PathBuf::from("bwrap"),
+            venv: default_venv(None, None),
+            work_root: default_work_root(),
+            timeout: Duration::from_secs(30),
+            cpu_seconds: 30,
+            memory_bytes: 2 << 30,
+            max_file_bytes: 100 << 20,
+            max_processes: 64,
+            max_open_files: 256,
+            max_output_bytes: 64 << 10,
+            max_concurrency: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            max_queued: 32,
+            container_idle: Duration::from_secs(20 * 60),
+            max_image_bytes: 8 << 20,
+            max_images: 16,
+            max_disk_bytes: 1 << 30,
+            tmp_bytes: 256 << 20,
+            sandbox_uid: 65534,
+            sandbox_gid: 65534,
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// The defaults with the environment applied: `XDG_CACHE_HOME`/`HOME` for the venv path,
+    /// [`ENV_VENV`] and [`ENV_TIMEOUT_SEC`]. An unparsable timeout is an error naming the
+    /// variable (a typo must not silently become the default).
+    pub fn from_env() -> Result<SandboxConfig, String> {
+        let mut config = SandboxConfig {
+            venv: default_venv(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")),
+            ..SandboxConfig::default()
+        };
+        if let Some(venv) = std::env::var_os(ENV_VENV).filter(|v| !v.is_empty()) {
+            config.venv = PathBuf::from(venv);
+        }
+        if let Ok(raw) = std::env::var(ENV_TIMEOUT_SEC) {
+            let secs: f64 = raw
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                .ok_or_else(|| format!("{ENV_TIMEOUT_SEC}={raw:?} is not a positive number of seconds"))?;
+            config.timeout = Duration::from_secs_f64(secs);
+        }
+        Ok(config)
+    }
+}
+
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/respgw/code-interpreter-venv` (the same rule as the setup
+/// script). Without either variable: relative to the current directory, which `Sandbox::new`
+/// then reports as missing.
+fn default_venv(xdg_cache_home: Option<std::ffi::OsString>, home: Option<std::ffi::OsString>) -> PathBuf {
+    let cache = match (xdg_cache_home.filter(|v| !v.is_empty()), home.filter(|v| !v.is_empty())) {
+        (Some(xdg), _) => PathBuf::from(xdg),
+        (None, Some(home)) => PathBuf::from(home).join(".cache"),
+        (None, None) => PathBuf::from(".cache"),
+    };
+    cache.join("respgw").join("code-interpreter-venv")
+}
+
+fn default_work_root() -> PathBuf {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("respgw-containers-{uid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn venv_default_follows_xdg_then_home() {
+        assert_eq!(
+            default_venv(Some("/x".into()), Some("/h".into())),
+            PathBuf::from("/x/respgw/code-interpreter-venv")
+        );
+        assert_eq!(default_venv(None, Some("/h".into())), PathBuf::from("/h/.cache/respgw/code-interpreter-venv"));
+        assert_eq!(
+            default_venv(Some("".into()), Some("/h".into())),
+            PathBuf::from("/h/.cache/respgw/code-interpreter-venv")
+        );
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = SandboxConfig::default();
+        assert_eq!(c.timeout, Duration::from_secs(30));
+        assert_eq!(c.memory_bytes, 2 * 1024 * 1024 * 1024);
+        assert_eq!(c.max_file_bytes, 100 * 1024 * 1024);
+        assert_eq!(c.max_output_bytes, 64 * 1024);
+        assert_eq!(c.max_image_bytes, 8 * 1024 * 1024);
+        assert_eq!(c.container_idle, Duration::from_secs(1200));
+        assert!(c.max_concurrency >= 1);
+        assert!(c.work_root.to_string_lossy().contains("respgw-containers-"));
+    }
+}

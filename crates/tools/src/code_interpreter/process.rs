@@ -1,0 +1,617 @@
+//! Starting one sandboxed execution and supervising it: the bubblewrap command line, what the
+//! forked child does before `exec` (session, rlimits, privilege drop), bounded reading of
+//! stdout/stderr and of the runner's report, the wall-clock timeout and the disk watchdog, and
+//! killing the whole process group.
+//!
+//! Privileges. When the gateway runs as root, a sandbox whose processes have the real uid 0
+//! (which is what `bwrap --unshare-user` run by root gives) would be exempt from
+//! `RLIMIT_NPROC` (the kernel does not count root's processes) and would own everything it
+//! creates as root. So the child switches to [`super::SandboxConfig::sandbox_uid`] before
+//! exec'ing bubblewrap, which then runs unprivileged. bubblewrap resolves bind sources by path
+//! as that uid, and the venv (e.g. under `/root/.cache`) or a container directory (0700, owned by
+//! root) are not reachable by it; so, still as root, the child first makes itself a private mount
+//! namespace and bind-mounts the venv and the container's data directory onto two mount points
+//! under the work root (`.runtime/mnt-venv`, `.runtime/mnt-data`). Those mounts exist only in that
+//! child's namespace (`MS_PRIVATE`): nothing changes on the host, and concurrent executions each
+//! see their own container there.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use super::config::SandboxConfig;
+use super::fsscan;
+use super::layout::Layout;
+
+/// Where things are inside the sandbox.
+pub(crate) const SANDBOX_VENV: &str = "/opt/venv";
+pub(crate) const SANDBOX_DATA: &str = "/mnt/data";
+const SANDBOX_RUNNER: &str = "/run/respgw/runner.py";
+const SANDBOX_MPLCACHE: &str = "/run/respgw/mplcache";
+/// The uid/gid model code sees (`nobody`), whatever host uid it really is.
+const SANDBOX_ID: &str = "65534";
+/// The runner's report is small; anything bigger is not from the runner.
+const MAX_REPORT_BYTES: usize = 1 << 20;
+/// How often the disk watchdog measures the container.
+const DISK_CHECK_EVERY: Duration = Duration::from_millis(500);
+/// After the sandbox exited, how long to wait for its pipes to close.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// What bubblewrap on this machine supports (probed at start-up).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BwrapFeatures {
+    /// `--disable-userns` (0.8.0+): model code cannot create user namespaces of its own.
+    pub disable_userns: bool,
+    /// `--size` for `--tmpfs` (0.7.0+): bounded `/tmp` and `/dev/shm`.
+    pub tmpfs_size: bool,
+}
+
+impl BwrapFeatures {
+    pub async fn probe(bwrap: &Path) -> Result<BwrapFeatures, String> {
+        let out = tokio::process::Command::new(bwrap)
+            .arg("--help")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| format!("cannot run {} --help: {e}", bwrap.display()))?;
+        let help = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        if !help.contains("--unshare-all") {
+            return Err(format!("{} does not look like bubblewrap: {}", bwrap.display(), help.trim()));
+        }
+        Ok(BwrapFeatures { disable_userns: help.contains("--disable-userns"), tmpfs_size: help.contains("--size") })
+    }
+}
+
+/// Everything the process layer needs, fixed for a [`super::Sandbox`].
+#[derive(Debug)]
+pub(crate) struct Launcher {
+    pub bwrap: PathBuf,
+    pub venv: PathBuf,
+    pub layout: Layout,
+    pub features: BwrapFeatures,
+    pub config: SandboxConfig,
+}
+
+/// Per-run options beyond the code.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RunOptions<'a> {
+    /// Bind this host directory writable at the font-cache path and point MPLCONFIGDIR at it
+    /// (the start-up probe builds matplotlib's font cache this way).
+    pub build_mplcache: Option<&'a Path>,
+    /// Override of the wall-clock timeout.
+    pub timeout: Option<Duration>,
+}
+
+/// A line of the runner's report (see runner.py).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub(crate) enum Record {
+    Started,
+    Finished { child: ChildEnd, outcome: Option<Outcome> },
+    Failed { reason: String },
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChildEnd {
+    pub exit: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Outcome {
+    pub kind: String,
+    pub result: Option<String>,
+    #[serde(rename = "type")]
+    pub exc_type: Option<String>,
+    pub limit: Option<String>,
+}
+
+/// Raw result of one sandbox run, before it becomes an [`super::Execution`].
+#[derive(Debug)]
+pub(crate) struct RunOutput {
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub started: bool,
+    pub finished: Option<(ChildEnd, Option<Outcome>)>,
+    pub failed: Option<String>,
+    pub timed_out: bool,
+    pub disk_exceeded: bool,
+    pub exit: Option<ExitStatus>,
+    pub duration: Duration,
+}
+
+/// A bounded capture of one output stream.
+#[derive(Debug, Default)]
+pub(crate) struct Captured {
+    pub kept: Vec<u8>,
+    pub total: u64,
+}
+
+impl Captured {
+    /// The kept bytes as text (invalid UTF-8 replaced; a character cut by the bound dropped),
+    /// with a marker saying how much was left out.
+    pub fn into_text(self, max: usize) -> String {
+        let mut kept = self.kept;
+        let truncated = self.total > kept.len() as u64 || kept.len() > max;
+        kept.truncate(max);
+        if truncated
+            && let Err(e) = std::str::from_utf8(&kept)
+            && e.error_len().is_none()
+        {
+            kept.truncate(e.valid_up_to());
+        }
+        let mut text = String::from_utf8_lossy(&kept).into_owned();
+        if truncated {
+            let omitted = self.total.saturating_sub(kept.len() as u64);
+            text.push_str(&format!("\n[output truncated: {omitted} more bytes not shown]\n"));
+        }
+        text
+    }
+}
+
+/// Kills the sandbox's process group if the run is abandoned (future dropped) or times out.
+struct GroupGuard {
+    pgid: Option<libc::pid_t>,
+}
+
+impl GroupGuard {
+    fn kill(&self) {
+        if let Some(pgid) = self.pgid {
+            // SAFETY: plain syscall. The group leader is our unreaped child, so the id cannot have
+            // been reused by another group yet.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn cstring(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains a NUL byte"))
+}
+
+fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Launcher {
+    /// The bubblewrap arguments for one run. `venv_src`/`data_src` are the paths bubblewrap sees
+    /// (the mount points in root mode, the real paths otherwise).
+    pub fn bwrap_args(
+        &self,
+        venv_src: &Path,
+        data_src: &Path,
+        status_fd: RawFd,
+        opts: &RunOptions<'_>,
+    ) -> Vec<OsString> {
+        let c = &self.config;
+        let mut a: Vec<OsString> = Vec::new();
+        let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+        // Namespaces: user (mandatory, not the "-try" variant of --unshare-all), ipc, pid, net
+        // (only a loopback of its own: no network), uts, cgroup.
+        push(&["--unshare-all", "--unshare-user"]);
+        if self.features.disable_userns {
+            push(&["--disable-userns"]);
+        }
+        push(&["--die-with-parent", "--new-session", "--cap-drop", "ALL"]);
+        push(&["--uid", SANDBOX_ID, "--gid", SANDBOX_ID, "--hostname", "sandbox"]);
+        // The system, read-only: /usr, and /bin, /lib… as on the host (symlinks into /usr on
+        // merged-/usr systems, read-only binds otherwise). No /etc but what Python needs.
+        push(&["--ro-bind", "/usr", "/usr"]);
+        for top in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+            let host = Path::new("/").join(top);
+            match std::fs::read_link(&host) {
+                Ok(target) => {
+                    a.push("--symlink".into());
+                    a.push(target.into_os_string());
+                    a.push(host.into_os_string());
+                }
+                Err(_) if host.is_dir() => {
+                    a.push("--ro-bind".into());
+                    a.push(host.clone().into_os_string());
+                    a.push(host.into_os_string());
+                }
+                Err(_) => {}
+            }
+        }
+        let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+        push(&["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]);
+        push(&["--ro-bind-try", "/etc/fonts", "/etc/fonts"]);
+        let mut bind = |flag: &str, src: &Path, dst: &str| {
+            a.push(flag.into());
+            a.push(src.as_os_str().to_owned());
+            a.push(dst.into());
+        };
+        bind("--ro-bind", &self.layout.passwd, "/etc/passwd");
+        bind("--ro-bind", &self.layout.group, "/etc/group");
+        bind("--ro-bind", venv_src, SANDBOX_VENV);
+        bind("--ro-bind", &self.layout.runner, SANDBOX_RUNNER);
+        match opts.build_mplcache {
+            Some(dir) => bind("--bind", dir, SANDBOX_MPLCACHE),
+            None if self.layout.mplcache_ready() => bind("--ro-bind", &self.layout.mplcache, SANDBOX_MPLCACHE),
+            None => {}
+        }
+        bind("--bind", data_src, SANDBOX_DATA);
+        let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+        push(&["--proc", "/proc", "--dev", "/dev"]);
+        // /tmp and /dev/shm are tmpfs, i.e. memory that RLIMIT_AS does not see: bound them.
+        let size = c.tmp_bytes.to_string();
+        for dir in ["/tmp", "/dev/shm"] {
+            if self.features.tmpfs_size {
+                push(&["--size", &size]);
+            }
+            push(&["--tmpfs", dir]);
+        }
+        // Nothing else is writable: bubblewrap's root and /dev are tmpfs without a size limit.
+        push(&["--remount-ro", "/dev", "--remount-ro", "/"]);
+        push(&["--chdir", SANDBOX_DATA, "--clearenv"]);
+        let mplconfig = if opts.build_mplcache.is_some() { SANDBOX_MPLCACHE } else { "/tmp/matplotlib" };
+        let env: [(&str, &str); 17] = [
+            ("PATH", "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"),
+            ("HOME", SANDBOX_DATA),
+            ("USER", "sandbox"),
+            ("LANG", "C.UTF-8"),
+            ("LC_ALL", "C.UTF-8"),
+            ("TMPDIR", "/tmp"),
+            ("VIRTUAL_ENV", SANDBOX_VENV),
+            ("MPLBACKEND", "Agg"),
+            ("MPLCONFIGDIR", mplconfig),
+            ("XDG_CACHE_HOME", "/tmp/.cache"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("PYTHONUNBUFFERED", "1"),
+            ("PYTHONIOENCODING", "utf-8"),
+            // One thread per BLAS/OpenMP pool: threads count against the process limit, and CPU
+            // is shared with the other executions.
+            ("OMP_NUM_THREADS", "1"),
+            ("OPENBLAS_NUM_THREADS", "1"),
+            ("MKL_NUM_THREADS", "1"),
+            ("NUMEXPR_NUM_THREADS", "1"),
+        ];
+        for (k, v) in env {
+            push(&["--setenv", k, v]);
+        }
+        push(&["--", "/opt/venv/bin/python3", "-I", "-B", "-u", SANDBOX_RUNNER]);
+        let status = status_fd.to_string();
+        let nproc = c.max_processes.to_string();
+        push(&["--status-fd", &status, "--nproc", &nproc]);
+        a
+    }
+
+    /// Runs `code` in the sandbox with the container data directory `data_dir` at /mnt/data.
+    pub async fn run(&self, data_dir: &Path, code: &[u8], opts: RunOptions<'_>) -> io::Result<RunOutput> {
+        let c = &self.config;
+        let (status_r, status_w) = pipe_cloexec()?;
+        let status_fd = status_w.as_raw_fd();
+
+        let (venv_src, data_src) = match self.layout.drop_to {
+            Some(_) => (self.layout.mnt_venv.clone(), self.layout.mnt_data.clone()),
+            None => (self.venv.clone(), data_dir.to_path_buf()),
+        };
+        let args = self.bwrap_args(&venv_src, &data_src, status_fd, &opts);
+
+        // Everything the child needs is allocated here, before fork: after fork only
+        // async-signal-safe calls are allowed.
+        let rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)> = vec![
+            (libc::RLIMIT_CPU, c.cpu_seconds, c.cpu_seconds.saturating_add(1)),
+            (libc::RLIMIT_AS, c.memory_bytes, c.memory_bytes),
+            (libc::RLIMIT_FSIZE, c.max_file_bytes, c.max_file_bytes),
+            (libc::RLIMIT_NOFILE, c.max_open_files, c.max_open_files),
+            (libc::RLIMIT_CORE, 0, 0),
+        ];
+        let privileged = match self.layout.drop_to {
+            Some((uid, gid)) => Some(Privileged {
+                uid,
+                gid,
+                binds: vec![
+                    (cstring(&self.venv)?, cstring(&self.layout.mnt_venv)?),
+                    (cstring(data_dir)?, cstring(&self.layout.mnt_data)?),
+                ],
+            }),
+            None => None,
+        };
+        // SAFETY: getpid has no preconditions.
+        let parent_pid = unsafe { libc::getpid() };
+
+        let mut cmd = tokio::process::Command::new(&self.bwrap);
+        cmd.args(&args)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: the closure only makes raw syscalls on memory allocated before the fork.
+        unsafe {
+            cmd.pre_exec(move || child_setup(&rlimits, privileged.as_ref(), status_fd, parent_pid));
+        }
+
+        let started_at = Instant::now();
+        let mut child = cmd.spawn()?;
+        // Our copy of the write end must go, or the report pipe never reaches end-of-file.
+        drop(status_w);
+        let guard = GroupGuard { pgid: child.id().map(|id| id as libc::pid_t) };
+
+        let stdin = child.stdin.take();
+        let code = code.to_vec();
+        let stdin_task = tokio::spawn(async move {
+            if let Some(mut stdin) = stdin {
+                // The runner may be gone already (killed): a broken pipe is not our problem.
+                let _ = stdin.write_all(&code).await;
+                let _ = stdin.shutdown().await;
+            }
+        });
+        let max = c.max_output_bytes;
+        let stdout = child.stdout.take().map(|s| tokio::spawn(read_bounded(s, max)));
+        let stderr = child.stderr.take().map(|s| tokio::spawn(read_bounded(s, max)));
+        let report = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r)?;
+        let report_task = tokio::spawn(read_bounded(report, MAX_REPORT_BYTES));
+
+        // Disk watchdog: the container may not grow past max_disk_bytes (RLIMIT_FSIZE only
+        // bounds single files).
+        let (disk_tx, mut disk_rx) = tokio::sync::oneshot::channel::<()>();
+        let watched = Arc::new(data_dir.to_path_buf());
+        let max_disk = c.max_disk_bytes;
+        let watchdog = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(DISK_CHECK_EVERY);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let dir = Arc::clone(&watched);
+                let usage = tokio::task::spawn_blocking(move || fsscan::usage(&dir)).await.ok().flatten();
+                if usage.is_none_or(|u| u.bytes > max_disk) {
+                    let _ = disk_tx.send(());
+                    return;
+                }
+            }
+        });
+
+        let timeout = opts.timeout.unwrap_or(c.timeout);
+        let mut timed_out = false;
+        let mut disk_exceeded = false;
+        let exit = tokio::select! {
+            status = child.wait() => status.ok(),
+            _ = tokio::time::sleep(timeout) => {
+                timed_out = true;
+                guard.kill();
+                child.wait().await.ok()
+            }
+            Ok(()) = &mut disk_rx => {
+                disk_exceeded = true;
+                guard.kill();
+                child.wait().await.ok()
+            }
+        };
+        let duration = started_at.elapsed();
+        watchdog.abort();
+        stdin_task.abort();
+        // bwrap is reaped: the group id must not be signalled any more.
+        let mut guard = guard;
+        guard.pgid = None;
+
+        let stdout = join_capture(stdout).await;
+        let stderr = join_capture(stderr).await;
+        let report = join_capture(Some(report_task)).await;
+
+        let mut out = RunOutput {
+            stdout,
+            stderr,
+            started: false,
+            finished: None,
+            failed: None,
+            timed_out,
+            disk_exceeded,
+            exit,
+            duration,
+        };
+        for line in report.kept.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            match serde_json::from_slice::<Record>(line) {
+                Ok(Record::Started) => out.started = true,
+                Ok(Record::Finished { child, outcome }) if out.finished.is_none() => {
+                    out.finished = Some((child, outcome))
+                }
+                Ok(Record::Failed { reason }) => out.failed = Some(reason),
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
+async fn join_capture(task: Option<tokio::task::JoinHandle<Captured>>) -> Captured {
+    let Some(mut task) = task else { return Captured::default() };
+    match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
+        Ok(Ok(c)) => c,
+        _ => {
+            task.abort();
+            Captured::default()
+        }
+    }
+}
+
+/// Reads a stream to its end, keeping the first `max` bytes and counting the rest (draining it,
+/// so that the writer never blocks on a full pipe).
+async fn read_bounded<R: AsyncRead + Unpin>(mut r: R, max: usize) -> Captured {
+    let mut out = Captured::default();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                out.total += n as u64;
+                let room = max.saturating_sub(out.kept.len());
+                out.kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+    out
+}
+
+/// Root mode: the uid to become and the binds to make first.
+struct Privileged {
+    uid: u32,
+    gid: u32,
+    /// (source, mount point) pairs.
+    binds: Vec<(CString, CString)>,
+}
+
+/// Runs in the forked child, before exec'ing bubblewrap. Only async-signal-safe syscalls.
+fn child_setup(
+    rlimits: &[(libc::__rlimit_resource_t, u64, u64)],
+    privileged: Option<&Privileged>,
+    status_fd: RawFd,
+    parent_pid: libc::pid_t,
+) -> io::Result<()> {
+    // SAFETY: raw syscalls on valid pointers to memory allocated before fork.
+    unsafe {
+        // Own session and process group: the timeout kills the whole group with one kill(-pgid).
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Limits inherit through exec into bubblewrap and everything it starts.
+        for &(resource, soft, hard) in rlimits {
+            let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+            if libc::setrlimit(resource, &lim) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if let Some(p) = privileged {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Never propagate our mounts back to the host.
+            let root = c"/".as_ptr();
+            if libc::mount(std::ptr::null(), root, std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null())
+                != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            for (src, dst) in &p.binds {
+                if libc::mount(
+                    src.as_ptr(),
+                    dst.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(p.gid, p.gid, p.gid) != 0
+                || libc::setresuid(p.uid, p.uid, p.uid) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getuid() != p.uid || libc::geteuid() != p.uid {
+                return Err(io::Error::other("failed to drop privileges"));
+            }
+        }
+        // If the gateway dies, bubblewrap dies, and with it (--die-with-parent) the sandbox.
+        // Set after the uid change, which clears it.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != parent_pid {
+            return Err(io::Error::other("the gateway exited"));
+        }
+        // The report pipe is the one descriptor (besides 0, 1, 2) the sandbox inherits.
+        if libc::fcntl(status_fd, libc::F_SETFD, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Human-readable size for messages.
+pub(crate) fn human_bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{} {unit}", n / size);
+        }
+        if n >= size {
+            return format!("{:.1} {unit}", n as f64 / size as f64);
+        }
+    }
+    format!("{n} bytes")
+}
+
+/// A readable name for a signal number.
+pub(crate) fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// The exit status of bubblewrap as text, for error messages.
+pub(crate) fn describe_exit(status: Option<ExitStatus>) -> String {
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(sig)) => format!("killed by {}", signal_name(sig)),
+            _ => "unknown status".to_string(),
+        },
+        None => "status unknown".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_whole_characters_and_says_how_much_is_missing() {
+        let c = Captured { kept: "ab€".as_bytes().to_vec(), total: 10 };
+        let t = c.into_text(4);
+        assert!(t.starts_with("ab\n[output truncated: 8 more bytes"), "{t:?}");
+        let c = Captured { kept: b"hello".to_vec(), total: 5 };
+        assert_eq!(c.into_text(64), "hello");
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(human_bytes(2 << 30), "2 GiB");
+        assert_eq!(human_bytes(100 << 20), "100 MiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(12), "12 bytes");
+    }
+}

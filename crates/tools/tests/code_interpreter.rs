@@ -1,0 +1,536 @@
+//! Attack tests of the code_interpreter sandbox: each property of the sandbox is proven by code
+//! that tries to break it, run in the real sandbox (bubblewrap + the venv).
+//!
+//! They need what `scripts/setup-code-interpreter` installs; without it they FAIL and say so
+//! (set `RESPGW_SKIP_SANDBOX_TESTS=1` to skip them on a machine that cannot have a sandbox).
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use respgw_tools::code_interpreter::{Execution, ExecutionStatus, Sandbox, SandboxConfig, SandboxError};
+
+const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
+
+/// One work root for the whole test binary (the font cache built by the first probe is reused).
+/// Under the target directory, so the sandbox uid (root mode) can traverse to it.
+fn work_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("code-interpreter-tests");
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
+        base.join(format!("run-{}", std::process::id()))
+    })
+}
+
+fn base_config() -> SandboxConfig {
+    let mut c = SandboxConfig::from_env().expect("GW_CODE_INTERPRETER_* environment");
+    c.work_root = work_root().to_path_buf();
+    c
+}
+
+/// The sandbox with `config`, or `None` when the tests are skipped on purpose.
+async fn sandbox_with(config: SandboxConfig) -> Option<Sandbox> {
+    match Sandbox::new(config).await {
+        Ok(s) => Some(s),
+        Err(e) if std::env::var("RESPGW_SKIP_SANDBOX_TESTS").is_ok_and(|v| v == "1") => {
+            eprintln!("RESPGW_SKIP_SANDBOX_TESTS=1: skipping a sandbox test ({e})");
+            None
+        }
+        Err(e) => panic!(
+            "the code_interpreter sandbox is not available on this machine: {e}\n\
+             Run scripts/setup-code-interpreter first (installs bubblewrap and the Python venv), \
+             or set RESPGW_SKIP_SANDBOX_TESTS=1 to skip these tests."
+        ),
+    }
+}
+
+async fn sandbox() -> Option<Sandbox> {
+    sandbox_with(base_config()).await
+}
+
+async fn run(sb: &Sandbox, container: &str, code: &str) -> Execution {
+    sb.execute(container, code).await.unwrap_or_else(|e| panic!("execute failed: {e}\ncode:\n{code}"))
+}
+
+fn assert_success(e: &Execution) {
+    assert_eq!(e.status, ExecutionStatus::Success, "stdout:\n{}\nstderr:\n{}", e.stdout, e.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailing_expression_result_like_a_notebook_cell() {
+    let Some(sb) = sandbox().await else { return };
+    let c = Sandbox::new_container_id();
+    let e = run(&sb, &c, "2+2").await;
+    assert_success(&e);
+    assert_eq!(e.result.as_deref(), Some("4"));
+    // The reference API's own example: prints go to stdout, only the last expression is the result.
+    let e = run(&sb, &c, "print('P1')\n1+1\nprint('P2')\n2+2\n3+3").await;
+    assert_success(&e);
+    assert_eq!(e.stdout, "P1\nP2\n");
+    assert_eq!(e.result.as_deref(), Some("6"));
+    for (code, want) in
+        [("x = 1", None), ("'a'", Some("'a'")), ("None", None), ("3;", None), ("[1, 'b']", Some("[1, 'b']"))]
+    {
+        let e = run(&sb, &c, code).await;
+        assert_success(&e);
+        assert_eq!(e.result.as_deref(), want, "{code}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exceptions_are_errors_with_a_traceback() {
+    let Some(sb) = sandbox().await else { return };
+    let c = Sandbox::new_container_id();
+    let e = run(&sb, &c, "print('before')\ndef f():\n    return 1/0\nf()").await;
+    assert_eq!(e.status, ExecutionStatus::Error);
+    assert_eq!(e.stdout, "before\n");
+    assert!(e.stderr.contains("Traceback (most recent call last)"), "{}", e.stderr);
+    assert!(e.stderr.contains("ZeroDivisionError: division by zero"), "{}", e.stderr);
+    assert!(e.stderr.contains("File \"<cell>\", line 3, in f"), "{}", e.stderr);
+    assert!(e.stderr.contains("return 1/0"), "source lines shown: {}", e.stderr);
+    assert!(!e.stderr.contains("runner"), "runner frames hidden: {}", e.stderr);
+    assert_eq!(e.result, None);
+
+    let e = run(&sb, &c, "def (:\n").await;
+    assert_eq!(e.status, ExecutionStatus::Error);
+    assert!(e.stderr.contains("SyntaxError"), "{}", e.stderr);
+
+    let e = run(&sb, &c, "import sys\nsys.exit(3)").await;
+    assert_eq!(e.status, ExecutionStatus::Error);
+    let e = run(&sb, &c, "import sys\nprint('bye')\nsys.exit(0)").await;
+    assert_success(&e);
+    let e = run(&sb, &c, "import os\nos._exit(4)").await;
+    assert_eq!(e.status, ExecutionStatus::Error);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_is_truncated_with_a_marker() {
+    let Some(sb) = sandbox_with(SandboxConfig { max_output_bytes: 1000, ..base_config() }).await else { return };
+    let c = Sandbox::new_container_id();
+    let e = run(&sb, &c, "import sys\nprint('x' * 100000)\nsys.stderr.write('é' * 50000)\n'r' * 5000").await;
+    assert_success(&e);
+    assert!(e.stdout.starts_with(&"x".repeat(1000)), "{}", &e.stdout[..50]);
+    assert!(e.stdout.contains("[output truncated: 99001 more bytes not shown]"), "{}", &e.stdout[1000..]);
+    assert!(e.stdout.len() < 1100);
+    // A multi-byte character cut by the bound is dropped, not mangled.
+    assert!(e.stderr.starts_with(&"é".repeat(500)), "{:?}", &e.stderr[..20]);
+    assert!(e.stderr.contains("[output truncated:"));
+    let result = e.result.unwrap();
+    assert!(result.len() < 1100 && result.contains("[output truncated:"), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matplotlib_savefig_and_show_become_png_images() {
+    let Some(sb) = sandbox().await else { return };
+    let c = Sandbox::new_container_id();
+    let code = "import matplotlib.pyplot as plt\n\
+                plt.plot([1, 2, 3], [1, 4, 9])\n\
+                plt.savefig('chart.png')\n\
+                plt.figure()\n\
+                plt.bar(['a', 'b'], [3, 5])\n\
+                plt.show()\n\
+                open('notes.txt', 'w').write('not an image')\n\
+                open('fake.png', 'wb').write(b'GIF89a not a png')\n";
+    let e = run(&sb, &c, code).await;
+    assert_success(&e);
+    // chart.png, then show() displays both open figures (savefig does not close one), as a
+    // notebook does.
+    assert_eq!(e.images.len(), 3, "savefig + show; stderr: {}", e.stderr);
+    for img in &e.images {
+        assert!(img.starts_with(PNG_MAGIC) && img.len() > 1000);
+    }
+    assert!(e.stderr.is_empty(), "no 'non-interactive' warning from show(): {}", e.stderr);
+    let data = sb.container_data_dir(&c).unwrap();
+    assert!(data.join("chart.png").exists());
+    assert!(!data.join(".respgw-show").exists(), "show() output is not left in the container");
+
+    // Nothing new: no images. Re-saving chart.png: one.
+    let e = run(&sb, &c, "import os\nsorted(os.listdir('.'))").await;
+    assert_success(&e);
+    assert!(e.images.is_empty());
+    assert_eq!(e.result.as_deref(), Some("['chart.png', 'fake.png', 'notes.txt']"));
+    let e = run(&sb, &c, "import matplotlib.pyplot as plt\nplt.plot([3, 2, 1])\nplt.savefig('chart.png')").await;
+    assert_success(&e);
+    assert_eq!(e.images.len(), 1);
+
+    // A symlink named .png pointing at a host file is never read.
+    let e =
+        run(&sb, &c, "import os\nos.symlink('/etc/passwd', 'link.png')\nos.symlink('/proc/self/environ', 'env.png')")
+            .await;
+    assert_success(&e);
+    assert!(e.images.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_persist_within_a_container_and_are_invisible_to_others() {
+    let Some(sb) = sandbox().await else { return };
+    let (c1, c2) = (Sandbox::new_container_id(), Sandbox::new_container_id());
+    let e = run(&sb, &c1, "import os\nopen('note.txt', 'w').write('hello from c1')\nos.getcwd()").await;
+    assert_success(&e);
+    assert_eq!(e.result.as_deref(), Some("'/mnt/data'"));
+    let e = run(&sb, &c1, "open('/mnt/data/note.txt').read()").await;
+    assert_success(&e);
+    assert_eq!(e.result.as_deref(), Some("'hello from c1'"));
+
+    let note = sb.container_data_dir(&c1).unwrap().join("note.txt");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // The gateway is root, the sandbox is not: its files belong to the sandbox uid.
+        assert_eq!(std::fs::metadata(&note).unwrap().uid(), 65534);
+    }
+
+    let code = format!(
+        "import os\n\
+         print(sorted(os.listdir('.')))\n\
+         print(sorted(os.listdir('/mnt')))\n\
+         for p in ['note.txt', '../{c1}/data/note.txt', '{root}/{c1}/data/note.txt', '/proc/1/root/mnt/data/note.txt']:\n\
+         \x20   try:\n\
+         \x20       print('READ', p, open(p).read())\n\
+         \x20   except OSError as e:\n\
+         \x20       print('denied', p, type(e).__name__)\n",
+        root = work_root().display()
+    );
+    let e = run(&sb, &c2, &code).await;
+    assert_success(&e);
+    assert!(e.stdout.starts_with("[]\n['data']\n"), "{}", e.stdout);
+    assert!(!e.stdout.contains("READ"), "{}", e.stdout);
+    assert!(!e.stdout.contains("hello from c1"), "{}", e.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_network_at_all() {
+    let Some(sb) = sandbox().await else { return };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // The public-address attempt is made only once the sandbox has shown it has no interface but
+    // loopback and no route, so even a broken sandbox sends nothing off this machine.
+    let code = format!(
+        "import socket\n\
+         ifaces = sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:])\n\
+         routes = open('/proc/net/route').read().splitlines()[1:]\n\
+         print('ifaces', ifaces, 'routes', len(routes))\n\
+         def attempt(addr):\n\
+         \x20   s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n\
+         \x20   s.settimeout(3)\n\
+         \x20   try:\n\
+         \x20       s.connect(addr)\n\
+         \x20       print('CONNECTED', addr)\n\
+         \x20   except OSError as e:\n\
+         \x20       print('failed', addr[0], type(e).__name__)\n\
+         attempt(('127.0.0.1', {port}))\n\
+         if ifaces == ['lo'] and not routes:\n\
+         \x20   attempt(('1.1.1.1', 80))\n\
+         try:\n\
+         \x20   socket.getaddrinfo('example.com', 80)\n\
+         \x20   print('RESOLVED')\n\
+         except OSError as e:\n\
+         \x20   print('no dns', type(e).__name__)\n"
+    );
+    let e = run(&sb, &Sandbox::new_container_id(), &code).await;
+    assert_success(&e);
+    assert!(e.stdout.contains("ifaces ['lo'] routes 0"), "{}", e.stdout);
+    assert!(e.stdout.contains("failed 127.0.0.1 ConnectionRefusedError"), "{}", e.stdout);
+    assert!(e.stdout.contains("failed 1.1.1.1 OSError"), "network unreachable: {}", e.stdout);
+    assert!(e.stdout.contains("no dns"), "{}", e.stdout);
+    assert!(!e.stdout.contains("CONNECTED") && !e.stdout.contains("RESOLVED"), "{}", e.stdout);
+    assert!(listener.accept().is_err(), "the host listener got a connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_files_and_privileges_are_out_of_reach() {
+    let Some(sb) = sandbox().await else { return };
+    // A secret outside any container, a stand-in for the gateway's store file, and the
+    // gateway's working directory.
+    let secret_dir =
+        tempfile::Builder::new().prefix("respgw-secret-").tempdir_in(work_root().parent().unwrap()).unwrap();
+    std::fs::set_permissions(secret_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, "TOPSECRET-host-file").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = secret_dir.path().join("respgw.sqlite3");
+    std::fs::File::create(&store).unwrap().write_all(b"SQLite format 3\0TOPSECRET-store").unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    let host_passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+
+    let code = format!(
+        "import os\n\
+         for p in [{secret:?}, {store:?}, {cwd:?}, {cargo:?}, {venv:?}, {root:?}, '/etc/shadow', '/root', '/home']:\n\
+         \x20   print('exists' if os.path.exists(p) else 'absent', p)\n\
+         print('passwd', repr(open('/etc/passwd').read()))\n\
+         print('top', sorted(os.listdir('/')))\n\
+         print('etc', sorted(os.listdir('/etc')))\n\
+         print('pids', len([p for p in os.listdir('/proc') if p.isdigit()]))\n\
+         status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n\
+         print('uid', os.getuid(), os.getgid(), 'caps', status['CapEff'].strip(), status['CapBnd'].strip(), 'nnp', status['NoNewPrivs'].strip())\n\
+         for p in ['/usr/evil', '/opt/venv/evil', '/etc/evil', '/evil', '/run/respgw/runner.py', '/dev/evil']:\n\
+         \x20   try:\n\
+         \x20       open(p, 'w').write('x')\n\
+         \x20       print('WROTE', p)\n\
+         \x20   except OSError as e:\n\
+         \x20       print('readonly', p)\n\
+         try:\n\
+         \x20   os.setuid(0)\n\
+         \x20   print('BECAME ROOT')\n\
+         except OSError:\n\
+         \x20   print('setuid denied')\n\
+         try:\n\
+         \x20   os.unshare(os.CLONE_NEWUSER)\n\
+         \x20   print('NEW USERNS')\n\
+         except (OSError, AttributeError) as e:\n\
+         \x20   print('userns denied')\n",
+        secret = secret.display().to_string(),
+        store = store.display().to_string(),
+        cwd = cwd.display().to_string(),
+        cargo = env!("CARGO_MANIFEST_DIR"),
+        venv = sb.config().venv.display().to_string(),
+        root = work_root().display().to_string(),
+    );
+    let e = run(&sb, &Sandbox::new_container_id(), &code).await;
+    assert_success(&e);
+    let out = &e.stdout;
+    assert!(!out.contains("exists"), "{out}");
+    assert!(!out.contains("TOPSECRET"), "{out}");
+    let first_host_line = host_passwd.lines().next().unwrap();
+    assert!(!out.contains(first_host_line), "host /etc/passwd visible: {out}");
+    assert!(out.contains("passwd 'sandbox:x:65534:65534:sandbox:/mnt/data:/usr/sbin/nologin\\n'"), "{out}");
+    assert!(out.contains("etc ['fonts', 'group', 'ld.so.cache', 'passwd']"), "{out}");
+    assert!(out.contains("top ["), "{out}");
+    assert!(!out.contains("'home'") && !out.contains("'root'") && !out.contains("'work'"), "{out}");
+    let pids: usize = out.split("pids ").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    assert!(pids <= 4, "only the sandbox's own processes are visible: {out}");
+    assert!(out.contains("uid 65534 65534 caps 0000000000000000 0000000000000000 nnp 1"), "{out}");
+    assert!(!out.contains("WROTE"), "{out}");
+    assert!(out.contains("setuid denied") && out.contains("userns denied"), "{out}");
+}
+
+/// A fork bomb, a memory hog, an infinite loop and a 10 GB write, all at once, while a
+/// well-behaved execution runs next to them and completes normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_code_is_stopped_while_other_executions_complete() {
+    let config = SandboxConfig {
+        max_concurrency: 5,
+        // Page faults are slow on small VMs (~0.4 GB/s here): keep the hog's fill short.
+        memory_bytes: 512 << 20,
+        timeout: Duration::from_secs(10),
+        ..base_config()
+    };
+    let Some(sb) = sandbox_with(config).await else { return };
+    let cases: Vec<(&str, &str, &[&str])> = vec![
+        ("fork bomb", "import os\nwhile True:\n    os.fork()\n", &["processes"]),
+        ("memory hog", "hog = []\nwhile True:\n    hog.append(bytearray(50 * 1024 * 1024))\n", &["memory"]),
+        // Stopped by the wall clock, or by RLIMIT_CPU if it got a whole core for 30 s.
+        ("infinite loop", "while True:\n    pass\n", &["timeout", "CPU time"]),
+        (
+            "10 GB write",
+            "chunk = b'\\0' * (1 << 20)\nwith open('big.bin', 'wb') as f:\n    for _ in range(10 * 1024):\n        f.write(chunk)\n",
+            &["file size"],
+        ),
+    ];
+    let benign_code = "import time\ntime.sleep(2.5)\nprint('benign done')\nsum(range(10))";
+    let benign_container = Sandbox::new_container_id();
+    let started = Instant::now();
+    let benign = {
+        let sb = sb.clone();
+        let c = benign_container.clone();
+        tokio::spawn(async move { sb.execute(&c, benign_code).await })
+    };
+    let mut tasks = Vec::new();
+    for (name, code, _) in &cases {
+        let sb = sb.clone();
+        let (name, code) = (name.to_string(), code.to_string());
+        tasks.push(tokio::spawn(async move {
+            let c = Sandbox::new_container_id();
+            let e = sb.execute(&c, &code).await;
+            (name, c, e)
+        }));
+    }
+    let benign = benign.await.unwrap().unwrap();
+    assert_success(&benign);
+    assert_eq!(benign.stdout, "benign done\n");
+    assert_eq!(benign.result.as_deref(), Some("45"));
+    eprintln!("benign execution next to the hostile ones: {:?} (total {:?})", benign.duration, started.elapsed());
+
+    for (task, (name, _, want)) in tasks.into_iter().zip(&cases) {
+        let (_, container, e) = task.await.unwrap();
+        let e = e.unwrap_or_else(|err| panic!("{name}: {err}"));
+        eprintln!("{name}: {} after {:?}", e.status, e.duration);
+        let ok = match &e.status {
+            ExecutionStatus::Timeout => want.contains(&"timeout"),
+            ExecutionStatus::ResourceLimit(msg) => want.iter().any(|w| msg.contains(w)),
+            _ => false,
+        };
+        assert!(ok, "{name}: expected {want:?}, got {:?}\nstdout: {}\nstderr: {}", e.status, e.stdout, e.stderr);
+        assert!(e.duration < Duration::from_secs(15), "{name} took {:?}", e.duration);
+        if *name == "10 GB write" {
+            let big = sb.container_data_dir(&container).unwrap().join("big.bin");
+            assert_eq!(std::fs::metadata(big).unwrap().len(), 100 << 20, "stopped at RLIMIT_FSIZE");
+            assert!(e.stderr.contains("File too large"), "{}", e.stderr);
+        }
+        if *name == "memory hog" {
+            assert!(e.stderr.contains("MemoryError"), "{}", e.stderr);
+        }
+    }
+    // Nothing of theirs is left running, and the sandbox still works.
+    let e = run(&sb, &benign_container, "print('still fine')").await;
+    assert_success(&e);
+}
+
+/// RLIMIT_CPU stops a CPU burner before the wall clock; the disk watchdog stops a container
+/// that fills the disk with many files, each below the file size limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpu_and_disk_limits_stop_the_code() {
+    let config =
+        SandboxConfig { cpu_seconds: 2, timeout: Duration::from_secs(30), max_disk_bytes: 200 << 20, ..base_config() };
+    let Some(sb) = sandbox_with(config).await else { return };
+    let e = run(&sb, &Sandbox::new_container_id(), "while True:\n    pass\n").await;
+    assert_eq!(e.status, ExecutionStatus::ResourceLimit("CPU time (2 s) exceeded".into()));
+    assert!(e.duration < Duration::from_secs(20), "{:?}", e.duration);
+
+    let code = "import time\nchunk = b'\\1' * (1 << 20)\nfor i in range(4):\n    with open(f'f{i}.bin', 'wb') as f:\n        for _ in range(90):\n            f.write(chunk)\ntime.sleep(30)\n";
+    let e = run(&sb, &Sandbox::new_container_id(), code).await;
+    match &e.status {
+        ExecutionStatus::ResourceLimit(msg) if msg.contains("disk space") => {}
+        other => panic!("expected the disk limit, got {other:?}\n{}", e.stderr),
+    }
+    assert!(e.duration < Duration::from_secs(20), "{:?}", e.duration);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_left_behind_die_with_the_execution() {
+    let Some(sb) = sandbox().await else { return };
+    let c = Sandbox::new_container_id();
+    let code = "import subprocess, sys\n\
+                subprocess.Popen([sys.executable, '-c', \"import time; open('/mnt/data/alive', 'w'); time.sleep(2); open('/mnt/data/survived', 'w')\"], start_new_session=True)\n\
+                import time\n\
+                time.sleep(0.5)\n";
+    let e = run(&sb, &c, code).await;
+    assert_success(&e);
+    let data = sb.container_data_dir(&c).unwrap();
+    assert!(data.join("alive").exists(), "the background process did start");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!data.join("survived").exists(), "a background process outlived its execution");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_when_running_and_queue_are_full() {
+    let config = SandboxConfig { max_concurrency: 1, max_queued: 1, ..base_config() };
+    let Some(sb) = sandbox_with(config).await else { return };
+    let slow = "import time\ntime.sleep(2)\n'done'";
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        let sb = sb.clone();
+        running.push(tokio::spawn(async move { sb.execute(&Sandbox::new_container_id(), slow).await }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sb.stats().running + sb.stats().queued < 2 {
+        assert!(Instant::now() < deadline, "executions not admitted: {:?}", sb.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(sb.stats().running, 1);
+    assert_eq!(sb.stats().queued, 1);
+    match sb.execute(&Sandbox::new_container_id(), "1").await {
+        Err(SandboxError::Busy) => {}
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    for t in running {
+        let e = t.await.unwrap().unwrap();
+        assert_success(&e);
+        assert_eq!(e.result.as_deref(), Some("'done'"));
+    }
+    assert_eq!(sb.stats(), respgw_tools::code_interpreter::SandboxStats { running: 0, queued: 0 });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_containers_are_deleted() {
+    // Its own work root: its sweeper would delete the other tests' containers.
+    let own_root = work_root().with_extension("idle");
+    let config = SandboxConfig { container_idle: Duration::from_millis(400), work_root: own_root, ..base_config() };
+    let Some(sb) = sandbox_with(config).await else { return };
+    let c = Sandbox::new_container_id();
+    // A container in use is not deleted, even when an execution lasts longer than the idle time.
+    let e = run(&sb, &c, "import time\nopen('keep.txt', 'w').write('x')\ntime.sleep(1.5)").await;
+    assert_success(&e);
+    let data = sb.container_data_dir(&c).unwrap();
+    assert!(data.join("keep.txt").exists());
+    // Unused past the idle time: gone (the background sweeper or an explicit sweep).
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    sb.cleanup_idle().await;
+    assert!(!data.exists(), "idle container still there");
+    let e = run(&sb, &c, "import os\nos.listdir('.')").await;
+    assert_success(&e);
+    assert_eq!(e.result.as_deref(), Some("[]"), "a new, empty container");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executions_of_one_container_run_one_at_a_time() {
+    let Some(sb) = sandbox().await else { return };
+    let c = Sandbox::new_container_id();
+    let code = "import os, time\nassert not os.path.exists('busy')\nopen('busy', 'w').close()\ntime.sleep(0.5)\nos.remove('busy')\n'ok'";
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let (sb, c) = (sb.clone(), c.clone());
+            tokio::spawn(async move { sb.execute(&c, code).await })
+        })
+        .collect();
+    for t in tasks {
+        let e = t.await.unwrap().unwrap();
+        assert_success(&e);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_container_ids_are_refused() {
+    let Some(sb) = sandbox().await else { return };
+    for bad in ["", "../../etc", "cntr_../../x", "cntr_1", "CNTR_x", "/tmp"] {
+        match sb.execute(bad, "1").await {
+            Err(SandboxError::InvalidContainerId(_)) => {}
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn unavailable_without_bubblewrap_or_venv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = SandboxConfig { bwrap: "/nonexistent/bwrap".into(), work_root: tmp.path().join("w"), ..base_config() };
+    match Sandbox::new(config).await {
+        Err(SandboxError::Unavailable(msg)) => assert!(msg.contains("scripts/setup-code-interpreter"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let config = SandboxConfig { venv: tmp.path().join("no-venv"), work_root: tmp.path().join("w"), ..base_config() };
+    match Sandbox::new(config).await {
+        Err(SandboxError::Unavailable(msg)) => assert!(msg.contains("scripts/setup-code-interpreter"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    // A "bwrap" that is not bubblewrap.
+    let config = SandboxConfig { bwrap: "/bin/true".into(), work_root: tmp.path().join("w"), ..base_config() };
+    assert!(matches!(Sandbox::new(config).await, Err(SandboxError::Unavailable(_))));
+}
+
+/// Cold-start costs (printed; loose bounds so a slow machine does not fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_start_timings() {
+    let Some(sb) = sandbox().await else { return };
+    let c = Sandbox::new_container_id();
+    for (label, code) in [
+        ("print(1)", "print(1)"),
+        ("import numpy, matplotlib", "import numpy, matplotlib"),
+        ("import numpy, pandas, matplotlib.pyplot", "import numpy, pandas, matplotlib.pyplot"),
+        ("pyplot plot + savefig", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.savefig('t.png')"),
+    ] {
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let e = run(&sb, &c, code).await;
+            assert_success(&e);
+            times.push(e.duration);
+        }
+        times.sort();
+        eprintln!("cold execution of {label:?}: median {:?} (min {:?}, max {:?})", times[1], times[0], times[2]);
+        assert!(times[1] < Duration::from_secs(10), "{label}: {times:?}");
+    }
+}
