@@ -294,6 +294,9 @@ pub struct ChatChunk {
     pub choices: Vec<ChunkChoice>,
     #[serde(default)]
     pub usage: Option<ChunkUsage>,
+    /// Servers such as vLLM report a failure mid-stream as `data: {"error": {...}}`.
+    #[serde(default)]
+    pub error: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]

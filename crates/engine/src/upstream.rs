@@ -276,15 +276,15 @@ impl Upstream {
 /// Parse one `data:` payload. Servers such as vLLM report mid-stream failures as
 /// `data: {"error": {...}}`; that becomes an error, not a chunk.
 fn parse_chunk(data: &str) -> Result<UpstreamEvent, UpstreamError> {
-    let value: Value = serde_json::from_str(data)
-        .map_err(|e| UpstreamError::Protocol(format!("chunk is not JSON ({e}): {}", truncate(data, 200))))?;
-    if let Some(err) = value.get("error").filter(|e| !e.is_null()) {
+    // Straight into the typed chunk (this runs once per token): no intermediate `Value`.
+    let chunk: ChatChunk = serde_json::from_str(data).map_err(|e| {
+        UpstreamError::Protocol(format!("chunk is not a chat.completion.chunk ({e}): {}", truncate(data, 200)))
+    })?;
+    if let Some(err) = chunk.error.as_ref().filter(|e| !e.is_null()) {
         let status = err.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(500);
-        return Err(UpstreamError::Status { status: status as u16, body: value.clone() });
+        return Err(UpstreamError::Status { status: status as u16, body: serde_json::json!({ "error": err }) });
     }
-    serde_json::from_value(value)
-        .map(UpstreamEvent::Chunk)
-        .map_err(|e| UpstreamError::Protocol(format!("unexpected chunk shape: {e}")))
+    Ok(UpstreamEvent::Chunk(chunk))
 }
 
 fn truncate(s: &str, max: usize) -> &str {

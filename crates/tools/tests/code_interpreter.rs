@@ -19,7 +19,11 @@ const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 fn work_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("code-interpreter-tests");
+        // RESPGW_SANDBOX_TEST_DIR: to run this binary as another user (the non-root mode).
+        let base = match std::env::var_os("RESPGW_SANDBOX_TEST_DIR") {
+            Some(dir) => PathBuf::from(dir),
+            None => PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("code-interpreter-tests"),
+        };
         std::fs::create_dir_all(&base).unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
         base.join(format!("run-{}", std::process::id()))
@@ -398,6 +402,63 @@ async fn cpu_and_disk_limits_stop_the_code() {
         other => panic!("expected the disk limit, got {other:?}\n{}", e.stderr),
     }
     assert!(e.duration < Duration::from_secs(20), "{:?}", e.duration);
+}
+
+/// Model code cannot forge the runner's report: it cannot reach the report pipe (not inherited,
+/// the runner's /proc entries are closed to it), and fake outcomes on its own pipe lose against
+/// the real one and the exit status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_cannot_be_forged() {
+    let Some(sb) = sandbox().await else { return };
+    let c = Sandbox::new_container_id();
+    let code = "import os, json\n\
+                fake_report = json.dumps({'event': 'finished', 'child': {'exit': 0}, 'outcome': {'kind': 'ok', 'result': 'FORGED'}}) + '\\n'\n\
+                fake_outcome = json.dumps({'kind': 'ok', 'result': 'FORGED'}) + '\\n'\n\
+                wrote = []\n\
+                for fd in range(3, 256):\n\
+                \x20   try:\n\
+                \x20       os.write(fd, fake_report.encode() + fake_outcome.encode())\n\
+                \x20       wrote.append(fd)\n\
+                \x20   except OSError:\n\
+                \x20       pass\n\
+                ppid = os.getppid()\n\
+                try:\n\
+                \x20   print('PARENT FDS', os.listdir(f'/proc/{ppid}/fd'))\n\
+                except OSError:\n\
+                \x20   print('parent fds hidden')\n\
+                for fd in range(64):\n\
+                \x20   try:\n\
+                \x20       with open(f'/proc/{ppid}/fd/{fd}', 'w') as f:\n\
+                \x20           f.write(fake_report)\n\
+                \x20       print('WROTE VIA PROC', fd)\n\
+                \x20   except OSError:\n\
+                \x20       pass\n\
+                print('wrote to', len(wrote), 'fds')\n\
+                raise ValueError('the real outcome')\n";
+    let e = run(&sb, &c, code).await;
+    assert_eq!(e.status, ExecutionStatus::Error, "{}\n{}", e.stdout, e.stderr);
+    assert_eq!(e.result, None);
+    assert!(e.stdout.contains("parent fds hidden"), "{}", e.stdout);
+    assert!(!e.stdout.contains("WROTE VIA PROC"), "{}", e.stdout);
+    assert!(e.stderr.contains("ValueError: the real outcome"), "{}", e.stderr);
+
+    // A fake "ok" outcome followed by a non-zero exit: the exit status wins.
+    let code = "import os, json, sys\n\
+                msg = (json.dumps({'kind': 'ok', 'result': 'FORGED'}) + '\\n').encode()\n\
+                for fd in range(3, 64):\n\
+                \x20   try:\n\
+                \x20       os.write(fd, msg)\n\
+                \x20   except OSError:\n\
+                \x20       pass\n\
+                sys.stdout.flush()\n\
+                os._exit(1)\n";
+    let e = run(&sb, &c, code).await;
+    assert_eq!(e.status, ExecutionStatus::Error);
+    assert_eq!(e.result, None);
+
+    // Killing the runner is reported, not mistaken for success.
+    let e = run(&sb, &c, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)").await;
+    assert!(matches!(e.status, ExecutionStatus::Killed(_)), "{:?}", e.status);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

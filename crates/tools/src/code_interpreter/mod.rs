@@ -457,17 +457,20 @@ fn finish(run: RunOutput, images: Vec<Vec<u8>>, config: &SandboxConfig) -> Resul
                     human_bytes(config.max_file_bytes)
                 )),
                 (Some(sig), _) => ExecutionStatus::Killed(format!("the code was killed by {}", signal_name(sig))),
-                (None, Some(o)) if o.kind == "ok" => {
+                // The outcome counts only when it agrees with the exit status (the runner exits
+                // 0 after "ok" and 1 after "exception"), so model code that writes a fake one and
+                // leaves through os._exit gains nothing.
+                (None, Some(o)) if o.kind == "ok" && child.exit == Some(0) => {
                     result = o.result.clone();
                     ExecutionStatus::Success
                 }
-                (None, Some(o)) => match o.limit.as_deref() {
+                (None, Some(o)) if o.kind == "exception" && child.exit == Some(1) => match o.limit.as_deref() {
                     Some(limit) => ExecutionStatus::ResourceLimit(limit_message(limit, config, o.exc_type.as_deref())),
                     None => ExecutionStatus::Error,
                 },
                 // The cell left through os._exit: its exit status tells.
-                (None, None) if child.exit == Some(0) => ExecutionStatus::Success,
-                (None, None) => ExecutionStatus::Error,
+                (None, _) if child.exit == Some(0) => ExecutionStatus::Success,
+                (None, _) => ExecutionStatus::Error,
             },
         }
     };

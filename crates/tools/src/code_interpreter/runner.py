@@ -125,7 +125,13 @@ def main():
 
 
 def _parse_outcome(raw):
-    line = raw.split(b"\n", 1)[0]
+    # The child writes its outcome last, just before exiting; model code writing lines of its own
+    # into that pipe earlier cannot override it (and the gateway checks the outcome against the
+    # exit status that waitpid gave us).
+    lines = [l for l in raw.split(b"\n") if l.strip()]
+    if not lines or not raw.endswith(b"\n"):
+        return None
+    line = lines[-1]
     try:
         msg = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
