@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
 use respgw_server::{GatewayOptions, UpstreamConfig};
+use respgw_supervisor::McpSetup;
 use respgw_supervisor::integrated::IntegratedOptions;
 use respgw_supervisor::standalone::StandaloneOptions;
 use respgw_telemetry::tracing_otlp::{self, TracingConfig};
@@ -29,6 +30,10 @@ enum Command {
     /// after `--` as a child on a private port (`{port}` in its arguments), serve the Responses
     /// routes, and forward everything else to it.
     Integrated(IntegratedArgs),
+    /// The Built-in MCP helper: one MCP session per configured server, shared by all workers over
+    /// a loopback HTTP API. `serve --mcp-config` starts it; run it yourself (e.g. as its own
+    /// systemd unit) and point workers at it with `--mcp-helper-url`.
+    McpHelper(McpHelperArgs),
     /// A worker process; started by `serve` and `integrated`, not by hand.
     #[command(hide = true)]
     Worker,
@@ -68,9 +73,33 @@ struct ServeArgs {
     gateway: GatewayArgs,
 }
 
+#[derive(Args)]
+struct McpHelperArgs {
+    /// The MCP servers, in the common `{"mcpServers": {...}}` JSON shape.
+    #[arg(long, env = "GW_MCP_CONFIG_PATH", value_name = "PATH")]
+    config: std::path::PathBuf,
+
+    /// Loopback address to serve the helper API on.
+    #[arg(long, default_value = "127.0.0.1:5981")]
+    listen: std::net::SocketAddr,
+}
+
 /// Gateway settings shared by both modes.
 #[derive(Args)]
 struct GatewayArgs {
+    /// Built-in MCP servers (`{"mcpServers": {...}}`): respgw starts one MCP helper for all
+    /// workers. Without it, Built-in MCP is disabled.
+    #[arg(long, env = "GW_MCP_CONFIG_PATH", value_name = "PATH", conflicts_with = "mcp_helper_url")]
+    mcp_config: Option<std::path::PathBuf>,
+
+    /// Loopback port of the MCP helper (0: any free port).
+    #[arg(long, env = "GW_MCP_PORT", default_value_t = 0, requires = "mcp_config")]
+    mcp_port: u16,
+
+    /// Use an MCP helper that runs on its own (`respgw mcp-helper`) at this loopback URL.
+    #[arg(long, env = "GW_MCP_BUILTIN_RUNTIME_URL", value_name = "URL")]
+    mcp_helper_url: Option<String>,
+
     /// Run model-written Python for the `code_interpreter` tool in a bubblewrap sandbox
     /// (`spawn`), or do not offer the tool (`disabled`). Without a working sandbox (see
     /// scripts/setup-code-interpreter) the tool is left out and the log says why.
@@ -121,6 +150,14 @@ enum CodeInterpreterMode {
 
 #[derive(Args)]
 struct IntegratedArgs {
+    /// Built-in MCP servers (`{"mcpServers": {...}}`), served by one MCP helper for all workers.
+    #[arg(long = "responses-mcp-config", env = "GW_MCP_CONFIG_PATH", value_name = "PATH")]
+    mcp_config: Option<std::path::PathBuf>,
+
+    /// Loopback port of the MCP helper (0: any free port).
+    #[arg(long = "responses-mcp-port", env = "GW_MCP_PORT", default_value_t = 0, requires = "mcp_config")]
+    mcp_port: u16,
+
     /// Run model-written Python for `code_interpreter` in a sandbox (`spawn`) or not (`disabled`).
     #[arg(long = "responses-code-interpreter", env = "GW_CODE_INTERPRETER", value_enum, default_value_t = CodeInterpreterMode::Spawn)]
     code_interpreter: CodeInterpreterMode,
@@ -213,6 +250,7 @@ impl ServeArgs {
             workers: usize::from(self.gateway_workers),
             upstream_ready_timeout: Duration::from_secs_f64(self.upstream_ready_timeout),
             upstream_ready_interval: Duration::from_secs_f64(self.upstream_ready_interval),
+            mcp: McpSetup::from_args(g.mcp_config, g.mcp_port, g.mcp_helper_url),
             gateway: GatewayOptions {
                 upstream: UpstreamConfig {
                     base_url: self.upstream,
@@ -241,6 +279,7 @@ impl IntegratedArgs {
             workers: usize::from(self.workers),
             model_command: self.model_command,
             model_ready_timeout: Duration::from_secs_f64(self.model_ready_timeout),
+            mcp: McpSetup::from_args(self.mcp_config, self.mcp_port, None),
             gateway: GatewayOptions {
                 // Filled in once the model server's private port is known.
                 upstream: UpstreamConfig {
@@ -295,6 +334,7 @@ fn main() -> ExitCode {
             Ok(options) => respgw_supervisor::integrated::run(options),
             Err(message) => return usage_error(&message),
         },
+        Command::McpHelper(args) => run_mcp_helper(args),
         Command::Worker => respgw_supervisor::worker::run().map(|()| 0),
     };
     match result {
@@ -304,6 +344,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_mcp_helper(args: McpHelperArgs) -> anyhow::Result<i32> {
+    let config = respgw_tools::mcp::McpConfig::load(&args.config)?;
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    let settings = respgw_mcp_helper::HelperSettings::from_env()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(respgw_mcp_helper::run(config, args.listen, settings))?;
+    Ok(0)
 }
 
 fn usage_error(message: &str) -> ExitCode {

@@ -64,7 +64,10 @@ async fn the_model_calls_the_sandbox_and_answers_with_its_result() {
     let answer = response["output"].as_array().unwrap().iter().rev().find(|i| i["type"] == "message").unwrap();
     assert!(answer["content"][0]["text"].as_str().unwrap().contains("**4**"));
     // Usage is summed over both model turns (344+446 in, 70+56 out).
-    assert_eq!((response["usage"]["input_tokens"].as_u64(), response["usage"]["output_tokens"].as_u64()), (Some(790), Some(126)));
+    assert_eq!(
+        (response["usage"]["input_tokens"].as_u64(), response["usage"]["output_tokens"].as_u64()),
+        (Some(790), Some(126))
+    );
 
     // The second upstream call carries the call and its result.
     let sent = h.upstream_bodies("minimax");
@@ -100,7 +103,8 @@ fn runs(code: &str) -> Vec<Step> {
 #[tokio::test]
 async fn a_matplotlib_figure_becomes_an_image_output() {
     let h = harness().await;
-    let code = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.savefig('plot.png')\nprint('saved')";
+    let code =
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.savefig('plot.png')\nprint('saved')";
     h.scenario("plot", runs(code));
     let (status, body) = h
         .create(json!({"model":"plot","input":"plot","tools":[ci_tool()],"include":["code_interpreter_call.outputs"]}))
@@ -108,7 +112,10 @@ async fn a_matplotlib_figure_becomes_an_image_output() {
     assert_eq!(status, 200, "{body}");
     let ci = body["output"].as_array().unwrap().iter().find(|i| i["type"] == "code_interpreter_call").unwrap();
     let outputs = ci["outputs"].as_array().unwrap();
-    assert!(outputs.iter().any(|o| o["type"] == "logs" && o["logs"].as_str().unwrap().contains("saved")), "{outputs:?}");
+    assert!(
+        outputs.iter().any(|o| o["type"] == "logs" && o["logs"].as_str().unwrap().contains("saved")),
+        "{outputs:?}"
+    );
     let image = outputs.iter().find(|o| o["type"] == "image").expect("an image output");
     let url = image["url"].as_str().unwrap();
     assert!(url.starts_with("data:image/png;base64,iVBORw0KGgo"), "a real PNG: {}", &url[..40.min(url.len())]);
@@ -118,12 +125,20 @@ async fn a_matplotlib_figure_becomes_an_image_output() {
 async fn an_exception_is_a_result_the_model_sees_not_a_failed_response() {
     let h = harness().await;
     h.scenario("boom", runs("1/0"));
-    let (status, body) = h.create(json!({"model":"boom","input":"x","tools":[ci_tool()],"include":["code_interpreter_call.outputs"]})).await;
+    let (status, body) = h
+        .create(json!({"model":"boom","input":"x","tools":[ci_tool()],"include":["code_interpreter_call.outputs"]}))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(body["status"], "completed");
     let ci = body["output"].as_array().unwrap().iter().find(|i| i["type"] == "code_interpreter_call").unwrap();
     assert!(ci["outputs"][0]["logs"].as_str().unwrap().contains("ZeroDivisionError"), "{ci}");
-    let tool_message = h.upstream_bodies("boom")[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap().clone();
+    let tool_message = h.upstream_bodies("boom")[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
     assert!(tool_message["content"].as_str().unwrap().contains("ZeroDivisionError"));
 }
 
@@ -140,7 +155,8 @@ async fn files_persist_in_the_conversation_container() {
         .await;
     assert_eq!(status, 200, "{second}");
     let container = |r: &Value| {
-        r["output"].as_array().unwrap().iter().find(|i| i["type"] == "code_interpreter_call").unwrap()["container_id"].clone()
+        r["output"].as_array().unwrap().iter().find(|i| i["type"] == "code_interpreter_call").unwrap()["container_id"]
+            .clone()
     };
     assert_eq!(container(&first), container(&second), "the conversation keeps its container");
     let ci = second["output"].as_array().unwrap().iter().find(|i| i["type"] == "code_interpreter_call").unwrap();
@@ -162,7 +178,8 @@ async fn code_interpreter_metrics_are_recorded() {
     let h = harness().await;
     h.scenario("minimax", vec![Step::cassette(STEP1), Step::cassette(STEP2)]);
     h.create(json!({"model":"minimax","input":"2+2?","tools":[ci_tool()]})).await;
-    let text = respgw_testkit::gateway::http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text =
+        respgw_testkit::gateway::http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for series in [
         r#"gw_responses_tool_calls_requested_total{tool_type="code_interpreter"} 1"#,
         r#"gw_responses_tool_calls_executed_total{tool_type="code_interpreter"} 1"#,

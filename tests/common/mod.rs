@@ -95,9 +95,10 @@ impl Harness {
     pub async fn create(&self, body: Value) -> (u16, Value) {
         let (status, _, json) =
             respgw_testkit::gateway::post_json(&self.url("/v1/responses"), &body).await.expect("request completes");
-        let hosted = json["output"].as_array().is_some_and(|o| o.iter().any(|i| {
-            matches!(i["type"].as_str(), Some("code_interpreter_call" | "mcp_call" | "mcp_list_tools"))
-        })) || json["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["type"] != "function"));
+        let hosted = json["output"].as_array().is_some_and(|o| {
+            o.iter()
+                .any(|i| matches!(i["type"].as_str(), Some("code_interpreter_call" | "mcp_call" | "mcp_list_tools")))
+        }) || json["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["type"] != "function"));
         if status == 200 && !hosted {
             assert_valid_response(&json);
         } else if status != 200 {

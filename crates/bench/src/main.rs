@@ -562,7 +562,10 @@ fn scaling_note(one: &ScalingRun, many: &ScalingRun, n: usize) -> String {
     }
     let other = one.other_cores().max(many.other_cores());
     if other > 0.1 {
-        notes.push(format!("other load on the machine (up to {other:.2} cores): noisy"));
+        notes.push(format!(
+            "other processes took up to {other:.2} cores: respgw's share of a contended machine grows \
+             with its thread count, so this ratio is not a clean scaling measure"
+        ));
     }
     if many.cores < 2 * n {
         notes.push(format!("{} cores shared by respgw, client and mock", many.cores));

@@ -18,6 +18,7 @@ use respgw_telemetry::Metrics;
 
 use crate::auth::{ApiKeys, require_api_key};
 use crate::error::HttpError;
+use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
 use crate::passthrough::{self, Passthrough};
 use crate::{request_id, responses};
@@ -36,6 +37,8 @@ pub struct AppConfig {
     pub forward_other_routes_to: Option<String>,
     /// Sent as `x-respgw-worker` on every reply, so operators can see which worker served it.
     pub worker_label: Option<String>,
+    /// The Built-in MCP helper, for the discovery routes.
+    pub mcp_helper: McpDiscovery,
 }
 
 /// Build the gateway's router.
@@ -49,7 +52,13 @@ pub fn router(config: AppConfig) -> Router {
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{response_id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{response_id}/input_items", get(responses::input_items))
-        .with_state(Arc::clone(&config.engine));
+        .with_state(Arc::clone(&config.engine))
+        .merge(
+            Router::new()
+                .route("/v1/mcp/servers", get(mcp_routes::servers))
+                .route("/v1/mcp/servers/{server_label}/tools", get(mcp_routes::tools))
+                .with_state(config.mcp_helper.clone()),
+        );
     if config.forward_other_routes_to.is_some() {
         // Integrated mode: the model server's own routes (models, chat completions, tokenize, …)
         // are reached through the forwarding fallback below.

@@ -8,6 +8,7 @@
 mod app;
 mod auth;
 mod error;
+mod mcp_routes;
 mod metrics;
 mod options;
 mod passthrough;

@@ -11,7 +11,7 @@ use respgw_engine::{Engine, Upstream};
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
-use respgw_tools::mcp::McpHelperClient;
+use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, McpTimeouts};
 
 use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
@@ -32,7 +32,9 @@ pub async fn build(
         .await
         .with_context(|| format!("cannot open the response store at '{}'", options.db_path))?;
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
-    let engine = Arc::new(Engine::new(upstream, store, Arc::new(gateway_tools(options).await?), metrics.clone()));
+    let mcp_helper = mcp_helper_client(options)?;
+    let tools = gateway_tools(options, mcp_helper.clone()).await?;
+    let engine = Arc::new(Engine::new(upstream, store, Arc::new(tools), metrics.clone()));
     let api_keys = ApiKeys::new(options.api_keys.iter().cloned());
     Ok(router(AppConfig {
         engine,
@@ -42,12 +44,13 @@ pub async fn build(
         metrics_route: options.metrics_path.clone().map(|path| (path, metrics_view)),
         forward_other_routes_to: options.forward_other_routes_to.clone(),
         worker_label,
+        mcp_helper,
     }))
 }
 
 /// The gateway tools this worker runs. The supervisor already checked the sandbox; if it fails
 /// here anyway, the tool is left out (requests naming it get a 400) rather than the worker dying.
-async fn gateway_tools(options: &GatewayOptions) -> anyhow::Result<GatewayTools> {
+async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperClient>) -> anyhow::Result<GatewayTools> {
     let sandbox = if options.code_interpreter {
         let config = SandboxConfig::from_env().map_err(|e| anyhow::anyhow!("code interpreter settings: {e}"))?;
         match Sandbox::new(config).await {
@@ -60,11 +63,15 @@ async fn gateway_tools(options: &GatewayOptions) -> anyhow::Result<GatewayTools>
     } else {
         None
     };
-    let mcp_helper = match &options.mcp_helper_url {
-        Some(url) => Some(McpHelperClient::new(url).with_context(|| format!("bad MCP helper URL '{url}'"))?),
-        None => None,
-    };
     Ok(GatewayTools::new(sandbox, mcp_helper))
+}
+
+/// The client of the Built-in MCP helper, with call timeouts matching the helper's own.
+fn mcp_helper_client(options: &GatewayOptions) -> anyhow::Result<Option<McpHelperClient>> {
+    let Some(url) = &options.mcp_helper_url else { return Ok(None) };
+    let timeouts = McpTimeouts::from_env().map_err(anyhow::Error::msg)?;
+    let client = McpHelperClient::new(url).with_context(|| format!("bad MCP helper URL '{url}'"))?;
+    Ok(Some(client.with_timeouts(HelperTimeouts::for_tool_timeout(timeouts.tool_call))))
 }
 
 /// Serve `app` on `listener` until `shutdown` resolves; then stop accepting and let in-flight

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use respgw_server::GatewayOptions;
+use std::sync::{Arc, Mutex};
+
+use respgw_telemetry::MergedMetrics;
 use tokio::sync::watch;
 
 use crate::pool::{self, PoolConfig, PoolStop};
@@ -26,6 +29,8 @@ pub struct IntegratedOptions {
     pub model_command: Vec<String>,
     /// How long the model server may take to answer `GET /v1/models` (loading weights is slow).
     pub model_ready_timeout: Duration,
+    /// The Built-in MCP helper, if any.
+    pub mcp: crate::McpSetup,
 }
 
 /// How long the model server gets to stop after SIGTERM before it is killed.
@@ -38,7 +43,7 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
         if !options.model_command.iter().any(|a| a.contains("{port}")) {
             bail!("the model server command must contain '{{port}}' where its listening port goes");
         }
-        let private_port = free_loopback_port()?;
+        let private_port = crate::free_loopback_port()?;
         let args: Vec<String> =
             options.model_command.iter().map(|a| a.replace("{port}", &private_port.to_string())).collect();
         let child_base = format!("http://127.0.0.1:{private_port}");
@@ -49,6 +54,15 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
         options.gateway.forward_other_routes_to = Some(child_base);
         crate::check_store(&options.gateway.db_path).await?;
         crate::check_code_interpreter(&mut options.gateway).await;
+        let merged = Arc::new(Mutex::new(MergedMetrics::new()));
+        let helper = match crate::mcp_slot::start(&options.mcp, Arc::clone(&merged)).await {
+            Ok(helper) => helper,
+            Err(e) => {
+                stop_model_server(model_pid, &mut model_exit).await;
+                return Err(e);
+            }
+        };
+        options.gateway.mcp_helper_url = helper.as_ref().map(|h| h.url.clone());
         let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
         crate::log_auth(&options.gateway);
         let config = PoolConfig {
@@ -57,6 +71,7 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
             sockets,
             worker_config_json: serde_json::to_string(&options.gateway)?,
             drain_timeout: options.gateway.drain_timeout,
+            merged,
         };
         let mut exit_watch = model_exit.clone();
         let model_exited = async move {
@@ -78,6 +93,9 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
             model_exited,
         )
         .await;
+        if let Some(helper) = helper {
+            helper.stop().await;
+        }
         match stop {
             Ok(PoolStop::External(code)) => {
                 tracing::error!(code, "the model server exited; respgw exits with its code");
@@ -93,12 +111,6 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
             }
         }
     })
-}
-
-/// A loopback port nobody listens on right now.
-fn free_loopback_port() -> anyhow::Result<u16> {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
-    Ok(probe.local_addr()?.port())
 }
 
 /// Start the model server in its own process group (so a terminal's Ctrl-C reaches respgw, which

@@ -10,6 +10,7 @@
 //! worker hands its listener, shutdown signal and metrics view to `respgw_server`.
 
 pub mod integrated;
+mod mcp_slot;
 mod notify;
 mod pool;
 mod readiness;
@@ -19,6 +20,14 @@ pub mod worker;
 
 use anyhow::Context;
 use respgw_server::GatewayOptions;
+
+pub use mcp_slot::McpSetup;
+
+/// A loopback port nobody listens on right now.
+fn free_loopback_port() -> anyhow::Result<u16> {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port")?;
+    Ok(probe.local_addr()?.port())
+}
 
 /// Open the store once before starting workers: a wrong path fails here with a clear message,
 /// and the schema exists before several workers open the file at once.

@@ -47,6 +47,8 @@ pub struct PoolConfig {
     /// `GatewayOptions` as JSON, handed to every worker.
     pub worker_config_json: String,
     pub drain_timeout: Duration,
+    /// The merged metrics view (shared with the MCP helper slot, which adds its counts).
+    pub merged: Arc<Mutex<MergedMetrics>>,
 }
 
 /// Why the pool stopped.
@@ -101,10 +103,11 @@ pub async fn run(
     let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     let (events, mut event_rx) = mpsc::unbounded_channel();
     let slots = config.workers.max(1);
+    let merged = Arc::clone(&config.merged);
     let mut pool = Pool {
         config,
         events,
-        merged: Arc::new(Mutex::new(MergedMetrics::new())),
+        merged,
         next_id: 0,
         workers: HashMap::new(),
         current: vec![None; slots],
@@ -352,7 +355,7 @@ impl Pool {
 
 /// Workers get SIGTERM if the supervisor dies, so none is left serving on its own. (The
 /// supervisor runs a single-threaded runtime: the death signal follows the forking thread.)
-fn die_with_parent(command: &mut std::process::Command) {
+pub(crate) fn die_with_parent(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: runs between fork and exec; prctl is async-signal-safe.
     unsafe {

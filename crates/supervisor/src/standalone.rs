@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
+use std::sync::{Arc, Mutex};
+
 use anyhow::Context;
 use respgw_server::GatewayOptions;
+use respgw_telemetry::MergedMetrics;
 
 use crate::pool::{self, PoolConfig};
 use crate::readiness::wait_for_upstream;
@@ -18,6 +21,8 @@ pub struct StandaloneOptions {
     pub gateway: GatewayOptions,
     pub upstream_ready_timeout: Duration,
     pub upstream_ready_interval: Duration,
+    /// The Built-in MCP helper, if any.
+    pub mcp: crate::McpSetup,
 }
 
 /// Run standalone mode to the end. Prints `listening on http://ADDR` on stdout once every worker
@@ -37,6 +42,9 @@ pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
         .await?;
         crate::check_store(&options.gateway.db_path).await?;
         crate::check_code_interpreter(&mut options.gateway).await;
+        let merged = Arc::new(Mutex::new(MergedMetrics::new()));
+        let helper = crate::mcp_slot::start(&options.mcp, Arc::clone(&merged)).await?;
+        options.gateway.mcp_helper_url = helper.as_ref().map(|h| h.url.clone());
         let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
         crate::log_auth(&options.gateway);
         let config = PoolConfig {
@@ -45,9 +53,10 @@ pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
             sockets,
             worker_config_json: serde_json::to_string(&options.gateway)?,
             drain_timeout: options.gateway.drain_timeout,
+            merged,
         };
         let workers = options.workers;
-        pool::run(
+        let stopped = pool::run(
             config,
             move |address| {
                 tracing::info!(%address, workers, "respgw serving");
@@ -55,7 +64,11 @@ pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
             },
             std::future::pending(),
         )
-        .await?;
+        .await;
+        if let Some(helper) = helper {
+            helper.stop().await;
+        }
+        stopped?;
         tracing::info!("respgw stopped");
         Ok(())
     })

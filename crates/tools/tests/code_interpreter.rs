@@ -26,6 +26,14 @@ fn work_root() -> &'static Path {
         };
         std::fs::create_dir_all(&base).unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
+        // Work roots of earlier runs whose process is gone (they hold up to a few hundred MiB).
+        for entry in std::fs::read_dir(&base).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix("run-").map(|p| p.split('.').next().unwrap_or(p).to_string());
+            if pid.is_some_and(|pid| !Path::new("/proc").join(&pid).exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
         base.join(format!("run-{}", std::process::id()))
     })
 }
@@ -317,7 +325,7 @@ async fn host_files_and_privileges_are_out_of_reach() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_code_is_stopped_while_other_executions_complete() {
     let config = SandboxConfig {
-        max_concurrency: 5,
+        max_concurrency: 6,
         // Page faults are slow on small VMs (~0.4 GB/s here): keep the hog's fill short.
         memory_bytes: 512 << 20,
         timeout: Duration::from_secs(10),
@@ -353,6 +361,20 @@ async fn hostile_code_is_stopped_while_other_executions_complete() {
             (name, c, e)
         }));
     }
+    // Another one starts while the fork bomb runs, and itself starts a process and threads.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let late = sb
+        .execute(
+            &Sandbox::new_container_id(),
+            "import subprocess, sys, threading\n\
+             ts = [threading.Thread(target=lambda: None) for _ in range(8)]\n\
+             [t.start() for t in ts]; [t.join() for t in ts]\n\
+             subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True, check=True).stdout",
+        )
+        .await
+        .unwrap();
+    assert_success(&late);
+    assert_eq!(late.result.as_deref(), Some("b'42\\n'"));
     let benign = benign.await.unwrap().unwrap();
     assert_success(&benign);
     assert_eq!(benign.stdout, "benign done\n");

@@ -37,15 +37,16 @@ pub struct SandboxConfig {
     pub max_file_bytes: u64,
     /// Processes *and threads* one execution may have at once. Default 64.
     ///
-    /// `RLIMIT_NPROC` is counted per (user namespace, real uid) and checked at every level of the
-    /// namespace hierarchy. Each bubblewrap sandbox has its own user namespace, so the runner sets
-    /// this limit inside the sandbox (before any model code runs, which cannot raise it again):
-    /// that count is per execution. At the host level the limit is `max_processes ×
-    /// max_concurrency + 16` for the dedicated sandbox uid when the gateway runs as root (see
-    /// [`SandboxConfig::sandbox_uid`]); when the gateway is not root the sandbox runs as the
-    /// gateway's own uid, whose inherited `ulimit -u` applies there (a lower one would count the
-    /// gateway's own threads). Note that a real uid of 0 is exempt from `RLIMIT_NPROC`, which is
-    /// why the sandbox never runs as host root.
+    /// `RLIMIT_NPROC` is counted per (user namespace, real uid), and checked at every level of
+    /// the namespace hierarchy against the limit in force when that namespace was made. Each
+    /// bubblewrap sandbox has a user namespace of its own, so the runner sets this limit inside
+    /// the sandbox, before any model code runs (which cannot raise it again): the count is then
+    /// per execution, and a fork bomb in one execution does not starve another. The host-level
+    /// limit of the uid is left as inherited: it is shared by every sandbox of every worker
+    /// process (and, when the gateway is not root, by the gateway's own threads), so lowering it
+    /// would make executions fail each other. A real uid of 0 is exempt from `RLIMIT_NPROC`
+    /// altogether, which is one reason the sandbox never runs as host root (see
+    /// [`SandboxConfig::sandbox_uid`]).
     pub max_processes: u64,
     /// `RLIMIT_NOFILE`. Default 256.
     pub max_open_files: u64,

@@ -118,9 +118,28 @@ impl Layout {
         Ok(dir)
     }
 
-    /// Moves a built font cache into place (another process may have won the race: fine).
+    /// Moves a built font cache into place (another process may have won the race: fine). It
+    /// was written by the sandbox uid; from now on it belongs to the gateway and is read-only to
+    /// everyone else, keeping only the plain files matplotlib wrote.
     pub fn publish_mplcache(&self, staging: &Path) {
-        if fs::rename(staging, &self.mplcache).is_err() {
+        // SAFETY: geteuid/getegid have no preconditions.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let seal = || -> std::io::Result<()> {
+            for entry in fs::read_dir(staging)? {
+                let path = entry?.path();
+                if fs::symlink_metadata(&path)?.is_file() {
+                    std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
+                    fs::set_permissions(&path, fs::Permissions::from_mode(0o644))?;
+                } else if fs::symlink_metadata(&path)?.is_dir() {
+                    fs::remove_dir_all(&path)?;
+                } else {
+                    fs::remove_file(&path)?;
+                }
+            }
+            std::os::unix::fs::lchown(staging, Some(uid), Some(gid))?;
+            fs::set_permissions(staging, fs::Permissions::from_mode(0o755))
+        };
+        if seal().is_err() || fs::rename(staging, &self.mplcache).is_err() {
             let _ = fs::remove_dir_all(staging);
         }
     }

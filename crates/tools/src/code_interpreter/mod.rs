@@ -166,7 +166,16 @@ impl Drop for CountGuard<'_> {
     }
 }
 
-const PROBE_CODE: &str = "import numpy, pandas, matplotlib\nimport matplotlib.pyplot as plt\n\
+/// The start-up probe: the packages import, and the sandbox is what we think it is (the
+/// unprivileged uid, no network interface but loopback, no capabilities).
+const PROBE_CODE: &str = "import os\n\
+import numpy, pandas, matplotlib\n\
+import matplotlib.pyplot as plt\n\
+assert os.getuid() == 65534, 'uid'\n\
+ifaces = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n\
+assert ifaces == ['lo'], 'network interfaces %r' % ifaces\n\
+status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n\
+assert int(status['CapEff'], 16) == 0, 'capabilities'\n\
 print('respgw-probe-ok', numpy.__version__, pandas.__version__, matplotlib.__version__)\n";
 
 impl Sandbox {
@@ -242,8 +251,14 @@ impl Sandbox {
         let run = match run {
             Ok(run) => run,
             Err(e) => {
+                let root_hint = if layout.drop_to.is_some() {
+                    " (as root the gateway needs CAP_SYS_ADMIN for a private mount namespace and CAP_SETUID/\
+                     CAP_SETGID to switch to the sandbox uid)"
+                } else {
+                    ""
+                };
                 return Err(SandboxError::Unavailable(format!(
-                    "cannot start bubblewrap ({}): {e}; {SETUP_HINT}",
+                    "cannot start bubblewrap ({}): {e}{root_hint}; {SETUP_HINT}",
                     launcher.bwrap.display()
                 )));
             }
@@ -265,7 +280,9 @@ impl Sandbox {
             } else if run.timed_out {
                 format!("the probe timed out after {timeout:?}")
             } else {
-                "the venv's python cannot import numpy, pandas and matplotlib in the sandbox".to_string()
+                "the venv's python cannot import numpy, pandas and matplotlib in the sandbox, \
+                 or the sandbox is not isolated as expected"
+                    .to_string()
             };
             return Err(SandboxError::Unavailable(format!("{what}; {SETUP_HINT}. stderr: {}", tail.trim())));
         }

@@ -353,13 +353,13 @@ impl Launcher {
 
         let stdin = child.stdin.take();
         let code = code.to_vec();
-        let stdin_task = tokio::spawn(async move {
+        let stdin_task = AbortOnDrop(tokio::spawn(async move {
             if let Some(mut stdin) = stdin {
                 // The runner may be gone already (killed): a broken pipe is not our problem.
                 let _ = stdin.write_all(&code).await;
                 let _ = stdin.shutdown().await;
             }
-        });
+        }));
         let max = c.max_output_bytes;
         let stdout = child.stdout.take().map(|s| tokio::spawn(read_bounded(s, max)));
         let stderr = child.stderr.take().map(|s| tokio::spawn(read_bounded(s, max)));
@@ -371,11 +371,14 @@ impl Launcher {
         let (disk_tx, mut disk_rx) = tokio::sync::oneshot::channel::<()>();
         let watched = Arc::new(data_dir.to_path_buf());
         let max_disk = c.max_disk_bytes;
-        let watchdog = tokio::spawn(async move {
+        let watchdog = AbortOnDrop(tokio::spawn(async move {
             let mut tick = tokio::time::interval(DISK_CHECK_EVERY);
             tick.tick().await;
             loop {
                 tick.tick().await;
+                if disk_tx.is_closed() {
+                    return; // the run is over (or was abandoned)
+                }
                 let dir = Arc::clone(&watched);
                 let usage = tokio::task::spawn_blocking(move || fsscan::usage(&dir)).await.ok().flatten();
                 if usage.is_none_or(|u| u.bytes > max_disk) {
@@ -383,7 +386,7 @@ impl Launcher {
                     return;
                 }
             }
-        });
+        }));
 
         let timeout = opts.timeout.unwrap_or(c.timeout);
         let mut timed_out = false;
@@ -402,8 +405,8 @@ impl Launcher {
             }
         };
         let duration = started_at.elapsed();
-        watchdog.abort();
-        stdin_task.abort();
+        drop(watchdog);
+        drop(stdin_task);
         // bwrap is reaped: the group id must not be signalled any more.
         let mut guard = guard;
         guard.pgid = None;
@@ -434,6 +437,15 @@ impl Launcher {
             }
         }
         Ok(out)
+    }
+}
+
+/// Aborts a helper task when the run ends or is abandoned (dropped future).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -528,7 +540,8 @@ fn child_setup(
             }
         }
         // If the gateway dies, bubblewrap dies, and with it (--die-with-parent) the sandbox.
-        // Set after the uid change, which clears it.
+        // Set after the uid change, which clears it. (The signal follows the *thread* that
+        // spawned: a tokio worker, which lives as long as the runtime.)
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());
         }

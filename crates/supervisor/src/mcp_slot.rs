@@ -1,0 +1,240 @@
+//! The Built-in MCP helper slot: one `respgw mcp-helper` process for the whole gateway.
+//!
+//! The supervisor validates the MCP config (a bad file is a clear start-up error), starts the
+//! helper on a loopback port, waits until every configured server had its first start attempt,
+//! hands its URL to the workers, and restarts it with back-off if it dies (its stdio MCP servers
+//! come back with it). It also polls the helper's per-server start-up counts and merges them into
+//! the gateway's metrics like one more process, so `gw_responses_mcp_server_startup_total`
+//! appears on every worker's `/metrics` and never goes backwards across helper restarts.
+//! With `--mcp-helper-url` the helper runs on its own and only the polling happens here.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use respgw_telemetry::{CounterSample, MergedMetrics, MetricsSnapshot};
+use respgw_tools::mcp::{McpConfig, McpHelperClient, McpTimeouts};
+use tokio::sync::watch;
+
+/// How this gateway gets its Built-in MCP helper.
+#[derive(Debug, Clone)]
+pub enum McpSetup {
+    /// Built-in MCP is disabled.
+    None,
+    /// Start a helper for this config on this loopback port (0: any free port).
+    Spawn { config: PathBuf, port: u16 },
+    /// Use a helper that runs on its own.
+    External { url: String },
+}
+
+impl McpSetup {
+    pub fn from_args(config: Option<PathBuf>, port: u16, url: Option<String>) -> Self {
+        match (config, url) {
+            (Some(config), _) => McpSetup::Spawn { config, port },
+            (None, Some(url)) => McpSetup::External { url },
+            (None, None) => McpSetup::None,
+        }
+    }
+}
+
+/// The merge slot of the helper's metrics (workers use small per-process ids).
+const METRICS_SLOT: u32 = u32::MAX;
+/// How often the helper's start-up counts are polled.
+const POLL_INTERVAL: Duration = Duration::from_secs(2);
+const RESTART_DELAY_MIN: Duration = Duration::from_millis(500);
+const RESTART_DELAY_MAX: Duration = Duration::from_secs(30);
+
+/// A helper in use; stops it (if we started it) when dropped via [`HelperSlot::stop`].
+pub struct HelperSlot {
+    pub url: String,
+    stop: watch::Sender<bool>,
+    supervisor: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl HelperSlot {
+    /// Stop the helper we started and wait for it.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.supervisor.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+/// Start (or find) the helper; `None` when Built-in MCP is disabled.
+pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyhow::Result<Option<HelperSlot>> {
+    let (stop, stop_rx) = watch::channel(false);
+    match setup {
+        McpSetup::None => Ok(None),
+        McpSetup::External { url } => {
+            let client = McpHelperClient::new(url).with_context(|| format!("bad --mcp-helper-url '{url}'"))?;
+            match client.health().await {
+                Ok(_) => tracing::info!(%url, "using the MCP helper"),
+                Err(e) => {
+                    tracing::warn!(%url, error = %e, "the MCP helper does not answer yet; MCP calls fail until it does")
+                }
+            }
+            tokio::spawn(poll_startup_counts(client, merged, None, stop_rx));
+            Ok(Some(HelperSlot { url: url.clone(), stop, supervisor: None }))
+        }
+        McpSetup::Spawn { config, port } => {
+            let parsed = McpConfig::load(config)?;
+            for warning in &parsed.warnings {
+                tracing::warn!("{warning}");
+            }
+            let timeouts = McpTimeouts::from_env().map_err(anyhow::Error::msg)?;
+            let port = if *port == 0 { crate::free_loopback_port()? } else { *port };
+            let url = format!("http://127.0.0.1:{port}");
+            let client = McpHelperClient::new(&url)?;
+            let exe = std::env::current_exe().context("cannot find the respgw binary to start the MCP helper")?;
+            let command = HelperCommand { exe, config: config.clone(), port };
+            let mut child = command.spawn()?;
+            // Every server gets its start-up timeout; the helper is healthy once all were tried.
+            let ready_within = timeouts.startup + Duration::from_secs(15);
+            wait_healthy(&client, &mut child, ready_within).await?;
+            tracing::info!(%url, servers = parsed.servers.len(), "MCP helper ready");
+            let (generation_tx, generation_rx) = watch::channel(0u64);
+            tokio::spawn(poll_startup_counts(client, merged, Some(generation_rx), stop_rx.clone()));
+            let supervisor = tokio::spawn(supervise(command, child, generation_tx, stop_rx));
+            Ok(Some(HelperSlot { url, stop, supervisor: Some(supervisor) }))
+        }
+    }
+}
+
+struct HelperCommand {
+    exe: PathBuf,
+    config: PathBuf,
+    port: u16,
+}
+
+impl HelperCommand {
+    fn spawn(&self) -> anyhow::Result<tokio::process::Child> {
+        let mut command = std::process::Command::new(&self.exe);
+        command
+            .arg("mcp-helper")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        crate::pool::die_with_parent(&mut command);
+        let child = tokio::process::Command::from(command).spawn().context("cannot start the MCP helper")?;
+        tracing::info!(pid = child.id().unwrap_or_default(), port = self.port, "MCP helper started");
+        Ok(child)
+    }
+}
+
+async fn wait_healthy(
+    client: &McpHelperClient,
+    child: &mut tokio::process::Child,
+    within: Duration,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("the MCP helper exited during start-up with {status}; see its log above");
+        }
+        if client.health().await.is_ok_and(|h| h.ok) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the MCP helper did not become ready within {} s", within.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Restart the helper whenever it dies, until told to stop; then stop it.
+async fn supervise(
+    command: HelperCommand,
+    mut child: tokio::process::Child,
+    generation: watch::Sender<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut failures = 0u32;
+    loop {
+        let started = tokio::time::Instant::now();
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+                failures = if started.elapsed() > Duration::from_secs(60) { 0 } else { failures + 1 };
+                let delay = RESTART_DELAY_MIN.saturating_mul(1 << failures.min(6)).min(RESTART_DELAY_MAX);
+                tracing::error!(%status, delay_ms = delay.as_millis() as u64, "the MCP helper died; restarting it");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => return,
+                }
+                match command.spawn() {
+                    Ok(new_child) => {
+                        child = new_child;
+                        generation.send_modify(|g| *g += 1);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot restart the MCP helper");
+                        return;
+                    }
+                }
+            }
+            _ = stop.changed() => {
+                if let Some(pid) = child.id() {
+                    // SAFETY: kill(2) on our own child.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                }
+                if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
+                    let _ = child.kill().await;
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Publish the helper's per-server start-up counts as `gw_responses_mcp_server_startup_total`.
+/// They are absolute per helper process: a restarted helper is a new generation, so the counts
+/// of the dead one are kept by the merge. For an external helper, a count that drops means it
+/// restarted.
+async fn poll_startup_counts(
+    client: McpHelperClient,
+    merged: Arc<Mutex<MergedMetrics>>,
+    generations: Option<watch::Receiver<u64>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut external_generation = 0u64;
+    let mut last_total = 0u64;
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let Ok(servers) = client.servers().await else { continue };
+        let mut counters = Vec::with_capacity(servers.len() * 2);
+        for server in &servers {
+            for (status, value) in [("ok", server.startup_ok_count), ("error", server.startup_error_count)] {
+                counters.push(CounterSample {
+                    name: "gw_responses_mcp_server_startup_total".into(),
+                    labels: vec![
+                        ("server_label".into(), server.server_label.clone()),
+                        ("status".into(), status.into()),
+                    ],
+                    value,
+                });
+            }
+        }
+        let total: u64 = counters.iter().map(|c| c.value).sum();
+        let generation = match &generations {
+            Some(g) => *g.borrow(),
+            None => {
+                if total < last_total {
+                    external_generation += 1;
+                }
+                external_generation
+            }
+        };
+        last_total = total;
+        let snapshot = MetricsSnapshot { counters, gauges: Vec::new(), histograms: Vec::new() };
+        merged.lock().unwrap_or_else(PoisonError::into_inner).update(METRICS_SLOT, generation, snapshot);
+    }
+}

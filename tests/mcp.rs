@@ -1,0 +1,330 @@
+//! Built-in MCP end to end: the real supervisor starts the real MCP helper, which runs the
+//! project's own rmcp test servers (stdio) and the ecosystem `@modelcontextprotocol/server-everything`
+//! (npm, `scripts/setup-mcp-test-servers`); the replay upstream makes the model call their tools.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Harness, final_response, kinds};
+use respgw_testkit::gateway::http_client;
+use respgw_testkit::upstream::Step;
+use serde_json::{Value, json};
+
+/// A binary built next to `respgw` by `cargo test --workspace`.
+fn sibling_bin(name: &str) -> PathBuf {
+    let bin = common::respgw_bin().with_file_name(name);
+    assert!(bin.exists(), "{} is missing: run the suite with scripts/test (cargo test --workspace)", bin.display());
+    bin
+}
+
+fn server_everything() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("crates/mcp-test-servers/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(path.exists(), "{} is missing: run scripts/setup-mcp-test-servers", path.display());
+    path
+}
+
+/// Write an MCP config with the given servers; returns its path (kept alive by `dir`).
+fn config(dir: &Path, servers: Value) -> String {
+    let path = dir.join("mcp.json");
+    std::fs::write(&path, json!({"mcpServers": servers}).to_string()).unwrap();
+    path.display().to_string()
+}
+
+fn local_servers() -> Value {
+    json!({
+        "local": {"command": sibling_bin("respgw-mcp-test-stdio")},
+        "broken": {"command": "/nonexistent/mcp-server"}
+    })
+}
+
+async fn harness(dir: &Path, servers: Value, extra_env: &[(&str, &str)]) -> Harness {
+    let path = config(dir, servers);
+    let mut env = vec![("GW_MCP_HOSTED_STARTUP_TIMEOUT_SEC", "5")];
+    env.extend_from_slice(extra_env);
+    Harness::start_with(&["--mcp-config", &path], &env).await
+}
+
+/// A model turn that calls `function` with `arguments`, then a final answer.
+fn calls(function: &str, arguments: Value) -> Vec<Step> {
+    let call = json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",
+        "function":{"name":function,"arguments":arguments.to_string()}}]},"finish_reason":"tool_calls"}]});
+    vec![Step::Sse(vec![format!("data: {call}\n\n"), "data: [DONE]\n\n".into()]), Step::text(&["Done."], "stop", None)]
+}
+
+fn mcp_tool(label: &str) -> Value {
+    json!({"type":"mcp","server_label":label,"require_approval":"never"})
+}
+
+fn item<'a>(response: &'a Value, kind: &str) -> &'a Value {
+    response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}: {response}"))
+}
+
+#[tokio::test]
+async fn a_builtin_mcp_call_streams_the_reference_events_and_feeds_the_result_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), local_servers(), &[]).await;
+    h.scenario("m", calls("mcp__local__echo", json!({"text":"hello mcp"})));
+    let events = h.stream_unchecked(json!({"model":"m","input":"echo it","tools":[mcp_tool("local")]})).await;
+    let k = kinds(&events);
+    let listing: Vec<&str> = k.iter().copied().filter(|t| t.contains("mcp_list_tools")).collect();
+    assert_eq!(listing, ["response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed"]);
+    let call_events: Vec<&str> = k.iter().copied().filter(|t| t.starts_with("response.mcp_call")).collect();
+    assert_eq!(call_events.first(), Some(&"response.mcp_call.in_progress"));
+    assert_eq!(
+        &call_events[call_events.len() - 2..],
+        ["response.mcp_call_arguments.done", "response.mcp_call.completed"]
+    );
+    assert!(call_events.contains(&"response.mcp_call_arguments.delta"));
+
+    let response = final_response(&events);
+    assert_eq!(response["status"], "completed");
+    let listing = item(response, "mcp_list_tools");
+    assert_eq!(listing["server_label"], "local");
+    assert!(listing["tools"].as_array().unwrap().iter().any(|t| t["name"] == "echo"));
+    let call = item(response, "mcp_call");
+    assert_eq!((call["server_label"].as_str(), call["name"].as_str()), (Some("local"), Some("echo")));
+    assert_eq!(call["status"], "completed");
+    assert_eq!(call["output"], "hello mcp");
+    assert!(call["error"].is_null());
+
+    let sent = h.upstream_bodies("m");
+    let offered: Vec<&str> =
+        sent[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert!(offered.contains(&"mcp__local__echo") && offered.contains(&"mcp__local__ref_schema"), "{offered:?}");
+    let ref_schema = sent[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "mcp__local__ref_schema")
+        .unwrap();
+    let parameters = ref_schema["function"]["parameters"].to_string();
+    assert!(
+        !parameters.contains("$ref") && !parameters.contains("$defs"),
+        "schemas are made safe for the upstream: {parameters}"
+    );
+    assert_eq!(
+        ref_schema["function"]["parameters"]["properties"]["point"]["properties"]["x"],
+        json!({"type":"number"})
+    );
+    let tool_message = sent[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(tool_message["content"], "hello mcp");
+}
+
+#[tokio::test]
+async fn tool_failures_and_bad_arguments_are_failed_items_not_failed_responses() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), local_servers(), &[]).await;
+    let mut steps = calls("mcp__local__fail", json!({"message":"the tool broke"}));
+    steps.extend(calls("mcp__local__add", json!({"a":"not a number","b":2})));
+    h.scenario("m", steps);
+    for expected in ["the tool broke", "do not match the input schema"] {
+        let events = h.stream_unchecked(json!({"model":"m","input":"x","tools":[mcp_tool("local")]})).await;
+        assert!(kinds(&events).contains(&"response.mcp_call.failed"));
+        let failed = events.iter().find(|e| e["type"] == "response.mcp_call.failed").unwrap();
+        assert!(failed.get("error").is_none(), "no `error` key in the event: SDKs would treat it as fatal");
+        let response = final_response(&events);
+        assert_eq!(response["status"], "completed");
+        let call = item(response, "mcp_call");
+        assert_eq!(call["status"], "failed");
+        assert!(call["error"].as_str().unwrap().contains(expected), "{call}");
+    }
+}
+
+#[tokio::test]
+async fn continuations_list_tools_once_and_show_earlier_calls_to_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), local_servers(), &[]).await;
+    let mut steps = calls("mcp__local__echo", json!({"text":"first"}));
+    steps.push(Step::text(&["Second answer."], "stop", None));
+    h.scenario("m", steps);
+    let (_, first) = h.create(json!({"model":"m","input":"one","tools":[mcp_tool("local")]})).await;
+    let (status, second) = h
+        .create(json!({"model":"m","input":"two","tools":[mcp_tool("local")],"previous_response_id":first["id"]}))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    assert!(
+        second["output"].as_array().unwrap().iter().all(|i| i["type"] != "mcp_list_tools"),
+        "listed once per conversation"
+    );
+    let messages = h.upstream_bodies("m")[2]["messages"].clone();
+    assert!(messages.to_string().contains("mcp__local__echo"), "earlier MCP calls are in the history: {messages}");
+    assert!(messages.to_string().contains("first"));
+}
+
+#[tokio::test]
+async fn an_unknown_or_down_server_is_a_422_before_anything_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), local_servers(), &[]).await;
+    let (status, body) = h.create(json!({"model":"m","input":"x","tools":[mcp_tool("nope")]})).await;
+    assert_eq!((status, body["error"]["type"].as_str()), (422, Some("bad_input")));
+    assert!(body["error"]["message"].as_str().unwrap().contains("Unknown MCP server_label"));
+    let (status, body) = h.create(json!({"model":"m","input":"x","tools":[mcp_tool("broken")]})).await;
+    assert_eq!(status, 422, "{body}");
+    let (status, _) = h
+        .create(json!({"model":"m","input":"x","tools":[mcp_tool("local")],"tool_choice":{"type":"mcp","server_label":"local","name":"nope"}}))
+        .await;
+    assert_eq!(status, 422);
+}
+
+#[tokio::test]
+async fn discovery_routes_report_servers_tools_and_their_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), local_servers(), &[]).await;
+    let (status, list) = h.get("/v1/mcp/servers").await;
+    assert_eq!(status, 200);
+    let by_label = |l: &str| list["data"].as_array().unwrap().iter().find(|s| s["server_label"] == l).unwrap().clone();
+    assert_eq!(by_label("local")["available"], true);
+    assert_eq!(by_label("broken")["available"], false);
+    assert!(by_label("broken")["last_error"].as_str().is_some());
+    let (status, tools) = h.get("/v1/mcp/servers/local/tools").await;
+    assert_eq!(status, 200);
+    assert!(tools["data"].as_array().unwrap().iter().any(|t| t["name"] == "echo"));
+    assert_eq!(h.get("/v1/mcp/servers/nope/tools").await.0, 404);
+    assert_eq!(h.get("/v1/mcp/servers/broken/tools").await.0, 409);
+
+    // Startup outcomes reach the gateway's metrics (polled from the helper).
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        if text.contains(r#"server_label="broken",status="error""#) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(text.contains(r#"gw_responses_mcp_server_startup_total{server_label="local",status="ok"}"#), "{text}");
+    assert!(text.contains(r#"gw_responses_mcp_server_startup_total{server_label="broken",status="error"}"#));
+}
+
+#[tokio::test]
+async fn without_mcp_config_discovery_is_empty() {
+    let h = Harness::start().await;
+    assert_eq!(h.get("/v1/mcp/servers").await, (200, json!({"object":"list","data":[]})));
+    assert_eq!(h.get("/v1/mcp/servers/any/tools").await.0, 404);
+    let (status, body) = h.create(json!({"model":"m","input":"x","tools":[mcp_tool("any")]})).await;
+    assert_eq!((status, body["error"]["type"].as_str()), (422, Some("bad_input")));
+}
+
+#[tokio::test]
+async fn an_unreachable_helper_is_503_on_discovery() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let h = Harness::start_with(&["--mcp-helper-url", &format!("http://127.0.0.1:{port}")], &[]).await;
+    assert_eq!(h.get("/v1/mcp/servers").await.0, 503);
+    assert_eq!(h.get("/v1/mcp/servers/x/tools").await.0, 503);
+}
+
+/// Children of `pid` whose command line contains `needle`.
+fn children(pid: u32, needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let ppid =
+                stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|p| p.parse().ok());
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            ppid == Some(pid) && String::from_utf8_lossy(&cmdline).contains(needle)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_killed_helper_fails_calls_as_items_then_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), json!({"local": {"command": sibling_bin("respgw-mcp-test-stdio")}}), &[]).await;
+    let mut steps = calls("mcp__local__echo", json!({"text":"before"}));
+    steps.extend(calls("mcp__local__echo", json!({"text":"during"})));
+    steps.extend(calls("mcp__local__echo", json!({"text":"after"})));
+    h.scenario("m", steps);
+    let run = |text: &'static str| {
+        let h = &h;
+        async move {
+            let (status, body) = h.create(json!({"model":"m","input":text,"tools":[mcp_tool("local")]})).await;
+            (status, body)
+        }
+    };
+    let (_, before) = run("before").await;
+    assert_eq!(item(&before, "mcp_call")["status"], "completed");
+
+    // Resolve first (inventory), then kill the helper while the model "thinks".
+    let helper = children(h.gateway.pid(), "mcp-helper");
+    assert_eq!(helper.len(), 1);
+    let upstream = h.upstream.requests("m").len();
+    let during = tokio::spawn({
+        let url = h.url("/v1/responses");
+        async move {
+            respgw_testkit::gateway::post_json(&url, &json!({"model":"m","input":"during","tools":[mcp_tool("local")]}))
+                .await
+                .unwrap()
+        }
+    });
+    // Wait until the first upstream call of that request happened (resolution is done), then kill.
+    for _ in 0..100 {
+        if h.upstream.requests("m").len() > upstream {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // SAFETY: kill(2) on a process of this test.
+    unsafe { libc::kill(helper[0] as libc::pid_t, libc::SIGKILL) };
+    let (status, _, during) = during.await.unwrap();
+    assert_eq!(status, 200, "{during}");
+    let call = item(&during, "mcp_call");
+    assert_eq!(call["status"], "failed", "a dead helper fails the call as an item: {call}");
+    assert!(!call["error"].as_str().unwrap_or_default().is_empty());
+    // The supervisor restarts the helper (and with it the stdio server); calls work again.
+    let mut after = Value::Null;
+    for _ in 0..100 {
+        let (status, servers) = h.get("/v1/mcp/servers").await;
+        if status == 200 && servers["data"][0]["available"] == true {
+            let (status, body) = run("after").await;
+            assert_eq!(status, 200, "{body}");
+            after = body;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(item(&after, "mcp_call")["status"], "completed", "{after}");
+    assert!(h.wait_for_log("the MCP helper died; restarting it").await);
+}
+
+#[tokio::test]
+async fn the_ecosystem_server_everything_works_through_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = json!({"everything": {"command": "node", "args": [server_everything(), "stdio"]}});
+    let h = harness(dir.path(), servers, &[("GW_MCP_HOSTED_STARTUP_TIMEOUT_SEC", "20")]).await;
+    h.scenario("m", calls("mcp__everything__echo", json!({"message":"from the gateway"})));
+    let (status, body) = h.create(json!({"model":"m","input":"x","tools":[mcp_tool("everything")]})).await;
+    assert_eq!(status, 200, "{body}");
+    let call = item(&body, "mcp_call");
+    assert_eq!(call["status"], "completed", "{call}");
+    assert!(call["output"].as_str().unwrap().contains("from the gateway"));
+}
+
+#[tokio::test]
+async fn an_invalid_config_is_a_clear_start_up_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mcp.json");
+    std::fs::write(&path, r#"{"mcpServers": {"bad label!": {"command": "x"}}}"#).unwrap();
+    let upstream = respgw_testkit::upstream::ReplayUpstream::start().await.unwrap();
+    let mut args = common::serve_args(&upstream.base_url(), &["--mcp-config", path.to_str().unwrap()]);
+    args.extend(["--db-path".into(), dir.path().join("x.db").display().to_string()]);
+    let out = tokio::process::Command::new(common::respgw_bin())
+        .args(&args)
+        .envs(common::quiet_env())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad label!") && stderr.contains("mcp.json"), "{stderr}");
+}
