@@ -13,7 +13,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use respgw_protocol::events::StreamError;
-use respgw_protocol::ids::{IdKind, new_id};
+use respgw_protocol::ids::{IdKind, is_own_id, new_id};
 use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, McpCallItem, McpListToolsItem};
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest};
@@ -171,7 +171,10 @@ impl Engine {
             .iter()
             .rev()
             .find_map(|item| match item {
-                Item::CodeInterpreterCall(c) => Some(c.container_id.clone()),
+                // Only a container this gateway made can be reused; another system's id starts afresh.
+                Item::CodeInterpreterCall(c) if is_own_id(IdKind::Container, &c.container_id) => {
+                    Some(c.container_id.clone())
+                }
                 _ => None,
             })
             .unwrap_or_else(|| new_id(IdKind::Container));

@@ -32,6 +32,14 @@ impl IdKind {
     }
 }
 
+/// Whether `id` is one this gateway minted for `kind` (`<prefix>_<uuid>`). Clients may replay
+/// ids of other systems (the reference API's `cntr_<48 hex>`); those are not ours to reuse.
+pub fn is_own_id(kind: IdKind, id: &str) -> bool {
+    id.strip_prefix(kind.prefix())
+        .and_then(|rest| rest.strip_prefix('_'))
+        .is_some_and(|uuid| uuid.len() == 36 && uuid::Uuid::parse_str(uuid).is_ok())
+}
+
 /// A fresh id of the given kind.
 pub fn new_id(kind: IdKind) -> String {
     format!("{}_{}", kind.prefix(), uuid::Uuid::now_v7().hyphenated())
@@ -48,6 +56,9 @@ mod tests {
         assert!(a.starts_with("resp_"));
         assert_eq!(a.len(), "resp_".len() + 36);
         assert_ne!(a, b);
+        assert!(is_own_id(IdKind::Response, &a));
+        assert!(!is_own_id(IdKind::Container, &a));
+        assert!(!is_own_id(IdKind::Container, "cntr_6957f9a833d881988d1d5953f1dcffee09e72e9a3fe371da"));
         assert!(new_id(IdKind::FunctionCall).starts_with("fc_"));
     }
 }
