@@ -65,14 +65,7 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
         options.gateway.mcp_helper_url = helper.as_ref().map(|h| h.url.clone());
         let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
         crate::log_auth(&options.gateway);
-        let config = PoolConfig {
-            exe: std::env::current_exe().context("cannot find the respgw binary to start workers")?,
-            workers: options.workers,
-            sockets,
-            worker_config_json: serde_json::to_string(&options.gateway)?,
-            drain_timeout: options.gateway.drain_timeout,
-            merged,
-        };
+        let config = PoolConfig::new(&options.gateway, options.workers, sockets, merged)?;
         let mut exit_watch = model_exit.clone();
         let model_exited = async move {
             loop {

@@ -51,6 +51,25 @@ pub struct PoolConfig {
     pub merged: Arc<Mutex<MergedMetrics>>,
 }
 
+impl PoolConfig {
+    /// Workers re-exec this binary with `gateway` as their configuration.
+    pub fn new(
+        gateway: &respgw_server::GatewayOptions,
+        workers: usize,
+        sockets: PublicSockets,
+        merged: Arc<Mutex<MergedMetrics>>,
+    ) -> anyhow::Result<Self> {
+        Ok(PoolConfig {
+            exe: std::env::current_exe().context("cannot find the respgw binary to start workers")?,
+            workers,
+            sockets,
+            worker_config_json: serde_json::to_string(gateway)?,
+            drain_timeout: gateway.drain_timeout,
+            merged,
+        })
+    }
+}
+
 /// Why the pool stopped.
 #[derive(Debug)]
 pub enum PoolStop {

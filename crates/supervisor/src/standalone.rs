@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
 use respgw_server::GatewayOptions;
 use respgw_telemetry::MergedMetrics;
 
@@ -47,14 +46,7 @@ pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
         options.gateway.mcp_helper_url = helper.as_ref().map(|h| h.url.clone());
         let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
         crate::log_auth(&options.gateway);
-        let config = PoolConfig {
-            exe: std::env::current_exe().context("cannot find the respgw binary to start workers")?,
-            workers: options.workers,
-            sockets,
-            worker_config_json: serde_json::to_string(&options.gateway)?,
-            drain_timeout: options.gateway.drain_timeout,
-            merged,
-        };
+        let config = PoolConfig::new(&options.gateway, options.workers, sockets, merged)?;
         let workers = options.workers;
         let stopped = pool::run(
             config,
