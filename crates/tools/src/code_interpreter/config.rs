@@ -106,8 +106,9 @@ impl Default for SandboxConfig {
 
 impl SandboxConfig {
     /// The defaults with the environment applied: `XDG_CACHE_HOME`/`HOME` for the venv path,
-    /// [`ENV_VENV`] and [`ENV_TIMEOUT_SEC`]. An unparsable timeout is an error naming the
-    /// variable (a typo must not silently become the default).
+    /// [`ENV_VENV`], [`ENV_TIMEOUT_SEC`] and the limits ([`ENV_MEMORY_MB`], [`ENV_CPU_SEC`],
+    /// [`ENV_MAX_CONCURRENCY`], [`ENV_MAX_QUEUED`], [`ENV_CONTAINER_IDLE_SEC`]). An unparsable
+    /// value is an error naming the variable (a typo must not silently become the default).
     pub fn from_env() -> Result<SandboxConfig, String> {
         let mut config = SandboxConfig {
             venv: default_venv(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")),
@@ -125,9 +126,47 @@ impl SandboxConfig {
                 .ok_or_else(|| format!("{ENV_TIMEOUT_SEC}={raw:?} is not a positive number of seconds"))?;
             config.timeout = Duration::from_secs_f64(secs);
         }
+        let whole = |name: &str| -> Result<Option<u64>, String> {
+            match std::env::var(name) {
+                Ok(raw) if !raw.trim().is_empty() => raw
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .map(Some)
+                    .ok_or_else(|| format!("{name}={raw:?} is not a positive whole number")),
+                _ => Ok(None),
+            }
+        };
+        if let Some(mb) = whole(ENV_MEMORY_MB)? {
+            config.memory_bytes = mb.saturating_mul(1 << 20);
+        }
+        if let Some(secs) = whole(ENV_CPU_SEC)? {
+            config.cpu_seconds = secs;
+        }
+        if let Some(n) = whole(ENV_MAX_CONCURRENCY)? {
+            config.max_concurrency = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(n) = whole(ENV_MAX_QUEUED)? {
+            config.max_queued = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(secs) = whole(ENV_CONTAINER_IDLE_SEC)? {
+            config.container_idle = Duration::from_secs(secs);
+        }
         Ok(config)
     }
 }
+
+/// Address-space limit per execution, in MiB (default 2048).
+pub const ENV_MEMORY_MB: &str = "GW_CODE_INTERPRETER_MEMORY_MB";
+/// CPU-seconds limit per execution (default 30).
+pub const ENV_CPU_SEC: &str = "GW_CODE_INTERPRETER_CPU_SEC";
+/// Executions running at once per worker (default: the number of CPUs).
+pub const ENV_MAX_CONCURRENCY: &str = "GW_CODE_INTERPRETER_MAX_CONCURRENCY";
+/// Executions waiting beyond that before calls fail as busy (default 32).
+pub const ENV_MAX_QUEUED: &str = "GW_CODE_INTERPRETER_MAX_QUEUED";
+/// Seconds an unused container directory is kept (default 1200).
+pub const ENV_CONTAINER_IDLE_SEC: &str = "GW_CODE_INTERPRETER_CONTAINER_IDLE_SEC";
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/respgw/code-interpreter-venv` (the same rule as the setup
 /// script). Without either variable: relative to the current directory, which `Sandbox::new`

@@ -6,9 +6,13 @@
 //! the stream. [`LegacySseTransport`] implements rmcp's [`Transport`], so a session over it is driven by
 //! the same rmcp client code as stdio and streamable HTTP ones.
 //!
-//! The transport ends (`receive` yields `None`) when the event stream ends or breaks; the helper then
-//! reconnects with back-off like for any other dropped server. It never reconnects by itself: a new
-//! stream is a new MCP session, which needs a new `initialize`.
+//! The transport ends (`receive` yields `None`) when the event stream ends or breaks; the MCP helper then
+//! reconnects with back-off like for any other dropped server (a Remote MCP session just ends with its
+//! request). It never reconnects by itself: a new stream is a new MCP session, which needs a new
+//! `initialize`.
+//!
+//! Used by the MCP helper (Built-in `"transport":"sse"` entries) and by Remote MCP (URLs whose path
+//! ends in `/sse`), so it lives here rather than in either.
 
 use std::time::Duration;
 
@@ -19,6 +23,8 @@ use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+use super::redact::error_chain;
 
 /// How long one POST of a message may take (the server only has to accept it; the reply comes on the
 /// stream).
@@ -118,7 +124,7 @@ impl LegacySseTransport {
 }
 
 /// The endpoint event's URL, resolved against the SSE URL. It must stay on the same origin: a server
-/// must not be able to make the helper POST (with the entry's headers) to some other host.
+/// must not be able to make the client POST (with its credentials) to some other host.
 fn resolve_endpoint(sse_url: &reqwest::Url, endpoint: &str) -> Result<reqwest::Url, LegacySseError> {
     let url =
         sse_url.join(endpoint).map_err(|e| LegacySseError::Endpoint(format!("invalid endpoint {endpoint:?}: {e}")))?;
@@ -164,21 +170,6 @@ impl Drop for LegacySseTransport {
     fn drop(&mut self) {
         self.reader.abort();
     }
-}
-
-/// An error and its sources on one line.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -1,13 +1,17 @@
-//! Built-in MCP, the worker's side: the config file, the helper's loopback API and its client.
+//! MCP, the worker's side: Built-in MCP (the config file, the helper's loopback API and its client)
+//! and Remote MCP (servers a request declares, dialled by the worker itself).
 //!
 //! One MCP helper process per gateway (`respgw mcp-helper --config mcp.json --listen 127.0.0.1:PORT`,
 //! crate `respgw-mcp-helper`) owns every Built-in MCP session; workers reach it over loopback HTTP with
-//! [`McpHelperClient`].
+//! [`McpHelperClient`]. Remote MCP sessions are per request and live in the worker ([`remote`]).
 //!
 //! - [`config`]: `mcp.json` parsing and validation ([`McpConfig`]) and the two time limits
 //!   ([`McpTimeouts`]).
 //! - [`wire`]: the JSON bodies of the loopback API, written by the helper and read by the client.
 //! - [`helper_client`]: [`McpHelperClient`] and [`HelperError`].
+//! - [`remote`]: Remote MCP sessions, their settings and the address policy against request forgery.
+//! - Shared by the helper and Remote MCP: [`client`] (`tools/list` into [`ToolInfo`]), [`legacy_sse`]
+//!   (the legacy HTTP+SSE client transport rmcp lacks), [`redact`] (error texts without secrets).
 //!
 //! # The loopback API
 //!
@@ -30,12 +34,17 @@
 //! counters (every start attempt: the first, restarts after a crash, reconnects). The helper has no
 //! `/metrics`; whoever merges metrics reads them from `GET /servers`.
 
+pub mod client;
 pub mod config;
 pub mod helper_client;
+pub mod legacy_sse;
+pub mod redact;
+pub mod remote;
 pub mod wire;
 
 pub use config::{ConfigError, McpConfig, McpTimeouts, ServerEntry, StdioServer, UrlServer, UrlTransport};
 pub use helper_client::{HelperError, HelperTimeouts, McpHelperClient};
+pub use remote::{RemoteMcp, RemoteMcpSettings, RemoteSession};
 pub use wire::{
     CallOutcome, CallRequest, ErrorBody, ErrorDetail, Health, ServerList, ServerStatus, ToolInfo, ToolList,
     TransportKind, content_to_text,
