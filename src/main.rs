@@ -10,6 +10,7 @@ use respgw_supervisor::McpSetup;
 use respgw_supervisor::integrated::IntegratedOptions;
 use respgw_supervisor::standalone::StandaloneOptions;
 use respgw_telemetry::tracing_otlp::{self, TracingConfig};
+use respgw_tools::mcp::{RemoteMcp, RemoteMcpSettings};
 
 #[derive(Parser)]
 #[command(
@@ -241,6 +242,15 @@ fn metrics_path(enabled: bool, path: String) -> Result<Option<String>, String> {
     Ok(Some(path))
 }
 
+/// Remote MCP settings (`GW_MCP_REQUEST_REMOTE_ENABLED`, `_URL_CHECKS`, `_CONNECT_TIMEOUT_SEC`,
+/// `_TOOL_TIMEOUT_SEC`, `_CA_FILE`; environment only), checked here — CA file included — so that a
+/// bad value stops the start with a clear message instead of failing every worker.
+fn remote_mcp_settings() -> Result<RemoteMcpSettings, String> {
+    let settings = RemoteMcpSettings::from_env()?;
+    RemoteMcp::new(settings.clone())?;
+    Ok(settings)
+}
+
 impl ServeArgs {
     fn into_options(self) -> Result<StandaloneOptions, String> {
         let g = self.gateway;
@@ -266,6 +276,7 @@ impl ServeArgs {
                 drain_timeout: Duration::from_secs_f64(g.drain_timeout),
                 code_interpreter: g.code_interpreter == CodeInterpreterMode::Spawn,
                 mcp_helper_url: None,
+                remote_mcp: remote_mcp_settings()?,
             },
         })
     }
@@ -295,6 +306,7 @@ impl IntegratedArgs {
                 forward_other_routes_to: None,
                 code_interpreter: self.code_interpreter == CodeInterpreterMode::Spawn,
                 mcp_helper_url: None,
+                remote_mcp: remote_mcp_settings()?,
                 drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             },
         })

@@ -20,8 +20,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::legacy_sse::{LegacySseTransport, error_chain};
-use crate::redact::{Redactor, truncate_chars};
+pub(crate) use respgw_tools::mcp::client::list_tools;
+use respgw_tools::mcp::legacy_sse::LegacySseTransport;
+pub(crate) use respgw_tools::mcp::redact::tidy;
+use respgw_tools::mcp::redact::{Redactor, error_chain, truncate_chars};
 
 /// Variables a stdio server inherits from the helper; everything else comes from its `env`. Same list
 /// as the official MCP SDKs: enough for `npx`/`uvx` to work, without handing the gateway's own secrets
@@ -302,46 +304,4 @@ fn same_origin_redirects() -> reqwest::redirect::Policy {
 fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// The server's whole tool list, converted to the wire shape and sorted by name.
-pub(crate) async fn list_tools(peer: &rmcp::Peer<RoleClient>) -> Result<Vec<ToolInfo>, String> {
-    let tools = peer.list_all_tools().await.map_err(|e| format!("tools/list failed: {}", error_chain(&e)))?;
-    let mut tools: Vec<ToolInfo> = tools
-        .into_iter()
-        .map(|tool| ToolInfo {
-            name: tool.name.into_owned(),
-            title: tool.title,
-            description: tool.description.map(|d| d.into_owned()),
-            input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-            annotations: tool.annotations.and_then(|a| serde_json::to_value(a).ok()),
-        })
-        .collect();
-    tools.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(tools)
-}
-
-/// rmcp's error texts name Rust types (`Transport [rmcp::transport::worker::WorkerTransport<…>] error`);
-/// an operator reading `last_error` needs the rest of the sentence, not the type.
-pub(crate) fn tidy(text: &str) -> String {
-    let mut out = text.to_owned();
-    while let Some(start) = out.find(" [rmcp::") {
-        let Some(len) = out[start..].find(']') else { break };
-        out.replace_range(start..start + len + 1, "");
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tidy_drops_rust_type_names() {
-        assert_eq!(
-            tidy("Send message error Transport [rmcp::transport::worker::WorkerTransport<a::B<c::D>>] error: HTTP 401"),
-            "Send message error Transport error: HTTP 401"
-        );
-        assert_eq!(tidy("plain"), "plain");
-    }
 }

@@ -23,13 +23,13 @@
 //!   SIGKILL) when the helper stops, and are SIGKILLed by the kernel if the helper dies.
 //!
 //! Files: [`runtime`] (all servers), [`slot`] (one server: state, supervision, calls), `connect`
-//! (opening a session), [`legacy_sse`] (the SSE client transport rmcp lacks), [`api`] (the routes),
-//! `redact` (secret masking).
+//! (opening a session), [`api`] (the routes). Shared with Remote MCP and kept in `respgw_tools::mcp`:
+//! [`legacy_sse`] (the SSE client transport rmcp lacks), `redact` (secret masking, error texts) and
+//! `client` (`tools/list` into the wire shape).
 
 pub mod api;
 mod connect;
-pub mod legacy_sse;
-mod redact;
+pub use respgw_tools::mcp::legacy_sse;
 pub mod runtime;
 pub mod slot;
 

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use respgw_tools::mcp::redact::error_chain;
 use respgw_tools::mcp::{CallOutcome, ServerEntry, ServerStatus, ToolInfo, content_to_text};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest};
 use rmcp::service::ServiceError;
@@ -24,7 +25,6 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use crate::HelperSettings;
 use crate::connect::{Connector, list_tools, tidy};
-use crate::legacy_sse::error_chain;
 
 /// A session that lived this long before dying resets the back-off: it was not a crash loop.
 const STABLE_SESSION: Duration = Duration::from_secs(60);

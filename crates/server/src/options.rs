@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use respgw_engine::UpstreamConfig;
+use respgw_tools::mcp::RemoteMcpSettings;
 use serde::{Deserialize, Serialize};
 
 /// Configuration of a gateway worker.
@@ -28,4 +29,7 @@ pub struct GatewayOptions {
     pub code_interpreter: bool,
     /// Base URL of the Built-in MCP helper, when MCP servers are configured.
     pub mcp_helper_url: Option<String>,
+    /// Remote (request-declared) MCP: `GW_MCP_REQUEST_REMOTE_*`, read once by the supervisor.
+    #[serde(default)]
+    pub remote_mcp: RemoteMcpSettings,
 }

@@ -11,7 +11,7 @@ use respgw_engine::{Engine, Upstream};
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
-use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, McpTimeouts};
+use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, McpTimeouts, RemoteMcp};
 
 use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
@@ -50,6 +50,7 @@ pub async fn build(
 
 /// The gateway tools this worker runs. The supervisor already checked the sandbox; if it fails
 /// here anyway, the tool is left out (requests naming it get a 400) rather than the worker dying.
+/// Remote MCP settings were validated by the supervisor too (an unreadable CA file fails here).
 async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperClient>) -> anyhow::Result<GatewayTools> {
     let sandbox = if options.code_interpreter {
         let config = SandboxConfig::from_env().map_err(|e| anyhow::anyhow!("code interpreter settings: {e}"))?;
@@ -63,7 +64,9 @@ async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperCli
     } else {
         None
     };
-    Ok(GatewayTools::new(sandbox, mcp_helper))
+    let remote_mcp =
+        RemoteMcp::new(options.remote_mcp.clone()).map_err(|e| anyhow::anyhow!("Remote MCP settings: {e}"))?;
+    Ok(GatewayTools::new(sandbox, mcp_helper, remote_mcp))
 }
 
 /// The client of the Built-in MCP helper, with call timeouts matching the helper's own.
@@ -72,6 +75,42 @@ fn mcp_helper_client(options: &GatewayOptions) -> anyhow::Result<Option<McpHelpe
     let timeouts = McpTimeouts::from_env().map_err(anyhow::Error::msg)?;
     let client = McpHelperClient::new(url).with_context(|| format!("bad MCP helper URL '{url}'"))?;
     Ok(Some(client.with_timeouts(HelperTimeouts::for_tool_timeout(timeouts.tool_call))))
+}
+
+/// How long just-accepted connections get to send their first request before draining starts.
+const ACCEPT_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// A listener that stops accepting once told to, while the server keeps running its
+/// connections (axum's graceful shutdown alone stops accepting and closes idle connections at the
+/// same instant).
+struct StopAccepting<L> {
+    inner: L,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl<L: axum::serve::Listener> axum::serve::Listener for StopAccepting<L> {
+    type Io = L::Io;
+    type Addr = L::Addr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            if *self.stop.borrow() {
+                std::future::pending::<()>().await;
+            }
+            tokio::select! {
+                connection = self.inner.accept() => return connection,
+                changed = self.stop.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
 }
 
 /// Serve `app` on `listener` until `shutdown` resolves; then stop accepting and let in-flight
@@ -91,9 +130,16 @@ pub async fn serve_on(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
     });
+    let (stop_accepting, stop_rx) = tokio::sync::watch::channel(false);
+    let listener = StopAccepting { inner: listener, stop: stop_rx };
     let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
+        // First stop taking connections (a successor on the same socket takes the backlog),
+        // then give connections accepted a moment ago time to send their request: graceful
+        // shutdown closes connections that are idle, and those would otherwise be cut.
+        let _ = stop_accepting.send(true);
+        tokio::time::sleep(ACCEPT_GRACE).await;
         let _ = drain_started_tx.send(());
     });
     let drain_timeout = options.drain_timeout;

@@ -24,7 +24,8 @@
 //!   never wait for writers. Each read is a single statement, hence one consistent snapshot.
 //! - Locks held by other processes are waited for by a busy handler with fine-grained sleeps (see
 //!   the `connection` module), within the same 5 s budget the busy timeout had.
-//! - WAL checkpoints run on a background thread, not inside commits (see the `checkpoint` module).
+//! - WAL checkpoints run on a background thread, not inside commits; a commit waits for one only
+//!   when the WAL has grown past its limit under overload (see the `checkpoint` module).
 //!
 //! An in-memory store (tests) has a single connection that serves reads and writes alike.
 
@@ -33,6 +34,7 @@ mod connection;
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -233,15 +235,9 @@ impl SqliteStore {
             }
         };
         let writer = Arc::new(tokio::sync::Mutex::new(writer));
-        let checkpointer = Checkpointer::start(
-            checkpoint_conn,
-            Arc::downgrade(&writer),
-            signal,
-            config.clone(),
-            Arc::clone(&stats),
-            path.to_owned(),
-        )
-        .map_err(|e| StoreError::Unavailable(format!("cannot start the WAL checkpointer thread: {e}")))?;
+        let checkpointer =
+            Checkpointer::start(checkpoint_conn, signal, config.clone(), Arc::clone(&stats), path.to_owned())
+                .map_err(|e| StoreError::Unavailable(format!("cannot start the WAL checkpointer thread: {e}")))?;
         let readers = Readers {
             path: path.to_owned(),
             permits: Arc::new(Semaphore::new(config.max_readers.max(1))),
@@ -348,10 +344,14 @@ fn open_file(path: &Path, config: &Config, stats: &Arc<Stats>, signal: Arc<Signa
         return Ok(Opened::Newer(version));
     }
     // SQLite calls this after every commit with the number of frames in the WAL: it tells the
-    // checkpointer (which replaces SQLite's automatic checkpoint, disabled) when to run.
-    let pages = config.checkpoint_pages;
+    // checkpointer (which replaces SQLite's automatic checkpoint, disabled) when to run, and holds
+    // this writer back while the WAL is over its limit.
+    let (hook_config, hook_stats) = (config.clone(), Arc::clone(stats));
     writer.wal_hook(Some(move |_: &mut Wal, frames: c_int| {
-        signal.committed(frames, pages);
+        hook_stats.wal_frames_max.fetch_max(frames, Ordering::Relaxed);
+        if signal.committed(frames, &hook_config) {
+            hook_stats.wal_waits.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }))?;
     let checkpoint_conn = connection::open_checkpointer(path, config, stats)?;

@@ -3,11 +3,13 @@
 //! outcome on its item.
 //!
 //! Built-in MCP tools are listed through the MCP helper at resolve time (so an unknown or
-//! unavailable server is a 422 before anything streams), filtered by `allowed_tools`, named
-//! `mcp__<label>__<tool>` for the model, and given parameter schemas every upstream accepts.
-//! Arguments are checked against the tool's own schema before the call; any failure — bad
-//! arguments, a tool error, a timeout, the helper being down — is a failed `mcp_call` item the
-//! model sees, never a failed response.
+//! unavailable server is a 422 before anything streams); Remote MCP servers are dialled at resolve
+//! time, one session per declaration for the whole request (an unreachable or refused server is a
+//! 422 too). Either way the tools are filtered by `allowed_tools`, named `mcp__<label>__<tool>`
+//! for the model, and given parameter schemas every upstream accepts. Arguments are checked
+//! against the tool's own schema before the call; any failure — bad arguments, a tool error, a
+//! timeout, the helper or the server being down — is a failed `mcp_call` item the model sees,
+//! never a failed response.
 
 use std::sync::Arc;
 
@@ -21,20 +23,22 @@ use respgw_protocol::{ApiError, ToolDeclaration, ValidatedRequest};
 use serde_json::{Map, Value, json};
 
 use crate::code_interpreter::{ExecutionStatus, Sandbox};
-use crate::mcp::{HelperError, McpHelperClient, ToolInfo};
+use crate::mcp::{HelperError, McpHelperClient, RemoteMcp, RemoteSession, ToolInfo};
 
 /// The gateway tools this process can run.
 #[derive(Clone, Default)]
 pub struct GatewayTools {
     sandbox: Option<Sandbox>,
     mcp_helper: Option<McpHelperClient>,
+    /// Remote MCP (disabled by default).
+    remote_mcp: RemoteMcp,
 }
 
 impl GatewayTools {
     /// `sandbox`: the code interpreter, when enabled and working; `mcp_helper`: the Built-in MCP
-    /// helper, when MCP servers are configured.
-    pub fn new(sandbox: Option<Sandbox>, mcp_helper: Option<McpHelperClient>) -> Self {
-        GatewayTools { sandbox, mcp_helper }
+    /// helper, when MCP servers are configured; `remote_mcp`: Remote MCP and its settings.
+    pub fn new(sandbox: Option<Sandbox>, mcp_helper: Option<McpHelperClient>, remote_mcp: RemoteMcp) -> Self {
+        GatewayTools { sandbox, mcp_helper, remote_mcp }
     }
 }
 
@@ -44,8 +48,8 @@ impl ToolResolver for GatewayTools {
         respgw_protocol::Capabilities {
             code_interpreter: self.sandbox.is_some(),
             builtin_mcp: self.mcp_helper.is_some(),
-            remote_mcp: false,
-            remote_url_checks: true,
+            remote_mcp: self.remote_mcp.settings().enabled,
+            remote_url_checks: self.remote_mcp.settings().url_checks,
         }
     }
 
@@ -72,11 +76,16 @@ impl ToolResolver for GatewayTools {
                     })?;
                     self.resolve_builtin(i, mcp, client, history, &mut resolved).await?;
                 }
-                ToolDeclaration::Mcp(_) => {
-                    return Err(ApiError::bad_input(
-                        format!("tools[{i}].server_url"),
-                        "Request-declared (Remote) MCP servers are not enabled on this gateway.",
-                    ));
+                ToolDeclaration::Mcp(mcp) => {
+                    let session = self
+                        .remote_mcp
+                        .connect(mcp)
+                        .await
+                        .map_err(|e| ApiError::bad_input(format!("tools[{i}].{}", e.field), e.message))?;
+                    let session = Arc::new(session);
+                    for tool in offer_mcp_tools(i, mcp, session.tools(), history, &mut resolved)? {
+                        resolved.tools.push(Arc::new(RemoteMcpTool::new(session.clone(), tool)));
+                    }
                 }
             }
         }
@@ -101,39 +110,52 @@ impl GatewayTools {
             }
             other => ApiError::bad_input(param.clone(), other.to_string()),
         })?;
-        let allowed: Vec<&ToolInfo> = inventory
-            .iter()
-            .filter(|t| declaration.allowed_tools.as_ref().is_none_or(|names| names.contains(&t.name)))
-            .collect();
-        if allowed.is_empty() {
-            return Err(ApiError::bad_input(
-                format!("tools[{index}].allowed_tools"),
-                format!("MCP server '{label}' has no tools left after `allowed_tools`."),
-            ));
-        }
-        let listed_before =
-            history.iter().any(|item| matches!(item, Item::McpListTools(l) if l.server_label == *label));
-        if !listed_before {
-            resolved.listings.push(McpListToolsItem {
-                id: new_id(IdKind::McpListTools),
-                server_label: label.clone(),
-                tools: allowed
-                    .iter()
-                    .map(|t| McpToolInfo {
-                        name: t.name.clone(),
-                        description: t.description.clone(),
-                        input_schema: t.input_schema.clone(),
-                        annotations: t.annotations.clone(),
-                    })
-                    .collect(),
-                error: None,
-            });
-        }
-        for tool in allowed {
+        for tool in offer_mcp_tools(index, declaration, &inventory, history, resolved)? {
             resolved.tools.push(Arc::new(BuiltinMcpTool::new(client.clone(), label.clone(), tool)));
         }
         Ok(())
     }
+}
+
+/// The tools of one MCP server that the model gets: the inventory filtered by `allowed_tools` (a
+/// 422 when nothing is left). Adds the server's `mcp_list_tools` item unless this conversation
+/// already listed that label.
+fn offer_mcp_tools<'a>(
+    index: usize,
+    declaration: &McpTool,
+    inventory: &'a [ToolInfo],
+    history: &[Item],
+    resolved: &mut ResolvedTools,
+) -> Result<Vec<&'a ToolInfo>, ApiError> {
+    let label = &declaration.server_label;
+    let allowed: Vec<&ToolInfo> = inventory
+        .iter()
+        .filter(|t| declaration.allowed_tools.as_ref().is_none_or(|names| names.contains(&t.name)))
+        .collect();
+    if allowed.is_empty() {
+        return Err(ApiError::bad_input(
+            format!("tools[{index}].allowed_tools"),
+            format!("MCP server '{label}' has no tools left after `allowed_tools`."),
+        ));
+    }
+    let listed_before = history.iter().any(|item| matches!(item, Item::McpListTools(l) if l.server_label == *label));
+    if !listed_before {
+        resolved.listings.push(McpListToolsItem {
+            id: new_id(IdKind::McpListTools),
+            server_label: label.clone(),
+            tools: allowed
+                .iter()
+                .map(|t| McpToolInfo {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    input_schema: t.input_schema.clone(),
+                    annotations: t.annotations.clone(),
+                })
+                .collect(),
+            error: None,
+        });
+    }
+    Ok(allowed)
 }
 
 /// `code_interpreter`: the model sends `{"code": "…"}`, the sandbox runs it.
@@ -217,17 +239,17 @@ impl HostedTool for CodeInterpreterTool {
     }
 }
 
-/// One tool of a Built-in MCP server, called through the helper.
-struct BuiltinMcpTool {
-    client: McpHelperClient,
+/// How the model sees one MCP tool, and the check of its arguments: shared by Built-in and Remote
+/// tools.
+struct McpToolFace {
     spec: FunctionSpec,
     kind: HostedKind,
     /// The tool's own input schema, to check arguments before calling.
     validator: Option<jsonschema::Validator>,
 }
 
-impl BuiltinMcpTool {
-    fn new(client: McpHelperClient, server_label: String, tool: &ToolInfo) -> Self {
+impl McpToolFace {
+    fn new(server_label: String, tool: &ToolInfo) -> Self {
         let spec = FunctionSpec {
             name: mcp_function_name(&server_label, &tool.name),
             description: Some(
@@ -242,44 +264,107 @@ impl BuiltinMcpTool {
         let validator = jsonschema::validator_for(&tool.input_schema)
             .inspect_err(|e| tracing::warn!(server_label, tool = %tool.name, error = %e, "tool input schema does not compile; arguments are not checked"))
             .ok();
-        BuiltinMcpTool { client, spec, kind: HostedKind::Mcp { server_label, tool_name: tool.name.clone() }, validator }
+        McpToolFace { spec, kind: HostedKind::Mcp { server_label, tool_name: tool.name.clone() }, validator }
+    }
+
+    /// The real label and tool name.
+    fn names(&self) -> (&str, &str) {
+        match &self.kind {
+            HostedKind::Mcp { server_label, tool_name } => (server_label, tool_name),
+            HostedKind::CodeInterpreter => ("", ""),
+        }
+    }
+
+    /// The model's arguments as a JSON object that matches the tool's input schema, or why not.
+    fn arguments(&self, raw: &str) -> Result<Map<String, Value>, String> {
+        let arguments = match serde_json::from_str(raw) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => return Err("Tool arguments must be a JSON object.".into()),
+            Err(e) => return Err(format!("Tool arguments are not valid JSON: {e}")),
+        };
+        if let Some(validator) = &self.validator {
+            let value = Value::Object(arguments);
+            let problems: Vec<String> =
+                validator.iter_errors(&value).map(|e| format!("{e} (at '{}')", e.instance_path())).collect();
+            if !problems.is_empty() {
+                let (server_label, tool_name) = self.names();
+                return Err(format!(
+                    "Tool arguments do not match the input schema of {server_label}:{tool_name}: {}",
+                    problems.join("; ")
+                ));
+            }
+            let Value::Object(arguments) = value else { unreachable!("built from an object") };
+            return Ok(arguments);
+        }
+        Ok(arguments)
+    }
+}
+
+/// One tool of a Built-in MCP server, called through the helper.
+struct BuiltinMcpTool {
+    client: McpHelperClient,
+    face: McpToolFace,
+}
+
+impl BuiltinMcpTool {
+    fn new(client: McpHelperClient, server_label: String, tool: &ToolInfo) -> Self {
+        BuiltinMcpTool { client, face: McpToolFace::new(server_label, tool) }
     }
 }
 
 #[async_trait]
 impl HostedTool for BuiltinMcpTool {
     fn spec(&self) -> &FunctionSpec {
-        &self.spec
+        &self.face.spec
     }
 
     fn kind(&self) -> &HostedKind {
-        &self.kind
+        &self.face.kind
     }
 
     async fn call(&self, call: HostedCall<'_>) -> HostedOutcome {
-        let HostedKind::Mcp { server_label, tool_name } = &self.kind else {
-            return HostedOutcome::Mcp(Err("not an MCP tool".into()));
+        let arguments = match self.face.arguments(call.arguments) {
+            Ok(arguments) => arguments,
+            Err(e) => return HostedOutcome::Mcp(Err(e)),
         };
-        let arguments: Value = match serde_json::from_str(call.arguments) {
-            Ok(Value::Object(map)) => Value::Object(map),
-            Ok(_) => return HostedOutcome::Mcp(Err("Tool arguments must be a JSON object.".into())),
-            Err(e) => return HostedOutcome::Mcp(Err(format!("Tool arguments are not valid JSON: {e}"))),
-        };
-        if let Some(validator) = &self.validator {
-            let problems: Vec<String> =
-                validator.iter_errors(&arguments).map(|e| format!("{e} (at '{}')", e.instance_path())).collect();
-            if !problems.is_empty() {
-                return HostedOutcome::Mcp(Err(format!(
-                    "Tool arguments do not match the input schema of {server_label}:{tool_name}: {}",
-                    problems.join("; ")
-                )));
-            }
-        }
-        HostedOutcome::Mcp(match self.client.call(server_label, tool_name, arguments).await {
+        let (server_label, tool_name) = self.face.names();
+        HostedOutcome::Mcp(match self.client.call(server_label, tool_name, Value::Object(arguments)).await {
             Ok(outcome) if outcome.ok => Ok(outcome.output_text.unwrap_or_default()),
             Ok(outcome) => Err(outcome.error_text.unwrap_or_else(|| "The tool reported an error.".into())),
             Err(e) => Err(e.to_string()),
         })
+    }
+}
+
+/// One tool of a Remote MCP server, called over the request's session with that server.
+struct RemoteMcpTool {
+    session: Arc<RemoteSession>,
+    face: McpToolFace,
+}
+
+impl RemoteMcpTool {
+    fn new(session: Arc<RemoteSession>, tool: &ToolInfo) -> Self {
+        let face = McpToolFace::new(session.label().to_owned(), tool);
+        RemoteMcpTool { session, face }
+    }
+}
+
+#[async_trait]
+impl HostedTool for RemoteMcpTool {
+    fn spec(&self) -> &FunctionSpec {
+        &self.face.spec
+    }
+
+    fn kind(&self) -> &HostedKind {
+        &self.face.kind
+    }
+
+    async fn call(&self, call: HostedCall<'_>) -> HostedOutcome {
+        let arguments = match self.face.arguments(call.arguments) {
+            Ok(arguments) => arguments,
+            Err(e) => return HostedOutcome::Mcp(Err(e)),
+        };
+        HostedOutcome::Mcp(self.session.call(self.face.names().1, arguments).await)
     }
 }
 

@@ -8,27 +8,28 @@
 //!
 //! - every [`Config::checkpoint_interval`], and
 //! - as soon as a commit of this process leaves [`Config::checkpoint_pages`] frames in the WAL (the
-//!   writer's WAL hook records the count and, once per round, wakes the thread: no I/O in a commit).
+//!   writer's WAL hook wakes the thread, once per round: no I/O in a commit).
 //!
 //! A PASSIVE checkpoint never waits for a lock and never blocks readers or writers: it copies what
 //! it can and returns. Several processes on one file each run their own checkpointer, which is
 //! safe: SQLite lets one checkpoint run at a time (another one gets `SQLITE_BUSY` at once and
 //! retries on its next round), and every checkpoint copies frames written by any process.
 //!
+//! # Bounding the WAL
+//!
 //! The WAL file starts over from its beginning (instead of growing) when a write transaction
 //! begins while every frame has been copied back. A checkpoint running beside a busy writer always
-//! finds new frames appended meanwhile, so under a sustained write load that moment may never
-//! come. So when the WAL holds [`Config::catch_up_pages`] frames or more (as this process's last
-//! commit saw it, or as the last checkpoint found it), the next checkpoint runs while holding this
-//! process's writer: nothing is appended meanwhile, so it copies everything, and the next write
-//! starts the WAL over (truncating its file to `journal_size_limit`). Writes wait for that
-//! checkpoint, which is the back-pressure that bounds the WAL (to about the catch-up mark plus what
-//! is written while one unlocked checkpoint runs), but only under a load heavy enough to outrun
-//! the unlocked checkpoints.
+//! finds frames appended meanwhile, so under a write load that outruns the checkpoints (or while a
+//! checkpoint is slowed down by a loaded disk) that moment may not come, and the WAL grows. So a
+//! commit that leaves [`Config::max_wal_pages`] frames or more waits, still holding this process's
+//! writer, until a checkpoint round that started after it has finished: nothing of this process
+//! is appended meanwhile, so that round copies everything and the next write starts the WAL over
+//! (truncating its file to `journal_size_limit`). This back-pressure is what SQLite's automatic
+//! checkpoint did on every 1000th commit; here it only happens under overload.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -36,50 +37,85 @@ use rusqlite::wal::CheckpointMode;
 
 use super::connection::{Config, Stats};
 
-/// Wakes the checkpointer thread: early (a long WAL), or for good (the store is gone).
+/// Coordination between the writer's WAL hook and the checkpointer thread.
 #[derive(Debug, Default)]
 pub(crate) struct Signal {
     state: Mutex<State>,
+    /// The checkpointer waits on this for a nudge or a stop.
     wake: Condvar,
-    /// Set by the first nudge after a checkpoint, so that later commits skip the lock and the
+    /// Writers over the WAL limit wait on this for a checkpoint round to finish.
+    done: Condvar,
+    /// Set by the first nudge after a round started, so that later commits skip the lock and the
     /// wake-up until the checkpointer has run.
     nudged: AtomicBool,
-    /// Frames in the WAL after this process's last commit.
-    frames: AtomicI32,
 }
 
 #[derive(Debug, Default)]
 struct State {
     nudged: bool,
     stop: bool,
+    /// Checkpoint rounds started and finished so far.
+    started: u64,
+    finished: u64,
 }
 
 impl Signal {
-    /// Called from the writer's WAL hook after each commit (so: cheap, no I/O) with the number of
-    /// frames now in the WAL; at `checkpoint_pages` or more, asks for a checkpoint soon.
-    pub(crate) fn committed(&self, frames: i32, checkpoint_pages: i32) {
-        self.frames.store(frames, Ordering::Relaxed);
-        if frames >= checkpoint_pages && !self.nudged.swap(true, Ordering::AcqRel) {
-            self.state.lock().unwrap_or_else(PoisonError::into_inner).nudged = true;
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Called from the writer's WAL hook after each commit with the number of frames now in the
+    /// WAL. Past `checkpoint_pages`, asks for a checkpoint (cheap); past `max_wal_pages`, waits
+    /// (up to `max_wait`) for a checkpoint round that includes this commit. Returns whether it
+    /// waited.
+    pub(crate) fn committed(&self, frames: i32, config: &Config) -> bool {
+        if frames >= config.max_wal_pages {
+            let mut state = self.lock();
+            // A round in progress may have started before this commit: wait for the next one.
+            let target = state.started + 1;
+            state.nudged = true;
+            self.nudged.store(true, Ordering::Release);
+            self.wake.notify_one();
+            let (state, _) = self
+                .done
+                .wait_timeout_while(state, config.busy_budget, |s| s.finished < target && !s.stop)
+                .unwrap_or_else(PoisonError::into_inner);
+            drop(state);
+            return true;
+        }
+        if frames >= config.checkpoint_pages && !self.nudged.swap(true, Ordering::AcqRel) {
+            self.lock().nudged = true;
             self.wake.notify_one();
         }
+        false
     }
 
     fn stop(&self) {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).stop = true;
+        self.lock().stop = true;
         self.wake.notify_one();
+        self.done.notify_all();
     }
 
-    /// Wait for a nudge, a stop or the interval; returns false when the thread should end.
-    fn wait(&self, interval: Duration) -> bool {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Wait for a nudge, a stop or the interval; returns false when the thread should end, else
+    /// counts a round as started.
+    fn start_round(&self, interval: Duration) -> bool {
+        let state = self.lock();
         let (mut state, _) = self
             .wake
             .wait_timeout_while(state, interval, |s| !s.nudged && !s.stop)
             .unwrap_or_else(PoisonError::into_inner);
+        if state.stop {
+            return false;
+        }
         state.nudged = false;
         self.nudged.store(false, Ordering::Release);
-        !state.stop
+        state.started += 1;
+        true
+    }
+
+    fn finish_round(&self) {
+        self.lock().finished += 1;
+        self.done.notify_all();
     }
 }
 
@@ -90,11 +126,9 @@ pub(crate) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Start the thread on its own connection. `writer` is held weakly: the thread must not keep
-    /// the store's writer connection alive, and uses it only to catch up (see the module docs).
+    /// Start the thread on its own connection.
     pub(crate) fn start(
         conn: Connection,
-        writer: Weak<tokio::sync::Mutex<Connection>>,
         signal: Arc<Signal>,
         config: Config,
         stats: Arc<Stats>,
@@ -106,7 +140,7 @@ impl Checkpointer {
         // soon as it sees the stop.
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || run(&conn, &writer, &thread_signal, &config, &stats, &path))?;
+            .spawn(move || run(&conn, &thread_signal, &config, &stats, &path))?;
         Ok(Self { signal })
     }
 }
@@ -118,35 +152,15 @@ impl Drop for Checkpointer {
 }
 
 /// The thread's loop.
-fn run(
-    conn: &Connection,
-    writer: &Weak<tokio::sync::Mutex<Connection>>,
-    signal: &Signal,
-    config: &Config,
-    stats: &Stats,
-    path: &std::path::Path,
-) {
-    // Frames found by the last unlocked checkpoint (other processes' writes count too).
-    let mut found = 0;
+fn run(conn: &Connection, signal: &Signal, config: &Config, stats: &Stats, path: &Path) {
     let mut failures = 0u32;
-    while signal.wait(config.checkpoint_interval) {
-        let catch_up = signal.frames.load(Ordering::Relaxed).max(found) >= config.catch_up_pages;
-        let result = if catch_up {
-            // Hold the writer so that no frame of this process is appended during the checkpoint.
-            let Some(writer) = writer.upgrade() else { break };
-            let _writer = writer.blocking_lock();
-            stats.catch_ups.fetch_add(1, Ordering::Relaxed);
-            let result = checkpoint(conn);
-            // Whatever this process had written is copied now; its next commit tells the new size.
-            signal.frames.store(0, Ordering::Relaxed);
-            found = 0;
-            result
-        } else {
-            checkpoint(conn)
-        };
-        stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+    while signal.start_round(config.checkpoint_interval) {
+        let result = conn.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), CheckpointMode::PASSIVE);
         let (log, copied) = match result {
-            Ok(frames) => frames,
+            Ok(frames) => {
+                failures = 0;
+                frames
+            }
             // `SQLITE_BUSY` is another process's checkpoint (or a WAL recovery) running now: its
             // checkpoint does our work too.
             Err(e) if super::connection::is_busy(&e) => (-1, -1),
@@ -164,17 +178,8 @@ fn run(
                 (-1, -1)
             }
         };
-        if log >= 0 {
-            failures = 0;
-        }
+        stats.checkpoints.fetch_add(1, Ordering::Relaxed);
         *stats.last_checkpoint.lock().unwrap_or_else(PoisonError::into_inner) = (log, copied);
-        if !catch_up {
-            found = log;
-        }
+        signal.finish_round();
     }
-}
-
-/// One PASSIVE checkpoint: (frames in the WAL, frames copied into the database file).
-fn checkpoint(conn: &Connection) -> rusqlite::Result<(i32, i32)> {
-    conn.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), CheckpointMode::PASSIVE)
 }

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, ffi};
@@ -57,9 +57,10 @@ pub(crate) struct Config {
     /// A commit that leaves at least this many frames in the WAL wakes the checkpointer early
     /// (SQLite's own automatic checkpoint uses the same default, 1000).
     pub checkpoint_pages: i32,
-    /// A WAL still this long after a checkpoint means the checkpoint cannot catch up with this
-    /// process's writes: the next one runs while holding the writer (see the checkpoint module).
-    pub catch_up_pages: i32,
+    /// A commit that leaves this many frames in the WAL waits, holding the writer, for a
+    /// checkpoint that copies them all, so that the WAL cannot keep growing under overload (see
+    /// the checkpoint module). Waits at most `busy_budget`.
+    pub max_wal_pages: i32,
     /// `PRAGMA journal_size_limit`: when the WAL starts over from its beginning, its file is
     /// truncated to this many bytes, so a burst does not leave a large file behind for good.
     pub journal_size_limit: i64,
@@ -72,7 +73,8 @@ impl Default for Config {
             max_readers: 8,
             checkpoint_interval: Duration::from_secs(1),
             checkpoint_pages: 1000,
-            catch_up_pages: 4000,
+            // 16 MiB: never reached while the checkpointer keeps up.
+            max_wal_pages: 4000,
             // About twice the usual high-water mark (1000 frames of 4 KiB pages plus what arrives
             // while a checkpoint runs), so that a WAL of normal size is reused, not truncated and
             // regrown every time.
@@ -88,8 +90,10 @@ pub(crate) struct Stats {
     pub busy_sleeps: AtomicU64,
     /// Checkpoints the checkpointer ran (successful or not).
     pub checkpoints: AtomicU64,
-    /// Checkpoints run while holding the writer because the WAL had grown past the catch-up mark.
-    pub catch_ups: AtomicU64,
+    /// Commits that waited for a checkpoint because the WAL had reached `max_wal_pages`.
+    pub wal_waits: AtomicU64,
+    /// The most frames this process's commits ever left in the WAL.
+    pub wal_frames_max: AtomicI32,
     /// Of the last checkpoint: frames in the WAL, and how many of them are in the database file
     /// (`-1` when it failed).
     pub last_checkpoint: std::sync::Mutex<(i32, i32)>,

@@ -65,9 +65,9 @@ use rmcp::{RoleClient, ServiceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::client::list_tools;
+use super::client::{describe_error, list_tools};
 use super::legacy_sse::LegacySseTransport;
-use super::redact::{Redactor, error_chain, tidy};
+use super::redact::{Redactor, error_chain};
 use super::{ToolInfo, content_to_text};
 
 /// `GW_MCP_REQUEST_REMOTE_ENABLED`: whether requests may declare Remote MCP servers (default true).
@@ -215,6 +215,7 @@ impl std::fmt::Debug for RemoteMcp {
 impl RemoteMcp {
     /// Remote MCP with `settings`; fails when the CA file cannot be read or holds no certificate.
     pub fn new(settings: RemoteMcpSettings) -> Result<Self, String> {
+        ensure_crypto_provider();
         let extra_roots = match &settings.ca_file {
             None => Vec::new(),
             Some(path) => {
@@ -271,8 +272,8 @@ impl RemoteMcp {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 client_info().serve(StreamableHttpClientTransport::with_client(http, config)).await
             }
-            .map_err(|e| format!("MCP initialization failed: {}", tidy(&error_chain(&e))))?;
-            let tools = list_tools(service.peer()).await.map_err(|e| tidy(&e))?;
+            .map_err(|e| format!("MCP initialization failed: {}", describe_error(&e)))?;
+            let tools = list_tools(service.peer()).await?;
             Ok::<_, String>((service, tools))
         };
         let (service, tools) = match tokio::time::timeout(self.settings.connect_timeout, open).await {
@@ -354,6 +355,14 @@ impl RemoteMcp {
             builder = builder.no_proxy();
         }
         builder.build()
+    }
+}
+
+/// reqwest is built without a TLS provider of its own (and panics without one); the `respgw` binary
+/// installs ring, but Remote MCP must also work in a process that did not (tests, embedding).
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
@@ -495,7 +504,7 @@ impl RemoteSession {
                 Err("the MCP server asked for client input or started a task, which the gateway does not support"
                     .to_owned())
             }
-            Ok(Err(e)) => Err(format!("MCP tool call failed: {}", tidy(&error_chain(&e)))),
+            Ok(Err(e)) => Err(format!("MCP tool call failed: {}", describe_error(&e))),
         };
         outcome.map(|text| self.redactor.mask(&text)).map_err(|error| self.redactor.clean(&error))
     }
@@ -782,6 +791,7 @@ mod tests {
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
             }
         });
+        ensure_crypto_provider();
         let client = reqwest::Client::builder()
             .no_proxy()
             .dns_resolver(fake_dns(&[("rebind.test", &["127.0.0.1"])]))
@@ -830,7 +840,8 @@ mod tests {
             "authorization":"sk-remote-SECRET-123","headers":{"X-Api-Key":"hdr-SECRET-456","X-Version":"1"}}));
         let r = credential_redactor(&m);
         let text = r.clean(
-            "HTTP 401: bad header Authorization: Bearer sk-remote-SECRET-123 (token sk-remote-SECRET-123), key hdr-SECRET-456",
+            "HTTP 401: bad header Authorization: Bearer sk-remote-SECRET-123 (token sk-remote-SECRET-123), \
+             key hdr-SECRET-456",
         );
         assert!(!text.contains("SECRET"), "{text}");
         assert!(text.contains("HTTP 401"), "short values are not masked: {text}");
