@@ -67,7 +67,7 @@ async fn call(
             return error(
                 StatusCode::BAD_REQUEST,
                 CODE_BAD_REQUEST,
-                format!("\"arguments\" must be a JSON object, found {}", kind(&other)),
+                format!("\"arguments\" must be a JSON object, found {}", respgw_tools::mcp::config::json_kind(&other)),
                 None,
             );
         }
@@ -101,15 +101,4 @@ fn unavailable(label: &str, e: SlotError) -> Response {
 
 fn error(status: StatusCode, code: &str, message: String, last_error: Option<String>) -> Response {
     (status, Json(ErrorBody { error: ErrorDetail { code: code.into(), message, last_error } })).into_response()
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }

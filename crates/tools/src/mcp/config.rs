@@ -464,7 +464,8 @@ fn string_map(label: &str, key: &str, value: Option<Value>) -> Result<BTreeMap<S
     }
 }
 
-fn json_kind(value: &Value) -> &'static str {
+/// How a JSON value is named in error messages ("found a number").
+pub fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -15,6 +15,8 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::redact::error_chain;
+
 use super::wire::{
     CODE_SERVER_UNAVAILABLE, CODE_UNKNOWN_SERVER, CallOutcome, CallRequest, ErrorBody, Health, ServerList,
     ServerStatus, ToolInfo, ToolList,
@@ -235,19 +237,4 @@ async fn unexpected(status: StatusCode, response: reqwest::Response) -> HelperEr
     let body = response.text().await.unwrap_or_default();
     let body: String = body.chars().take(512).collect();
     HelperError::Protocol { message: format!("unexpected HTTP {status}: {body}") }
-}
-
-/// An error and its sources on one line ("error sending request: connection refused").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    text
 }
