@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
-use respgw_server::{GatewayOptions, UpstreamConfig};
+use respgw_server::{GatewayOptions, Limits, ReasoningKeys, RequestLimits, UpstreamConfig};
 use respgw_supervisor::McpSetup;
 use respgw_supervisor::integrated::IntegratedOptions;
 use respgw_supervisor::standalone::StandaloneOptions;
 use respgw_telemetry::tracing_otlp::{self, TracingConfig};
 use respgw_tools::mcp::{RemoteMcp, RemoteMcpSettings};
+use respgw_tools::web_search::{EXA_API_KEY_ENV, EXA_SERVER_LABEL, FetchSettings, Profile, WebSearchSettings};
 
 #[derive(Parser)]
 #[command(
@@ -77,8 +78,13 @@ struct ServeArgs {
 #[derive(Args)]
 struct McpHelperArgs {
     /// The MCP servers, in the common `{"mcpServers": {...}}` JSON shape.
-    #[arg(long, env = "GW_MCP_CONFIG_PATH", value_name = "PATH")]
-    config: std::path::PathBuf,
+    #[arg(long, env = "GW_MCP_CONFIG_PATH", value_name = "PATH", required_unless_present = "web_search_exa_mcp_url")]
+    config: Option<std::path::PathBuf>,
+
+    /// Also serve Exa's MCP server at this URL under the label `exa` (the `exa_mcp` web search
+    /// profile; `EXA_API_KEY` is added to it when set).
+    #[arg(long, value_name = "URL")]
+    web_search_exa_mcp_url: Option<String>,
 
     /// Loopback address to serve the helper API on.
     #[arg(long, default_value = "127.0.0.1:5981")]
@@ -112,9 +118,14 @@ struct GatewayArgs {
     #[arg(long = "api-key", env = "GW_API_KEYS", value_name = "KEY", value_delimiter = ',', hide_env_values = true)]
     api_keys: Vec<String>,
 
-    /// Response store: a SQLite file path or sqlite:// URL.
-    #[arg(long, env = "GW_DB_PATH", default_value = "respgw.db")]
+    /// Response store: a SQLite file path or sqlite:// URL (the embedded default), or a
+    /// postgres:// URL (several hosts sharing one database).
+    #[arg(long, env = "GW_DB_PATH", default_value = "respgw.db", hide_env_values = true)]
     db_path: String,
+
+    /// Database connections per worker process (PostgreSQL pool; SQLite reader connections).
+    #[arg(long, env = "GW_DB_POOL_SIZE", default_value_t = respgw_store::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    db_pool_size: u32,
 
     /// Seconds allowed to connect to the upstream.
     #[arg(long, env = "GW_UPSTREAM_CONNECT_TIMEOUT", default_value_t = 10.0, value_parser = positive_seconds)]
@@ -125,13 +136,40 @@ struct GatewayArgs {
     #[arg(long, env = "GW_UPSTREAM_TIMEOUT", default_value_t = 600.0, value_parser = positive_seconds)]
     upstream_timeout: f64,
 
-    /// Largest request body accepted, in MiB (images arrive inline as data URLs).
-    #[arg(long, env = "GW_MAX_BODY_MB", default_value_t = 64)]
-    max_body_mb: usize,
+    /// Largest request body accepted, in MiB (images arrive inline as data URLs); larger: 413.
+    #[arg(long, env = "GW_MAX_BODY_MB", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_body_mb: u32,
+
+    /// Most items in one request's `input` (inherited history not counted).
+    #[arg(long, env = "GW_MAX_INPUT_ITEMS", default_value_t = 2048, value_parser = at_least_one)]
+    max_input_items: usize,
+
+    /// Most entries in one request's `tools`.
+    #[arg(long, env = "GW_MAX_TOOLS", default_value_t = 128, value_parser = at_least_one)]
+    max_tools: usize,
+
+    /// Most `mcp` entries in one request's `tools`.
+    #[arg(long, env = "GW_MAX_MCP_SERVERS", default_value_t = 16, value_parser = at_least_one)]
+    max_mcp_servers: usize,
+
+    /// Rounds of gateway tool calls per response; then the model must answer (`tool_choice: none`).
+    #[arg(long, env = "GW_MAX_TOOL_ROUNDS", default_value_t = 15, value_parser = at_least_one)]
+    max_tool_rounds: usize,
+
+    /// Longest gateway tool result sent back to the model, in bytes; longer ones are cut and the
+    /// model is told so.
+    #[arg(long, env = "GW_MAX_TOOL_OUTPUT_BYTES", default_value_t = 65536, value_parser = at_least_one)]
+    max_tool_output_bytes: usize,
 
     /// Seconds a stopping worker waits for in-flight requests and streams.
     #[arg(long, env = "GW_DRAIN_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
     drain_timeout: f64,
+
+    /// File of keys sealing `reasoning.encrypted_content`: lines `<id>:<base64 32 bytes>`, the
+    /// first seals, all open (rotation). Else `GW_REASONING_KEYS` (same entries, comma-separated);
+    /// else a random key for this run only.
+    #[arg(long, env = "GW_REASONING_KEYS_FILE", value_name = "PATH")]
+    reasoning_keys_file: Option<std::path::PathBuf>,
 
     /// Serve Prometheus metrics (no authentication).
     #[arg(long, env = "GW_METRICS_ENABLED", default_value = "true", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
@@ -140,6 +178,149 @@ struct GatewayArgs {
     /// Path of the metrics endpoint.
     #[arg(long, env = "GW_METRICS_PATH", default_value = "/metrics")]
     metrics_path: String,
+
+    #[command(flatten)]
+    web_search: WebSearchArgs,
+}
+
+/// `web_search` settings of `serve`.
+#[derive(Args)]
+struct WebSearchArgs {
+    /// Offer the `web_search` tool through this profile: duckduckgo_plus_fetch, exa_mcp, searxng,
+    /// brave. Without it, web_search is not offered.
+    #[arg(long, env = "GW_WEB_SEARCH_PROFILE", value_name = "NAME", value_parser = parse_profile)]
+    web_search_profile: Option<Profile>,
+
+    /// DuckDuckGo's HTML search endpoint (profile duckduckgo_plus_fetch).
+    #[arg(long, env = "GW_WEB_SEARCH_DUCKDUCKGO_URL", value_name = "URL", default_value = respgw_tools::web_search::DEFAULT_DUCKDUCKGO_URL)]
+    web_search_duckduckgo_url: String,
+
+    /// Base URL of a SearXNG instance with the JSON format enabled (profile searxng).
+    #[arg(long, env = "GW_WEB_SEARCH_SEARXNG_URL", value_name = "URL")]
+    web_search_searxng_url: Option<String>,
+
+    /// The Brave web search endpoint (profile brave; the key comes from BRAVE_API_KEY).
+    #[arg(long, env = "GW_WEB_SEARCH_BRAVE_URL", value_name = "URL", default_value = respgw_tools::web_search::DEFAULT_BRAVE_URL)]
+    web_search_brave_url: String,
+
+    /// Exa's MCP endpoint, served through the MCP helper as `exa` (profile exa_mcp; EXA_API_KEY optional).
+    #[arg(long, env = "GW_WEB_SEARCH_EXA_MCP_URL", value_name = "URL", default_value = respgw_tools::web_search::DEFAULT_EXA_MCP_URL)]
+    web_search_exa_mcp_url: String,
+
+    /// Let `open_page` fetch loopback, private and link-local addresses. Off by default: the model
+    /// chooses the URLs, so the Remote MCP address rules apply, also after redirects.
+    #[arg(long, env = "GW_WEB_SEARCH_ALLOW_PRIVATE_ADDRESSES", default_value = "false", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    web_search_allow_private_addresses: bool,
+
+    /// A host (name or address, no port) `open_page` may fetch despite the address rules, e.g. an
+    /// intranet docs server. Repeatable; the environment form is comma-separated.
+    #[arg(
+        long = "web-search-fetch-exempt-host",
+        env = "GW_WEB_SEARCH_FETCH_EXEMPT_HOSTS",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    web_search_fetch_exempt_hosts: Vec<String>,
+
+    /// Seconds one `open_page` fetch may take (connect, redirects, body).
+    #[arg(long, env = "GW_WEB_SEARCH_FETCH_TIMEOUT", default_value_t = 20.0, value_parser = positive_seconds)]
+    web_search_fetch_timeout: f64,
+
+    /// Largest page body `open_page` reads, in KiB; longer pages are cut.
+    #[arg(long, env = "GW_WEB_SEARCH_FETCH_MAX_KB", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    web_search_fetch_max_kb: u32,
+}
+
+impl WebSearchArgs {
+    /// The settings, checked (a profile's missing URL or key stops the start with a clear message).
+    fn settings(self) -> Result<Option<WebSearchSettings>, String> {
+        let Some(profile) = self.web_search_profile else { return Ok(None) };
+        let settings = WebSearchSettings {
+            duckduckgo_url: self.web_search_duckduckgo_url,
+            searxng_url: self.web_search_searxng_url.filter(|u| !u.is_empty()),
+            brave_url: self.web_search_brave_url,
+            exa_mcp_url: self.web_search_exa_mcp_url,
+            fetch: FetchSettings {
+                timeout: Duration::from_secs_f64(self.web_search_fetch_timeout),
+                max_bytes: self.web_search_fetch_max_kb as usize * 1024,
+                allow_private_addresses: self.web_search_allow_private_addresses,
+                exempt_hosts: self.web_search_fetch_exempt_hosts.into_iter().filter(|h| !h.trim().is_empty()).collect(),
+            },
+            ..WebSearchSettings::new(profile)
+        };
+        settings.check(|name| std::env::var(name).ok())?;
+        Ok(Some(settings))
+    }
+}
+
+/// `web_search` settings of `integrated`: the same as `serve`'s, with the `--responses-` prefix.
+#[derive(Args)]
+struct IntegratedWebSearchArgs {
+    /// Offer `web_search` through this profile: duckduckgo_plus_fetch, exa_mcp, searxng, brave.
+    #[arg(long = "responses-web-search-profile", env = "GW_WEB_SEARCH_PROFILE", value_name = "NAME", value_parser = parse_profile)]
+    profile: Option<Profile>,
+
+    /// DuckDuckGo's HTML search endpoint (profile duckduckgo_plus_fetch).
+    #[arg(long = "responses-web-search-duckduckgo-url", env = "GW_WEB_SEARCH_DUCKDUCKGO_URL", value_name = "URL", default_value = respgw_tools::web_search::DEFAULT_DUCKDUCKGO_URL)]
+    duckduckgo_url: String,
+
+    /// Base URL of a SearXNG instance (profile searxng).
+    #[arg(long = "responses-web-search-searxng-url", env = "GW_WEB_SEARCH_SEARXNG_URL", value_name = "URL")]
+    searxng_url: Option<String>,
+
+    /// The Brave web search endpoint (profile brave; key in BRAVE_API_KEY).
+    #[arg(long = "responses-web-search-brave-url", env = "GW_WEB_SEARCH_BRAVE_URL", value_name = "URL", default_value = respgw_tools::web_search::DEFAULT_BRAVE_URL)]
+    brave_url: String,
+
+    /// Exa's MCP endpoint (profile exa_mcp; EXA_API_KEY optional).
+    #[arg(long = "responses-web-search-exa-mcp-url", env = "GW_WEB_SEARCH_EXA_MCP_URL", value_name = "URL", default_value = respgw_tools::web_search::DEFAULT_EXA_MCP_URL)]
+    exa_mcp_url: String,
+
+    /// Let `open_page` fetch loopback, private and link-local addresses.
+    #[arg(long = "responses-web-search-allow-private-addresses", env = "GW_WEB_SEARCH_ALLOW_PRIVATE_ADDRESSES", default_value = "false", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    allow_private_addresses: bool,
+
+    /// A host `open_page` may fetch despite the address rules (repeatable).
+    #[arg(
+        long = "responses-web-search-fetch-exempt-host",
+        env = "GW_WEB_SEARCH_FETCH_EXEMPT_HOSTS",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    fetch_exempt_hosts: Vec<String>,
+
+    /// Seconds one `open_page` fetch may take.
+    #[arg(long = "responses-web-search-fetch-timeout", env = "GW_WEB_SEARCH_FETCH_TIMEOUT", default_value_t = 20.0, value_parser = positive_seconds)]
+    fetch_timeout: f64,
+
+    /// Largest page body `open_page` reads, in KiB.
+    #[arg(long = "responses-web-search-fetch-max-kb", env = "GW_WEB_SEARCH_FETCH_MAX_KB", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    fetch_max_kb: u32,
+}
+
+impl IntegratedWebSearchArgs {
+    fn into_common(self) -> WebSearchArgs {
+        WebSearchArgs {
+            web_search_profile: self.profile,
+            web_search_duckduckgo_url: self.duckduckgo_url,
+            web_search_searxng_url: self.searxng_url,
+            web_search_brave_url: self.brave_url,
+            web_search_exa_mcp_url: self.exa_mcp_url,
+            web_search_allow_private_addresses: self.allow_private_addresses,
+            web_search_fetch_exempt_hosts: self.fetch_exempt_hosts,
+            web_search_fetch_timeout: self.fetch_timeout,
+            web_search_fetch_max_kb: self.fetch_max_kb,
+        }
+    }
+}
+
+/// The Exa endpoint the MCP helper must provision, when the profile is `exa_mcp`.
+fn exa_url(settings: &Option<WebSearchSettings>) -> Option<String> {
+    settings.as_ref().filter(|s| s.profile == Profile::ExaMcp).map(|s| s.exa_mcp_url.clone())
+}
+
+fn parse_profile(raw: &str) -> Result<Profile, String> {
+    raw.parse()
 }
 
 /// `--code-interpreter` values.
@@ -158,6 +339,9 @@ struct IntegratedArgs {
     /// Loopback port of the MCP helper (0: any free port).
     #[arg(long = "responses-mcp-port", env = "GW_MCP_PORT", default_value_t = 0, requires = "mcp_config")]
     mcp_port: u16,
+
+    #[command(flatten)]
+    web_search: IntegratedWebSearchArgs,
 
     /// Run model-written Python for `code_interpreter` in a sandbox (`spawn`) or not (`disabled`).
     #[arg(long = "responses-code-interpreter", env = "GW_CODE_INTERPRETER", value_enum, default_value_t = CodeInterpreterMode::Spawn)]
@@ -189,21 +373,49 @@ struct IntegratedArgs {
     )]
     api_keys: Vec<String>,
 
-    /// Response store: a SQLite file path or sqlite:// URL.
-    #[arg(long = "responses-db-path", env = "GW_DB_PATH", default_value = "respgw.db")]
+    /// Response store: a SQLite file path or sqlite:// URL, or a postgres:// URL.
+    #[arg(long = "responses-db-path", env = "GW_DB_PATH", default_value = "respgw.db", hide_env_values = true)]
     db_path: String,
+
+    /// Database connections per worker process (PostgreSQL pool; SQLite reader connections).
+    #[arg(long = "responses-db-pool-size", env = "GW_DB_POOL_SIZE", default_value_t = respgw_store::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    db_pool_size: u32,
 
     /// Longest model-server silence, in seconds, before a call fails with `upstream_timeout`.
     #[arg(long = "responses-upstream-timeout", env = "GW_UPSTREAM_TIMEOUT", default_value_t = 600.0, value_parser = positive_seconds)]
     upstream_timeout: f64,
 
-    /// Largest request body accepted, in MiB.
-    #[arg(long = "responses-max-body-mb", env = "GW_MAX_BODY_MB", default_value_t = 64)]
-    max_body_mb: usize,
+    /// Largest request body accepted, in MiB; larger: 413.
+    #[arg(long = "responses-max-body-mb", env = "GW_MAX_BODY_MB", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_body_mb: u32,
+
+    /// Most items in one request's `input` (inherited history not counted).
+    #[arg(long = "responses-max-input-items", env = "GW_MAX_INPUT_ITEMS", default_value_t = 2048, value_parser = at_least_one)]
+    max_input_items: usize,
+
+    /// Most entries in one request's `tools`.
+    #[arg(long = "responses-max-tools", env = "GW_MAX_TOOLS", default_value_t = 128, value_parser = at_least_one)]
+    max_tools: usize,
+
+    /// Most `mcp` entries in one request's `tools`.
+    #[arg(long = "responses-max-mcp-servers", env = "GW_MAX_MCP_SERVERS", default_value_t = 16, value_parser = at_least_one)]
+    max_mcp_servers: usize,
+
+    /// Rounds of gateway tool calls per response; then the model must answer.
+    #[arg(long = "responses-max-tool-rounds", env = "GW_MAX_TOOL_ROUNDS", default_value_t = 15, value_parser = at_least_one)]
+    max_tool_rounds: usize,
+
+    /// Longest gateway tool result sent back to the model, in bytes (longer: cut, model told).
+    #[arg(long = "responses-max-tool-output-bytes", env = "GW_MAX_TOOL_OUTPUT_BYTES", default_value_t = 65536, value_parser = at_least_one)]
+    max_tool_output_bytes: usize,
 
     /// Seconds a stopping worker waits for in-flight requests and streams.
     #[arg(long = "responses-drain-timeout", env = "GW_DRAIN_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
     drain_timeout: f64,
+
+    /// File of keys sealing `reasoning.encrypted_content` (see `serve --help`).
+    #[arg(long = "responses-reasoning-keys-file", env = "GW_REASONING_KEYS_FILE", value_name = "PATH")]
+    reasoning_keys_file: Option<std::path::PathBuf>,
 
     /// Serve Prometheus metrics (no authentication).
     #[arg(long = "responses-metrics-enabled", env = "GW_METRICS_ENABLED", default_value = "true", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
@@ -222,6 +434,22 @@ fn non_negative_seconds(raw: &str) -> Result<f64, String> {
     match raw.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("expected a number of seconds (0 or more), got '{raw}'")),
+    }
+}
+
+fn at_least_one(raw: &str) -> Result<usize, String> {
+    match raw.parse::<usize>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("expected a whole number of at least 1, got '{raw}'")),
+    }
+}
+
+/// The `--max-*` caps as the engine takes them.
+fn limits(input_items: usize, tools: usize, mcp_servers: usize, tool_rounds: usize, tool_output: usize) -> Limits {
+    Limits {
+        request: RequestLimits { max_input_items: input_items, max_tools: tools, max_mcp_servers: mcp_servers },
+        max_tool_rounds: tool_rounds,
+        max_tool_output_bytes: tool_output,
     }
 }
 
@@ -254,13 +482,14 @@ fn remote_mcp_settings() -> Result<RemoteMcpSettings, String> {
 impl ServeArgs {
     fn into_options(self) -> Result<StandaloneOptions, String> {
         let g = self.gateway;
+        let web_search = g.web_search.settings()?;
         Ok(StandaloneOptions {
             host: self.gateway_host,
             port: self.gateway_port,
             workers: usize::from(self.gateway_workers),
             upstream_ready_timeout: Duration::from_secs_f64(self.upstream_ready_timeout),
             upstream_ready_interval: Duration::from_secs_f64(self.upstream_ready_interval),
-            mcp: McpSetup::from_args(g.mcp_config, g.mcp_port, g.mcp_helper_url),
+            mcp: McpSetup::from_args(g.mcp_config, g.mcp_port, g.mcp_helper_url, exa_url(&web_search)),
             gateway: GatewayOptions {
                 upstream: UpstreamConfig {
                     base_url: self.upstream,
@@ -269,28 +498,55 @@ impl ServeArgs {
                     idle_timeout: Duration::from_secs_f64(g.upstream_timeout),
                 },
                 db_path: g.db_path,
+                db_pool_size: g.db_pool_size,
                 api_keys: g.api_keys,
-                max_body_bytes: g.max_body_mb.saturating_mul(1024 * 1024),
+                max_body_bytes: (g.max_body_mb as usize).saturating_mul(1024 * 1024),
+                limits: limits(
+                    g.max_input_items,
+                    g.max_tools,
+                    g.max_mcp_servers,
+                    g.max_tool_rounds,
+                    g.max_tool_output_bytes,
+                ),
                 metrics_path: metrics_path(g.metrics_enabled, g.metrics_path)?,
                 forward_other_routes_to: None,
                 drain_timeout: Duration::from_secs_f64(g.drain_timeout),
                 code_interpreter: g.code_interpreter == CodeInterpreterMode::Spawn,
                 mcp_helper_url: None,
                 remote_mcp: remote_mcp_settings()?,
+                web_search,
+                reasoning_keys: reasoning_keys(g.reasoning_keys_file)?,
             },
         })
     }
 }
 
+/// The keys of `reasoning.encrypted_content`: from the keys file, else `GW_REASONING_KEYS`, else
+/// one random key shared by this run's workers (sealed reasoning then dies with the gateway).
+fn reasoning_keys(file: Option<std::path::PathBuf>) -> Result<ReasoningKeys, String> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read the reasoning keys file '{}': {e}", path.display()))?;
+        return ReasoningKeys::parse(&text).map_err(|e| format!("reasoning keys file '{}': {e}", path.display()));
+    }
+    match std::env::var("GW_REASONING_KEYS") {
+        Ok(text) if !text.trim().is_empty() => {
+            ReasoningKeys::parse(&text).map_err(|e| format!("GW_REASONING_KEYS: {e}"))
+        }
+        _ => ReasoningKeys::ephemeral(),
+    }
+}
+
 impl IntegratedArgs {
     fn into_options(self) -> Result<IntegratedOptions, String> {
+        let web_search = self.web_search.into_common().settings()?;
         Ok(IntegratedOptions {
             host: self.host,
             port: self.port,
             workers: usize::from(self.workers),
             model_command: self.model_command,
             model_ready_timeout: Duration::from_secs_f64(self.model_ready_timeout),
-            mcp: McpSetup::from_args(self.mcp_config, self.mcp_port, None),
+            mcp: McpSetup::from_args(self.mcp_config, self.mcp_port, None, exa_url(&web_search)),
             gateway: GatewayOptions {
                 // Filled in once the model server's private port is known.
                 upstream: UpstreamConfig {
@@ -300,13 +556,23 @@ impl IntegratedArgs {
                     idle_timeout: Duration::from_secs_f64(self.upstream_timeout),
                 },
                 db_path: self.db_path,
+                db_pool_size: self.db_pool_size,
                 api_keys: self.api_keys,
-                max_body_bytes: self.max_body_mb.saturating_mul(1024 * 1024),
+                max_body_bytes: (self.max_body_mb as usize).saturating_mul(1024 * 1024),
+                limits: limits(
+                    self.max_input_items,
+                    self.max_tools,
+                    self.max_mcp_servers,
+                    self.max_tool_rounds,
+                    self.max_tool_output_bytes,
+                ),
                 metrics_path: metrics_path(self.metrics_enabled, self.metrics_path)?,
                 forward_other_routes_to: None,
                 code_interpreter: self.code_interpreter == CodeInterpreterMode::Spawn,
                 mcp_helper_url: None,
                 remote_mcp: remote_mcp_settings()?,
+                web_search,
+                reasoning_keys: reasoning_keys(self.reasoning_keys_file)?,
                 drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             },
         })
@@ -359,7 +625,19 @@ fn main() -> ExitCode {
 }
 
 fn run_mcp_helper(args: McpHelperArgs) -> anyhow::Result<i32> {
-    let config = respgw_tools::mcp::McpConfig::load(&args.config)?;
+    let mut config = match &args.config {
+        Some(path) => respgw_tools::mcp::McpConfig::load(path)?,
+        None => respgw_tools::mcp::McpConfig::default(),
+    };
+    if let Some(exa_url) = &args.web_search_exa_mcp_url {
+        let key = std::env::var(EXA_API_KEY_ENV).ok();
+        let entry = respgw_tools::web_search::exa_server_entry(exa_url, key.as_deref()).map_err(anyhow::Error::msg)?;
+        if config.servers.insert(EXA_SERVER_LABEL.to_owned(), entry).is_some() {
+            tracing::warn!(
+                "the MCP config's '{EXA_SERVER_LABEL}' server is replaced by the exa_mcp web search profile's"
+            );
+        }
+    }
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }

@@ -298,3 +298,27 @@ async fn unknown_top_level_fields_are_ignored() {
         .await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn per_request_caps_are_400s_naming_the_field_and_the_cap() {
+    let h = Harness::start_with(&["--max-input-items", "3", "--max-tools", "2", "--max-mcp-servers", "1"], &[]).await;
+    let item = json!({"role":"user","content":"x"});
+    let function = |name: &str| json!({"type":"function","name":name,"parameters":{"type":"object"}});
+    let mcp = |label: &str| json!({"type":"mcp","server_label":label,"server_url":"https://example.com/mcp"});
+    let cases = [
+        (json!({"model":"m","input":[item, item, item, item]}), "input", "4 given"),
+        (json!({"model":"m","input":"x","tools":[function("a"), function("b"), function("c")]}), "tools", "3 given"),
+        (json!({"model":"m","input":"x","tools":[mcp("a"), mcp("b")]}), "tools", "MCP servers: 2 given"),
+    ];
+    for (body, param, says) in cases {
+        let (status, error) = h.create(body.clone()).await;
+        assert_eq!((status, error["error"]["param"].as_str()), (400, Some(param)), "{body}: {error}");
+        assert_eq!(error["error"]["code"], "limit_exceeded");
+        assert!(error["error"]["message"].as_str().unwrap().contains(says), "{error}");
+    }
+    // At the caps, the request runs.
+    h.scenario("m", vec![respgw_testkit::upstream::Step::text(&["ok"], "stop", None)]);
+    let (status, body) =
+        h.create(json!({"model":"m","input":[item, item, item],"tools":[function("a"), function("b")]})).await;
+    assert_eq!(status, 200, "{body}");
+}

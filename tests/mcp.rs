@@ -328,3 +328,26 @@ async fn an_invalid_config_is_a_clear_start_up_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("bad label!") && stderr.contains("mcp.json"), "{stderr}");
 }
+
+#[tokio::test]
+async fn tool_rounds_and_tool_output_fed_to_the_model_are_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = json!({"local": {"command": sibling_bin("respgw-mcp-test-stdio")}});
+    let h = harness(dir.path(), servers, &[("GW_MAX_TOOL_ROUNDS", "1"), ("GW_MAX_TOOL_OUTPUT_BYTES", "10")]).await;
+    h.scenario("m", calls("mcp__local__echo", json!({"text":"0123456789abcdefghij"})));
+    let (status, body) = h.create(json!({"model":"m","input":"x","tools":[mcp_tool("local")]})).await;
+    assert_eq!(status, 200, "{body}");
+    // The client sees the whole tool output …
+    assert_eq!(item(&body, "mcp_call")["output"], "0123456789abcdefghij");
+    let sent = h.upstream_bodies("m");
+    assert_eq!(sent.len(), 2, "one tool round, then the answer");
+    // … the model sees the first 10 bytes and is told the rest was cut.
+    let tool_message = sent[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(
+        tool_message["content"],
+        "0123456789\n[output truncated by the gateway: the first 10 of 20 bytes are shown]"
+    );
+    // After the last allowed round the model is made to answer.
+    assert_eq!(sent[0]["tool_choice"], "auto");
+    assert_eq!(sent[1]["tool_choice"], "none");
+}

@@ -13,27 +13,8 @@ use respgw_testkit::gateway::{GatewayProcess, http_client};
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
-/// Child processes of `pid` whose command line contains `needle` (from /proc).
-fn children(pid: u32, needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
-    for entry in entries.flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
-        // The parent pid is the second field after the parenthesised command name.
-        let ppid =
-            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|p| p.parse().ok());
-        let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-        if ppid == Some(pid) && String::from_utf8_lossy(&cmdline).contains(needle) {
-            found.push(child);
-        }
-    }
-    found.sort();
-    found
-}
-
 fn workers(gateway: &GatewayProcess) -> Vec<u32> {
-    children(gateway.pid(), "worker")
+    common::children(gateway.pid(), "worker")
 }
 
 fn signal(pid: u32, sig: libc::c_int) {
@@ -172,14 +153,6 @@ async fn sighup_replaces_every_worker_without_refusing_a_connection() {
     assert!(after.iter().all(|p| !before.contains(p)), "every worker was replaced: {before:?} → {after:?}");
 }
 
-/// Sum of one counter series in a Prometheus text exposition.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(series))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
-}
-
 #[tokio::test]
 async fn metrics_are_merged_across_workers_and_survive_a_killed_worker() {
     let h = harness_with_workers("3", &[]).await;
@@ -210,19 +183,22 @@ async fn metrics_are_merged_across_workers_and_survive_a_killed_worker() {
 
     let text = client.get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
     let posts = r#"gw_responses_http_requests_total{method="POST",route="/v1/responses",status="200"}"#;
-    assert_eq!(sample(&text, posts), 18.0, "{text}");
+    assert_eq!(common::sample(&text, posts), 18.0, "{text}");
     let missing = r#"gw_responses_http_requests_total{method="GET",route="/v1/responses/{response_id}",status="404"}"#;
-    assert_eq!(sample(&text, missing), 3.0);
+    assert_eq!(common::sample(&text, missing), 3.0);
     assert_eq!(
-        sample(&text, r#"gw_responses_http_requests_total{method="POST",route="/v1/responses",status="400"}"#),
+        common::sample(&text, r#"gw_responses_http_requests_total{method="POST",route="/v1/responses",status="400"}"#),
         2.0
     );
     assert_eq!(
-        sample(&text, r#"gw_responses_http_request_duration_seconds_count{method="POST",route="/v1/responses"}"#),
+        common::sample(
+            &text,
+            r#"gw_responses_http_request_duration_seconds_count{method="POST",route="/v1/responses"}"#
+        ),
         20.0
     );
-    assert_eq!(sample(&text, "gw_responses_http_in_flight_requests"), 0.0);
-    assert_eq!(sample(&text, "gw_responses_sse_connections_in_flight"), 0.0);
+    assert_eq!(common::sample(&text, "gw_responses_http_in_flight_requests"), 0.0);
+    assert_eq!(common::sample(&text, "gw_responses_sse_connections_in_flight"), 0.0);
     assert!(!text.contains("/health") && !text.contains("route=\"/metrics\""), "health and metrics are not counted");
     for family in [
         "gw_responses_http_requests_total",
@@ -274,8 +250,8 @@ async fn sse_streams_are_counted_and_timed_apart_from_handlers() {
     h.scenario("m", vec![Step::text(&["a", "b"], "stop", None)]);
     h.stream(json!({"model":"m","input":"x"})).await;
     let text = http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert_eq!(sample(&text, r#"gw_responses_sse_stream_duration_seconds_count{route="/v1/responses"}"#), 1.0);
-    assert_eq!(sample(&text, "gw_responses_sse_connections_in_flight"), 0.0);
+    assert_eq!(common::sample(&text, r#"gw_responses_sse_stream_duration_seconds_count{route="/v1/responses"}"#), 1.0);
+    assert_eq!(common::sample(&text, "gw_responses_sse_connections_in_flight"), 0.0);
 }
 
 #[tokio::test]
@@ -285,7 +261,7 @@ async fn function_calls_count_as_requested_tool_calls() {
     let tool = json!({"type":"function","name":"code_interpreter","parameters":{"type":"object"}});
     assert_eq!(h.create(json!({"model":"ci","input":"2+2","tools":[tool]})).await.0, 200);
     let text = http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert_eq!(sample(&text, r#"gw_responses_tool_calls_requested_total{tool_type="function"}"#), 1.0);
+    assert_eq!(common::sample(&text, r#"gw_responses_tool_calls_requested_total{tool_type="function"}"#), 1.0);
 }
 
 #[tokio::test]
@@ -399,7 +375,7 @@ async fn integrated_mode_serves_responses_and_forwards_everything_else() {
     assert_eq!(client.get(format!("{base}/metrics")).send().await.unwrap().status(), 200);
 
     // When the model server dies, respgw exits with its code.
-    let model_server = children(gw.pid(), "respgw-replay-upstream");
+    let model_server = common::children(gw.pid(), "respgw-replay-upstream");
     assert_eq!(model_server.len(), 1);
     signal(model_server[0], libc::SIGKILL);
     let pid = gw.pid();

@@ -3,18 +3,29 @@
 
 mod common;
 
-use common::{Harness, assert_valid_response, final_response};
+use common::{Backend, Harness, assert_valid_response, final_response};
 use respgw_testkit::gateway::GatewayProcess;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
+
+on_both_backends!(
+    a_stored_response_is_retrievable_with_every_key,
+    the_terminal_event_is_sent_only_after_the_response_is_stored,
+    store_false_is_not_retrievable_nor_continuable,
+    unknown_response_id_is_404_response_not_found,
+    continuation_replays_history_without_instructions_or_tools,
+    a_function_call_is_continued_with_its_output,
+    input_items_lists_the_response_own_input,
+    delete_removes_a_response_but_not_its_continuations,
+    stored_responses_survive_a_restart_on_the_same_database,
+);
 
 fn text(t: &str) -> Step {
     Step::text(&[t], "stop", Some((10, 2)))
 }
 
-#[tokio::test]
-async fn a_stored_response_is_retrievable_with_every_key() {
-    let h = Harness::start().await;
+async fn a_stored_response_is_retrievable_with_every_key(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     h.scenario("m", vec![text("Paris.")]);
     let (_, created) = h.create(json!({"model":"m","input":"capital?","metadata":{"k":"v"}})).await;
     let id = created["id"].as_str().unwrap();
@@ -24,9 +35,8 @@ async fn a_stored_response_is_retrievable_with_every_key() {
     assert_eq!(got, created, "GET returns exactly what the create call returned");
 }
 
-#[tokio::test]
-async fn the_terminal_event_is_sent_only_after_the_response_is_stored() {
-    let h = Harness::start().await;
+async fn the_terminal_event_is_sent_only_after_the_response_is_stored(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     h.scenario("m", (0..10).map(|_| text("x")).collect());
     for _ in 0..10 {
         let events = h.stream(json!({"model":"m","input":"hi"})).await;
@@ -38,9 +48,8 @@ async fn the_terminal_event_is_sent_only_after_the_response_is_stored() {
     }
 }
 
-#[tokio::test]
-async fn store_false_is_not_retrievable_nor_continuable() {
-    let h = Harness::start().await;
+async fn store_false_is_not_retrievable_nor_continuable(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     h.scenario("m", vec![text("a")]);
     let (_, created) = h.create(json!({"model":"m","input":"hi","store":false})).await;
     assert_eq!(created["store"], false);
@@ -53,17 +62,15 @@ async fn store_false_is_not_retrievable_nor_continuable() {
     assert_eq!(body["error"]["param"], "previous_response_id");
 }
 
-#[tokio::test]
-async fn unknown_response_id_is_404_response_not_found() {
-    let h = Harness::start().await;
+async fn unknown_response_id_is_404_response_not_found(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     let (status, body) = h.get("/v1/responses/resp_missing").await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "response_not_found");
 }
 
-#[tokio::test]
-async fn continuation_replays_history_without_instructions_or_tools() {
-    let h = Harness::start().await;
+async fn continuation_replays_history_without_instructions_or_tools(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     h.scenario("m", vec![text("Paris."), text("About 2 million."), text("Yes.")]);
     let tool = json!({"type":"function","name":"lookup","parameters":{"type":"object"}});
     let (_, first) = h
@@ -92,9 +99,8 @@ async fn continuation_replays_history_without_instructions_or_tools() {
     assert_eq!(sent[2]["messages"].as_array().unwrap().len(), 5, "the whole chain, flattened");
 }
 
-#[tokio::test]
-async fn a_function_call_is_continued_with_its_output() {
-    let h = Harness::start().await;
+async fn a_function_call_is_continued_with_its_output(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     h.scenario(
         "ci",
         vec![
@@ -120,9 +126,8 @@ async fn a_function_call_is_continued_with_its_output() {
     assert_eq!(tool_msg, &json!({"role":"tool","tool_call_id":call["call_id"],"content":"{\"result\":\"4\"}"}));
 }
 
-#[tokio::test]
-async fn input_items_lists_the_response_own_input() {
-    let h = Harness::start().await;
+async fn input_items_lists_the_response_own_input(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     h.scenario("m", vec![text("a"), text("b")]);
     let (_, first) = h.create(json!({"model":"m","input":"one"})).await;
     let (_, second) = h
@@ -148,9 +153,8 @@ async fn input_items_lists_the_response_own_input() {
     assert_eq!(h.get("/v1/responses/resp_nope/input_items").await.0, 404);
 }
 
-#[tokio::test]
-async fn delete_removes_a_response_but_not_its_continuations() {
-    let h = Harness::start().await;
+async fn delete_removes_a_response_but_not_its_continuations(backend: Backend) {
+    let h = Harness::start_on(backend).await;
     h.scenario("m", vec![text("a"), text("b"), text("c")]);
     let (_, first) = h.create(json!({"model":"m","input":"one"})).await;
     let (_, second) = h.create(json!({"model":"m","input":"two","previous_response_id":first["id"]})).await;
@@ -166,13 +170,19 @@ async fn delete_removes_a_response_but_not_its_continuations() {
     assert_eq!(h.upstream_bodies("m")[2]["messages"].as_array().unwrap().len(), 5);
 }
 
-#[tokio::test]
-async fn stored_responses_survive_a_restart_on_the_same_database() {
+async fn stored_responses_survive_a_restart_on_the_same_database(backend: Backend) {
     let upstream = respgw_testkit::upstream::ReplayUpstream::start().await.unwrap();
     upstream.add_scenario("m", vec![text("kept"), text("again")]);
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("store.db");
-    let args = common::serve_args(&upstream.base_url(), &["--db-path", db.to_str().unwrap()]);
+    let schema = match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => Some(respgw_testkit::postgres::TestSchema::create().await.unwrap()),
+    };
+    let db = match &schema {
+        Some(schema) => schema.url(),
+        None => dir.path().join("store.db").display().to_string(),
+    };
+    let args = common::serve_args(&upstream.base_url(), &["--db-path", &db]);
     let id = {
         let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &common::quiet_env()).await.unwrap();
         let (_, _, body) = respgw_testkit::gateway::post_json(

@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use respgw_testkit::gateway::{GatewayProcess, http_client};
+use respgw_testkit::postgres::TestSchema;
 use respgw_testkit::schema::SchemaValidator;
 use respgw_testkit::sse::check_stream;
 use respgw_testkit::upstream::{ReplayUpstream, Step};
@@ -44,9 +45,63 @@ pub fn serve_args(upstream_url: &str, extra: &[&str]) -> Vec<String> {
     args
 }
 
+/// Which store a test's gateway uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file in the gateway's temporary working directory (the default).
+    Sqlite,
+    /// A fresh schema on the test PostgreSQL server (`respgw_testkit::postgres`).
+    Postgres,
+}
+
+/// A [`Harness`] on a chosen [`Backend`]; the PostgreSQL schema is dropped after the gateway.
+pub struct BackendHarness {
+    pub harness: Harness,
+    pub schema: Option<TestSchema>,
+}
+
+impl std::ops::Deref for BackendHarness {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.harness
+    }
+}
+
+/// `$name(Backend::Sqlite)` and `$name(Backend::Postgres)` as the tests `$name::sqlite` and
+/// `$name::postgres`, for each `async fn $name(backend: Backend)` listed.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name($crate::common::Backend::Sqlite).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::$name($crate::common::Backend::Postgres).await;
+            }
+        }
+    )*};
+}
+
 impl Harness {
     pub async fn start() -> Harness {
         Self::start_with(&[], &[]).await
+    }
+
+    /// [`Harness::start`] on `backend`.
+    pub async fn start_on(backend: Backend) -> BackendHarness {
+        match backend {
+            Backend::Sqlite => BackendHarness { harness: Self::start().await, schema: None },
+            Backend::Postgres => {
+                let schema = TestSchema::create().await.expect("a test schema on the PostgreSQL server");
+                let harness = Self::start_with(&["--db-path", &schema.url()], &[]).await;
+                BackendHarness { harness, schema: Some(schema) }
+            }
+        }
     }
 
     /// Start with extra `serve` arguments and environment. The code interpreter is off unless
@@ -156,6 +211,12 @@ pub fn assert_valid_response(response: &Value) {
     }
 }
 
+pub fn assert_valid_event(event: &Value) {
+    if let Err(e) = schema().validate_event(event) {
+        panic!("event does not match the schema: {e}\n{event:#}");
+    }
+}
+
 /// Every error body is `{"error":{"message","type","param","code"}}` with all four keys.
 pub fn assert_error_shape(body: &Value) {
     let error = body.get("error").and_then(Value::as_object).unwrap_or_else(|| panic!("not an error body: {body}"));
@@ -174,4 +235,31 @@ pub fn kinds(events: &[Value]) -> Vec<&str> {
 /// The terminal event's response.
 pub fn final_response(events: &[Value]) -> &Value {
     &events.last().expect("at least one event")["response"]
+}
+
+/// Child processes of `pid` whose command line contains `needle` (from /proc).
+pub fn children(pid: u32, needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
+    for entry in entries.flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else { continue };
+        // The parent pid is the second field after the parenthesised command name.
+        let ppid =
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|p| p.parse().ok());
+        let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+        if ppid == Some(pid) && String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(child);
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Sum of one series (all its label sets) in a Prometheus text exposition.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
 }

@@ -5,7 +5,7 @@
 //! here is taken over the whole process tree: the child and all its descendants.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -42,11 +42,25 @@ pub struct Gateway {
 impl Gateway {
     /// Start `binary serve --upstream <upstream> <extra_args>` and wait until it listens.
     pub async fn start(binary: &Path, upstream: &str, extra_args: &[String]) -> anyhow::Result<Self> {
+        Self::start_on(binary, upstream, extra_args, None).await
+    }
+
+    /// [`Gateway::start`] with the store at `db` (`--db-path`; a SQLite file in the private temp
+    /// dir when `None`).
+    pub async fn start_on(
+        binary: &Path,
+        upstream: &str,
+        extra_args: &[String],
+        db: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("respgw-bench-")
             .tempdir()
             .context("cannot create a temp dir for the response store")?;
-        let db_path: PathBuf = dir.path().join("respgw.db");
+        let db_path: std::ffi::OsString = match db {
+            Some(db) => db.into(),
+            None => dir.path().join("respgw.db").into_os_string(),
+        };
         let mut child = Command::new(binary)
             .arg("serve")
             .arg("--upstream")

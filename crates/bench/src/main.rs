@@ -12,6 +12,8 @@
 //! - worker scaling: requests/s (non-stream, `store: false`) and SSE events/s from many
 //!   keep-alive connections through `--gateway-workers 1` and then `--gateway-workers N`, with
 //!   where the machine's cores went ([`scaling`], against the out-of-process mock [`fastmock`]);
+//! - continuation cost by history depth (1, 10, 50 responses) on SQLite and on PostgreSQL
+//!   ([`continuation`]), each depth against depth 1;
 //! - respgw's resident memory with many streams open at once: 1,000 through one worker, and
 //!   10,000 through N workers (the mock in its own process, for the open-files limit).
 //!
@@ -19,8 +21,10 @@
 //! (the numbers are the output); it fails only when something breaks. Loopback only; every loop
 //! is bounded in count and time. Run it through `scripts/bench`.
 
+mod continuation;
 mod fastmock;
 mod gateway;
+mod load;
 mod measure;
 mod mock;
 mod rawhttp;
@@ -46,6 +50,9 @@ const TARGET_ADDED_P99_MS: f64 = 2.0;
 const TARGET_SSE_RATIO: f64 = 0.90;
 const TARGET_SCALING: f64 = 1.7;
 const TARGET_BIG_RSS_BYTES: f64 = 300e6;
+const TARGET_DEPTH_RATIO: f64 = 1.3;
+/// History depths of the continuation test; the last is held to [`TARGET_DEPTH_RATIO`] x the first.
+const DEPTHS: [usize; 3] = [1, 10, 50];
 
 /// Command line.
 #[derive(Parser)]
@@ -138,9 +145,39 @@ struct Cli {
     #[arg(long, default_value_t = 2)]
     big_streams_workers: usize,
 
+    /// Measured continuations per history depth and backend (0 skips the continuation test).
+    #[arg(long, default_value_t = 200)]
+    continuation_rounds: usize,
+
+    /// PostgreSQL server for the continuation test (a fresh schema is created and dropped);
+    /// empty skips the PostgreSQL rows.
+    #[arg(long, env = "RESPGW_BENCH_POSTGRES_URL", default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    postgres_url: String,
+
     /// Quicker run: skips the big memory test and shortens the scaling test's windows.
     #[arg(long)]
     quick: bool,
+
+    /// Run only the load test (`scripts/load`): `--load-clients` concurrent SSE streams for
+    /// `--load-seconds` through `--load-workers` workers, 0 errors expected.
+    #[arg(long)]
+    load: bool,
+
+    /// Concurrent streams of the load test.
+    #[arg(long, default_value_t = 1000)]
+    load_clients: usize,
+
+    /// Seconds of the load test.
+    #[arg(long, default_value_t = 60)]
+    load_seconds: u64,
+
+    /// respgw workers in the load test.
+    #[arg(long, default_value_t = 2)]
+    load_workers: usize,
+
+    /// Content deltas per stream in the load test.
+    #[arg(long, default_value_t = 32)]
+    load_deltas: usize,
 
     /// Internal: run only the out-of-process mock upstream (see `fastmock`).
     #[arg(long, hide = true)]
@@ -167,13 +204,68 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let outcome = if cli.load { runtime.block_on(run_load(cli)) } else { runtime.block_on(run(cli)) };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("respgw-bench: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The load test alone; fails when any stream failed.
+async fn run_load(cli: Cli) -> anyhow::Result<()> {
+    let limit = gateway::raise_open_files_limit()?;
+    let needed = (2 * cli.load_clients + 256) as u64;
+    if limit < needed {
+        bail!("the open-files limit is {limit}, the load test needs about {needed}: raise it (`ulimit -Hn`)");
+    }
+    progress(&format!(
+        "load: {} concurrent SSE streams ({} deltas, store:true) for {} s through {} workers",
+        cli.load_clients, cli.load_deltas, cli.load_seconds, cli.load_workers
+    ));
+    let r = load::run(
+        &cli.respgw,
+        &cli.respgw_args,
+        cli.load_clients,
+        cli.load_workers,
+        Duration::from_secs(cli.load_seconds),
+        cli.load_deltas,
+    )
+    .await?;
+    println!();
+    println!("| load: {} concurrent SSE streams, {} s, {} workers | value |", r.clients, r.window.as_secs(), r.workers);
+    println!("|---|---|");
+    println!(
+        "| streams completed | {} ({:.0}/s) |",
+        r.streams - r.errors,
+        (r.streams - r.errors) as f64 / r.window.as_secs_f64()
+    );
+    println!("| errors | {} |", r.errors);
+    println!(
+        "| time to first delta p50 / p99 | {:.1} ms / {:.1} ms |",
+        percentile_ms(&r.first_delta, 50.0),
+        percentile_ms(&r.first_delta, 99.0)
+    );
+    println!(
+        "| whole stream p50 / p99 | {:.1} ms / {:.1} ms |",
+        percentile_ms(&r.end, 50.0),
+        percentile_ms(&r.end, 99.0)
+    );
+    println!(
+        "| respgw RSS, {} processes: peak / at the end | {:.0} MB / {:.0} MB |",
+        r.processes,
+        r.peak_rss_kib as f64 * 1024.0 / 1e6,
+        r.end_rss_kib as f64 * 1024.0 / 1e6
+    );
+    for sample in &r.error_samples {
+        println!("error: {sample}");
+    }
+    if r.errors > 0 {
+        bail!("{} of {} streams failed", r.errors, r.streams);
+    }
+    Ok(())
 }
 
 /// Run every measurement and print the table.
@@ -300,6 +392,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     gw.stop().await?;
+
+    if cli.continuation_rounds > 0 {
+        continuation_rows(&cli, &mock, &mut table).await?;
+    }
 
     table.row(Row::info("respgw CPU per request (seq)", format!("{:.0} us", seq.gateway_cpu_us)));
     if let Some(r) = &unstored {
@@ -444,6 +540,53 @@ fn with_workers(args: &[String], n: usize) -> Vec<String> {
 
 /// The worker-scaling test: the same loads through respgw with 1 worker, then (a fresh instance)
 /// with `cli.scaling_workers`, both in front of the out-of-process mock.
+/// Continuation cost by depth on each backend: p50 per depth, and its ratio to depth 1.
+async fn continuation_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) -> anyhow::Result<()> {
+    let schema = if cli.postgres_url.is_empty() {
+        None
+    } else {
+        match continuation::BenchSchema::create(&cli.postgres_url).await {
+            Ok(schema) => Some(schema),
+            Err(e) => {
+                progress(&format!("continuation: PostgreSQL rows skipped: {e:#}"));
+                None
+            }
+        }
+    };
+    let mut backends = vec![("SQLite", None)];
+    if let Some(schema) = &schema {
+        backends.push(("PostgreSQL", Some(schema.url()?)));
+    }
+    for (backend, db) in backends {
+        progress(&format!("continuation on {backend}: {} continuations per depth {DEPTHS:?}", cli.continuation_rounds));
+        let mut gw = Gateway::start_on(&cli.respgw, &mock.base_url(), &cli.respgw_args, db.as_deref()).await?;
+        let results = continuation::measure(gw.base_url(), &DEPTHS, cli.continuation_rounds)
+            .await
+            .with_context(|| format!("continuation test on {backend}"))?;
+        gw.check_alive().await?;
+        gw.stop().await?;
+        let base = percentile_ms(&results[0].latencies, 50.0);
+        for (i, r) in results.iter().enumerate() {
+            let p50 = percentile_ms(&r.latencies, 50.0);
+            let ratio = p50 / base;
+            let last = i == results.len() - 1;
+            table.row(Row {
+                metric: format!("continuation p50, depth {} ({backend})", r.depth),
+                direct: "-".into(),
+                respgw: format!("{p50:.3} ms"),
+                delta: format!("{ratio:.2}x depth {}", results[0].depth),
+                target: if last { format!("<= {TARGET_DEPTH_RATIO:.1}x") } else { "-".into() },
+                verdict: if last { verdict(ratio <= TARGET_DEPTH_RATIO) } else { "info" },
+                note: format!("p99 {:.3} ms", percentile_ms(&r.latencies, 99.0)),
+            });
+        }
+    }
+    if let Some(schema) = schema {
+        schema.drop_now().await.context("cannot drop the bench schema")?;
+    }
+    Ok(())
+}
+
 async fn scaling_rows(cli: &Cli, mock: &MockProcess, table: &mut Table) -> anyhow::Result<()> {
     let warmup = Duration::from_secs(1);
     let n = cli.scaling_workers;

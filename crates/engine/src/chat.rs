@@ -5,9 +5,12 @@
 //! fields the gateway uses are modelled; unknown fields are ignored so new server versions work.
 
 use respgw_protocol::ValidatedRequest;
-use respgw_protocol::items::{CodeInterpreterOutput, ContentPart, FunctionOutput, Item, MessageRole};
+use respgw_protocol::items::{CodeInterpreterOutput, ContentPart, FunctionOutput, Item, MessageRole, WebSearchAction};
 use respgw_protocol::request::TextFormat;
-use respgw_protocol::tools::{CODE_INTERPRETER_FUNCTION, FunctionTool, mcp_function_name};
+use respgw_protocol::tools::{
+    CODE_INTERPRETER_FUNCTION, FunctionTool, LOCAL_SHELL_FUNCTION, WEB_SEARCH_FUNCTION, mcp_function_name,
+    namespaced_function_name,
+};
 
 use crate::hosted::FunctionSpec;
 use serde::Deserialize;
@@ -27,11 +30,15 @@ pub struct ToolOffer {
 }
 
 impl ChatRequest {
-    /// Build the streaming request for `history` with the tools of `offer`.
-    pub fn build(req: &ValidatedRequest, history: &[Item], offer: &ToolOffer) -> Value {
+    /// Build the streaming request for `history` with the tools of `offer`; gateway tool results
+    /// longer than `max_tool_output_bytes` are cut (see [`tool_result_text`]).
+    pub fn build(req: &ValidatedRequest, history: &[Item], offer: &ToolOffer, max_tool_output_bytes: usize) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), json!(req.model));
-        body.insert("messages".into(), Value::Array(messages(req.instructions.as_deref(), history)));
+        body.insert(
+            "messages".into(),
+            Value::Array(messages(req.instructions.as_deref(), history, max_tool_output_bytes)),
+        );
         body.insert("stream".into(), json!(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
 
@@ -111,8 +118,28 @@ pub fn function_spec(tool: &FunctionTool) -> FunctionSpec {
 }
 
 /// What the model is told a hosted call returned. Derived from the finished item alone, so a
-/// live tool loop and a later continuation send the model exactly the same text.
-pub fn tool_result_text(item: &Item) -> Option<String> {
+/// live tool loop and a later continuation send the model exactly the same text. Text longer
+/// than `max_bytes` is cut at a character boundary and ends with a note telling the model so
+/// (the item the client sees keeps the whole output).
+pub fn tool_result_text(item: &Item, max_bytes: usize) -> Option<String> {
+    full_tool_result_text(item).map(|text| truncate_for_model(text, max_bytes))
+}
+
+fn truncate_for_model(mut text: String, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let total = text.len();
+    let mut cut = max_bytes;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(&format!("\n[output truncated by the gateway: the first {cut} of {total} bytes are shown]"));
+    text
+}
+
+fn full_tool_result_text(item: &Item) -> Option<String> {
     match item {
         Item::McpCall(m) => Some(match (&m.output, &m.error) {
             (_, Some(error)) => format!("MCP tool error: {error}"),
@@ -142,6 +169,9 @@ pub fn tool_result_text(item: &Item) -> Option<String> {
             }
             Some(text)
         }
+        Item::WebSearchCall(w) => Some(w.model_result.clone().unwrap_or_else(|| {
+            json!({"error": "The result of this earlier web_search call is not available."}).to_string()
+        })),
         _ => None,
     }
 }
@@ -151,9 +181,24 @@ fn hosted_tool_call(item: &Item) -> Option<Value> {
     let (name, arguments) = match item {
         Item::McpCall(m) => (mcp_function_name(&m.server_label, &m.name), m.arguments.clone()),
         Item::CodeInterpreterCall(c) => (CODE_INTERPRETER_FUNCTION.to_owned(), json!({"code": c.code}).to_string()),
+        Item::WebSearchCall(w) => (WEB_SEARCH_FUNCTION.to_owned(), web_search_arguments(w.action.as_ref()).to_string()),
         _ => return None,
     };
     Some(json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}}))
+}
+
+/// The arguments a web_search call stands for, rebuilt from its action.
+fn web_search_arguments(action: Option<&WebSearchAction>) -> Value {
+    match action {
+        Some(WebSearchAction::Search { query, queries, .. }) => {
+            json!({"action": "search", "query": query, "queries": queries})
+        }
+        Some(WebSearchAction::OpenPage { url }) => json!({"action": "open_page", "url": url}),
+        Some(WebSearchAction::FindInPage { url, pattern }) => {
+            json!({"action": "find_in_page", "url": url, "pattern": pattern})
+        }
+        None => json!({}),
+    }
 }
 
 /// An assistant turn being assembled from consecutive assistant-side items.
@@ -193,7 +238,7 @@ impl AssistantTurn {
 /// after text or calls starts the next assistant turn, because reasoning always precedes what it
 /// produced. Gateway tool calls are followed by their results, so on a continuation the model
 /// sees its earlier MCP and code interpreter calls too. `mcp_list_tools` items are not sent.
-pub fn messages(instructions: Option<&str>, history: &[Item]) -> Vec<Value> {
+pub fn messages(instructions: Option<&str>, history: &[Item], max_tool_output_bytes: usize) -> Vec<Value> {
     let mut out = Vec::with_capacity(history.len() + 1);
     if let Some(text) = instructions {
         out.push(json!({"role": "system", "content": text}));
@@ -225,15 +270,54 @@ pub fn messages(instructions: Option<&str>, history: &[Item]) -> Vec<Value> {
             Item::FunctionCall(f) => turn.tool_calls.push(json!({
                 "id": f.call_id,
                 "type": "function",
-                "function": {"name": f.name, "arguments": f.arguments},
+                "function": {"name": match &f.namespace {
+                    Some(ns) => namespaced_function_name(ns, &f.name),
+                    None => f.name.clone(),
+                }, "arguments": f.arguments},
             })),
-            Item::McpCall(_) | Item::CodeInterpreterCall(_) => {
-                if let (Some(call), Some(result)) = (hosted_tool_call(item), tool_result_text(item)) {
+            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => {
+                if let (Some(call), Some(result)) =
+                    (hosted_tool_call(item), tool_result_text(item, max_tool_output_bytes))
+                {
                     turn.tool_calls.push(call);
                     turn.hosted_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
                 }
             }
             Item::McpListTools(_) => {}
+            Item::CustomToolCall(c) => turn.tool_calls.push(json!({
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json!({"input": c.input}).to_string()},
+            })),
+            Item::LocalShellCall(c) => {
+                let mut arguments = Map::new();
+                arguments.insert("command".into(), json!(c.action.command));
+                if let Some(dir) = &c.action.working_directory {
+                    arguments.insert("workdir".into(), json!(dir));
+                }
+                if let Some(ms) = c.action.timeout_ms {
+                    arguments.insert("timeout_ms".into(), json!(ms));
+                }
+                turn.tool_calls.push(json!({
+                    "id": c.call_id.as_deref().unwrap_or(&c.id),
+                    "type": "function",
+                    "function": {"name": LOCAL_SHELL_FUNCTION, "arguments": Value::Object(arguments).to_string()},
+                }));
+            }
+            Item::CustomToolCallOutput(o) => {
+                flush(&mut turn, &mut out);
+                let content = match &o.output {
+                    FunctionOutput::Text(t) => json!(t),
+                    FunctionOutput::Parts(parts) => content_value(parts),
+                };
+                out.push(json!({"role": "tool", "tool_call_id": o.call_id, "content": content}));
+            }
+            Item::LocalShellCallOutput(o) => {
+                flush(&mut turn, &mut out);
+                out.push(
+                    json!({"role": "tool", "tool_call_id": o.call_id.as_deref().unwrap_or(&o.id), "content": o.output}),
+                );
+            }
             Item::Message(m) => {
                 flush(&mut turn, &mut out);
                 let role = match m.role {
@@ -397,7 +481,7 @@ mod tests {
     #[test]
     fn plain_request_body() {
         let r = req(json!({"model":"m","input":"hi","instructions":"Be brief.","max_output_tokens":16}));
-        let body = ChatRequest::build(&r, &r.input, &no_tools());
+        let body = ChatRequest::build(&r, &r.input, &no_tools(), usize::MAX);
         assert_eq!(
             body,
             json!({
@@ -422,7 +506,7 @@ mod tests {
             }],
             tool_choice: json!({"type":"function","function":{"name":"get_weather"}}),
         };
-        let body = ChatRequest::build(&r, &r.input, &offer);
+        let body = ChatRequest::build(&r, &r.input, &offer, usize::MAX);
         assert_eq!(body["tool_choice"], json!({"type":"function","function":{"name":"get_weather"}}));
         assert_eq!(
             body["tools"][0],
@@ -436,7 +520,7 @@ mod tests {
         let r = req(
             json!({"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"out","schema":{"type":"object"},"strict":true}}}),
         );
-        let body = ChatRequest::build(&r, &r.input, &no_tools());
+        let body = ChatRequest::build(&r, &r.input, &no_tools(), usize::MAX);
         assert_eq!(
             body["response_format"],
             json!({"type":"json_schema","json_schema":{"name":"out","schema":{"type":"object"},"strict":true}})
@@ -454,7 +538,7 @@ mod tests {
             {"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"answer"}]},
             {"type":"message","role":"assistant","content":"Sunny."}
         ]}));
-        let msgs = messages(None, &r.input);
+        let msgs = messages(None, &r.input, usize::MAX);
         assert_eq!(
             Value::Array(msgs),
             json!([
@@ -468,11 +552,24 @@ mod tests {
     }
 
     #[test]
+    fn namespaced_calls_are_replayed_under_the_name_the_model_knows() {
+        let r = req(json!({"model":"m","input":[
+            {"role":"user","content":"close it"},
+            {"type":"function_call","id":"fc_1","status":"completed","call_id":"c1","name":"close_agent",
+             "namespace":"multi_agent_v1","arguments":"{}"},
+            {"type":"function_call_output","id":"fco_1","call_id":"c1","output":"closed"}
+        ]}));
+        let msgs = messages(None, &r.input, usize::MAX);
+        assert_eq!(msgs[1]["tool_calls"][0]["function"]["name"], "multi_agent_v1__close_agent");
+        assert_eq!(msgs[2], json!({"role":"tool","tool_call_id":"c1","content":"closed"}));
+    }
+
+    #[test]
     fn images_become_image_url_parts() {
         let r = req(json!({"model":"m","input":[{"role":"user","content":[
             {"type":"input_text","text":"what is this"},
             {"type":"input_image","image_url":"data:image/png;base64,AA","detail":"low"}]}]}));
-        let msgs = messages(None, &r.input);
+        let msgs = messages(None, &r.input, usize::MAX);
         assert_eq!(
             msgs[0]["content"],
             json!([{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA","detail":"low"}}])
@@ -483,7 +580,7 @@ mod tests {
     fn developer_messages_are_sent_as_system() {
         let r =
             req(json!({"model":"m","input":[{"role":"developer","content":"rules"},{"role":"user","content":"hi"}]}));
-        assert_eq!(messages(None, &r.input)[0], json!({"role":"system","content":"rules"}));
+        assert_eq!(messages(None, &r.input, usize::MAX)[0], json!({"role":"system","content":"rules"}));
     }
 }
 
@@ -513,7 +610,7 @@ mod hosted_history_tests {
             }),
         ];
         assert_eq!(
-            Value::Array(messages(None, &history)),
+            Value::Array(messages(None, &history, usize::MAX)),
             json!([
                 {"role":"assistant","content":null,"tool_calls":[
                     {"id":"mcp_1","type":"function","function":{"name":"mcp__docs__search","arguments":"{\"q\":\"x\"}"}},
@@ -522,5 +619,24 @@ mod hosted_history_tests {
                 {"role":"tool","tool_call_id":"ci_1","content":"4"}
             ])
         );
+    }
+
+    #[test]
+    fn long_tool_results_are_cut_and_the_model_is_told() {
+        let call = |output: &str| {
+            Item::McpCall(McpCallItem {
+                id: "mcp_1".into(),
+                server_label: "docs".into(),
+                name: "search".into(),
+                arguments: "{}".into(),
+                status: CallStatus::Completed,
+                output: Some(output.into()),
+                error: None,
+            })
+        };
+        assert_eq!(tool_result_text(&call("short"), 5).as_deref(), Some("short"));
+        // "é" is two bytes: a cut inside it moves back to the character boundary.
+        let text = tool_result_text(&call("abcé and more"), 4).unwrap();
+        assert_eq!(text, "abc\n[output truncated by the gateway: the first 3 of 14 bytes are shown]");
     }
 }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use respgw_protocol::items::{CodeInterpreterOutput, Item, McpListToolsItem};
+use respgw_protocol::items::{CodeInterpreterOutput, Item, McpListToolsItem, WebSearchAction};
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::Value;
 
@@ -29,6 +29,8 @@ pub enum HostedKind {
     CodeInterpreter,
     /// `mcp_call` items showing the real label and tool name.
     Mcp { server_label: String, tool_name: String },
+    /// `web_search_call` items; the arguments name an action (search, open_page, find_in_page).
+    WebSearch,
 }
 
 /// One call to a hosted tool.
@@ -48,6 +50,29 @@ pub enum HostedOutcome {
     CodeInterpreter { outputs: Vec<CodeInterpreterOutput>, ok: bool },
     /// The MCP tool's output text, or why the call failed.
     Mcp(Result<String, String>),
+    /// A web search action ran (a backend error is part of `model_result`; the item still
+    /// completes).
+    WebSearch(WebSearchOutcome),
+}
+
+/// What one `web_search` action did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebSearchOutcome {
+    /// The public action, `sources` included (the engine drops them unless `include` asks).
+    pub action: WebSearchAction,
+    /// The JSON text the model is given as the tool result.
+    pub model_result: String,
+    /// Pages the model may cite from now on (search results, opened pages).
+    pub citable: Vec<CitableSource>,
+    /// False when the backend or the page fetch failed (counted as a tool error).
+    pub ok: bool,
+}
+
+/// A URL the model saw, and the title a `url_citation` of it carries (its host when unknown).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CitableSource {
+    pub url: String,
+    pub title: Option<String>,
 }
 
 /// A tool the gateway runs itself.
@@ -70,7 +95,7 @@ pub struct ResolvedTools {
     pub listings: Vec<McpListToolsItem>,
 }
 
-/// Turns a request's `code_interpreter` and `mcp` declarations into hosted tools.
+/// Turns a request's `code_interpreter`, `web_search` and `mcp` declarations into hosted tools.
 #[async_trait]
 pub trait ToolResolver: Send + Sync {
     /// Which gateway tools requests may declare (validation rejects the others with a 400).

@@ -10,14 +10,20 @@
 //! the model server through [`Upstream`] and to storage through `respgw_store::ResponseStore`.
 
 pub mod chat;
+mod cite;
 mod code_stream;
 pub mod hosted;
 mod offer;
 mod run;
+pub mod sealed;
 pub mod think;
 pub mod turn;
 pub mod upstream;
 
-pub use hosted::{FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, ResolvedTools, ToolResolver};
-pub use run::{ClientGone, Engine, EventSink, PreparedResponse, RunOutcome, store_error};
+pub use hosted::{
+    CitableSource, FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, ResolvedTools, ToolResolver,
+    WebSearchOutcome,
+};
+pub use offer::{ClientCallShape, ClientFunction};
+pub use run::{ClientGone, Engine, EventSink, Limits, LocalConversation, PreparedResponse, RunOutcome, store_error};
 pub use upstream::{Upstream, UpstreamConfig, UpstreamError};

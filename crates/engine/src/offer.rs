@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use respgw_protocol::tools::{
-    AllowedTool, CODE_INTERPRETER_FUNCTION, McpToolChoice, ToolChoice, ToolChoiceMode, ToolDeclaration,
-    mcp_function_name,
+    AllowedTool, CODE_INTERPRETER_FUNCTION, CustomTool, LOCAL_SHELL_FUNCTION, McpToolChoice, ToolChoice,
+    ToolChoiceMode, ToolDeclaration, WEB_SEARCH_FUNCTION, mcp_function_name, namespaced_function_name,
 };
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::json;
@@ -43,9 +43,20 @@ enum Source {
 
 impl ToolMenu {
     pub fn new(request: &ValidatedRequest, hosted: &[Arc<dyn HostedTool>]) -> Self {
-        let client = request.tools.iter().filter_map(|t| match t {
-            ToolDeclaration::Function(f) => Some((function_spec(f), Source::Client)),
-            _ => None,
+        let client = request.tools.iter().flat_map(|t| match t {
+            ToolDeclaration::Function(f) => vec![(function_spec(f), Source::Client)],
+            ToolDeclaration::Namespace(ns) => ns
+                .tools
+                .iter()
+                .map(|f| {
+                    let mut spec = function_spec(f);
+                    spec.name = namespaced_function_name(&ns.name, &f.name);
+                    (spec, Source::Client)
+                })
+                .collect(),
+            ToolDeclaration::Custom(c) => vec![(custom_spec(c), Source::Client)],
+            ToolDeclaration::LocalShell(_) => vec![(local_shell_spec(), Source::Client)],
+            _ => Vec::new(),
         });
         let hosted = hosted.iter().map(|t| (t.spec().clone(), Source::Hosted(t.kind().clone())));
         ToolMenu { entries: client.chain(hosted).collect() }
@@ -100,12 +111,16 @@ impl ToolMenu {
             ToolChoice::Mode(m) => (all(), mode(*m)),
             ToolChoice::Function(f) if first => (all(), named(&f.name)),
             ToolChoice::CodeInterpreter(_) if first => (all(), named(CODE_INTERPRETER_FUNCTION)),
+            ToolChoice::WebSearch(_) if first => (all(), named(WEB_SEARCH_FUNCTION)),
             ToolChoice::Mcp(m) if first => match &m.name {
                 Some(tool) => (all(), named(&mcp_function_name(&m.server_label, tool))),
                 // Any tool of that server: offer only its tools, and require a call.
                 None => (self.select(|_, s| matches_mcp(s, &m.server_label, None)), json!("required")),
             },
-            ToolChoice::Function(_) | ToolChoice::CodeInterpreter(_) | ToolChoice::Mcp(_) => (all(), json!("auto")),
+            ToolChoice::Function(_)
+            | ToolChoice::CodeInterpreter(_)
+            | ToolChoice::WebSearch(_)
+            | ToolChoice::Mcp(_) => (all(), json!("auto")),
             ToolChoice::AllowedTools(a) => (self.select(|f, s| a.tools.iter().any(|t| allows(t, f, s))), mode(a.mode)),
         };
         let tool_choice = if phase == TurnPhase::Last { json!("none") } else { tool_choice };
@@ -114,6 +129,77 @@ impl ToolMenu {
 
     fn select(&self, keep: impl Fn(&FunctionSpec, &Source) -> bool) -> Vec<FunctionSpec> {
         self.entries.iter().filter(|(f, s)| keep(f, s)).map(|(f, _)| f.clone()).collect()
+    }
+}
+
+/// The client functions whose calls are not reported as plain `function_call`s: functions of
+/// `namespace` tools, `custom` tools and `local_shell`.
+pub fn client_call_shapes(request: &ValidatedRequest) -> Vec<ClientFunction> {
+    let mut shapes = Vec::new();
+    for tool in &request.tools {
+        match tool {
+            ToolDeclaration::Namespace(ns) => shapes.extend(ns.tools.iter().map(|f| ClientFunction {
+                flat_name: namespaced_function_name(&ns.name, &f.name),
+                shape: ClientCallShape::Namespaced { namespace: ns.name.clone(), name: f.name.clone() },
+            })),
+            ToolDeclaration::Custom(c) => {
+                shapes.push(ClientFunction { flat_name: c.name.clone(), shape: ClientCallShape::Custom })
+            }
+            ToolDeclaration::LocalShell(_) => shapes.push(ClientFunction {
+                flat_name: LOCAL_SHELL_FUNCTION.to_owned(),
+                shape: ClientCallShape::LocalShell,
+            }),
+            _ => {}
+        }
+    }
+    shapes
+}
+
+/// A client function the model calls by `flat_name`, and how its calls are reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientFunction {
+    pub flat_name: String,
+    pub shape: ClientCallShape,
+}
+
+/// How a call is reported to the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientCallShape {
+    /// A `function_call` with the function's own `name` and its `namespace`.
+    Namespaced { namespace: String, name: String },
+    /// A `custom_tool_call` whose `input` is the call's `input` argument.
+    Custom,
+    /// A `local_shell_call` whose `action` holds the command.
+    LocalShell,
+}
+
+/// A `custom` tool as the model sees it: a function taking the free text as `input`.
+fn custom_spec(tool: &CustomTool) -> FunctionSpec {
+    let mut description = tool.description.clone().unwrap_or_default();
+    if let Some(definition) = tool.format.as_ref().and_then(|f| f.get("definition")).and_then(|d| d.as_str()) {
+        let syntax = tool.format.as_ref().and_then(|f| f.get("syntax")).and_then(|s| s.as_str()).unwrap_or("grammar");
+        description.push_str(&format!("\n\nThe input must follow this {syntax}:\n{definition}"));
+    }
+    FunctionSpec {
+        name: tool.name.clone(),
+        description: (!description.is_empty()).then_some(description),
+        parameters: json!({"type": "object", "properties": {"input": {"type": "string",
+            "description": "The tool's input, as free text."}}, "required": ["input"], "additionalProperties": false}),
+        strict: None,
+    }
+}
+
+/// `local_shell` as the model sees it.
+fn local_shell_spec() -> FunctionSpec {
+    FunctionSpec {
+        name: LOCAL_SHELL_FUNCTION.to_owned(),
+        description: Some("Run a command on the user's machine and get its output.".to_owned()),
+        parameters: json!({"type": "object", "properties": {
+            "command": {"type": "array", "items": {"type": "string"}, "description": "The program and its arguments."},
+            "workdir": {"type": "string", "description": "Working directory."},
+            "timeout_ms": {"type": "integer", "description": "Time limit in milliseconds."}},
+            "required": ["command"], "additionalProperties": false}),
+        strict: None,
     }
 }
 
@@ -132,6 +218,7 @@ fn allows(entry: &AllowedTool, spec: &FunctionSpec, source: &Source) -> bool {
     match entry {
         AllowedTool::Function(f) => *source == Source::Client && spec.name == f.name,
         AllowedTool::CodeInterpreter(_) => *source == Source::Hosted(HostedKind::CodeInterpreter),
+        AllowedTool::WebSearch(_) => *source == Source::Hosted(HostedKind::WebSearch),
         AllowedTool::Mcp(m) => matches_mcp(source, &m.server_label, m.name.as_deref()),
     }
 }
@@ -165,8 +252,13 @@ mod tests {
     }
 
     fn menu(body: Value) -> (ValidatedRequest, ToolMenu) {
-        let caps =
-            Capabilities { code_interpreter: true, builtin_mcp: true, remote_mcp: true, remote_url_checks: true };
+        let caps = Capabilities {
+            code_interpreter: true,
+            builtin_mcp: true,
+            remote_mcp: true,
+            remote_url_checks: true,
+            web_search: true,
+        };
         let req = CreateResponseRequest::from_slice(body.to_string().as_bytes()).unwrap().validate(&caps).unwrap();
         let hosted: Vec<Arc<dyn HostedTool>> = vec![
             Arc::new(Fake(spec("code_interpreter"), HostedKind::CodeInterpreter)),

@@ -14,21 +14,45 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::ids::{IdKind, is_own_id, new_id};
-use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, McpCallItem, McpListToolsItem};
+use respgw_protocol::items::{
+    CallStatus, CodeInterpreterCallItem, McpCallItem, McpListToolsItem, ReasoningText, WebSearchAction,
+    WebSearchCallItem,
+};
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
-use respgw_protocol::{ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest};
+use respgw_protocol::{
+    ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
+};
 use respgw_store::{NewResponse, ResponseStore, StoreError};
 use respgw_telemetry::{Metrics, ToolType};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::chat::{ChatRequest, ToolOffer};
-use crate::hosted::{HostedCall, HostedKind, HostedOutcome, HostedTool, ToolResolver};
-use crate::offer::{ToolMenu, TurnPhase, roster};
+use crate::hosted::{CitableSource, HostedCall, HostedKind, HostedOutcome, HostedTool, ToolResolver};
+use crate::offer::{ToolMenu, TurnPhase, client_call_shapes, roster};
+use crate::sealed::{OpenError, ReasoningSeal};
 use crate::turn::{OutputLog, PendingHostedCall, TurnEnd, TurnResult, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
 
-/// Model turns one response may take; the last one is sent with `tool_choice: "none"`.
-const MAX_TURNS: usize = 16;
+/// Operator caps on what one response may ask of the gateway (`GW_MAX_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Size caps checked when the request is validated.
+    pub request: RequestLimits,
+    /// Rounds of gateway tool calls one response may take (the loop guard): after this many, one
+    /// more model turn is sent with `tool_choice: "none"`, so the model has to answer instead of
+    /// calling another tool.
+    pub max_tool_rounds: usize,
+    /// Longest gateway tool result sent back to the model, in bytes; longer ones are cut with a
+    /// note saying so (the item the client sees keeps the whole output).
+    pub max_tool_output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { request: RequestLimits::default(), max_tool_rounds: 15, max_tool_output_bytes: 64 * 1024 }
+    }
+}
 
 /// Shared, process-wide engine: the upstream client, the store, the gateway's tools and the
 /// metrics it records into.
@@ -37,6 +61,10 @@ pub struct Engine {
     store: Arc<dyn ResponseStore>,
     tools: Arc<dyn ToolResolver>,
     metrics: Metrics,
+    limits: Limits,
+    /// Seals reasoning for `include: ["reasoning.encrypted_content"]` and opens it on replay;
+    /// without one, no reasoning is sealed and sealed input is refused.
+    seal: Option<ReasoningSeal>,
 }
 
 /// Where a running response sends its events.
@@ -78,6 +106,16 @@ pub enum RunOutcome {
     ClientGone,
 }
 
+/// The whole conversation of a `store:false` response that finished, kept by a WebSocket
+/// connection so the next `response.create` on it can continue from it with
+/// `previous_response_id` (connection-local state, as in the reference API's WebSocket mode).
+#[derive(Debug, Clone)]
+pub struct LocalConversation {
+    pub response_id: String,
+    /// Inherited items, input and output, unfiltered: what a stored conversation would hold.
+    pub items: Vec<Item>,
+}
+
 /// A request whose history and tools are resolved, ready to run.
 pub struct PreparedResponse {
     engine: Arc<Engine>,
@@ -86,6 +124,9 @@ pub struct PreparedResponse {
     history: Vec<Item>,
     /// Store keys of the inherited items, so they are referenced rather than written again.
     inherited_keys: Vec<i64>,
+    /// Inherited items that are in no store (continued from a [`LocalConversation`]): a
+    /// `store:true` response saves them as part of its input.
+    unstored_inherited: Vec<Item>,
     response: ResponseObject,
     /// Headers forwarded on upstream calls (e.g. `x-request-id`).
     upstream_headers: Vec<(&'static str, String)>,
@@ -97,6 +138,8 @@ pub struct PreparedResponse {
     container_id: String,
     /// Output items as produced, unfiltered: what history and the store keep.
     output: Vec<Item>,
+    /// Pages web_search showed the model so far: links to them in answers are cited.
+    citable: Vec<CitableSource>,
 }
 
 fn unix_now() -> i64 {
@@ -120,7 +163,47 @@ impl Engine {
         tools: Arc<dyn ToolResolver>,
         metrics: Metrics,
     ) -> Self {
-        Engine { upstream, store, tools, metrics }
+        Engine { upstream, store, tools, metrics, limits: Limits::default(), seal: None }
+    }
+
+    /// The same engine under `limits` instead of the defaults.
+    pub fn with_limits(self, limits: Limits) -> Self {
+        Engine { limits, ..self }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Seal and open `reasoning.encrypted_content` with these keys.
+    pub fn with_reasoning_seal(mut self, seal: ReasoningSeal) -> Self {
+        self.seal = Some(seal);
+        self
+    }
+
+    /// Replace each sealed reasoning item of the input by the reasoning it carries, so the model
+    /// sees it again. A blob that does not open is a 400 naming the item.
+    fn open_sealed_reasoning(&self, input: &mut [Item]) -> Result<(), ApiError> {
+        for (i, item) in input.iter_mut().enumerate() {
+            let Item::Reasoning(r) = item else { continue };
+            let Some(blob) = r.encrypted_content.as_deref() else { continue };
+            let opened = match &self.seal {
+                Some(seal) => seal.open(blob),
+                None => Err(OpenError::Malformed),
+            };
+            match opened {
+                Ok(text) if r.content.is_empty() => r.content = vec![ReasoningText { text }],
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(ApiError::invalid(
+                        format!("input[{i}].encrypted_content"),
+                        format!("Invalid 'input[{i}].encrypted_content': {e}."),
+                    )
+                    .with_code("invalid_encrypted_content"));
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn upstream(&self) -> &Upstream {
@@ -148,8 +231,26 @@ impl Engine {
         request: ValidatedRequest,
         upstream_headers: Vec<(&'static str, String)>,
     ) -> Result<PreparedResponse, ApiError> {
+        self.prepare_continuing(request, upstream_headers, None).await
+    }
+
+    /// [`Engine::prepare`], where `previous_response_id` may also name `local`, a connection's
+    /// last `store:false` response, which no store holds.
+    pub async fn prepare_continuing(
+        self: &Arc<Self>,
+        mut request: ValidatedRequest,
+        upstream_headers: Vec<(&'static str, String)>,
+        local: Option<&LocalConversation>,
+    ) -> Result<PreparedResponse, ApiError> {
+        self.open_sealed_reasoning(&mut request.input)?;
+        let mut unstored_inherited = Vec::new();
         let (mut history, inherited_keys) = match &request.previous_response_id {
             None => (Vec::with_capacity(request.input.len()), Vec::new()),
+            Some(prev) if local.is_some_and(|l| &l.response_id == prev) => {
+                let items = local.map(|l| l.items.clone()).unwrap_or_default();
+                unstored_inherited.clone_from(&items);
+                (items, Vec::new())
+            }
             Some(prev) => {
                 let stored = self
                     .store
@@ -184,6 +285,7 @@ impl Engine {
             request,
             history,
             inherited_keys,
+            unstored_inherited,
             response,
             upstream_headers,
             hosted: resolved.tools,
@@ -191,6 +293,7 @@ impl Engine {
             listings: resolved.listings,
             container_id,
             output: Vec::new(),
+            citable: Vec::new(),
         })
     }
 }
@@ -207,8 +310,28 @@ impl PreparedResponse {
         &self.response.id
     }
 
+    /// [`PreparedResponse::run`], also giving back the conversation of a `store:false` response
+    /// that finished (`completed` or `incomplete`), for a connection to continue from.
+    pub async fn run_keeping_conversation(self, sink: EventSink) -> (RunOutcome, Option<LocalConversation>) {
+        let keep = !self.request.store;
+        let mut items = Vec::new();
+        let outcome = self.run_observed(sink, keep.then_some(&mut items)).await;
+        let conversation = match &outcome {
+            RunOutcome::Finished(response) if keep => {
+                Some(LocalConversation { response_id: response.id.clone(), items })
+            }
+            _ => None,
+        };
+        (outcome, conversation)
+    }
+
     /// Run to the terminal event, sending events to `sink`.
-    pub async fn run(mut self, mut sink: EventSink) -> RunOutcome {
+    pub async fn run(self, sink: EventSink) -> RunOutcome {
+        self.run_observed(sink, None).await
+    }
+
+    /// Run; when `conversation` is given, fill it with the history followed by the output.
+    async fn run_observed(mut self, mut sink: EventSink, conversation: Option<&mut Vec<Item>>) -> RunOutcome {
         let started = Instant::now();
         let outcome = self.run_inner(&mut sink).await;
         match &outcome {
@@ -221,6 +344,10 @@ impl PreparedResponse {
             RunOutcome::ClientGone => {
                 tracing::info!(response_id = %self.response.id, "client disconnected; response abandoned")
             }
+        }
+        if let Some(conversation) = conversation {
+            conversation.append(&mut self.history);
+            conversation.append(&mut self.output);
         }
         outcome
     }
@@ -284,8 +411,9 @@ impl PreparedResponse {
         }
         let roster = roster(&self.hosted);
         let mut phase = TurnPhase::First;
-        for turn in 1..=MAX_TURNS {
-            let phase_now = if turn == MAX_TURNS { TurnPhase::Last } else { phase };
+        let max_turns = self.engine.limits.max_tool_rounds.max(1) + 1;
+        for turn in 1..=max_turns {
+            let phase_now = if turn == max_turns { TurnPhase::Last } else { phase };
             let offer = self.menu.offer(&self.request.tool_choice, phase_now);
             let result = self.stream_turn(sink, log, &offer, roster.clone()).await?;
             if let Some(u) = &result.usage {
@@ -301,7 +429,7 @@ impl PreparedResponse {
             for call in result.hosted_calls {
                 self.run_hosted(sink, log, call).await?;
             }
-            if !result.function_calls.is_empty() {
+            if !result.function_calls.is_empty() || !result.other_client_calls.is_empty() {
                 // The client has to run its functions before the model can go on.
                 return Ok(TurnEnd::Finished);
             }
@@ -312,7 +440,7 @@ impl PreparedResponse {
 
     fn count_requested(&self, result: &TurnResult) {
         let metrics = &self.engine.metrics;
-        for _ in &result.function_calls {
+        for _ in 0..result.function_calls.len() + result.other_client_calls.len() {
             metrics.tool_requested(ToolType::Function);
         }
         for call in &result.hosted_calls {
@@ -331,13 +459,15 @@ impl PreparedResponse {
         let mut history = Vec::with_capacity(self.history.len() + log.items.len());
         history.extend(self.history.iter().cloned());
         history.extend(log.items.iter().cloned());
-        let body = ChatRequest::build(&self.request, &history, offer);
+        let body = ChatRequest::build(&self.request, &history, offer, self.engine.limits.max_tool_output_bytes);
         let upstream = self.engine.upstream.stream_chat(&body, &self.upstream_headers);
         let mut chunks = tokio::select! {
             r = upstream => r.map_err(|e| Stop::Error(e.to_api_error()))?,
             () = sink.closed() => return Err(Stop::ClientGone),
         };
-        let mut state = TurnState::new(roster, self.container_id.clone());
+        let mut state = TurnState::new(roster, self.container_id.clone())
+            .with_citable(self.citable.clone())
+            .with_client_shapes(client_call_shapes(&self.request));
         let mut events = Vec::new();
         loop {
             let next = tokio::select! {
@@ -352,14 +482,14 @@ impl PreparedResponse {
                 }
                 Some(Ok(UpstreamEvent::Chunk(chunk))) => state.on_chunk(chunk, log, &mut events),
                 Some(Err(e)) => {
-                    self.flush(sink, &mut events).await?;
+                    self.flush(sink, log, &mut events).await?;
                     return Err(Stop::Error(e.to_api_error()));
                 }
             }
-            self.flush(sink, &mut events).await?;
+            self.flush(sink, log, &mut events).await?;
         }
         let result = state.finish(log, &mut events);
-        self.flush(sink, &mut events).await?;
+        self.flush(sink, log, &mut events).await?;
         result.map_err(|e| Stop::Error(ApiError::upstream_unavailable(e)))
     }
 
@@ -371,10 +501,17 @@ impl PreparedResponse {
         call: PendingHostedCall,
     ) -> Result<(), Stop> {
         let (item_id, output_index) = (call.item_id.clone(), call.output_index);
-        if call.kind == HostedKind::CodeInterpreter {
-            sink.send(ResponseEvent::CodeInterpreterCallInterpreting { item_id: item_id.clone(), output_index })
-                .await
-                .map_err(|_| Stop::ClientGone)?;
+        let running = match call.kind {
+            HostedKind::CodeInterpreter => {
+                Some(ResponseEvent::CodeInterpreterCallInterpreting { item_id: item_id.clone(), output_index })
+            }
+            HostedKind::WebSearch => {
+                Some(ResponseEvent::WebSearchCallSearching { item_id: item_id.clone(), output_index })
+            }
+            HostedKind::Mcp { .. } => None,
+        };
+        if let Some(event) = running {
+            sink.send(event).await.map_err(|_| Stop::ClientGone)?;
         }
         let Some(tool) = self.hosted.iter().find(|t| t.spec().name == call.function).cloned() else {
             // The roster only names hosted tools, so this cannot happen; fail loudly if it does.
@@ -422,8 +559,32 @@ impl PreparedResponse {
                     event,
                 )
             }
-            (HostedOutcome::Mcp(_), HostedKind::CodeInterpreter) => {
-                return Err(Stop::Error(ApiError::internal("a code interpreter call returned an MCP outcome")));
+            (HostedOutcome::WebSearch(outcome), _) => {
+                // The latest word on a page wins (an opened page's own title over a search's).
+                for source in outcome.citable {
+                    match self.citable.iter_mut().find(|known| known.url == source.url) {
+                        Some(known) => {
+                            if source.title.is_some() {
+                                known.title = source.title;
+                            }
+                        }
+                        None => self.citable.push(source),
+                    }
+                }
+                (
+                    Item::WebSearchCall(WebSearchCallItem {
+                        id: item_id.clone(),
+                        // A failed search is a result the model sees; the call itself completed.
+                        status: CallStatus::Completed,
+                        action: Some(outcome.action),
+                        model_result: Some(outcome.model_result),
+                    }),
+                    outcome.ok,
+                    ResponseEvent::WebSearchCallCompleted { item_id: item_id.clone(), output_index },
+                )
+            }
+            (HostedOutcome::Mcp(_), _) => {
+                return Err(Stop::Error(ApiError::internal("a gateway tool returned another tool's outcome")));
             }
         };
         self.engine.metrics.tool_executed(tool_type(&call.kind), started.elapsed(), ok);
@@ -461,20 +622,56 @@ impl PreparedResponse {
         Ok(())
     }
 
-    async fn flush(&self, sink: &mut EventSink, events: &mut Vec<ResponseEvent>) -> Result<(), Stop> {
+    async fn flush(
+        &self,
+        sink: &mut EventSink,
+        log: &mut OutputLog,
+        events: &mut Vec<ResponseEvent>,
+    ) -> Result<(), Stop> {
+        self.seal_reasoning(log, events);
         for event in events.drain(..) {
             sink.send(event).await.map_err(|_| Stop::ClientGone)?;
         }
         Ok(())
     }
 
-    /// An item as the client sees it: code interpreter outputs only when `include` asks.
+    /// When `include` asks for `reasoning.encrypted_content`, seal each finished reasoning item
+    /// (in its `output_item.done` event and in the output log, the same blob in both).
+    fn seal_reasoning(&self, log: &mut OutputLog, events: &mut [ResponseEvent]) {
+        let Some(seal) = &self.engine.seal else { return };
+        if !self.request.include.iter().any(|i| i == "reasoning.encrypted_content") {
+            return;
+        }
+        for event in events.iter_mut() {
+            let ResponseEvent::OutputItemDone { item: Item::Reasoning(r), .. } = event else { continue };
+            match seal.seal(&r.text()) {
+                Ok(blob) => {
+                    if let Some(Item::Reasoning(logged)) = log.items.iter_mut().find(|i| i.id() == r.id) {
+                        logged.encrypted_content = Some(blob.clone());
+                    }
+                    r.encrypted_content = Some(blob);
+                }
+                Err(e) => tracing::error!(error = %e, "could not seal reasoning; sent without encrypted_content"),
+            }
+        }
+    }
+
+    /// An item as the client sees it: code interpreter outputs and web search sources only when
+    /// `include` asks; never the tool result kept for the model.
     fn present(&self, item: &Item) -> Item {
+        let included = |name: &str| self.request.include.iter().any(|i| i == name);
         match item {
-            Item::CodeInterpreterCall(c)
-                if !self.request.include.iter().any(|i| i == "code_interpreter_call.outputs") =>
-            {
+            Item::CodeInterpreterCall(c) if !included("code_interpreter_call.outputs") => {
                 Item::CodeInterpreterCall(CodeInterpreterCallItem { outputs: None, ..c.clone() })
+            }
+            Item::WebSearchCall(w) => {
+                let mut shown = WebSearchCallItem { model_result: None, ..w.clone() };
+                if let Some(WebSearchAction::Search { sources, .. }) = &mut shown.action
+                    && (!included("web_search_call.action.sources") || sources.as_ref().is_some_and(Vec::is_empty))
+                {
+                    *sources = None;
+                }
+                Item::WebSearchCall(shown)
             }
             other => other.clone(),
         }
@@ -498,7 +695,7 @@ impl PreparedResponse {
                 status: status.to_owned(),
                 response,
                 inherited: self.inherited_keys.clone(),
-                input: self.request.input.clone(),
+                input: self.unstored_inherited.iter().chain(&self.request.input).cloned().collect(),
                 output: self.output.clone(),
             })
             .await
@@ -533,5 +730,6 @@ fn tool_type(kind: &HostedKind) -> ToolType {
     match kind {
         HostedKind::CodeInterpreter => ToolType::CodeInterpreter,
         HostedKind::Mcp { .. } => ToolType::Mcp,
+        HostedKind::WebSearch => ToolType::WebSearch,
     }
 }

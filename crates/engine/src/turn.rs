@@ -10,14 +10,18 @@ use respgw_protocol::ResponseEvent;
 use respgw_protocol::Usage;
 use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::items::{
-    CallStatus, CodeInterpreterCallItem, ContentPart, FunctionCallItem, Item, ItemStatus, McpCallItem, MessageItem,
-    MessageRole, ReasoningItem, ReasoningText,
+    CallStatus, CodeInterpreterCallItem, ContentPart, CustomToolCallItem, FunctionCallItem, Item, ItemStatus,
+    LocalShellAction, LocalShellCallItem, McpCallItem, MessageItem, MessageRole, ReasoningItem, ReasoningText,
+    WebSearchCallItem,
 };
 use respgw_protocol::response::IncompleteReason;
+use serde_json::Value;
 
 use crate::chat::{ChatChunk, ToolCallDelta};
+use crate::cite::find_citations;
 use crate::code_stream::CodeStream;
-use crate::hosted::HostedKind;
+use crate::hosted::{CitableSource, HostedKind};
+use crate::offer::{ClientCallShape, ClientFunction};
 use crate::think::{Segment, ThinkSplitter};
 
 /// The response-wide record of output: index allocation and finished items in completion order.
@@ -57,6 +61,8 @@ pub struct TurnResult {
     /// Client function calls of this turn, in the order the model made them (their items are
     /// done).
     pub function_calls: Vec<FunctionCallItem>,
+    /// The turn's `custom_tool_call` and `local_shell_call` items (done; the client runs them).
+    pub other_client_calls: Vec<Item>,
     /// Calls to the gateway's own tools, in order; their items stay open until they have run.
     pub hosted_calls: Vec<PendingHostedCall>,
 }
@@ -86,6 +92,8 @@ struct OpenMessage {
     id: String,
     output_index: usize,
     text: String,
+    /// `url_citation`s already announced.
+    annotations: Vec<Value>,
 }
 
 #[derive(Debug)]
@@ -100,6 +108,9 @@ struct CallSlot {
     opened: Option<(String, usize, Option<HostedKind>)>,
     /// Decoded code of a code interpreter call, streamed as it arrives.
     code: CodeStream,
+    /// A `custom_tool_call` or `local_shell_call`: its item is announced and finished together
+    /// once the arguments are complete (its fields are decoded from them).
+    deferred: Option<ClientCallShape>,
 }
 
 /// The state of one upstream model turn.
@@ -107,8 +118,12 @@ struct CallSlot {
 pub struct TurnState {
     /// Function names that are gateway tools.
     roster: Vec<(String, HostedKind)>,
+    /// Client functions whose calls are reported in another shape than a plain `function_call`.
+    client_shapes: Vec<ClientFunction>,
     /// The conversation's code interpreter container.
     container_id: String,
+    /// Pages web_search showed the model in this response: links to them are cited.
+    citable: Vec<CitableSource>,
     splitter: ThinkSplitter,
     reasoning: Option<OpenReasoning>,
     message: Option<OpenMessage>,
@@ -133,6 +148,19 @@ impl TurnState {
     /// A turn in which calls to the functions of `roster` are the gateway's own tools.
     pub fn new(roster: Vec<(String, HostedKind)>, container_id: String) -> Self {
         TurnState { roster, container_id, ..TurnState::default() }
+    }
+
+    /// Links to these pages in the answer become `url_citation` annotations.
+    pub fn with_citable(mut self, citable: Vec<CitableSource>) -> Self {
+        self.citable = citable;
+        self
+    }
+
+    /// Calls to these functions are reported in their own shape (a namespaced `function_call`,
+    /// a `custom_tool_call`, a `local_shell_call`).
+    pub fn with_client_shapes(mut self, client_shapes: Vec<ClientFunction>) -> Self {
+        self.client_shapes = client_shapes;
+        self
     }
 
     /// Apply one chunk; events it causes are appended to `events`.
@@ -222,7 +250,7 @@ impl TurnState {
                 content_index: 0,
                 part: ContentPart::output_text(""),
             });
-            self.message = Some(OpenMessage { id, output_index, text: String::new() });
+            self.message = Some(OpenMessage { id, output_index, text: String::new(), annotations: Vec::new() });
         }
         let delta = if self.held_whitespace.is_empty() {
             text.to_owned()
@@ -240,6 +268,9 @@ impl TurnState {
                 delta,
                 logprobs: [],
             });
+            if !self.citable.is_empty() {
+                announce_citations(m, &self.citable, false, events);
+            }
         }
     }
 
@@ -265,6 +296,7 @@ impl TurnState {
                     arguments: String::new(),
                     opened: None,
                     code: CodeStream::default(),
+                    deferred: None,
                 });
                 self.calls.len() - 1
             }
@@ -286,7 +318,7 @@ impl TurnState {
         } else {
             slot.arguments.push_str(&fragment);
             if slot.name.is_some() {
-                open_call(slot, &self.roster, &self.container_id, log, events);
+                open_call(slot, &self.roster, &self.client_shapes, &self.container_id, log, events);
             }
         }
     }
@@ -311,7 +343,8 @@ impl TurnState {
     }
 
     fn close_message(&mut self, status: ItemStatus, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
-        if let Some(m) = self.message.take() {
+        if let Some(mut m) = self.message.take() {
+            announce_citations(&mut m, &self.citable, true, events);
             events.push(ResponseEvent::OutputTextDone {
                 item_id: m.id.clone(),
                 output_index: m.output_index,
@@ -319,7 +352,7 @@ impl TurnState {
                 text: m.text.clone(),
                 logprobs: [],
             });
-            let part = ContentPart::output_text(m.text);
+            let part = ContentPart::OutputText { text: m.text, annotations: m.annotations, logprobs: Vec::new() };
             events.push(ResponseEvent::ContentPartDone {
                 item_id: m.id.clone(),
                 output_index: m.output_index,
@@ -354,13 +387,14 @@ impl TurnState {
         self.close_message(message_status, log, events);
 
         let mut function_calls = Vec::new();
+        let mut other_client_calls = Vec::new();
         let mut hosted_calls = Vec::new();
         for mut slot in std::mem::take(&mut self.calls) {
             if slot.opened.is_none() {
                 if slot.name.is_none() {
                     return Err(TurnError::NamelessToolCall);
                 }
-                open_call(&mut slot, &self.roster, &self.container_id, log, events);
+                open_call(&mut slot, &self.roster, &self.client_shapes, &self.container_id, log, events);
             }
             let Some((item_id, output_index, kind)) = slot.opened.take() else { continue };
             let name = slot.name.take().unwrap_or_default();
@@ -411,6 +445,38 @@ impl TurnState {
                         code: String::new(),
                     });
                 }
+                Some(HostedKind::WebSearch) => {
+                    if slot.arguments.is_empty() {
+                        slot.arguments.push_str("{}");
+                    }
+                    hosted_calls.push(PendingHostedCall {
+                        item_id,
+                        output_index,
+                        function: name,
+                        kind: HostedKind::WebSearch,
+                        arguments: slot.arguments,
+                        code: String::new(),
+                    });
+                }
+                None if slot.deferred.is_some() => {
+                    let call_id = slot.call_id.take().unwrap_or_else(|| format!("call_{}", uuid_tail(&item_id)));
+                    let item = deferred_item(slot.deferred.as_ref(), item_id, call_id, name, &slot.arguments);
+                    let announced = match &item {
+                        Item::CustomToolCall(c) => Item::CustomToolCall(CustomToolCallItem {
+                            input: String::new(),
+                            status: ItemStatus::InProgress,
+                            ..c.clone()
+                        }),
+                        Item::LocalShellCall(c) => {
+                            Item::LocalShellCall(LocalShellCallItem { status: ItemStatus::InProgress, ..c.clone() })
+                        }
+                        other => other.clone(),
+                    };
+                    events.push(ResponseEvent::OutputItemAdded { output_index, item: announced });
+                    events.push(ResponseEvent::OutputItemDone { output_index, item: item.clone() });
+                    log.items.push(item.clone());
+                    other_client_calls.push(item);
+                }
                 None => {
                     if slot.arguments.is_empty() {
                         // A call without arguments is `{}`; say so in a delta too, so deltas add up.
@@ -421,6 +487,7 @@ impl TurnState {
                             delta: slot.arguments.clone(),
                         });
                     }
+                    let (name, namespace) = client_name(&self.client_shapes, name);
                     events.push(ResponseEvent::FunctionCallArgumentsDone {
                         item_id: item_id.clone(),
                         output_index,
@@ -431,6 +498,7 @@ impl TurnState {
                         id: item_id,
                         call_id: slot.call_id.unwrap_or_else(|| format!("call_{}", new_id(IdKind::FunctionCall))),
                         name,
+                        namespace,
                         arguments: slot.arguments,
                         status: ItemStatus::Completed,
                     };
@@ -441,7 +509,7 @@ impl TurnState {
                 }
             }
         }
-        Ok(TurnResult { end, usage: self.usage, function_calls, hosted_calls })
+        Ok(TurnResult { end, usage: self.usage, function_calls, other_client_calls, hosted_calls })
     }
 }
 
@@ -450,6 +518,7 @@ impl TurnState {
 fn open_call(
     slot: &mut CallSlot,
     roster: &[(String, HostedKind)],
+    client_shapes: &[ClientFunction],
     container_id: &str,
     log: &mut OutputLog,
     events: &mut Vec<ResponseEvent>,
@@ -457,17 +526,27 @@ fn open_call(
     let name = slot.name.clone().unwrap_or_default();
     let kind = roster.iter().find(|(n, _)| *n == name).map(|(_, k)| k.clone());
     let output_index = log.allocate();
+    let shape = client_shapes.iter().find(|f| f.flat_name == name).map(|f| &f.shape);
     let item_id = match &kind {
+        None if matches!(shape, Some(ClientCallShape::Custom | ClientCallShape::LocalShell)) => {
+            // Announced with its decoded fields when the arguments are complete.
+            slot.deferred = shape.cloned();
+            let prefix =
+                if shape == Some(&ClientCallShape::Custom) { IdKind::CustomToolCall } else { IdKind::LocalShellCall };
+            new_id(prefix)
+        }
         None => {
             let item_id = new_id(IdKind::FunctionCall);
             // The call id must be stable from the first event on: mint one now if the server sent none.
             let call_id = slot.call_id.get_or_insert_with(|| format!("call_{}", uuid_tail(&item_id))).clone();
+            let (name, namespace) = client_name(client_shapes, name);
             events.push(ResponseEvent::OutputItemAdded {
                 output_index,
                 item: Item::FunctionCall(FunctionCallItem {
                     id: item_id.clone(),
                     call_id,
                     name,
+                    namespace,
                     arguments: String::new(),
                     status: ItemStatus::InProgress,
                 }),
@@ -506,6 +585,21 @@ fn open_call(
             events.push(ResponseEvent::McpCallInProgress { item_id: item_id.clone(), output_index });
             item_id
         }
+        Some(HostedKind::WebSearch) => {
+            // The reference API announces the call without an action and streams no arguments.
+            let item_id = new_id(IdKind::WebSearchCall);
+            events.push(ResponseEvent::OutputItemAdded {
+                output_index,
+                item: Item::WebSearchCall(WebSearchCallItem {
+                    id: item_id.clone(),
+                    status: CallStatus::InProgress,
+                    action: None,
+                    model_result: None,
+                }),
+            });
+            events.push(ResponseEvent::WebSearchCallInProgress { item_id: item_id.clone(), output_index });
+            item_id
+        }
     };
     slot.opened = Some((item_id, output_index, kind));
     if !slot.arguments.is_empty() {
@@ -514,11 +608,57 @@ fn open_call(
     }
 }
 
+/// A client function's name as the client declared it, and its namespace if it has one.
+fn client_name(client_shapes: &[ClientFunction], flat_name: String) -> (String, Option<String>) {
+    match client_shapes.iter().find(|f| f.flat_name == flat_name).map(|f| &f.shape) {
+        Some(ClientCallShape::Namespaced { namespace, name }) => (name.clone(), Some(namespace.clone())),
+        _ => (flat_name, None),
+    }
+}
+
+/// The finished item of a `custom` or `local_shell` call, decoded from the JSON arguments the
+/// model wrote. Arguments that do not decode are passed on as they are (the client decides).
+fn deferred_item(shape: Option<&ClientCallShape>, id: String, call_id: String, name: String, arguments: &str) -> Item {
+    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or(serde_json::Value::Null);
+    match shape {
+        Some(ClientCallShape::LocalShell) => {
+            let command = match &args["command"] {
+                serde_json::Value::Array(parts) => {
+                    parts.iter().map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_owned)).collect()
+                }
+                serde_json::Value::String(line) => vec![line.clone()],
+                _ => vec![arguments.to_owned()],
+            };
+            Item::LocalShellCall(LocalShellCallItem {
+                id,
+                call_id: Some(call_id),
+                status: ItemStatus::Completed,
+                action: Box::new(LocalShellAction {
+                    kind: "exec".to_owned(),
+                    command,
+                    env: serde_json::Map::new(),
+                    timeout_ms: args["timeout_ms"].as_u64(),
+                    working_directory: args["workdir"].as_str().map(str::to_owned),
+                    user: None,
+                }),
+            })
+        }
+        _ => Item::CustomToolCall(CustomToolCallItem {
+            id,
+            call_id,
+            name,
+            input: args["input"].as_str().map_or_else(|| arguments.to_owned(), str::to_owned),
+            status: ItemStatus::Completed,
+        }),
+    }
+}
+
 /// The delta event for an argument fragment, in the call's own event family.
 fn argument_delta(slot: &mut CallSlot, fragment: String, events: &mut Vec<ResponseEvent>) {
     let Some((item_id, output_index, kind)) = &slot.opened else { return };
     let (item_id, output_index) = (item_id.clone(), *output_index);
     match kind {
+        None if slot.deferred.is_some() => {}
         None => events.push(ResponseEvent::FunctionCallArgumentsDelta { item_id, output_index, delta: fragment }),
         Some(HostedKind::Mcp { .. }) => {
             events.push(ResponseEvent::McpCallArgumentsDelta { item_id, output_index, delta: fragment })
@@ -529,6 +669,25 @@ fn argument_delta(slot: &mut CallSlot, fragment: String, events: &mut Vec<Respon
                 events.push(ResponseEvent::CodeInterpreterCallCodeDelta { item_id, output_index, delta });
             }
         }
+        // No argument events: the action shows on the finished item.
+        Some(HostedKind::WebSearch) => {}
+    }
+}
+
+/// Announce the message's citations that became complete (all of them when `complete`).
+fn announce_citations(m: &mut OpenMessage, citable: &[CitableSource], complete: bool, events: &mut Vec<ResponseEvent>) {
+    if citable.is_empty() {
+        return;
+    }
+    for annotation in find_citations(&m.text, citable, complete).into_iter().skip(m.annotations.len()) {
+        events.push(ResponseEvent::OutputTextAnnotationAdded {
+            item_id: m.id.clone(),
+            output_index: m.output_index,
+            content_index: 0,
+            annotation_index: m.annotations.len(),
+            annotation: annotation.clone(),
+        });
+        m.annotations.push(annotation);
     }
 }
 
@@ -615,6 +774,69 @@ mod tests {
         assert_eq!(r.text(), "plan");
         let Item::Message(m) = &log.items[1] else { panic!() };
         assert_eq!(m.content, vec![ContentPart::output_text("\n\nAnswer")]);
+    }
+
+    #[test]
+    fn a_namespaced_call_comes_back_with_its_namespace() {
+        let mut state = TurnState::default().with_client_shapes(vec![ClientFunction {
+            flat_name: "multi_agent_v1__close_agent".into(),
+            shape: ClientCallShape::Namespaced { namespace: "multi_agent_v1".into(), name: "close_agent".into() },
+        }]);
+        let (mut log, mut events) = (OutputLog::default(), Vec::new());
+        state.on_chunk(
+            chunk(json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_9","type":"function",
+                "function":{"name":"multi_agent_v1__close_agent","arguments":"{\"target\":\"a1\"}"}}]},"finish_reason":"tool_calls"}]})),
+            &mut log,
+            &mut events,
+        );
+        state.on_done();
+        let calls = state.finish(&mut log, &mut events).unwrap().function_calls;
+        assert_eq!((calls[0].name.as_str(), calls[0].namespace.as_deref()), ("close_agent", Some("multi_agent_v1")));
+        let added = events.iter().find_map(|e| match e {
+            ResponseEvent::OutputItemAdded { item: Item::FunctionCall(f), .. } => Some(f.clone()),
+            _ => None,
+        });
+        assert_eq!(added.and_then(|f| f.namespace), Some("multi_agent_v1".to_owned()));
+    }
+
+    #[test]
+    fn custom_and_local_shell_calls_come_back_in_their_own_shapes() {
+        let mut state = TurnState::default().with_client_shapes(vec![
+            ClientFunction { flat_name: "apply_patch".into(), shape: ClientCallShape::Custom },
+            ClientFunction { flat_name: "local_shell".into(), shape: ClientCallShape::LocalShell },
+        ]);
+        let (mut log, mut events) = (OutputLog::default(), Vec::new());
+        for c in [
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function",
+                "function":{"name":"apply_patch","arguments":"{\"input\":\"*** Begin"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":" Patch\"}"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function",
+                "function":{"name":"local_shell","arguments":"{\"command\":[\"ls\",\"-l\"],\"workdir\":\"/w\"}"}}]},
+                "finish_reason":"tool_calls"}]}),
+        ] {
+            state.on_chunk(chunk(c), &mut log, &mut events);
+        }
+        state.on_done();
+        let result = state.finish(&mut log, &mut events).unwrap();
+        assert!(result.function_calls.is_empty());
+        assert_eq!(
+            kinds(&events),
+            [
+                "response.output_item.added",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.output_item.done"
+            ]
+        );
+        let Item::CustomToolCall(c) = &result.other_client_calls[0] else { panic!("{result:?}") };
+        assert_eq!(
+            (c.name.as_str(), c.input.as_str(), c.call_id.as_str()),
+            ("apply_patch", "*** Begin Patch", "call_a")
+        );
+        let Item::LocalShellCall(l) = &result.other_client_calls[1] else { panic!("{result:?}") };
+        assert_eq!(l.action.command, ["ls", "-l"]);
+        assert_eq!(l.action.working_directory.as_deref(), Some("/w"));
+        assert_eq!(log.items.len(), 2);
     }
 
     #[test]
@@ -724,6 +946,26 @@ mod tests {
         assert_eq!(result.hosted_calls[0].code, "import math\nmath.sqrt(2)");
         let ResponseEvent::OutputItemAdded { item: Item::CodeInterpreterCall(ci), .. } = &events[0] else { panic!() };
         assert_eq!((ci.container_id.as_str(), ci.outputs.is_none()), ("cntr_1", true));
+    }
+
+    #[test]
+    fn a_web_search_call_is_announced_without_an_action_or_argument_events() {
+        let mut state = TurnState::new(vec![("web_search".into(), HostedKind::WebSearch)], "cntr_1".into());
+        let mut log = OutputLog::default();
+        let mut events = Vec::new();
+        for c in [
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_ws1","function":{"name":"web_search","arguments":""}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"query\": \"vllm\"}"}}]},"finish_reason":"tool_calls"}]}),
+        ] {
+            state.on_chunk(chunk(c), &mut log, &mut events);
+        }
+        state.on_done();
+        let result = state.finish(&mut log, &mut events).unwrap();
+        assert_eq!(kinds(&events), ["response.output_item.added", "response.web_search_call.in_progress"]);
+        let ResponseEvent::OutputItemAdded { item, .. } = &events[0] else { panic!() };
+        assert_eq!(serde_json::to_value(item).unwrap().as_object().unwrap().len(), 3, "id, type, status: {item:?}");
+        assert_eq!(result.hosted_calls[0].arguments, "{\"query\": \"vllm\"}");
+        assert!(log.items.is_empty(), "the item is done only after it has run");
     }
 
     #[test]

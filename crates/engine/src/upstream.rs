@@ -241,18 +241,13 @@ impl Upstream {
             return Err(UpstreamError::Status { status: status.as_u16(), body });
         }
         // The closure owns the span, so the span ends when the stream is dropped.
-        let events = response.bytes_stream().eventsource().map(move |event| {
-            let item = match event {
-                Ok(ev) if ev.data.trim() == "[DONE]" => Ok(UpstreamEvent::Done),
-                Ok(ev) => parse_chunk(&ev.data),
-                Err(eventsource_stream::EventStreamError::Transport(e)) => Err(UpstreamError::from_reqwest(e)),
-                Err(e) => Err(UpstreamError::Protocol(e.to_string())),
-            };
-            if let Err(error) = &item {
-                Self::record_failure(&span, error.kind());
-            }
-            item
-        });
+        let events = decode_stream(response.bytes_stream().map(|bytes| bytes.map_err(UpstreamError::from_reqwest)))
+            .map(move |item| {
+                if let Err(error) = &item {
+                    Self::record_failure(&span, error.kind());
+                }
+                item
+            });
         Ok(Box::pin(events))
     }
 
@@ -271,6 +266,20 @@ impl Upstream {
         span.record("error.type", kind);
         span.record("otel.status_code", "error");
     }
+}
+
+/// The upstream's body bytes, however they are split into chunks, as chat-completion events:
+/// SSE framing (eventsource-stream), then `[DONE]` or a parsed chunk per `data:` payload. Pure
+/// over its input, so the fuzz targets drive it with arbitrary byte splits.
+pub fn decode_stream<B: AsRef<[u8]>>(
+    bytes: impl Stream<Item = Result<B, UpstreamError>>,
+) -> impl Stream<Item = Result<UpstreamEvent, UpstreamError>> {
+    bytes.eventsource().map(|event| match event {
+        Ok(ev) if ev.data.trim() == "[DONE]" => Ok(UpstreamEvent::Done),
+        Ok(ev) => parse_chunk(&ev.data),
+        Err(eventsource_stream::EventStreamError::Transport(e)) => Err(e),
+        Err(e) => Err(UpstreamError::Protocol(e.to_string())),
+    })
 }
 
 /// Parse one `data:` payload. Servers such as vLLM report mid-stream failures as

@@ -19,7 +19,10 @@
 //! | `enable_extra` | makes tool `extra` appear and sends `notifications/tools/list_changed` |
 //! | `enable_extra_silently` | makes tool `extra` appear without telling anyone (a stale client cache) |
 //! | `extra` | returns `extra`; listed only once enabled |
+//!
+//! [`exa`] is a different server: a stand-in for Exa's hosted MCP (`respgw-mcp-test-http --exa`).
 
+pub mod exa;
 pub mod legacy_sse;
 
 use std::sync::Arc;

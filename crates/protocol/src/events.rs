@@ -1,8 +1,9 @@
-//! Streaming events and their SSE framing.
+//! Streaming events and their framing.
 //!
 //! [`ResponseEvent`] is every event the gateway emits; its serde tag is the wire `type`. The
 //! `sequence_number` is not part of the event: the stream that numbers events owns it, and
-//! [`SseFrame::encode`] adds it while writing `event: <type>\ndata: <json>\n\n`.
+//! [`SseFrame::encode`] adds it while writing `event: <type>\ndata: <json>\n\n` (or
+//! [`numbered_json`] for a WebSocket text frame: the same JSON).
 
 use serde::Serialize;
 
@@ -36,6 +37,15 @@ pub enum ResponseEvent {
     OutputTextDelta { item_id: String, output_index: usize, content_index: usize, delta: String, logprobs: [(); 0] },
     #[serde(rename = "response.output_text.done")]
     OutputTextDone { item_id: String, output_index: usize, content_index: usize, text: String, logprobs: [(); 0] },
+    /// A `url_citation` on the message's text, sent once the cited link is complete.
+    #[serde(rename = "response.output_text.annotation.added")]
+    OutputTextAnnotationAdded {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        annotation_index: usize,
+        annotation: serde_json::Value,
+    },
     #[serde(rename = "response.reasoning.delta")]
     ReasoningDelta { item_id: String, output_index: usize, content_index: usize, delta: String },
     #[serde(rename = "response.reasoning.done")]
@@ -72,6 +82,12 @@ pub enum ResponseEvent {
     McpListToolsCompleted { item_id: String, output_index: usize },
     #[serde(rename = "response.mcp_list_tools.failed")]
     McpListToolsFailed { item_id: String, output_index: usize },
+    #[serde(rename = "response.web_search_call.in_progress")]
+    WebSearchCallInProgress { item_id: String, output_index: usize },
+    #[serde(rename = "response.web_search_call.searching")]
+    WebSearchCallSearching { item_id: String, output_index: usize },
+    #[serde(rename = "response.web_search_call.completed")]
+    WebSearchCallCompleted { item_id: String, output_index: usize },
     /// The schema wants the details nested in `error` (as the reference API sends them); the
     /// official SDKs type them flat, so `code`, `message` and `param` are repeated at the top.
     /// Build it with [`ResponseEvent::error`].
@@ -87,6 +103,17 @@ pub struct StreamError {
     pub code: Option<String>,
     pub message: String,
     pub param: Option<String>,
+}
+
+impl From<&crate::ApiError> for StreamError {
+    fn from(error: &crate::ApiError) -> Self {
+        StreamError {
+            error_type: error.error_type,
+            code: error.code.clone(),
+            message: error.message.clone(),
+            param: error.param.clone(),
+        }
+    }
 }
 
 impl ResponseEvent {
@@ -114,6 +141,7 @@ impl ResponseEvent {
             ResponseEvent::ContentPartDone { .. } => "response.content_part.done",
             ResponseEvent::OutputTextDelta { .. } => "response.output_text.delta",
             ResponseEvent::OutputTextDone { .. } => "response.output_text.done",
+            ResponseEvent::OutputTextAnnotationAdded { .. } => "response.output_text.annotation.added",
             ResponseEvent::ReasoningDelta { .. } => "response.reasoning.delta",
             ResponseEvent::ReasoningDone { .. } => "response.reasoning.done",
             ResponseEvent::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
@@ -131,6 +159,9 @@ impl ResponseEvent {
             ResponseEvent::McpListToolsInProgress { .. } => "response.mcp_list_tools.in_progress",
             ResponseEvent::McpListToolsCompleted { .. } => "response.mcp_list_tools.completed",
             ResponseEvent::McpListToolsFailed { .. } => "response.mcp_list_tools.failed",
+            ResponseEvent::WebSearchCallInProgress { .. } => "response.web_search_call.in_progress",
+            ResponseEvent::WebSearchCallSearching { .. } => "response.web_search_call.searching",
+            ResponseEvent::WebSearchCallCompleted { .. } => "response.web_search_call.completed",
             ResponseEvent::Error { .. } => "error",
         }
     }
@@ -154,6 +185,12 @@ struct Numbered<'a> {
     #[serde(flatten)]
     event: &'a ResponseEvent,
     sequence_number: u64,
+}
+
+/// One event as its wire JSON, `sequence_number` included: the `data:` of an SSE frame, the text
+/// of a WebSocket frame.
+pub fn numbered_json(event: &ResponseEvent, sequence_number: u64) -> Result<String, serde_json::Error> {
+    serde_json::to_string(&Numbered { event, sequence_number })
 }
 
 impl SseFrame {

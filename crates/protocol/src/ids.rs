@@ -14,6 +14,9 @@ pub enum IdKind {
     Container,
     McpCall,
     McpListTools,
+    WebSearchCall,
+    CustomToolCall,
+    LocalShellCall,
 }
 
 impl IdKind {
@@ -28,6 +31,9 @@ impl IdKind {
             IdKind::Container => "cntr",
             IdKind::McpCall => "mcp",
             IdKind::McpListTools => "mcpl",
+            IdKind::WebSearchCall => "ws",
+            IdKind::CustomToolCall => "ctc",
+            IdKind::LocalShellCall => "lsh",
         }
     }
 }

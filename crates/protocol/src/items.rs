@@ -21,6 +21,11 @@ pub enum Item {
     CodeInterpreterCall(CodeInterpreterCallItem),
     McpCall(McpCallItem),
     McpListTools(McpListToolsItem),
+    WebSearchCall(WebSearchCallItem),
+    CustomToolCall(CustomToolCallItem),
+    CustomToolCallOutput(CustomToolCallOutputItem),
+    LocalShellCall(LocalShellCallItem),
+    LocalShellCallOutput(LocalShellCallOutputItem),
 }
 
 impl Item {
@@ -34,6 +39,11 @@ impl Item {
             Item::CodeInterpreterCall(c) => &c.id,
             Item::McpCall(m) => &m.id,
             Item::McpListTools(l) => &l.id,
+            Item::WebSearchCall(w) => &w.id,
+            Item::CustomToolCall(c) => &c.id,
+            Item::CustomToolCallOutput(c) => &c.id,
+            Item::LocalShellCall(c) => &c.id,
+            Item::LocalShellCallOutput(c) => &c.id,
         }
     }
 }
@@ -86,6 +96,46 @@ pub struct McpCallItem {
     pub error: Option<String>,
 }
 
+/// A `web_search` call the gateway ran: its public `action` (absent while in progress), and —
+/// kept for the conversation, never shown to clients — the result the model was given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebSearchCallItem {
+    pub id: String,
+    pub status: CallStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<WebSearchAction>,
+    /// The tool result (JSON text) the model saw, so a continuation replays it exactly. The
+    /// engine removes it from every item a client sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_result: Option<String>,
+}
+
+/// What a `web_search_call` did, in the reference API's shapes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WebSearchAction {
+    /// A search. `queries` is omitted when empty; `sources` only with
+    /// `include: ["web_search_call.action.sources"]`.
+    Search {
+        query: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        queries: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sources: Option<Vec<WebSearchSource>>,
+    },
+    /// A page the gateway fetched.
+    OpenPage { url: Option<String> },
+    /// A search inside a page opened earlier in the same response.
+    FindInPage { url: Option<String>, pattern: String },
+}
+
+/// `{"type":"url","url":…}`: one source a search returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "url")]
+pub struct WebSearchSource {
+    pub url: String,
+}
+
 /// The tools an MCP server offered, shown once per server per conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct McpListToolsItem {
@@ -105,6 +155,90 @@ pub struct McpToolInfo {
     pub input_schema: Value,
     #[serde(default)]
     pub annotations: Option<Value>,
+}
+
+/// A call of a client `custom` (freeform) tool: the client runs it, the gateway never does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CustomToolCallItem {
+    #[serde(default = "custom_call_id")]
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    /// The tool's raw input text.
+    pub input: String,
+    #[serde(default = "completed")]
+    pub status: ItemStatus,
+}
+
+/// The client's result of a `custom_tool_call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CustomToolCallOutputItem {
+    #[serde(default = "custom_output_id")]
+    pub id: String,
+    pub call_id: String,
+    pub output: FunctionOutput,
+}
+
+/// A `local_shell` call: a command for the client to run on its machine (never run here).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalShellCallItem {
+    #[serde(default = "local_shell_call_id")]
+    pub id: String,
+    /// Older clients name the call by `id` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default = "completed")]
+    pub status: ItemStatus,
+    /// Boxed: the largest item body, and items travel inside every event.
+    pub action: Box<LocalShellAction>,
+}
+
+/// `{"type":"exec","command":[…],…}`: what a `local_shell_call` asks the client to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalShellAction {
+    #[serde(rename = "type", default = "exec")]
+    pub kind: String,
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: serde_json::Map<String, Value>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub working_directory: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// The client's result of a `local_shell_call`, naming the call by `call_id` (or by the call's
+/// `id`, as the reference API's shape does).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalShellCallOutputItem {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    pub output: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ItemStatus>,
+}
+
+fn completed() -> ItemStatus {
+    ItemStatus::Completed
+}
+
+fn exec() -> String {
+    "exec".to_owned()
+}
+
+fn custom_call_id() -> String {
+    new_id(IdKind::CustomToolCall)
+}
+
+fn local_shell_call_id() -> String {
+    new_id(IdKind::LocalShellCall)
+}
+
+fn custom_output_id() -> String {
+    new_id(IdKind::FunctionCallOutput)
 }
 
 /// Who speaks in a message.
@@ -183,6 +317,9 @@ pub struct FunctionCallItem {
     pub id: String,
     pub call_id: String,
     pub name: String,
+    /// The `namespace` tool the function belongs to, for functions declared inside one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// The arguments as the JSON text the model produced.
     pub arguments: String,
     pub status: ItemStatus,
@@ -256,7 +393,8 @@ pub enum InputItemParam {
     FunctionCall(FunctionCallParam),
     FunctionCallOutput(FunctionCallOutputParam),
     Reasoning(ReasoningParam),
-    /// A gateway tool item replayed by a stateless client; taken as it is.
+    /// A tool item replayed by a stateless client (a gateway tool's, or a custom or local
+    /// shell call and its output); taken as it is.
     Hosted(Item),
 }
 
@@ -306,6 +444,8 @@ pub struct FunctionCallParam {
     pub id: Option<String>,
     pub call_id: String,
     pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
     pub arguments: String,
     pub status: Option<ItemStatus>,
 }
@@ -398,7 +538,14 @@ impl InputItemParam {
             "function_call" => typed(value).map(InputItemParam::FunctionCall),
             "function_call_output" => typed(value).map(InputItemParam::FunctionCallOutput),
             "reasoning" => typed(value).map(InputItemParam::Reasoning),
-            "code_interpreter_call" | "mcp_call" | "mcp_list_tools" => typed(value).map(InputItemParam::Hosted),
+            "code_interpreter_call"
+            | "mcp_call"
+            | "mcp_list_tools"
+            | "web_search_call"
+            | "custom_tool_call"
+            | "custom_tool_call_output"
+            | "local_shell_call"
+            | "local_shell_call_output" => typed(value).map(InputItemParam::Hosted),
             "item_reference" => Err(ItemError::new(
                 "type",
                 "item_reference input items are not supported; send the item itself or use previous_response_id.",
@@ -407,7 +554,8 @@ impl InputItemParam {
                 "type",
                 format!(
                     "Unsupported input item type '{other}'. Supported: message, function_call, \
-                     function_call_output, reasoning, code_interpreter_call, mcp_call, mcp_list_tools."
+                     function_call_output, reasoning, code_interpreter_call, mcp_call, mcp_list_tools, \
+                     web_search_call, custom_tool_call(_output), local_shell_call(_output)."
                 ),
             )),
         }
@@ -443,6 +591,7 @@ impl InputItemParam {
                 id: f.id.unwrap_or_else(|| new_id(IdKind::FunctionCall)),
                 call_id: f.call_id,
                 name: f.name,
+                namespace: f.namespace,
                 arguments: f.arguments,
                 status: f.status.unwrap_or(ItemStatus::Completed),
             }),

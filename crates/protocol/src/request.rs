@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::items::{InputItemParam, Item};
+use crate::limits::RequestLimits;
 use crate::tools::{
     Capabilities, ToolChoice, ToolChoiceMode, ToolDeclaration, check_tool_choice, is_valid_name, parse_tool_choice,
     parse_tools,
@@ -208,15 +209,26 @@ impl CreateResponseRequest {
     pub fn from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
         let body: Value = serde_json::from_slice(bytes)
             .map_err(|e| ApiError::invalid_body(format!("The request body is not valid JSON: {e}")))?;
+        Self::from_value(body)
+    }
+
+    /// Parse a body that is already JSON (a WebSocket `response.create` frame without its `type`).
+    pub fn from_value(body: Value) -> Result<Self, ApiError> {
         if !body.is_object() {
             return Err(ApiError::invalid_body("The request body must be a JSON object."));
         }
         serde_path_to_error::deserialize(body).map_err(|e| ApiError::from_path_error("", e))
     }
 
-    /// Apply every field rule and default; the result is what the engine runs. `caps` says which
-    /// gateway tools may be declared.
+    /// Apply every field rule and default under the default [`RequestLimits`].
     pub fn validate(self, caps: &Capabilities) -> Result<ValidatedRequest, ApiError> {
+        self.validate_within(caps, &RequestLimits::default())
+    }
+
+    /// Apply the size caps of `limits`, then every field rule and default; the result is what the
+    /// engine runs. `caps` says which gateway tools may be declared.
+    pub fn validate_within(self, caps: &Capabilities, limits: &RequestLimits) -> Result<ValidatedRequest, ApiError> {
+        limits.check(&self)?;
         let model = match self.model {
             Some(m) if !m.trim().is_empty() => m,
             Some(_) => {

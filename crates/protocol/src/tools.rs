@@ -2,8 +2,10 @@
 //! make a declaration valid (spec §2.3, §2.4, §4.1 rules 1–12), and how the gateway's own tools
 //! are named for the model.
 //!
-//! Three kinds of tool: client `function`s (the client runs them), `code_interpreter` and `mcp`
-//! (the gateway runs them). Which gateway tools exist is a property of the running gateway
+//! Three kinds of tool: client `function`s (the client runs them; also grouped in a `namespace`,
+//! as Codex sends them), `code_interpreter` and `mcp` (the gateway runs them). A `web_search`
+//! restricted to cached results (`external_web_access: false`, what Codex sends by default) is
+//! accepted and left out of the model's offer while no search backend is configured. Which gateway tools exist is a property of the running gateway
 //! ([`Capabilities`]); declaring one that is not enabled is a clear 400. Everything here is pure:
 //! checks that need the network (an MCP server's inventory, DNS of a remote URL) happen when the
 //! engine resolves the tools.
@@ -27,6 +29,8 @@ pub struct Capabilities {
     /// Remote MCP URLs must be https and name no local or IP-literal host
     /// (`GW_MCP_REQUEST_REMOTE_URL_CHECKS`).
     pub remote_url_checks: bool,
+    /// `web_search` has a profile (`--web-search-profile`).
+    pub web_search: bool,
 }
 
 /// One entry of `tools`, as validated and as echoed in `response.tools`.
@@ -34,9 +38,77 @@ pub struct Capabilities {
 #[serde(untagged)]
 pub enum ToolDeclaration {
     Function(FunctionTool),
+    Namespace(NamespaceTool),
     CodeInterpreter(CodeInterpreterTool),
     Mcp(McpTool),
+    WebSearch(WebSearchTool),
+    /// A declaration accepted but not offered to the model (see [`OfflineWebSearch`]).
+    OfflineWebSearch(OfflineWebSearch),
+    Custom(CustomTool),
+    LocalShell(LocalShellTool),
 }
+
+/// `{"type":"custom","name":…,"description":…,"format":…}`: a client tool taking free text. The
+/// model sees a function with one string argument `input`; its calls come back as
+/// `custom_tool_call` items for the client to run. The gateway never runs them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CustomTool {
+    #[serde(rename = "type")]
+    pub kind: CustomToolType,
+    pub name: String,
+    pub description: Option<String>,
+    /// Echoed as given (`{"type":"text"}` or a grammar); shown to the model in the description.
+    pub format: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CustomToolType {
+    Custom,
+}
+
+/// `{"type":"local_shell"}`: the client runs commands on its machine. The model sees a function
+/// `local_shell`; its calls come back as `local_shell_call` items. The gateway never runs them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LocalShellTool {
+    #[serde(rename = "type")]
+    pub kind: LocalShellToolType,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LocalShellToolType {
+    LocalShell,
+}
+
+/// The function name under which the model sees `local_shell`.
+pub const LOCAL_SHELL_FUNCTION: &str = "local_shell";
+
+/// `{"type":"namespace","name":…,"description":…,"tools":[functions]}`: client functions grouped
+/// under a name. The model sees each as one function (see [`namespaced_function_name`]); a call
+/// comes back as a `function_call` with the function's own `name` and its `namespace`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NamespaceTool {
+    #[serde(rename = "type")]
+    pub kind: NamespaceToolType,
+    pub name: String,
+    pub description: Option<String>,
+    pub tools: Vec<FunctionTool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespaceToolType {
+    Namespace,
+}
+
+/// A `web_search` declaration that allows no live web access (`external_web_access: false`,
+/// Codex's default): the gateway has no offline index, and every search profile reaches the live
+/// web, so the request runs without the tool rather than failing — with or without a profile
+/// configured. Echoed as sent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct OfflineWebSearch(pub Value);
 
 /// A client-executed function tool, as echoed in `response.tools` (all keys present).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,6 +142,64 @@ pub struct CodeInterpreterTool {
 pub enum CodeInterpreterToolType {
     CodeInterpreter,
 }
+
+/// `{"type":"web_search","filters":{"allowed_domains":[…]},"search_context_size","user_location"}`,
+/// echoed with every key present (as the reference API does).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WebSearchTool {
+    /// `web_search`, or one of its dated/preview spellings, echoed as given.
+    #[serde(rename = "type")]
+    pub kind: WebSearchToolType,
+    pub filters: Option<WebSearchFilters>,
+    pub search_context_size: SearchContextSize,
+    /// Passed to backends that take a location hint; echoed as given.
+    pub user_location: Option<Value>,
+}
+
+impl WebSearchTool {
+    /// The domains every action is limited to (empty: no limit), lower-cased, without a leading dot.
+    pub fn allowed_domains(&self) -> Vec<String> {
+        self.filters
+            .as_ref()
+            .and_then(|f| f.allowed_domains.as_ref())
+            .map(|d| d.iter().map(|d| d.trim().trim_start_matches('.').to_ascii_lowercase()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// `filters` of a web_search declaration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSearchFilters {
+    #[serde(default)]
+    pub allowed_domains: Option<Vec<String>>,
+}
+
+/// How much search context the model gets (how many results a search returns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchContextSize {
+    Low,
+    #[default]
+    Medium,
+    High,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebSearchToolParam {
+    #[serde(rename = "type")]
+    kind: WebSearchToolType,
+    #[serde(default)]
+    filters: Option<WebSearchFilters>,
+    #[serde(default)]
+    search_context_size: Option<SearchContextSize>,
+    #[serde(default)]
+    user_location: Option<Value>,
+}
+
+/// The `type` spellings of the web search tool (declarations and `tool_choice`).
+pub const WEB_SEARCH_TYPES: &[&str] = &["web_search", "web_search_preview", "web_search_2025_08_26"];
 
 /// An MCP server declaration: Built-in (no `server_url`, names a configured server) or Remote.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -126,6 +256,7 @@ pub enum ToolChoice {
     Function(NamedFunction),
     Mcp(McpToolChoice),
     CodeInterpreter(CodeInterpreterChoice),
+    WebSearch(WebSearchChoice),
     AllowedTools(AllowedTools),
 }
 
@@ -163,6 +294,25 @@ pub struct CodeInterpreterChoice {
     pub kind: CodeInterpreterToolType,
 }
 
+/// `{"type":"web_search"}` (or a preview/dated spelling, echoed as given).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSearchChoice {
+    #[serde(rename = "type")]
+    pub kind: WebSearchToolType,
+}
+
+/// The spellings of the web search tool's `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WebSearchToolType {
+    #[serde(rename = "web_search")]
+    WebSearch,
+    #[serde(rename = "web_search_preview")]
+    WebSearchPreview,
+    #[serde(rename = "web_search_2025_08_26")]
+    WebSearch20250826,
+}
+
 /// `{"type":"allowed_tools","mode":…,"tools":[…]}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllowedTools {
@@ -179,6 +329,7 @@ pub enum AllowedTool {
     Function(NamedFunction),
     Mcp(McpToolChoice),
     CodeInterpreter(CodeInterpreterChoice),
+    WebSearch(WebSearchChoice),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,16 +340,7 @@ pub enum AllowedToolsType {
 
 /// Tool types of the Responses API that this gateway does not run. A request naming one gets a
 /// clear 400 rather than a silently missing tool.
-const UNSUPPORTED_TOOL_TYPES: &[&str] = &[
-    "web_search",
-    "web_search_preview",
-    "web_search_2025_08_26",
-    "file_search",
-    "computer_use_preview",
-    "image_generation",
-    "local_shell",
-    "custom",
-];
+const UNSUPPORTED_TOOL_TYPES: &[&str] = &["file_search", "computer_use_preview", "image_generation"];
 
 /// OpenAI's rule for function and schema names.
 pub fn is_valid_name(name: &str) -> bool {
@@ -272,6 +414,32 @@ pub fn parse_tools(raw: Vec<Value>, caps: &Capabilities) -> Result<Vec<ToolDecla
                 })
             }
             "mcp" => ToolDeclaration::Mcp(parse_mcp(tool, &at, &tools, caps)?),
+            "namespace" => ToolDeclaration::Namespace(parse_namespace(tool, &at, &tools)?),
+            "custom" => ToolDeclaration::Custom(parse_custom(tool, &at, &tools)?),
+            "local_shell" => {
+                if tools.iter().any(|t| client_function_names(t).iter().any(|n| n == LOCAL_SHELL_FUNCTION)) {
+                    return Err(ApiError::invalid(format!("{at}.type"), "Declare local_shell at most once."));
+                }
+                ToolDeclaration::LocalShell(LocalShellTool { kind: LocalShellToolType::LocalShell })
+            }
+            k if WEB_SEARCH_TYPES.contains(&k) && tool.get("external_web_access") == Some(&Value::Bool(false)) => {
+                if tools.iter().any(is_web_search) {
+                    return Err(ApiError::invalid(
+                        format!("{at}.type"),
+                        "Duplicate `web_search` tools are not allowed.",
+                    ));
+                }
+                ToolDeclaration::OfflineWebSearch(OfflineWebSearch(tool))
+            }
+            k if WEB_SEARCH_TYPES.contains(&k) => {
+                if !caps.web_search {
+                    return Err(not_enabled(&at, k));
+                }
+                if tools.iter().any(is_web_search) {
+                    return Err(ApiError::invalid(format!("{at}.type"), "Declare web_search at most once."));
+                }
+                ToolDeclaration::WebSearch(parse_web_search(tool, &at)?)
+            }
             k if UNSUPPORTED_TOOL_TYPES.contains(&k) => return Err(not_enabled(&at, k)),
             k => return Err(ApiError::invalid(format!("{at}.type"), format!("Unknown tool type '{k}'."))),
         };
@@ -295,11 +463,7 @@ fn parse_function(tool: Value, at: &str, earlier: &[ToolDeclaration]) -> Result<
             "Function names must be 1-64 characters of a-z, A-Z, 0-9, '_' or '-'.",
         ));
     }
-    let clash = earlier.iter().any(|t| match t {
-        ToolDeclaration::Function(g) => g.name == f.name,
-        ToolDeclaration::CodeInterpreter(_) => f.name == CODE_INTERPRETER_FUNCTION,
-        ToolDeclaration::Mcp(_) => false,
-    });
+    let clash = earlier.iter().any(|t| client_function_names(t).contains(&f.name));
     if clash {
         return Err(ApiError::invalid(format!("{at}.name"), format!("Duplicate function tool name '{}'.", f.name)));
     }
@@ -319,6 +483,143 @@ fn parse_function(tool: Value, at: &str, earlier: &[ToolDeclaration]) -> Result<
         parameters: f.parameters,
         strict: Some(f.strict.unwrap_or(true)),
     })
+}
+
+fn parse_web_search(tool: Value, at: &str) -> Result<WebSearchTool, ApiError> {
+    let w: WebSearchToolParam = serde_path_to_error::deserialize(tool).map_err(|e| ApiError::from_path_error(at, e))?;
+    if let Some(domains) = w.filters.as_ref().and_then(|f| f.allowed_domains.as_ref()) {
+        for (i, domain) in domains.iter().enumerate() {
+            let bare = domain.trim().trim_start_matches('.');
+            if bare.is_empty() || bare.contains(['/', ':', ' ', '?', '#', '@']) {
+                return Err(ApiError::invalid(
+                    format!("{at}.filters.allowed_domains[{i}]"),
+                    format!(
+                        "'{domain}' is not a domain name (give a host such as 'example.com', without scheme or path)."
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(WebSearchTool {
+        kind: w.kind,
+        filters: w.filters,
+        search_context_size: w.search_context_size.unwrap_or_default(),
+        user_location: w.user_location,
+    })
+}
+
+/// Any `web_search` declaration, live or offline (at most one per request).
+fn is_web_search(tool: &ToolDeclaration) -> bool {
+    matches!(tool, ToolDeclaration::WebSearch(_) | ToolDeclaration::OfflineWebSearch(_))
+}
+
+/// The function names a declaration puts in front of the model.
+pub fn client_function_names(tool: &ToolDeclaration) -> Vec<String> {
+    match tool {
+        ToolDeclaration::Function(f) => vec![f.name.clone()],
+        ToolDeclaration::Namespace(ns) => {
+            ns.tools.iter().map(|f| namespaced_function_name(&ns.name, &f.name)).collect()
+        }
+        ToolDeclaration::Custom(c) => vec![c.name.clone()],
+        ToolDeclaration::LocalShell(_) => vec![LOCAL_SHELL_FUNCTION.to_owned()],
+        ToolDeclaration::CodeInterpreter(_) => vec![CODE_INTERPRETER_FUNCTION.to_owned()],
+        ToolDeclaration::WebSearch(_) => vec![WEB_SEARCH_FUNCTION.to_owned()],
+        ToolDeclaration::Mcp(_) | ToolDeclaration::OfflineWebSearch(_) => Vec::new(),
+    }
+}
+
+#[derive(Deserialize)]
+struct CustomToolParam {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    format: Option<Value>,
+}
+
+fn parse_custom(tool: Value, at: &str, earlier: &[ToolDeclaration]) -> Result<CustomTool, ApiError> {
+    let c: CustomToolParam = serde_path_to_error::deserialize(tool).map_err(|e| ApiError::from_path_error(at, e))?;
+    if !is_valid_name(&c.name) || c.name.starts_with("mcp__") {
+        return Err(ApiError::invalid(
+            format!("{at}.name"),
+            "Custom tool names must be 1-64 characters of a-z, A-Z, 0-9, '_' or '-' (and not start with 'mcp__').",
+        ));
+    }
+    if earlier.iter().any(|t| client_function_names(t).contains(&c.name)) {
+        return Err(ApiError::invalid(format!("{at}.name"), format!("Duplicate tool name '{}'.", c.name)));
+    }
+    Ok(CustomTool { kind: CustomToolType::Custom, name: c.name, description: c.description, format: c.format })
+}
+
+#[derive(Deserialize)]
+struct NamespaceToolParam {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    tools: Vec<Value>,
+}
+
+fn parse_namespace(tool: Value, at: &str, earlier: &[ToolDeclaration]) -> Result<NamespaceTool, ApiError> {
+    let ns: NamespaceToolParam =
+        serde_path_to_error::deserialize(tool).map_err(|e| ApiError::from_path_error(at, e))?;
+    if !is_valid_name(&ns.name) {
+        return Err(ApiError::invalid(
+            format!("{at}.name"),
+            "Namespace names must be 1-64 characters of a-z, A-Z, 0-9, '_' or '-'.",
+        ));
+    }
+    if earlier.iter().any(|t| matches!(t, ToolDeclaration::Namespace(other) if other.name == ns.name)) {
+        return Err(ApiError::invalid(format!("{at}.name"), format!("Duplicate namespace '{}'.", ns.name)));
+    }
+    let mut functions: Vec<FunctionTool> = Vec::with_capacity(ns.tools.len());
+    for (i, inner) in ns.tools.into_iter().enumerate() {
+        let inner_at = format!("{at}.tools[{i}]");
+        if inner.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(ApiError::invalid(
+                format!("{inner_at}.type"),
+                "A namespace holds function tools only ('type': 'function').",
+            ));
+        }
+        let f = parse_function(inner, &inner_at, &[])?;
+        if functions.iter().any(|g| g.name == f.name) {
+            return Err(ApiError::invalid(
+                format!("{inner_at}.name"),
+                format!("Duplicate function '{}' in namespace '{}'.", f.name, ns.name),
+            ));
+        }
+        let flat = namespaced_function_name(&ns.name, &f.name);
+        let clash = earlier.iter().any(|t| client_function_names(t).contains(&flat));
+        if clash {
+            return Err(ApiError::invalid(
+                format!("{inner_at}.name"),
+                format!("Duplicate function tool name '{flat}'."),
+            ));
+        }
+        functions.push(f);
+    }
+    Ok(NamespaceTool {
+        kind: NamespaceToolType::Namespace,
+        name: ns.name,
+        description: ns.description,
+        tools: functions,
+    })
+}
+
+/// The single function name under which the model sees `function` of namespace `namespace`:
+/// `<namespace>__<function>`, kept within the 64 characters every upstream accepts (longer pairs
+/// are shortened with a hash, like [`mcp_function_name`]).
+pub fn namespaced_function_name(namespace: &str, function: &str) -> String {
+    let plain = format!("{namespace}__{function}");
+    if plain.len() <= 64 {
+        return plain;
+    }
+    let hash = format!("{namespace}\u{0}{function}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let suffix = format!("_{:08x}", hash as u32);
+    let mut name: String = plain.chars().take(64 - suffix.len()).collect();
+    name.push_str(&suffix);
+    name
 }
 
 fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabilities) -> Result<McpTool, ApiError> {
@@ -459,6 +760,7 @@ pub fn parse_tool_choice(v: Value) -> Result<ToolChoice, ApiError> {
         "function" => serde_path_to_error::deserialize(v).map(ToolChoice::Function),
         "mcp" => serde_path_to_error::deserialize(v).map(ToolChoice::Mcp),
         "code_interpreter" => serde_path_to_error::deserialize(v).map(ToolChoice::CodeInterpreter),
+        k if WEB_SEARCH_TYPES.contains(&k) => serde_path_to_error::deserialize(v).map(ToolChoice::WebSearch),
         "allowed_tools" => serde_path_to_error::deserialize(v).map(ToolChoice::AllowedTools),
         "" => return Err(ApiError::invalid("tool_choice", "tool_choice must be a string or an object with a 'type'.")),
         other => {
@@ -477,6 +779,7 @@ pub fn check_tool_choice(choice: &ToolChoice, tools: &[ToolDeclaration]) -> Resu
     let has_function = |name: &str| tools.iter().any(|t| matches!(t, ToolDeclaration::Function(f) if f.name == name));
     let has_mcp = |label: &str| tools.iter().any(|t| matches!(t, ToolDeclaration::Mcp(m) if m.server_label == label));
     let has_ci = || tools.iter().any(|t| matches!(t, ToolDeclaration::CodeInterpreter(_)));
+    let has_web_search = || tools.iter().any(|t| matches!(t, ToolDeclaration::WebSearch(_)));
     let missing = |param: String, what: String| {
         Err(ApiError::bad_input(param, format!("{what} not found in 'tools' parameter.")))
     };
@@ -492,6 +795,9 @@ pub fn check_tool_choice(choice: &ToolChoice, tools: &[ToolDeclaration]) -> Resu
         }
         ToolChoice::CodeInterpreter(_) if !has_ci() => {
             missing("tool_choice.type".into(), "Tool choice 'code_interpreter'".into())
+        }
+        ToolChoice::WebSearch(_) if !has_web_search() => {
+            missing("tool_choice.type".into(), "Tool choice 'web_search'".into())
         }
         ToolChoice::AllowedTools(a) => {
             for (i, entry) in a.tools.iter().enumerate() {
@@ -511,6 +817,9 @@ pub fn check_tool_choice(choice: &ToolChoice, tools: &[ToolDeclaration]) -> Resu
                             "Allowed tool 'code_interpreter'".into(),
                         );
                     }
+                    AllowedTool::WebSearch(_) if !has_web_search() => {
+                        return missing(format!("tool_choice.tools[{i}].type"), "Allowed tool 'web_search'".into());
+                    }
                     _ => {}
                 }
             }
@@ -528,6 +837,9 @@ pub fn check_tool_choice(choice: &ToolChoice, tools: &[ToolDeclaration]) -> Resu
 
 /// The function name under which the model sees `code_interpreter`.
 pub const CODE_INTERPRETER_FUNCTION: &str = "code_interpreter";
+
+/// The function name under which the model sees `web_search`.
+pub const WEB_SEARCH_FUNCTION: &str = "web_search";
 
 /// The function name under which the model sees an MCP tool: `mcp__<label>__<tool>`, made of
 /// characters every upstream accepts, at most 64 long. When the plain form would not fit or
@@ -558,8 +870,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const ALL: Capabilities =
-        Capabilities { code_interpreter: true, builtin_mcp: true, remote_mcp: true, remote_url_checks: true };
+    const ALL: Capabilities = Capabilities {
+        code_interpreter: true,
+        builtin_mcp: true,
+        remote_mcp: true,
+        remote_url_checks: true,
+        web_search: true,
+    };
 
     fn parse(tools: Value) -> Result<Vec<ToolDeclaration>, ApiError> {
         parse_tools(serde_json::from_value(tools).unwrap(), &ALL)
@@ -574,6 +891,27 @@ mod tests {
         );
         let e = parse_tools(vec![json!({"type":"code_interpreter"})], &Capabilities::default()).unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].type")));
+    }
+
+    #[test]
+    fn web_search_is_echoed_with_every_key_and_checked() {
+        let t = parse(json!([{"type":"web_search","filters":{"allowed_domains":["docs.vllm.ai"]}}])).unwrap();
+        assert_eq!(
+            serde_json::to_value(&t[0]).unwrap(),
+            json!({"type":"web_search","filters":{"allowed_domains":["docs.vllm.ai"]},"search_context_size":"medium","user_location":null})
+        );
+        let e = parse(json!([{"type":"web_search","filters":{"allowed_domains":["https://x.org/a"]}}])).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[0].filters.allowed_domains[0]"));
+        let e = parse(json!([{"type":"web_search","search_context_size":"huge"}])).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[0].search_context_size"));
+        let e = parse(json!([{"type":"web_search"},{"type":"function","name":"web_search"}])).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[1].name"));
+        let off = Capabilities { web_search: false, ..ALL };
+        let e = parse_tools(vec![json!({"type":"web_search_preview"})], &off).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].type")));
+        let choice = parse_tool_choice(json!({"type":"web_search"})).unwrap();
+        assert!(check_tool_choice(&choice, &[]).is_err());
+        assert!(check_tool_choice(&choice, &t).is_ok());
     }
 
     #[test]
@@ -624,6 +962,51 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn namespaces_hold_functions_under_flat_names() {
+        let t = parse(json!([{"type":"namespace","name":"multi_agent_v1","description":"agents","tools":[
+            {"type":"function","name":"close_agent","strict":false,"parameters":{"type":"object"}},
+            {"type":"function","name":"spawn_agent","parameters":{"type":"object"}}]}]))
+        .unwrap();
+        let ToolDeclaration::Namespace(ns) = &t[0] else { panic!("{t:?}") };
+        assert_eq!(ns.tools[0].strict, Some(false));
+        assert_eq!(namespaced_function_name(&ns.name, &ns.tools[1].name), "multi_agent_v1__spawn_agent");
+        let long = namespaced_function_name(&"n".repeat(40), &"f".repeat(40));
+        assert!(long.len() == 64 && is_valid_name(&long), "{long}");
+        let e =
+            parse(json!([{"type":"namespace","name":"ns","tools":[{"type":"mcp","server_label":"x"}]}])).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[0].tools[0].type"));
+        let e = parse(json!([{"type":"function","name":"ns__f"},{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f"}]}]))
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[1].tools[0].name"));
+    }
+
+    #[test]
+    fn custom_and_local_shell_tools_are_client_tools() {
+        let t = parse(json!([{"type":"custom","name":"apply_patch","description":"Patch files",
+            "format":{"type":"grammar","syntax":"lark","definition":"start: /.+/"}},{"type":"local_shell"}]))
+        .unwrap();
+        assert!(matches!(&t[0], ToolDeclaration::Custom(c) if c.name == "apply_patch"));
+        assert_eq!(serde_json::to_value(&t[1]).unwrap(), json!({"type":"local_shell"}));
+        let e = parse(json!([{"type":"local_shell"},{"type":"local_shell"}])).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[1].type"));
+        let e = parse(json!([{"type":"function","name":"apply_patch"},{"type":"custom","name":"apply_patch"}]))
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[1].name"));
+    }
+
+    #[test]
+    fn cached_only_web_search_is_accepted_without_a_backend() {
+        let t = parse_tools(vec![json!({"type":"web_search","external_web_access":false})], &Capabilities::default())
+            .unwrap();
+        assert_eq!(serde_json::to_value(&t[0]).unwrap(), json!({"type":"web_search","external_web_access":false}));
+        for live in [json!({"type":"web_search"}), json!({"type":"web_search","external_web_access":true})] {
+            let e = parse_tools(vec![live], &Capabilities::default()).unwrap_err();
+            assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].type")));
+        }
+        assert!(parse_tools(vec![], &Capabilities::default()).unwrap().is_empty(), "tools: [] is fine");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The router: which path goes to which handler, and which layers wrap them.
 //!
 //! `/health` and `/metrics` sit outside authentication and are not counted; every `/v1/…` route
-//! is behind the API-key check and the request metrics. Unknown paths and wrong methods answer in
+//! is behind the API-key check and the request metrics (a WebSocket upgrade of `GET
+//! /v1/responses` included: a missing key is a 401 before any upgrade). Unknown paths and wrong methods answer in
 //! the API's error shape — or, in integrated mode, are forwarded to the model server unchanged.
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use crate::error::HttpError;
 use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
 use crate::passthrough::{self, Passthrough};
+use crate::websocket::{self, WebSocketMode};
 use crate::{request_id, responses};
 
 /// What the router needs.
@@ -35,7 +37,9 @@ pub struct AppConfig {
     pub metrics_route: Option<(String, MetricsView)>,
     /// Integrated mode: forward every path no gateway route serves to this base URL.
     pub forward_other_routes_to: Option<String>,
-    /// Sent as `x-respgw-worker` on every reply, so operators can see which worker served it.
+    /// Sent as `x-respgw-worker` on every reply, with the process id as `x-respgw-worker-pid`, so
+    /// operators (and the fault tests) can see which worker — and which incarnation of a
+    /// restarted one — served it.
     pub worker_label: Option<String>,
     /// The Built-in MCP helper, for the discovery routes.
     pub mcp_helper: McpDiscovery,
@@ -48,8 +52,9 @@ pub fn router(config: AppConfig) -> Router {
         gateway_auth: config.api_keys.enabled(),
         forward_base: config.forward_other_routes_to.clone(),
     };
+    let websocket_mode = WebSocketMode { engine: Arc::clone(&config.engine), max_frame_bytes: config.max_body_bytes };
     let mut api = Router::new()
-        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses", get(websocket::upgrade).with_state(websocket_mode).post(responses::create))
         .route("/v1/responses/{response_id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{response_id}/input_items", get(responses::input_items))
         .with_state(Arc::clone(&config.engine))
@@ -84,10 +89,12 @@ pub fn router(config: AppConfig) -> Router {
     }
     let mut app = open.merge(api).layer(DefaultBodyLimit::max(config.max_body_bytes));
     if let Some(label) = config.worker_label.and_then(|l| HeaderValue::from_str(&l).ok()) {
+        let pid = HeaderValue::from(std::process::id());
         app = app.layer(middleware::map_response(move |mut response: axum::response::Response| {
-            let label = label.clone();
+            let (label, pid) = (label.clone(), pid.clone());
             async move {
                 response.headers_mut().insert("x-respgw-worker", label);
+                response.headers_mut().insert("x-respgw-worker-pid", pid);
                 response
             }
         }));

@@ -1,5 +1,5 @@
 //! respgw's HTTP face: the axum router, API-key auth, request ids, request metrics, SSE framing,
-//! pass-through forwarding, and the functions that build and serve a gateway process.
+//! WebSocket mode, pass-through forwarding, and the functions that build and serve a gateway process.
 //!
 //! Architecture invariant: handlers are thin — parse, validate, hand to the engine, frame the
 //! result. No Responses semantics live here, and nothing here knows about other processes: a
@@ -8,6 +8,7 @@
 mod app;
 mod auth;
 mod error;
+mod event_sequence;
 mod mcp_routes;
 mod metrics;
 mod options;
@@ -16,10 +17,13 @@ mod request_id;
 mod responses;
 mod serve;
 mod sse;
+mod websocket;
 
 pub use app::{AppConfig, router};
 pub use auth::ApiKeys;
 pub use metrics::{MetricsView, local_view};
 pub use options::GatewayOptions;
-pub use respgw_engine::UpstreamConfig;
+pub use respgw_engine::sealed::ReasoningKeys;
+pub use respgw_engine::{Limits, UpstreamConfig};
+pub use respgw_protocol::RequestLimits;
 pub use serve::{build, serve_on};

@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use respgw_engine::UpstreamConfig;
+use respgw_engine::sealed::ReasoningKeys;
+use respgw_engine::{Limits, UpstreamConfig};
 use respgw_tools::mcp::RemoteMcpSettings;
+use respgw_tools::web_search::WebSearchSettings;
 use serde::{Deserialize, Serialize};
 
 /// Configuration of a gateway worker.
@@ -12,12 +14,19 @@ use serde::{Deserialize, Serialize};
 pub struct GatewayOptions {
     /// The model server.
     pub upstream: UpstreamConfig,
-    /// `GW_DB_PATH`: a SQLite file path or `sqlite://` URL.
+    /// `GW_DB_PATH`: a SQLite file path or `sqlite://` URL, or a `postgres://` URL (may hold a
+    /// password: show it only through `respgw_store::redacted_location`).
     pub db_path: String,
+    /// `GW_DB_POOL_SIZE`: database connections per worker process.
+    #[serde(default = "default_db_pool_size")]
+    pub db_pool_size: u32,
     /// API keys; empty means authentication is off.
     pub api_keys: Vec<String>,
-    /// Largest request body accepted, in bytes.
+    /// Largest request body accepted, in bytes (a larger one is refused with 413).
     pub max_body_bytes: usize,
+    /// Caps on input items, tools, MCP servers, tool rounds and tool output fed to the model.
+    #[serde(default)]
+    pub limits: Limits,
     /// Where `/metrics` is served (`GW_METRICS_PATH`); `None` disables it.
     pub metrics_path: Option<String>,
     /// Integrated mode: every request no gateway route serves is forwarded unchanged to this
@@ -32,4 +41,15 @@ pub struct GatewayOptions {
     /// Remote (request-declared) MCP: `GW_MCP_REQUEST_REMOTE_*`, read once by the supervisor.
     #[serde(default)]
     pub remote_mcp: RemoteMcpSettings,
+    /// `web_search` and its profile (`--web-search-profile`); `None`: not offered.
+    #[serde(default)]
+    pub web_search: Option<WebSearchSettings>,
+    /// Keys of `reasoning.encrypted_content` (the first seals); read or generated once by the
+    /// supervisor so every worker opens what any worker sealed.
+    #[serde(default)]
+    pub reasoning_keys: ReasoningKeys,
+}
+
+fn default_db_pool_size() -> u32 {
+    respgw_store::DEFAULT_POOL_SIZE
 }

@@ -33,7 +33,8 @@ pub async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, HttpError> {
     let body = body.map_err(body_rejection)?;
-    let request = CreateResponseRequest::from_slice(&body)?.validate(&engine.capabilities())?;
+    let request =
+        CreateResponseRequest::from_slice(&body)?.validate_within(&engine.capabilities(), &engine.limits().request)?;
     let stream = request.stream;
     let prepared = engine.prepare(request, vec![("x-request-id", request_id)]).await?;
 

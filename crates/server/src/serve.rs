@@ -5,18 +5,21 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::Router;
 use axum::serve::ListenerExt;
+use axum::{Extension, Router};
 use respgw_engine::{Engine, Upstream};
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
 use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, McpTimeouts, RemoteMcp};
+use respgw_tools::web_search::{BRAVE_API_KEY_ENV, WebSearch};
 
 use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
 use crate::metrics::MetricsView;
 use crate::options::GatewayOptions;
+use crate::websocket::WebSocketDrain;
+use respgw_engine::sealed::{ReasoningKeys, ReasoningSeal};
 
 /// Build the router for one gateway process.
 ///
@@ -28,13 +31,24 @@ pub async fn build(
     metrics_view: MetricsView,
     worker_label: Option<String>,
 ) -> anyhow::Result<Router> {
-    let store = respgw_store::open(&options.db_path)
-        .await
-        .with_context(|| format!("cannot open the response store at '{}'", options.db_path))?;
+    let store_options = respgw_store::StoreOptions { pool_size: options.db_pool_size };
+    let store = respgw_store::open_with(&options.db_path, store_options).await.with_context(|| {
+        format!("cannot open the response store at '{}'", respgw_store::redacted_location(&options.db_path))
+    })?;
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
     let mcp_helper = mcp_helper_client(options)?;
     let tools = gateway_tools(options, mcp_helper.clone()).await?;
-    let engine = Arc::new(Engine::new(upstream, store, Arc::new(tools), metrics.clone()));
+    let reasoning_keys = if options.reasoning_keys.keys.is_empty() {
+        ReasoningKeys::ephemeral().map_err(anyhow::Error::msg)?
+    } else {
+        options.reasoning_keys.clone()
+    };
+    let seal = ReasoningSeal::new(&reasoning_keys).map_err(anyhow::Error::msg)?;
+    let engine = Arc::new(
+        Engine::new(upstream, store, Arc::new(tools), metrics.clone())
+            .with_limits(options.limits)
+            .with_reasoning_seal(seal),
+    );
     let api_keys = ApiKeys::new(options.api_keys.iter().cloned());
     Ok(router(AppConfig {
         engine,
@@ -66,7 +80,12 @@ async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperCli
     };
     let remote_mcp =
         RemoteMcp::new(options.remote_mcp.clone()).map_err(|e| anyhow::anyhow!("Remote MCP settings: {e}"))?;
-    Ok(GatewayTools::new(sandbox, mcp_helper, remote_mcp))
+    let tools = GatewayTools::new(sandbox, mcp_helper.clone(), remote_mcp);
+    let Some(settings) = &options.web_search else { return Ok(tools) };
+    let brave_key = std::env::var(BRAVE_API_KEY_ENV).ok();
+    let web_search =
+        WebSearch::new(settings, brave_key, mcp_helper).map_err(|e| anyhow::anyhow!("web_search settings: {e}"))?;
+    Ok(tools.with_web_search(web_search))
 }
 
 /// The client of the Built-in MCP helper, with call timeouts matching the helper's own.
@@ -114,7 +133,7 @@ impl<L: axum::serve::Listener> axum::serve::Listener for StopAccepting<L> {
 }
 
 /// Serve `app` on `listener` until `shutdown` resolves; then stop accepting and let in-flight
-/// requests and streams finish for at most `options.drain_timeout`.
+/// requests, streams and WebSocket responses finish for at most `options.drain_timeout`.
 pub async fn serve_on(
     listener: std::net::TcpListener,
     app: Router,
@@ -130,6 +149,10 @@ pub async fn serve_on(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
     });
+    // Upgraded connections leave the HTTP server's books: they are drained through this.
+    let (draining, draining_rx) = tokio::sync::watch::channel(false);
+    let (open_websockets, mut websockets_closed) = tokio::sync::mpsc::channel::<()>(1);
+    let app = app.layer(Extension(WebSocketDrain { draining: draining_rx, open: open_websockets }));
     let (stop_accepting, stop_rx) = tokio::sync::watch::channel(false);
     let listener = StopAccepting { inner: listener, stop: stop_rx };
     let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
@@ -146,14 +169,24 @@ pub async fn serve_on(
     let serving = tokio::spawn(async move { server.await });
     tokio::pin!(serving);
     tokio::select! {
-        result = &mut serving => return result.context("server task failed")?.context("server error"),
+        // Draining first: once it started, the server may finish at once (upgraded WebSocket
+        // connections are not its to wait for), and those still have to be drained below.
+        biased;
         _ = drain_started_rx => {}
+        result = &mut serving => return result.context("server task failed")?.context("server error"),
     }
     tracing::info!(
         timeout_s = drain_timeout.as_secs_f64(),
         "draining: no new connections; waiting for in-flight requests"
     );
-    match tokio::time::timeout(drain_timeout, &mut serving).await {
+    let _ = draining.send(true);
+    let drained = async {
+        let served = (&mut serving).await;
+        // Every sender is gone once the router and the last WebSocket connection are.
+        let _ = websockets_closed.recv().await;
+        served
+    };
+    match tokio::time::timeout(drain_timeout, drained).await {
         Ok(result) => result.context("server task failed")?.context("server error"),
         Err(_) => {
             tracing::warn!("drain timeout reached; closing the remaining connections");

@@ -13,17 +13,24 @@
 //!
 //! # Backends
 //!
-//! Only SQLite exists today ([`sqlite::SqliteStore`]): WAL mode, so every worker process opens the
-//! same file directly. The schema is versioned with SQLite's `PRAGMA user_version` (currently
-//! [`sqlite::SCHEMA_VERSION`]); a later migration bumps it. PostgreSQL will be another arm of the
-//! dispatch in [`open`].
+//! - SQLite ([`sqlite::SqliteStore`], the embedded default): WAL mode, so every worker process
+//!   opens the same file directly. The schema is versioned with SQLite's `PRAGMA user_version`
+//!   (currently [`sqlite::SCHEMA_VERSION`]).
+//! - PostgreSQL ([`postgres::PostgresStore`], for several hosts): a pool per process; the schema is
+//!   versioned in the table `respgw_schema_migrations` (currently [`postgres::SCHEMA_VERSION`]) and
+//!   migrated under an advisory lock, so processes may start together.
+//!
+//! [`open`] picks one from the location (`postgres://…` or a SQLite path); both pass the same
+//! behaviour tests (`tests.rs`).
 
+pub mod postgres;
 pub mod sqlite;
 
 use std::sync::Arc;
 
 use respgw_protocol::Item;
 
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// One item of a stored conversation, with the store's key for it (so a continuation can reference
@@ -133,17 +140,37 @@ pub trait ResponseStore: Send + Sync + 'static {
 }
 
 /// The locations [`open`] understands, for error messages.
-const SUPPORTED: &str = "a file path (e.g. `respgw.db`), `sqlite://PATH`, `sqlite:PATH` or `:memory:`";
+const SUPPORTED: &str = "a file path (e.g. `respgw.db`), `sqlite://PATH`, `sqlite:PATH`, `:memory:`, or a \
+                         `postgres://USER@HOST:PORT/DATABASE` URL";
+
+/// Connections per process when no pool size is given (`GW_DB_POOL_SIZE`).
+pub const DEFAULT_POOL_SIZE: u32 = 8;
+
+/// How [`open_with`] sets a store up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Connections per process: PostgreSQL's pool size; SQLite's reader connections (it has one
+    /// writer besides).
+    pub pool_size: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self { pool_size: DEFAULT_POOL_SIZE }
+    }
+}
 
 /// A parsed store location: which backend, and its own address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Location {
     /// A SQLite database file path, or `:memory:`.
     Sqlite(String),
+    /// A `postgres://` / `postgresql://` URL, as given.
+    Postgres(String),
 }
 
-/// Classify a location string. Anything with a URL scheme other than `sqlite` is refused here, so a
-/// typo'd or not-yet-supported URL never silently becomes a file name.
+/// Classify a location string. Anything with a URL scheme other than `sqlite` and `postgres` is
+/// refused here, so a typo'd or unsupported URL never silently becomes a file name.
 fn parse_location(location: &str) -> Result<Location, StoreError> {
     let location = location.trim();
     if location.is_empty() {
@@ -165,10 +192,19 @@ fn parse_location(location: &str) -> Result<Location, StoreError> {
                 }
                 return Ok(Location::Sqlite(path.to_owned()));
             }
-            if rest.starts_with("//") || matches!(scheme_lc.as_str(), "postgres" | "postgresql" | "mysql" | "mariadb") {
+            if matches!(scheme_lc.as_str(), "postgres" | "postgresql") {
+                if !rest.starts_with("//") {
+                    return Err(StoreError::Unavailable(format!(
+                        "store location {:?} is not a PostgreSQL URL; supported are {SUPPORTED}",
+                        redacted_location(location)
+                    )));
+                }
+                return Ok(Location::Postgres(location.to_owned()));
+            }
+            if rest.starts_with("//") || matches!(scheme_lc.as_str(), "mysql" | "mariadb") {
                 return Err(StoreError::Unavailable(format!(
-                    "unsupported store location {location:?}: scheme `{scheme}` is not supported \
-                     (PostgreSQL is not supported yet); supported are {SUPPORTED}"
+                    "unsupported store location {:?}: scheme `{scheme}` is not supported; supported are {SUPPORTED}",
+                    redacted_location(location)
                 )));
             }
         }
@@ -176,14 +212,50 @@ fn parse_location(location: &str) -> Result<Location, StoreError> {
     Ok(Location::Sqlite(location.to_owned()))
 }
 
-/// Open the store named by a `GW_DB_PATH`-style location: a file path (e.g. `respgw.db`, relative
-/// to the CWD), or `sqlite://path` / `sqlite:path` (`:memory:` gives a private in-memory store, for
-/// tests). Creates the file and schema if missing. Anything else (e.g. `postgres://`) is an
-/// [`StoreError::Unavailable`] saying which locations are supported.
+/// The location as it may be shown in logs and messages: a URL's password (in the user part or a
+/// `password=` parameter) is replaced by `REDACTED`. A URL that cannot be parsed is not shown.
+pub fn redacted_location(location: &str) -> String {
+    let trimmed = location.trim();
+    let Some((scheme, _)) = trimmed.split_once("://") else { return trimmed.to_owned() };
+    if scheme.eq_ignore_ascii_case("sqlite") {
+        return trimmed.to_owned();
+    }
+    let Ok(mut url) = url::Url::parse(trimmed) else { return format!("{scheme}://(unparsable URL, not shown)") };
+    if url.password().is_some() && url.set_password(Some("REDACTED")).is_err() {
+        return format!("{scheme}://(URL not shown)");
+    }
+    if url.query_pairs().any(|(k, _)| k.eq_ignore_ascii_case("password")) {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if k.eq_ignore_ascii_case("password") { "REDACTED".to_owned() } else { v.into_owned() };
+                (k.into_owned(), v)
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.to_string()
+}
+
+/// Open the store named by a `GW_DB_PATH`-style location with default [`StoreOptions`]; see
+/// [`open_with`].
 pub async fn open(location: &str) -> Result<Arc<dyn ResponseStore>, StoreError> {
+    open_with(location, StoreOptions::default()).await
+}
+
+/// Open the store named by a `GW_DB_PATH`-style location: a file path (e.g. `respgw.db`, relative
+/// to the CWD), `sqlite://path` / `sqlite:path` (`:memory:` gives a private in-memory store, for
+/// tests), or a `postgres://` / `postgresql://` URL. Creates (or migrates) the schema, and the
+/// SQLite file, if missing. Anything else is an [`StoreError::Unavailable`] saying which locations
+/// are supported. Messages never contain a password.
+pub async fn open_with(location: &str, options: StoreOptions) -> Result<Arc<dyn ResponseStore>, StoreError> {
     match parse_location(location)? {
         Location::Sqlite(path) if path == ":memory:" => Ok(Arc::new(SqliteStore::open_in_memory().await?)),
-        Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path).await?)),
+        Location::Sqlite(path) => {
+            let config = sqlite::Config { max_readers: options.pool_size.max(1) as usize, ..Default::default() };
+            Ok(Arc::new(SqliteStore::open_with(std::path::Path::new(&path), config).await?))
+        }
+        Location::Postgres(url) => Ok(Arc::new(PostgresStore::open(&url, options.pool_size).await?)),
     }
 }
 

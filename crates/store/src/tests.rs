@@ -1,11 +1,182 @@
-//! Store tests against real SQLite files in temporary directories.
+//! Store behaviour tests, each run against both backends: a real SQLite file in a temporary
+//! directory, and a fresh schema on the test PostgreSQL server (see `respgw_testkit::postgres`).
+//! `both!` turns one `async fn(Backend)` into a `sqlite` and a `postgres` test.
 
 use std::sync::Arc;
 
 use respgw_protocol::items::{ContentPart, ItemStatus, MessageItem, MessageRole};
+use respgw_testkit::postgres::TestSchema;
 use serde_json::json;
 
 use super::*;
+
+/// Where a test's store lives; reopening it gives a second store on the same database.
+enum Backend {
+    Sqlite(tempfile::TempDir),
+    Postgres(TestSchema),
+}
+
+impl Backend {
+    fn sqlite() -> Self {
+        Backend::Sqlite(tempfile::tempdir().unwrap())
+    }
+
+    async fn postgres() -> Self {
+        Backend::Postgres(TestSchema::create().await.unwrap())
+    }
+
+    fn location(&self) -> String {
+        match self {
+            Backend::Sqlite(dir) => dir.path().join("store.db").display().to_string(),
+            Backend::Postgres(schema) => schema.url(),
+        }
+    }
+
+    /// Open a store on this backend's database (creating the schema on first use).
+    async fn try_open(&self) -> Result<TestStore, StoreError> {
+        Ok(match self {
+            Backend::Sqlite(_) => TestStore::Sqlite(SqliteStore::open(self.location()).await?),
+            Backend::Postgres(_) => TestStore::Postgres(PostgresStore::open(&self.location(), 8).await?),
+        })
+    }
+
+    async fn open(&self) -> TestStore {
+        self.try_open().await.unwrap()
+    }
+}
+
+/// A store of either backend, with raw SQL access for checks.
+enum TestStore {
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
+
+impl std::ops::Deref for TestStore {
+    type Target = dyn ResponseStore;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            TestStore::Sqlite(store) => store,
+            TestStore::Postgres(store) => store,
+        }
+    }
+}
+
+impl TestStore {
+    async fn sql_i64(&self, sql: &'static str) -> i64 {
+        match self {
+            TestStore::Sqlite(store) => store.sql_i64(sql).await,
+            TestStore::Postgres(store) => sqlx::query_scalar(sql).fetch_one(store.pool()).await.unwrap(),
+        }
+    }
+
+    async fn sql_strings(&self, sql: &'static str) -> Vec<String> {
+        match self {
+            TestStore::Sqlite(store) => store.sql_strings(sql).await,
+            TestStore::Postgres(store) => sqlx::query_scalar(sql).fetch_all(store.pool()).await.unwrap(),
+        }
+    }
+
+    async fn sql_execute(&self, sql: &'static str) {
+        match self {
+            TestStore::Sqlite(store) => store.sql_execute(sql).await,
+            TestStore::Postgres(store) => {
+                sqlx::raw_sql(sql).execute(store.pool()).await.unwrap();
+            }
+        }
+    }
+
+    /// Record a schema version newer than this code's.
+    async fn bump_schema_version(&self) {
+        match self {
+            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 2").await,
+            TestStore::Postgres(store) => {
+                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (2)")
+                    .execute(store.pool())
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+/// Run one `async fn(Backend)` as two tests, `NAME::sqlite` and `NAME::postgres`.
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::Backend::sqlite()).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(super::Backend::postgres().await).await;
+            }
+        }
+    )*};
+}
+
+both!(
+    save_then_response_round_trips,
+    chain_of_three_reads_in_one_conversation_and_stores_items_once,
+    input_items_pages_own_input_only,
+    delete_keeps_continuations_and_collects_orphans,
+    duplicate_and_missing_history_write_nothing,
+    deleted_keys_are_not_reused,
+    two_stores_on_one_database_write_concurrently,
+    corrupt_rows_and_newer_schema_are_reported,
+    deletes_racing_continuations_never_leave_dangling_history,
+);
+
+/// A delete of a response while continuations of it are being saved: every save either stores a
+/// complete conversation or reports the history as gone, and the delete keeps every item a stored
+/// continuation references (on PostgreSQL this is the foreign key plus the delete's retry).
+async fn deletes_racing_continuations_never_leave_dangling_history(backend: Backend) {
+    let store = Arc::new(backend.open().await);
+    for round in 0..5 {
+        let root = format!("root{round}");
+        store
+            .save(new_response(
+                &root,
+                None,
+                vec![],
+                vec![user(&format!("{root}_a"))],
+                vec![assistant(&format!("{root}_b"))],
+            ))
+            .await
+            .unwrap();
+        let keys = keys_of(&store.conversation(&root).await.unwrap().unwrap());
+        let saves: Vec<_> = (0..8)
+            .map(|n| {
+                let (store, keys, root) = (Arc::clone(&store), keys.clone(), root.clone());
+                tokio::spawn(async move {
+                    let id = format!("{root}_next{n}");
+                    let saved =
+                        store.save(new_response(&id, Some(&root), keys, vec![user(&format!("{id}_in"))], vec![])).await;
+                    (id, saved)
+                })
+            })
+            .collect();
+        assert!(store.delete(&root).await.unwrap());
+        for save in saves {
+            let (id, saved) = save.await.unwrap();
+            match saved {
+                Ok(()) => {
+                    let conv = store.conversation(&id).await.unwrap().unwrap();
+                    assert_eq!(ids(&items_of(&conv)), [format!("{root}_a"), format!("{root}_b"), format!("{id}_in")]);
+                }
+                Err(StoreError::MissingHistory(_)) => assert!(store.response(&id).await.unwrap().is_none()),
+                Err(e) => panic!("{id}: {e:?}"),
+            }
+        }
+    }
+    // Nothing refers to a missing item.
+    let dangling = store
+        .sql_i64("SELECT COUNT(*) FROM response_items ri LEFT JOIN items i ON i.key = ri.item_key WHERE i.key IS NULL")
+        .await;
+    assert_eq!(dangling, 0);
+}
 
 fn message(id: &str, role: MessageRole, text: &str) -> Item {
     let content = match role {
@@ -37,11 +208,7 @@ fn new_response(id: &str, prev: Option<&str>, inherited: Vec<i64>, input: Vec<It
     }
 }
 
-async fn file_store(dir: &tempfile::TempDir, name: &str) -> SqliteStore {
-    SqliteStore::open(dir.path().join(name)).await.unwrap()
-}
-
-async fn count(store: &SqliteStore, table: &'static str) -> i64 {
+async fn count(store: &TestStore, table: &'static str) -> i64 {
     let sql = match table {
         "items" => "SELECT COUNT(*) FROM items",
         "responses" => "SELECT COUNT(*) FROM responses",
@@ -63,10 +230,8 @@ fn ids(items: &[Item]) -> Vec<&str> {
     items.iter().map(Item::id).collect()
 }
 
-#[tokio::test]
-async fn save_then_response_round_trips() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = file_store(&dir, "r.db").await;
+async fn save_then_response_round_trips(backend: Backend) {
+    let store = backend.open().await;
     let r = new_response("resp_1", None, vec![], vec![user("msg_1")], vec![assistant("msg_2")]);
     let body = r.response.clone();
     store.save(r).await.unwrap();
@@ -75,8 +240,8 @@ async fn save_then_response_round_trips() {
     assert_eq!(got, body);
     // Key order survives too (preserve_order), and the body is not double-encoded.
     assert_eq!(got.to_string(), body.to_string());
-    let raw: String = store.sql_string("SELECT body FROM responses WHERE id = 'resp_1'").await;
-    assert!(raw.starts_with('{'));
+    let raw = store.sql_strings("SELECT body FROM responses WHERE id = 'resp_1'").await;
+    assert!(raw[0].starts_with('{'));
 
     assert!(store.response("resp_nope").await.unwrap().is_none());
     assert!(store.conversation("resp_nope").await.unwrap().is_none());
@@ -84,10 +249,8 @@ async fn save_then_response_round_trips() {
     assert!(store.input_items("resp_nope", page).await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn chain_of_three_reads_in_one_conversation_and_stores_items_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = file_store(&dir, "chain.db").await;
+async fn chain_of_three_reads_in_one_conversation_and_stores_items_once(backend: Backend) {
+    let store = backend.open().await;
     store.save(new_response("r1", None, vec![], vec![user("i1")], vec![assistant("o1")])).await.unwrap();
     let c1 = store.conversation("r1").await.unwrap().unwrap();
     store
@@ -108,10 +271,8 @@ async fn chain_of_three_reads_in_one_conversation_and_stores_items_once() {
     assert_eq!(count(&store, "response_items").await, 2 + 5 + 7);
 }
 
-#[tokio::test]
-async fn input_items_pages_own_input_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = file_store(&dir, "page.db").await;
+async fn input_items_pages_own_input_only(backend: Backend) {
+    let store = backend.open().await;
     store.save(new_response("r1", None, vec![], vec![user("old")], vec![assistant("old_out")])).await.unwrap();
     let c1 = store.conversation("r1").await.unwrap().unwrap();
     let input: Vec<Item> = (1..=5).map(|n| user(&format!("m{n}"))).collect();
@@ -159,10 +320,8 @@ async fn input_items_pages_own_input_only() {
     assert_eq!(none, InputItemsList { items: vec![], has_more: false });
 }
 
-#[tokio::test]
-async fn delete_keeps_continuations_and_collects_orphans() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = file_store(&dir, "del.db").await;
+async fn delete_keeps_continuations_and_collects_orphans(backend: Backend) {
+    let store = backend.open().await;
     store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
     store.save(new_response("other", None, vec![], vec![user("c")], vec![assistant("d")])).await.unwrap();
     let c1 = store.conversation("r1").await.unwrap().unwrap();
@@ -189,10 +348,8 @@ async fn delete_keeps_continuations_and_collects_orphans() {
     assert!(!store.delete("never").await.unwrap());
 }
 
-#[tokio::test]
-async fn duplicate_and_missing_history_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = file_store(&dir, "dup.db").await;
+async fn duplicate_and_missing_history_write_nothing(backend: Backend) {
+    let store = backend.open().await;
     store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
     let err = store.save(new_response("r1", None, vec![], vec![user("x")], vec![])).await.unwrap_err();
     assert!(matches!(&err, StoreError::Duplicate(id) if id == "r1"), "{err:?}");
@@ -210,10 +367,8 @@ async fn duplicate_and_missing_history_write_nothing() {
     assert_eq!(count(&store, "responses").await, 1);
 }
 
-#[tokio::test]
-async fn deleted_keys_are_not_reused() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = file_store(&dir, "reuse.db").await;
+async fn deleted_keys_are_not_reused(backend: Backend) {
+    let store = backend.open().await;
     store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
     // An engine read r1's conversation, then r1 was deleted before it saved its continuation.
     let stale = keys_of(&store.conversation("r1").await.unwrap().unwrap());
@@ -223,13 +378,10 @@ async fn deleted_keys_are_not_reused() {
     assert!(matches!(err, StoreError::MissingHistory(_)), "{err:?}");
 }
 
-#[tokio::test]
-async fn two_stores_on_one_file_write_concurrently() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shared.db");
-    // Both "processes" create the fresh file and its schema at the same time.
-    let (a, b) = tokio::join!(SqliteStore::open(&path), SqliteStore::open(&path));
-    let stores: [Arc<SqliteStore>; 2] = [Arc::new(a.unwrap()), Arc::new(b.unwrap())];
+async fn two_stores_on_one_database_write_concurrently(backend: Backend) {
+    // Both "processes" create the fresh database and its schema at the same time.
+    let (a, b) = tokio::join!(backend.open(), backend.open());
+    let stores = [Arc::new(a), Arc::new(b)];
 
     let mut tasks = Vec::new();
     for (s, store) in stores.iter().enumerate() {
@@ -263,20 +415,31 @@ async fn two_stores_on_one_file_write_concurrently() {
         }
     }
     assert_eq!(count(&stores[0], "items").await, 200);
-    let mode: String = stores[1].sql_string("PRAGMA journal_mode").await;
-    assert_eq!(mode, "wal");
+    if let TestStore::Sqlite(store) = &*stores[1] {
+        assert_eq!(store.sql_string("PRAGMA journal_mode").await, "wal");
+    }
 }
 
 #[tokio::test]
 async fn open_dispatches_on_location() {
     let dir = tempfile::tempdir().unwrap();
-    for location in ["postgres://x", "postgresql://u@h/db", "mysql://x", "postgres:x", ""] {
+    for location in ["mysql://x", "postgres:x", "redis://u:secret@h", ""] {
         let err = open(location).await.err().unwrap();
         let msg = err.to_string();
         assert!(matches!(err, StoreError::Unavailable(_)), "{location}: {msg}");
-        assert!(msg.contains("sqlite://"), "{location}: {msg}");
+        assert!(msg.contains("sqlite://") && msg.contains("postgres://"), "{location}: {msg}");
+        assert!(!msg.contains("secret"), "{msg}");
     }
-    assert!(open("postgres://x").await.err().unwrap().to_string().contains("postgres"));
+
+    // PostgreSQL URLs select PostgreSQL: the same data through two opens.
+    let schema = TestSchema::create().await.unwrap();
+    for location in [schema.url(), schema.url().replacen("postgres://", "postgresql://", 1)] {
+        let store = open_with(&location, StoreOptions { pool_size: 2 }).await.unwrap();
+        if store.response("r1").await.unwrap().is_none() {
+            store.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
+        }
+        assert_eq!(store.conversation("r1").await.unwrap().unwrap().len(), 1);
+    }
 
     let a = format!("sqlite://{}", dir.path().join("a.db").display());
     let b = dir.path().join("b.db").display().to_string();
@@ -307,13 +470,42 @@ fn location_parsing() {
     assert_eq!(parse_location("C:\\data\\x.db").unwrap(), Location::Sqlite("C:\\data\\x.db".into()));
     assert!(parse_location("sqlite://").is_err());
     assert!(parse_location("redis://h").is_err());
+    let pg = "postgres://u:p@db.example:5433/respgw?sslmode=verify-full";
+    assert_eq!(parse_location(pg).unwrap(), Location::Postgres(pg.into()));
+    let pg = "postgresql://u@h/db";
+    assert_eq!(parse_location(pg).unwrap(), Location::Postgres(pg.into()));
+    assert!(parse_location("postgres:nohost").is_err());
+}
+
+#[test]
+fn passwords_are_redacted() {
+    assert_eq!(
+        redacted_location("postgres://app:s3cret@db.example:5433/respgw?sslmode=require"),
+        "postgres://app:REDACTED@db.example:5433/respgw?sslmode=require"
+    );
+    assert_eq!(
+        redacted_location("postgresql://db/respgw?user=app&password=s3cret"),
+        "postgresql://db/respgw?user=app&password=REDACTED"
+    );
+    assert_eq!(redacted_location("postgres://app@db/respgw"), "postgres://app@db/respgw");
+    assert!(!redacted_location("postgres://app:s3cret@[bad/respgw").contains("s3cret"));
+    assert_eq!(redacted_location("data/respgw.db"), "data/respgw.db");
+    assert_eq!(redacted_location("sqlite:///var/x.db"), "sqlite:///var/x.db");
 }
 
 #[tokio::test]
-async fn corrupt_rows_and_newer_schema_are_reported() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+async fn unreachable_postgres_is_unavailable_naming_the_server_not_the_password() {
+    // Port 1 on loopback: nothing listens there, so the connection is refused at once.
+    let err = open("postgres://app:s3cret@127.0.0.1:1/respgw").await.err().unwrap();
+    let msg = err.to_string();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{msg}");
+    assert!(msg.contains("127.0.0.1:1/respgw"), "{msg}");
+    assert!(msg.to_lowercase().contains("refused"), "{msg}");
+    assert!(!msg.contains("s3cret"), "{msg}");
+}
+
+async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
+    let store = backend.open().await;
     store.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
     store.sql_execute("UPDATE items SET body = '{\"type\":\"nonsense\"}'").await;
     store.sql_execute("UPDATE responses SET body = 'not json'").await;
@@ -322,9 +514,9 @@ async fn corrupt_rows_and_newer_schema_are_reported() {
     let err = store.response("r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
 
-    store.sql_execute("PRAGMA user_version = 2").await;
+    store.bump_schema_version().await;
     drop(store);
-    let err = SqliteStore::open(&path).await.unwrap_err();
+    let err = backend.try_open().await.err().unwrap();
     assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 2")), "{err:?}");
 }
 
@@ -373,7 +565,7 @@ async fn two_processes_on_one_file_write_concurrently() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = TestStore::Sqlite(SqliteStore::open(&path).await.unwrap());
     assert_eq!(count(&store, "responses").await, 100);
     for tag in ["p0", "p1"] {
         for n in 0..50 {

@@ -29,10 +29,13 @@ fn free_loopback_port() -> anyhow::Result<u16> {
     Ok(probe.local_addr()?.port())
 }
 
-/// Open the store once before starting workers: a wrong path fails here with a clear message,
-/// and the schema exists before several workers open the file at once.
+/// Open the store once before starting workers: a wrong path or an unreachable database fails
+/// here with a clear message (never showing a password), and the schema exists (migrated) before
+/// several workers open it at once. One connection is enough for that.
 async fn check_store(db_path: &str) -> anyhow::Result<()> {
-    respgw_store::open(db_path).await.with_context(|| format!("cannot open the response store at '{db_path}'"))?;
+    respgw_store::open_with(db_path, respgw_store::StoreOptions { pool_size: 1 })
+        .await
+        .with_context(|| format!("cannot open the response store at '{}'", respgw_store::redacted_location(db_path)))?;
     Ok(())
 }
 

@@ -22,18 +22,21 @@ use tokio::sync::watch;
 pub enum McpSetup {
     /// Built-in MCP is disabled.
     None,
-    /// Start a helper for this config on this loopback port (0: any free port).
-    Spawn { config: PathBuf, port: u16 },
+    /// Start a helper on this loopback port (0: any free port) for this config and/or the Exa
+    /// server the `exa_mcp` web search profile provisions (label `exa`, at `exa_url`).
+    Spawn { config: Option<PathBuf>, port: u16, exa_url: Option<String> },
     /// Use a helper that runs on its own.
     External { url: String },
 }
 
 impl McpSetup {
-    pub fn from_args(config: Option<PathBuf>, port: u16, url: Option<String>) -> Self {
-        match (config, url) {
-            (Some(config), _) => McpSetup::Spawn { config, port },
-            (None, Some(url)) => McpSetup::External { url },
-            (None, None) => McpSetup::None,
+    /// `exa_url`: the Exa MCP endpoint when the `exa_mcp` web search profile is on (an external
+    /// helper must then be configured with an `exa` server itself).
+    pub fn from_args(config: Option<PathBuf>, port: u16, url: Option<String>, exa_url: Option<String>) -> Self {
+        match (config, url, exa_url) {
+            (None, Some(url), _) => McpSetup::External { url },
+            (None, None, None) => McpSetup::None,
+            (config, _, exa_url) => McpSetup::Spawn { config, port, exa_url },
         }
     }
 }
@@ -78,8 +81,11 @@ pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyho
             tokio::spawn(poll_startup_counts(client, merged, None, stop_rx));
             Ok(Some(HelperSlot { url: url.clone(), stop, supervisor: None }))
         }
-        McpSetup::Spawn { config, port } => {
-            let parsed = McpConfig::load(config)?;
+        McpSetup::Spawn { config, port, exa_url } => {
+            let parsed = match config {
+                Some(path) => McpConfig::load(path)?,
+                None => McpConfig::default(),
+            };
             for warning in &parsed.warnings {
                 tracing::warn!("{warning}");
             }
@@ -88,12 +94,13 @@ pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyho
             let url = format!("http://127.0.0.1:{port}");
             let client = McpHelperClient::new(&url)?;
             let exe = std::env::current_exe().context("cannot find the respgw binary to start the MCP helper")?;
-            let command = HelperCommand { exe, config: config.clone(), port };
+            let command = HelperCommand { exe, config: config.clone(), exa_url: exa_url.clone(), port };
             let mut child = command.spawn()?;
             // Every server gets its start-up timeout; the helper is healthy once all were tried.
             let ready_within = timeouts.startup + Duration::from_secs(15);
             wait_healthy(&client, &mut child, ready_within).await?;
-            tracing::info!(%url, servers = parsed.servers.len(), "MCP helper ready");
+            let servers = parsed.servers.len() + usize::from(exa_url.is_some());
+            tracing::info!(%url, servers, "MCP helper ready");
             let (generation_tx, generation_rx) = watch::channel(0u64);
             tokio::spawn(poll_startup_counts(client, merged, Some(generation_rx), stop_rx.clone()));
             let supervisor = tokio::spawn(supervise(command, child, generation_tx, stop_rx));
@@ -104,17 +111,23 @@ pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyho
 
 struct HelperCommand {
     exe: PathBuf,
-    config: PathBuf,
+    config: Option<PathBuf>,
+    /// The Exa endpoint to provision (its key, `EXA_API_KEY`, reaches the helper by environment).
+    exa_url: Option<String>,
     port: u16,
 }
 
 impl HelperCommand {
     fn spawn(&self) -> anyhow::Result<tokio::process::Child> {
         let mut command = std::process::Command::new(&self.exe);
+        command.arg("mcp-helper");
+        if let Some(config) = &self.config {
+            command.arg("--config").arg(config);
+        }
+        if let Some(exa_url) = &self.exa_url {
+            command.arg("--web-search-exa-mcp-url").arg(exa_url);
+        }
         command
-            .arg("mcp-helper")
-            .arg("--config")
-            .arg(&self.config)
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .stdin(std::process::Stdio::null())

@@ -5,10 +5,14 @@
 //!   cassettes and scripted streams, selected by the request's `model`.
 //! * [`sse`]: SSE parsing and the gateway's stream framing contract ([`check_stream`]).
 //! * [`schema`]: validation of gateway output against the shared OpenAPI document.
+//! * [`client_log`]: [`ClientLog`], a recording pass-through between a real client and the gateway.
 //! * [`gateway`]: starts the real `respgw` binary as a child process, plus small HTTP client helpers.
+//! * [`postgres`]: a fresh PostgreSQL schema per test, and a TCP proxy that can cut the database off.
 
 pub mod cassette;
+pub mod client_log;
 pub mod gateway;
+pub mod postgres;
 pub mod schema;
 pub mod sse;
 pub mod upstream;
@@ -16,6 +20,7 @@ pub mod upstream;
 use std::path::PathBuf;
 
 pub use cassette::Cassette;
+pub use client_log::{ClientLog, ClientRequest};
 pub use gateway::{GatewayProcess, http_client, post_json, post_sse};
 pub use schema::SchemaValidator;
 pub use sse::{SseEvent, check_stream, parse_sse};

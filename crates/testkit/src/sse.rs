@@ -86,28 +86,32 @@ pub fn check_stream(raw: &str) -> anyhow::Result<Vec<Value>> {
     ensure!(done.data == "[DONE]" && done.event.is_none(), "the final frame is {done:?}, not `data: [DONE]`");
 
     let mut parsed = Vec::with_capacity(json_events.len());
-    let mut response_id: Option<&str> = None;
     for (index, event) in json_events.iter().enumerate() {
-        let value = parse_event(event).with_context(|| format!("event #{index}: {event:?}"))?;
-        let event_type = value["type"].as_str().unwrap_or_default().to_owned();
-        let sequence_number = value["sequence_number"].as_u64();
+        parsed.push(parse_event(event).with_context(|| format!("event #{index}: {event:?}"))?);
+    }
+    check_sequence(&parsed)?;
+    Ok(parsed)
+}
+
+/// Checks the events of one response, whatever carried them (an SSE stream, WebSocket frames):
+/// `sequence_number` starts at 0 and grows by exactly 1; exactly one terminal event
+/// (`response.completed` | `response.incomplete` | `response.failed`) and it is the last one;
+/// every lifecycle event carries the same `response.id`.
+pub fn check_sequence(events: &[Value]) -> anyhow::Result<()> {
+    ensure!(!events.is_empty(), "the response has no events");
+    let mut response_id: Option<&str> = None;
+    for (index, value) in events.iter().enumerate() {
+        let event_type = value["type"].as_str().unwrap_or_default();
         ensure!(
-            sequence_number == Some(index as u64),
+            value["sequence_number"].as_u64() == Some(index as u64),
             "event #{index} ({event_type}) has sequence_number {}, expected {index}",
             value["sequence_number"]
         );
-        let is_terminal = TERMINAL_EVENT_TYPES.contains(&event_type.as_str());
-        let is_last = index + 1 == json_events.len();
+        let is_terminal = TERMINAL_EVENT_TYPES.contains(&event_type);
         ensure!(
-            is_terminal == is_last,
-            "event #{index} is {event_type}: the terminal event must be exactly the last JSON event"
+            is_terminal == (index + 1 == events.len()),
+            "event #{index} is {event_type}: the terminal event must be exactly the last event"
         );
-        parsed.push(value);
-    }
-    ensure!(!parsed.is_empty(), "stream has no JSON events before `data: [DONE]`");
-
-    for (index, value) in parsed.iter().enumerate() {
-        let event_type = value["type"].as_str().unwrap_or_default();
         if !LIFECYCLE_EVENT_TYPES.contains(&event_type) {
             continue;
         }
@@ -122,7 +126,7 @@ pub fn check_stream(raw: &str) -> anyhow::Result<Vec<Value>> {
             ),
         }
     }
-    Ok(parsed)
+    Ok(())
 }
 
 /// Checks one event's framing and parses its data.

@@ -8,7 +8,9 @@
 //! test fails loudly instead of silently getting a wrong reply.
 //!
 //! Other routes: `GET /v1/models` lists the scenario names; anything else is a 404 JSON error.
-//! Every request, whatever its route, is recorded (see [`ReplayUpstream::all_requests`]).
+//! Every request, whatever its route, is recorded (see [`ReplayUpstream::all_requests`]), and a
+//! streamed reply whose connection the gateway closed before the last chunk went out is counted
+//! (see [`ReplayUpstream::unfinished_streams`]): that is how tests see a generation cancelled.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
@@ -72,6 +74,43 @@ impl Step {
     /// e.g. `"chat_completion/text-single-stream.yaml"`.
     pub fn cassette(relative_path: impl AsRef<Path>) -> Step {
         Step::Cassette(cassettes_dir().join(relative_path))
+    }
+
+    /// A recorded tool-call stream (`relative_path`, e.g. the vLLM code interpreter step) with its
+    /// call renamed to `name` and its argument fragments replaced by `arguments` (sent as the
+    /// first fragment; the recorded later fragments are dropped). Every other chunk — role,
+    /// reasoning, `finish_reason: "tool_calls"`, usage, `[DONE]` — is replayed as recorded, so a
+    /// client-side tool (Codex's `exec_command`) is called the way a real server calls one.
+    pub fn recorded_tool_call(relative_path: impl AsRef<Path>, name: &str, arguments: &str) -> anyhow::Result<Step> {
+        let cassette = Cassette::load(cassettes_dir().join(relative_path))?;
+        let ResponsePayload::Sse(chunks) = cassette.response.payload else {
+            anyhow::bail!("the cassette is not a streamed reply");
+        };
+        let mut out = Vec::with_capacity(chunks.len());
+        let mut arguments_sent = false;
+        for chunk in chunks {
+            let Some(mut event) =
+                chunk.trim().strip_prefix("data: ").and_then(|d| serde_json::from_str::<Value>(d).ok())
+            else {
+                out.push(chunk);
+                continue;
+            };
+            let Some(call) = event.pointer_mut("/choices/0/delta/tool_calls/0/function") else {
+                out.push(chunk);
+                continue;
+            };
+            if call.get("name").is_some_and(|n| !n.is_null()) {
+                call["name"] = json!(name);
+            } else if arguments_sent {
+                continue;
+            } else {
+                call["arguments"] = json!(arguments);
+                arguments_sent = true;
+            }
+            out.push(format!("data: {event}\n\n"));
+        }
+        anyhow::ensure!(arguments_sent, "the cassette has no tool-call argument fragments");
+        Ok(Step::Sse(out))
     }
 
     /// A realistic OpenAI `chat.completion.chunk` stream: a role chunk, one chunk per entry of
@@ -152,6 +191,7 @@ impl ReplayUpstream {
             scenarios: Mutex::new(BTreeMap::new()),
             requests: Mutex::new(Vec::new()),
             recording: AtomicBool::new(true),
+            unfinished: Mutex::new(Vec::new()),
         });
         let router = Router::new().fallback(handle_request).with_state(state.clone());
         let server = tokio::spawn(async move {
@@ -209,6 +249,12 @@ impl ReplayUpstream {
         lock(&self.state.requests).clone()
     }
 
+    /// How many streamed replies for `model` were dropped by the client (the gateway) before
+    /// their last chunk was sent — for [`Step::SseThenDrop`], the replay's own drop counts too.
+    pub fn unfinished_streams(&self, model: &str) -> usize {
+        lock(&self.state.unfinished).iter().filter(|m| m.as_str() == model).count()
+    }
+
     /// The replay errors met so far (unknown model, exhausted queue, unknown route, unreadable cassette).
     pub fn replay_errors(&self) -> Vec<String> {
         lock(&self.state.requests).iter().filter_map(|request| request.replay_error.clone()).collect()
@@ -230,6 +276,8 @@ struct ReplayState {
     scenarios: Mutex<BTreeMap<String, Scenario>>,
     requests: Mutex<Vec<RecordedRequest>>,
     recording: AtomicBool,
+    /// Models of streamed replies that did not run to their end.
+    unfinished: Mutex<Vec<String>>,
 }
 
 impl ReplayState {
@@ -281,7 +329,7 @@ async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request)
     let outcome = match (&parts.method, path.as_str()) {
         (&Method::POST, "/v1/chat/completions") => state
             .next_step(model.as_deref())
-            .and_then(|step| render_step(&step))
+            .and_then(|step| render_step(&step, EndWatch { state: state.clone(), model: model.clone(), ended: false }))
             .map_err(|reason| (StatusCode::INTERNAL_SERVER_ERROR, reason)),
         (&Method::GET, "/v1/models") => {
             Ok(Reply::Ready((StatusCode::OK, axum::Json(state.model_list())).into_response()))
@@ -312,7 +360,22 @@ fn parse_body(raw: &Bytes) -> Value {
     serde_json::from_slice(raw).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(raw).into_owned()))
 }
 
-fn render_step(step: &Step) -> Result<Reply, String> {
+/// Notes a streamed reply that is dropped before its end (see [`ReplayUpstream::unfinished_streams`]).
+struct EndWatch {
+    state: Arc<ReplayState>,
+    model: Option<String>,
+    ended: bool,
+}
+
+impl Drop for EndWatch {
+    fn drop(&mut self) {
+        if !self.ended {
+            lock(&self.state.unfinished).push(self.model.clone().unwrap_or_default());
+        }
+    }
+}
+
+fn render_step(step: &Step, mut watch: EndWatch) -> Result<Reply, String> {
     let response = match step {
         Step::Cassette(path) => {
             let cassette = Cassette::load(path).map_err(|e| format!("{e:#}"))?;
@@ -322,24 +385,31 @@ fn render_step(step: &Step) -> Result<Reply, String> {
                 ResponsePayload::Sse(chunks) => stream_response(
                     status,
                     content_type.as_deref().unwrap_or(SSE_CONTENT_TYPE),
-                    chunk_body(chunks, Duration::ZERO, false),
+                    chunk_body(chunks, Duration::ZERO, false, watch),
                 ),
                 ResponsePayload::Json(body) => {
+                    watch.ended = true;
                     json_response(status, content_type.as_deref().unwrap_or("application/json"), &body)
                 }
             }
         }
-        Step::Status { status, body } => json_response(status_code(*status)?, "application/json", body),
+        Step::Status { status, body } => {
+            watch.ended = true;
+            json_response(status_code(*status)?, "application/json", body)
+        }
         Step::Sse(chunks) => {
-            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), Duration::ZERO, false))
+            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), Duration::ZERO, false, watch))
         }
         Step::SseThenDrop { chunks } => {
-            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), Duration::ZERO, true))
+            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), Duration::ZERO, true, watch))
         }
         Step::SlowSse { chunks, delay } => {
-            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), *delay, false))
+            stream_response(StatusCode::OK, SSE_CONTENT_TYPE, chunk_body(chunks.clone(), *delay, false, watch))
         }
-        Step::Hang => return Ok(Reply::Hang),
+        Step::Hang => {
+            watch.ended = true;
+            return Ok(Reply::Hang);
+        }
     };
     Ok(Reply::Ready(response))
 }
@@ -363,8 +433,10 @@ fn stream_response(status: StatusCode, content_type: &str, body: Body) -> Respon
 
 /// A body that sends each chunk as its own write (the stream yields to the runtime before every
 /// chunk, so hyper flushes what it has), pausing `delay` between chunks, and optionally ending
-/// with an error, which makes hyper abort the connection mid-body.
-fn chunk_body(chunks: Vec<String>, delay: Duration, then_drop: bool) -> Body {
+/// with an error, which makes hyper abort the connection mid-body. `watch` is marked ended after
+/// the last chunk; dropped earlier (hyper drops the body when the peer goes away), it counts the
+/// stream as unfinished.
+fn chunk_body(chunks: Vec<String>, delay: Duration, then_drop: bool, watch: EndWatch) -> Body {
     let chunks = stream::iter(chunks.into_iter().enumerate()).then(move |(index, chunk)| async move {
         if index > 0 && !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -378,7 +450,13 @@ fn chunk_body(chunks: Vec<String>, delay: Duration, then_drop: bool) -> Body {
         tokio::time::sleep(DROP_FLUSH_DELAY).await;
         Err(io::Error::other("replay: dropping the connection on purpose"))
     });
-    Body::from_stream(chunks.chain(abort))
+    let end = stream::once(async move {
+        // Bind the whole guard: the block must own it, not just copy its `ended` field.
+        let mut watch = watch;
+        watch.ended = true;
+    })
+    .filter_map(|()| async { None::<Result<Bytes, io::Error>> });
+    Body::from_stream(chunks.chain(end).chain(abort))
 }
 
 /// Pause before [`Step::SseThenDrop`] aborts the connection.
@@ -510,6 +588,33 @@ mod tests {
         let text = post_chat(&upstream, json!({"model": "slow"})).await.text().await.unwrap();
         assert_eq!(text, "data: 1\n\ndata: 2\n\n");
         assert!(started.elapsed() >= Duration::from_millis(150));
+    }
+
+    #[tokio::test]
+    async fn a_stream_the_client_drops_is_counted_as_unfinished() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        let chunks: Vec<String> = (0..50).map(|i| format!("data: {i}\n\n")).collect();
+        upstream.add_scenario(
+            "slow",
+            vec![
+                Step::SlowSse { chunks: chunks.clone(), delay: Duration::from_millis(50) },
+                Step::SlowSse { chunks: chunks[..2].to_vec(), delay: Duration::from_millis(1) },
+            ],
+        );
+        let mut response = post_chat(&upstream, json!({"model": "slow"})).await;
+        assert!(response.chunk().await.unwrap().is_some());
+        drop(response);
+        for _ in 0..100 {
+            if upstream.unfinished_streams("slow") == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(upstream.unfinished_streams("slow"), 1);
+        // A stream read to its end is not counted.
+        post_chat(&upstream, json!({"model": "slow"})).await.text().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(upstream.unfinished_streams("slow"), 1);
     }
 
     #[tokio::test]

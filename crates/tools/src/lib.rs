@@ -4,11 +4,16 @@
 //!   wall-clock timeout), with bounded concurrency and per-conversation containers.
 //! - [`GatewayTools`]: the engine's `ToolResolver` — turns a request's declarations into the
 //!   hosted tools above.
+//! - [`web_search`]: search backends (DuckDuckGo, SearXNG, Brave, Exa over MCP), guarded page
+//!   opening and find-in-page, chosen by a start-up profile.
+//! - [`net_guard`]: the address policy against request forgery (Remote MCP and page opening).
 //! - [`mcp`]: Built-in MCP — the `mcp.json` config, the wire types of the MCP helper's loopback API
 //!   and [`mcp::McpHelperClient`], the worker's client of that helper.
 
 pub mod code_interpreter;
 pub mod mcp;
+pub mod net_guard;
 mod resolver;
+pub mod web_search;
 
 pub use resolver::{GatewayTools, upstream_schema};

@@ -1,5 +1,5 @@
-//! The engine's view of this crate: [`GatewayTools`] resolves a request's `code_interpreter`
-//! and `mcp` declarations into [`HostedTool`]s, and each tool turns a model call into an
+//! The engine's view of this crate: [`GatewayTools`] resolves a request's `code_interpreter`,
+//! `web_search` and `mcp` declarations into [`HostedTool`]s, and each tool turns a model call into an
 //! outcome on its item.
 //!
 //! Built-in MCP tools are listed through the MCP helper at resolve time (so an unknown or
@@ -24,6 +24,7 @@ use serde_json::{Map, Value, json};
 
 use crate::code_interpreter::{ExecutionStatus, Sandbox};
 use crate::mcp::{HelperError, McpHelperClient, RemoteMcp, RemoteSession, ToolInfo};
+use crate::web_search::WebSearch;
 
 /// The gateway tools this process can run.
 #[derive(Clone, Default)]
@@ -32,13 +33,21 @@ pub struct GatewayTools {
     mcp_helper: Option<McpHelperClient>,
     /// Remote MCP (disabled by default).
     remote_mcp: RemoteMcp,
+    /// `web_search`, when a profile is configured.
+    web_search: Option<WebSearch>,
 }
 
 impl GatewayTools {
     /// `sandbox`: the code interpreter, when enabled and working; `mcp_helper`: the Built-in MCP
     /// helper, when MCP servers are configured; `remote_mcp`: Remote MCP and its settings.
     pub fn new(sandbox: Option<Sandbox>, mcp_helper: Option<McpHelperClient>, remote_mcp: RemoteMcp) -> Self {
-        GatewayTools { sandbox, mcp_helper, remote_mcp }
+        GatewayTools { sandbox, mcp_helper, remote_mcp, web_search: None }
+    }
+
+    /// Offer `web_search` through this profile.
+    pub fn with_web_search(mut self, web_search: WebSearch) -> Self {
+        self.web_search = Some(web_search);
+        self
     }
 }
 
@@ -50,6 +59,7 @@ impl ToolResolver for GatewayTools {
             builtin_mcp: self.mcp_helper.is_some(),
             remote_mcp: self.remote_mcp.settings().enabled,
             remote_url_checks: self.remote_mcp.settings().url_checks,
+            web_search: self.web_search.is_some(),
         }
     }
 
@@ -57,7 +67,12 @@ impl ToolResolver for GatewayTools {
         let mut resolved = ResolvedTools::default();
         for (i, declaration) in request.tools.iter().enumerate() {
             match declaration {
-                ToolDeclaration::Function(_) => {}
+                // Client tools (the client runs them) and tools left out of the offer.
+                ToolDeclaration::Function(_)
+                | ToolDeclaration::Namespace(_)
+                | ToolDeclaration::Custom(_)
+                | ToolDeclaration::LocalShell(_)
+                | ToolDeclaration::OfflineWebSearch(_) => {}
                 ToolDeclaration::CodeInterpreter(_) => {
                     let sandbox = self.sandbox.clone().ok_or_else(|| {
                         ApiError::invalid(
@@ -66,6 +81,15 @@ impl ToolResolver for GatewayTools {
                         )
                     })?;
                     resolved.tools.push(Arc::new(CodeInterpreterTool::new(sandbox)));
+                }
+                ToolDeclaration::WebSearch(declaration) => {
+                    let web_search = self.web_search.as_ref().ok_or_else(|| {
+                        ApiError::invalid(
+                            format!("tools[{i}].type"),
+                            "Tool type 'web_search' is not enabled on this gateway.",
+                        )
+                    })?;
+                    resolved.tools.push(Arc::new(web_search.tool(declaration)));
                 }
                 ToolDeclaration::Mcp(mcp) if mcp.is_builtin() => {
                     let client = self.mcp_helper.clone().ok_or_else(|| {
@@ -271,7 +295,7 @@ impl McpToolFace {
     fn names(&self) -> (&str, &str) {
         match &self.kind {
             HostedKind::Mcp { server_label, tool_name } => (server_label, tool_name),
-            HostedKind::CodeInterpreter => ("", ""),
+            HostedKind::CodeInterpreter | HostedKind::WebSearch => ("", ""),
         }
     }
 

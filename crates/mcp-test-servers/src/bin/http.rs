@@ -1,5 +1,5 @@
 //! `respgw-mcp-test-http`: the test tool set over HTTP on loopback — streamable HTTP at `/mcp`, legacy
-//! HTTP+SSE at `/sse`. Prints `listening on http://127.0.0.1:<port>` once it accepts connections, so a
+//! HTTP+SSE at `/sse` (or, with `--exa`, the Exa stand-in at `/mcp`). Prints `listening on http://127.0.0.1:<port>` once it accepts connections, so a
 //! test that started it with `--port 0` can read the port from its stdout.
 
 use std::io::Write;
@@ -19,6 +19,9 @@ struct Args {
     /// Require `Authorization: Bearer <TOKEN>` on every request.
     #[arg(long, value_name = "TOKEN")]
     require_token: Option<String>,
+    /// Serve the Exa stand-in (`web_search_exa`, `crawling_exa` at `/mcp`) instead of the test tools.
+    #[arg(long, conflicts_with = "require_token")]
+    exa: bool,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -28,7 +31,11 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
     let addr = listener.local_addr().context("listener address")?;
-    let app = http_router(Arc::new(SharedState::default()), args.require_token);
+    let app = if args.exa {
+        respgw_mcp_test_servers::exa::exa_router()
+    } else {
+        http_router(Arc::new(SharedState::default()), args.require_token)
+    };
     println!("listening on http://{addr}");
     std::io::stdout().flush().context("stdout")?;
     axum::serve(listener, app).await.context("HTTP server failed")
