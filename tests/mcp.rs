@@ -220,29 +220,14 @@ async fn an_unreachable_helper_is_503_on_discovery() {
     assert_eq!(h.get("/v1/mcp/servers/x/tools").await.0, 503);
 }
 
-/// Children of `pid` whose command line contains `needle`.
-fn children(pid: u32, needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|child| {
-            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-            let ppid =
-                stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|p| p.parse().ok());
-            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-            ppid == Some(pid) && String::from_utf8_lossy(&cmdline).contains(needle)
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn a_killed_helper_fails_calls_as_items_then_comes_back() {
     let dir = tempfile::tempdir().unwrap();
     let h = harness(dir.path(), json!({"local": {"command": sibling_bin("respgw-mcp-test-stdio")}}), &[]).await;
     let mut steps = calls("mcp__local__echo", json!({"text":"before"}));
-    steps.extend(calls("mcp__local__echo", json!({"text":"during"})));
+    // The call that is running when the helper dies sleeps far longer than the test needs, so the
+    // kill always lands while it is in flight, however loaded the machine is.
+    steps.extend(calls("mcp__local__slow", json!({"ms": 60_000})));
     steps.extend(calls("mcp__local__echo", json!({"text":"after"})));
     h.scenario("m", steps);
     let run = |text: &'static str| {
@@ -255,10 +240,10 @@ async fn a_killed_helper_fails_calls_as_items_then_comes_back() {
     let (_, before) = run("before").await;
     assert_eq!(item(&before, "mcp_call")["status"], "completed");
 
-    // Resolve first (inventory), then kill the helper while the model "thinks".
-    let helper = children(h.gateway.pid(), "mcp-helper");
+    let helper = common::children(h.gateway.pid(), "mcp-helper");
     assert_eq!(helper.len(), 1);
-    let upstream = h.upstream.requests("m").len();
+    let requested = || async { common::sample(&h.metrics().await, "gw_responses_tool_calls_requested_total") };
+    let requested_before = requested().await;
     let during = tokio::spawn({
         let url = h.url("/v1/responses");
         async move {
@@ -267,13 +252,17 @@ async fn a_killed_helper_fails_calls_as_items_then_comes_back() {
                 .unwrap()
         }
     });
-    // Wait until the first upstream call of that request happened (resolution is done), then kill.
-    for _ in 0..100 {
-        if h.upstream.requests("m").len() > upstream {
+    // The model has asked for the slow call once the counter moves; give the dispatch a moment.
+    let mut dispatched = false;
+    for _ in 0..250 {
+        if requested().await > requested_before {
+            dispatched = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert!(dispatched, "the model's slow call was never requested");
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // SAFETY: kill(2) on a process of this test.
     unsafe { libc::kill(helper[0] as libc::pid_t, libc::SIGKILL) };
     let (status, _, during) = during.await.unwrap();

@@ -215,10 +215,6 @@ fn tool_results(h: &Harness, model: &str, n: usize) -> Vec<Value> {
         .collect()
 }
 
-async fn metrics(h: &Harness) -> String {
-    respgw_testkit::gateway::http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap()
-}
-
 /// The reference API's web_search stream: its events as JSON.
 fn reference_events() -> Vec<Value> {
     let cassette =
@@ -375,7 +371,7 @@ async fn search_open_page_and_find_in_page_stream_like_the_reference_api() {
     let (_, stored) = h.get(&format!("/v1/responses/{}", response["id"].as_str().unwrap())).await;
     assert!(!stored.to_string().contains("model_result"), "{stored}");
 
-    let text = metrics(&h).await;
+    let text = h.metrics().await;
     for series in [
         r#"gw_responses_tool_calls_requested_total{tool_type="web_search"} 3"#,
         r#"gw_responses_tool_calls_executed_total{tool_type="web_search"} 3"#,
@@ -449,7 +445,7 @@ async fn open_page_keeps_to_the_address_rules_the_size_limit_and_allowed_domains
     assert!(error(4).contains("not available in the request-local web_search page cache"), "{}", error(4));
     assert!(error(5).contains("allowed_domains"), "{}", error(5));
 
-    let text = metrics(&h).await;
+    let text = h.metrics().await;
     assert!(text.contains(r#"gw_responses_tool_calls_executed_total{tool_type="web_search"} 6"#), "{text}");
     assert!(text.contains(r#"gw_responses_tool_errors_total{tool_type="web_search"} 5"#), "{text}");
 }

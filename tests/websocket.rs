@@ -96,15 +96,6 @@ fn terminal(events: &[Value]) -> &Value {
     &events.last().expect("events")["response"]
 }
 
-async fn metrics(h: &Harness) -> String {
-    let (status, text) = {
-        let response = respgw_testkit::gateway::http_client().get(h.url("/metrics")).send().await.expect("scrape");
-        (response.status().as_u16(), response.text().await.expect("body"))
-    };
-    assert_eq!(status, 200);
-    text
-}
-
 #[tokio::test]
 async fn two_responses_over_one_connection_chain_with_previous_response_id() {
     let h = Harness::start().await;
@@ -257,7 +248,7 @@ async fn bad_frames_get_an_error_frame_and_the_connection_stays_usable() {
     let (events, _) = read_response(&mut socket).await;
     assert_eq!(terminal(&events)["status"], "completed");
 
-    let text = metrics(&h).await;
+    let text = h.metrics().await;
     let series = |status: &str| {
         format!(r#"gw_responses_http_requests_total{{method="WEBSOCKET",route="/v1/responses",status="{status}"}}"#)
     };
@@ -341,7 +332,7 @@ async fn a_client_leaving_mid_response_cancels_the_upstream_call() {
     }
     let id = response_id.expect("response.created came first");
     assert_eq!(h.get(&format!("/v1/responses/{id}")).await.0, 404, "a cancelled response is not stored");
-    let text = metrics(&h).await;
+    let text = h.metrics().await;
     assert_eq!(common::sample(&text, "gw_responses_sse_connections_in_flight"), 0.0, "{text}");
 }
 

@@ -196,6 +196,13 @@ impl Harness {
         self.send(http_client().delete(self.url(path))).await
     }
 
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let response = http_client().get(self.url("/metrics")).send().await.expect("scrape");
+        assert_eq!(response.status().as_u16(), 200, "/metrics");
+        response.text().await.expect("metrics body")
+    }
+
     pub async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
         let response = request.send().await.expect("request completes");
         let status = response.status().as_u16();
