@@ -1,8 +1,8 @@
 //! Continuation cost by history depth: the latency of a non-stream `store: true` request that
 //! continues (`previous_response_id`) a conversation `depth` responses deep, for depths 1, 10 and
-//! 50, on each store backend. The store reads a conversation in one query and references the
-//! inherited items instead of copying them, so the cost should barely grow with depth (the issue's
-//! target: depth 50 within 1.3x of depth 1).
+//! 50, on each store backend. The store reads a conversation in one query, saves a continuation
+//! as one row plus its new items, and decodes each stored item once per process, so the cost
+//! should barely grow with depth (the target: depth 50 within 1.3x of depth 1).
 //!
 //! One chain of responses is built first; each measured request then branches off the chain at
 //! its depth (the chain itself never grows), with the depths interleaved round by round so that

@@ -32,7 +32,12 @@ pub struct ToolOffer {
 impl ChatRequest {
     /// Build the streaming request for `history` with the tools of `offer`; gateway tool results
     /// longer than `max_tool_output_bytes` are cut (see [`tool_result_text`]).
-    pub fn build(req: &ValidatedRequest, history: &[Item], offer: &ToolOffer, max_tool_output_bytes: usize) -> Value {
+    pub fn build<'a>(
+        req: &ValidatedRequest,
+        history: impl IntoIterator<Item = &'a Item>,
+        offer: &ToolOffer,
+        max_tool_output_bytes: usize,
+    ) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), json!(req.model));
         body.insert(
@@ -238,8 +243,13 @@ impl AssistantTurn {
 /// after text or calls starts the next assistant turn, because reasoning always precedes what it
 /// produced. Gateway tool calls are followed by their results, so on a continuation the model
 /// sees its earlier MCP and code interpreter calls too. `mcp_list_tools` items are not sent.
-pub fn messages(instructions: Option<&str>, history: &[Item], max_tool_output_bytes: usize) -> Vec<Value> {
-    let mut out = Vec::with_capacity(history.len() + 1);
+pub fn messages<'a>(
+    instructions: Option<&str>,
+    history: impl IntoIterator<Item = &'a Item>,
+    max_tool_output_bytes: usize,
+) -> Vec<Value> {
+    let history = history.into_iter();
+    let mut out = Vec::with_capacity(history.size_hint().0 + 1);
     if let Some(text) = instructions {
         out.push(json!({"role": "system", "content": text}));
     }

@@ -122,8 +122,9 @@ pub struct PreparedResponse {
     request: ValidatedRequest,
     /// Inherited items (from `previous_response_id`) followed by this request's input.
     history: Vec<Item>,
-    /// Store keys of the inherited items, so they are referenced rather than written again.
-    inherited_keys: Vec<i64>,
+    /// The stored response whose conversation `history` starts with: a save shares it by
+    /// reference instead of writing it again.
+    history_from: Option<String>,
     /// Inherited items that are in no store (continued from a [`LocalConversation`]): a
     /// `store:true` response saves them as part of its input.
     unstored_inherited: Vec<Item>,
@@ -244,24 +245,22 @@ impl Engine {
     ) -> Result<PreparedResponse, ApiError> {
         self.open_sealed_reasoning(&mut request.input)?;
         let mut unstored_inherited = Vec::new();
-        let (mut history, inherited_keys) = match &request.previous_response_id {
-            None => (Vec::with_capacity(request.input.len()), Vec::new()),
+        let (mut history, history_from) = match &request.previous_response_id {
+            None => (Vec::with_capacity(request.input.len()), None),
             Some(prev) if local.is_some_and(|l| &l.response_id == prev) => {
                 let items = local.map(|l| l.items.clone()).unwrap_or_default();
                 unstored_inherited.clone_from(&items);
-                (items, Vec::new())
+                (items, None)
             }
             Some(prev) => {
-                let stored = self
+                let mut stored = self
                     .store
                     .conversation(prev)
                     .await
                     .map_err(|e| store_error(&e))?
                     .ok_or_else(|| ApiError::previous_response_not_found(prev))?;
-                let keys = stored.iter().map(|s| s.key).collect();
-                let mut items: Vec<Item> = Vec::with_capacity(stored.len() + request.input.len());
-                items.extend(stored.into_iter().map(|s| s.item));
-                (items, keys)
+                stored.reserve(request.input.len());
+                (stored, Some(prev.clone()))
             }
         };
         history.extend(request.input.iter().cloned());
@@ -284,7 +283,7 @@ impl Engine {
             engine: Arc::clone(self),
             request,
             history,
-            inherited_keys,
+            history_from,
             unstored_inherited,
             response,
             upstream_headers,
@@ -456,10 +455,8 @@ impl PreparedResponse {
         offer: &ToolOffer,
         roster: Vec<(String, HostedKind)>,
     ) -> Result<TurnResult, Stop> {
-        let mut history = Vec::with_capacity(self.history.len() + log.items.len());
-        history.extend(self.history.iter().cloned());
-        history.extend(log.items.iter().cloned());
-        let body = ChatRequest::build(&self.request, &history, offer, self.engine.limits.max_tool_output_bytes);
+        let history = self.history.iter().chain(&log.items);
+        let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
         let upstream = self.engine.upstream.stream_chat(&body, &self.upstream_headers);
         let mut chunks = tokio::select! {
             r = upstream => r.map_err(|e| Stop::Error(e.to_api_error()))?,
@@ -694,7 +691,7 @@ impl PreparedResponse {
                 created_at: self.response.created_at,
                 status: status.to_owned(),
                 response,
-                inherited: self.inherited_keys.clone(),
+                history_from: self.history_from.clone(),
                 input: self.unstored_inherited.iter().chain(&self.request.input).cloned().collect(),
                 output: self.output.clone(),
             })

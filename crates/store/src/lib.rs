@@ -3,13 +3,19 @@
 //!
 //! # Model
 //!
-//! Items are stored once, in their own rows, each with a store key. A stored response keeps an
-//! ordered list of references to the items of its whole conversation (a checkpoint): the items it
-//! inherited from `previous_response_id`, then its own input, then its own output. Continuing a
-//! conversation is therefore one read ([`ResponseStore::conversation`]), never a walk of the chain,
-//! and a continuation references the inherited items by key instead of writing them again. Deleting
-//! a response removes only its references and the items nobody else references, so continuations
-//! of a deleted response keep working.
+//! Items are stored once, in their own rows, each with a store key. A stored response keeps its
+//! whole conversation as one ordered list of item keys (a checkpoint) in its own row: the list of
+//! the response it continues (`history_from`), then the keys of its own input and output items.
+//! Continuing a conversation is therefore one read ([`ResponseStore::conversation`]), never a walk
+//! of the chain, and saving a continuation writes one row plus its new items whatever the depth:
+//! the inherited part of the list is copied from the parent's row inside the database.
+//!
+//! Items belong to the response that wrote them, and only that response and its continuations
+//! (which copied its keys) reference them. So a delete knows what to collect without a search:
+//! a response that nothing continues is removed with its own items; one that is continued is
+//! hidden instead (a tombstone: GET, listings and new continuations see it as gone) and kept
+//! until its last continuation is deleted, which then removes it too, and so on up the chain.
+//! Continuations of a deleted response therefore keep working.
 //!
 //! # Backends
 //!
@@ -23,6 +29,7 @@
 //! [`open`] picks one from the location (`postgres://…` or a SQLite path); both pass the same
 //! behaviour tests (`tests.rs`).
 
+mod item_cache;
 pub mod postgres;
 pub mod sqlite;
 
@@ -32,16 +39,6 @@ use respgw_protocol::Item;
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
-
-/// One item of a stored conversation, with the store's key for it (so a continuation can reference
-/// stored items instead of writing them again).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredItem {
-    /// The store's key for this item; pass it in [`NewResponse::inherited`] to reference it.
-    pub key: i64,
-    /// The item as it was written.
-    pub item: Item,
-}
 
 /// What the engine hands the store when a response reaches `completed` or `incomplete`.
 #[derive(Debug, Clone)]
@@ -58,8 +55,12 @@ pub struct NewResponse {
     pub status: String,
     /// The full response object JSON, exactly what GET returns.
     pub response: serde_json::Value,
-    /// Keys of the items inherited from `previous_response_id`'s conversation, in order.
-    pub inherited: Vec<i64>,
+    /// The stored response whose conversation this one continues: its whole conversation is
+    /// shared (referenced, never written again) and comes first. `None` when the history was not
+    /// read from the store (no `previous_response_id`, or a WebSocket connection's unstored
+    /// response, whose items arrive in `input`). If it is gone by the time of the save, the save
+    /// fails with [`StoreError::MissingHistory`] and writes nothing.
+    pub history_from: Option<String>,
     /// This request's own input items (new rows).
     pub input: Vec<Item>,
     /// This response's output items (new rows).
@@ -110,7 +111,8 @@ pub enum StoreError {
     /// Stored data could not be decoded.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
-    /// A referenced inherited item no longer exists (e.g. deleted concurrently).
+    /// The response named in [`NewResponse::history_from`] no longer exists (deleted while this
+    /// one ran).
     #[error("inherited history is gone: {0}")]
     MissingHistory(String),
 }
@@ -118,24 +120,24 @@ pub enum StoreError {
 /// Where responses and their conversations are kept.
 #[async_trait::async_trait]
 pub trait ResponseStore: Send + Sync + 'static {
-    /// Persist a terminal response atomically (one transaction): response row + item rows + ordered
-    /// history refs.
+    /// Persist a terminal response atomically (one transaction): its row with its conversation's
+    /// key list, and its new items.
     async fn save(&self, response: NewResponse) -> Result<(), StoreError>;
 
     /// The stored response object JSON, or None.
     async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError>;
 
     /// The full ordered conversation to continue from `id`: inherited items ++ its input ++ its
-    /// output. One query. None if `id` is not stored.
-    async fn conversation(&self, id: &str) -> Result<Option<Vec<StoredItem>>, StoreError>;
+    /// output. One query. None if `id` is not stored (or was deleted).
+    async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError>;
 
     /// This response's own input items (not inherited ones), paginated like OpenAI's input_items
     /// list (`after` is an item id; the cursor is exclusive). None if `id` is not stored.
     async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError>;
 
-    /// Delete a response; returns false when it was not stored. Items no other response references
-    /// are removed in the same transaction; continuations of the deleted response keep working
-    /// (they hold their own refs).
+    /// Delete a response; returns false when it was not stored. Its items are removed in the same
+    /// transaction unless a continuation shares them, in which case they go with the last such
+    /// continuation; continuations of the deleted response keep working.
     async fn delete(&self, id: &str) -> Result<bool, StoreError>;
 }
 

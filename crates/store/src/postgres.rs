@@ -10,10 +10,12 @@
 //!
 //! - `items(key, item_id, body)`: each item once; `key` comes from the sequence `items_key_seq`,
 //!   which never hands a number out twice (a deleted item's key is never reused).
-//! - `responses(id, previous_response_id, model, created_at, status, body)`; `body` is text, not
-//!   `jsonb`, so that GET returns the object with its keys in their original order.
-//! - `response_items(response_id, position, item_key, role)`: a response's ordered conversation
-//!   (role 0 inherited, 1 input, 2 output), indexed on `item_key` for garbage collection.
+//! - `responses(id, previous_response_id, model, created_at, status, body, history, history_from,
+//!   deleted)`; `body` is text, not `jsonb`, so that GET returns the object with its keys in their
+//!   original order; `history` is the conversation's item keys (`bigint[]`); `history_from` the
+//!   response it continues (a foreign key, indexed); `deleted` marks a tombstone.
+//! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
+//!   input, 2 output), in order.
 //!
 //! The tables live in the first schema of the connection's `search_path` (by default `public`);
 //! `?options=-c%20search_path%3Drespgw` in the URL puts them elsewhere.
@@ -28,21 +30,32 @@
 //!
 //! # One round trip per operation
 //!
-//! Each trait call is a single SQL statement (the save and the delete are chains of
-//! data-modifying CTEs, atomic as one statement), so an operation costs one network round trip
-//! once the pool's connection has prepared it.
+//! Each read and each save is a single SQL statement (the save a chain of data-modifying CTEs,
+//! atomic as one statement), so it costs one network round trip once the pool's connection has
+//! prepared it. A delete is a short transaction: it locks the response's row, then removes it or
+//! makes it a tombstone, and climbs the chain while tombstones lose their last continuation.
+//!
+//! # Saves racing deletes
+//!
+//! A save names the response it continues in `history_from`, a foreign key: checking it locks that
+//! row (`FOR KEY SHARE`) until the save commits, and a delete starts by locking the same row `FOR
+//! UPDATE`. Whichever comes second waits for the first. A delete that went first and removed the
+//! row makes the save fail on the key (nothing is written: [`StoreError::MissingHistory`]); a save
+//! that went first is seen by the delete, which then only makes a tombstone.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use respgw_protocol::Item;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Row};
 
-use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError, StoredItem};
+use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
+use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError};
 
 /// The schema version this code reads and writes (the highest row of `respgw_schema_migrations`).
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock key that serializes migrations ("respgw" in ASCII, then 1).
 const MIGRATION_LOCK: i64 = 0x7265_7370_6777_0001;
@@ -58,17 +71,15 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// meanwhile). Fresher ones are not: every connection is already checked when it is released.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(30);
 
-/// Attempts at a delete that lost a race with a concurrent save (see [`DELETE`]).
-const DELETE_ATTEMPTS: u32 = 3;
-
-const MIGRATIONS_TABLE: &str = "
+pub(crate) const MIGRATIONS_TABLE: &str = "
     CREATE TABLE IF NOT EXISTS respgw_schema_migrations (
         version integer PRIMARY KEY,
         applied_at timestamptz NOT NULL DEFAULT now()
     )";
 
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &["
+pub(crate) const MIGRATIONS: &[&str] = &[
+    "
     CREATE SEQUENCE items_key_seq AS bigint;
     CREATE TABLE items (
         key bigint PRIMARY KEY DEFAULT nextval('items_key_seq'),
@@ -91,46 +102,58 @@ const MIGRATIONS: &[&str] = &["
         role smallint NOT NULL,
         PRIMARY KEY (response_id, position)
     );
-    CREATE INDEX response_items_item_key ON response_items (item_key);"];
+    CREATE INDEX response_items_item_key ON response_items (item_key);",
+    "
+    ALTER TABLE responses
+        ADD COLUMN history bigint[] NOT NULL DEFAULT '{}',
+        ADD COLUMN history_from text REFERENCES responses(id),
+        ADD COLUMN deleted boolean NOT NULL DEFAULT false;
+    UPDATE responses r SET history = coalesce(
+        (SELECT array_agg(ri.item_key ORDER BY ri.position) FROM response_items ri WHERE ri.response_id = r.id),
+        '{}');
+    UPDATE responses r SET history_from = r.previous_response_id
+    WHERE EXISTS (SELECT 1 FROM response_items ri WHERE ri.response_id = r.id AND ri.role = 0)
+    AND EXISTS (SELECT 1 FROM responses p WHERE p.id = r.previous_response_id);
+    DELETE FROM response_items WHERE role = 0;
+    CREATE INDEX responses_history_from ON responses (history_from);",
+];
 
-/// The whole save as one statement. The response row; the inherited refs (`$7`, in order); the new
-/// items (`$8` ids, `$9` bodies), each drawing its key in a materialized CTE so that a key and its
-/// item stay paired; then their refs at positions from `$10`, the first `$11` being input. The
-/// foreign keys are checked at the end of the statement: an inherited key whose item was deleted
-/// meanwhile fails it as a whole.
+/// The whole save as one statement. The new items (`$9` ids, `$10` bodies), each drawing its key
+/// in a materialized CTE so that a key and its item stay paired; the response row, whose key list
+/// is that of the response it continues (`$7`) followed by the new keys; then the rows of its own
+/// items, the first `$11` being input, returning each new item's position and key. The foreign key on `history_from` fails the statement as a
+/// whole when that response is gone.
 const SAVE: &str = "
-    WITH response AS (
-        INSERT INTO responses (id, previous_response_id, model, created_at, status, body)
-        VALUES ($1, $2, $3, $4, $5, $6)
-        RETURNING id
-    ),
-    inherited AS (
-        INSERT INTO response_items (response_id, position, item_key, role)
-        SELECT (SELECT id FROM response), h.ord - 1, h.key, 0
-        FROM unnest($7::bigint[]) WITH ORDINALITY AS h(key, ord)
-    ),
-    new_items AS MATERIALIZED (
+    WITH new_items AS MATERIALIZED (
         SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
-        FROM unnest($8::text[], $9::text[]) WITH ORDINALITY AS n(item_id, body, ord)
+        FROM unnest($9::text[], $10::text[]) WITH ORDINALITY AS n(item_id, body, ord)
     ),
     stored_items AS (
         INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
+    ),
+    response AS (
+        INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history)
+        VALUES ($1, $2, $3, $4, $5, $6, $7,
+            coalesce((SELECT p.history FROM responses p WHERE p.id = $7 AND $8), '{}')
+            || ARRAY(SELECT key FROM new_items ORDER BY ord))
+        RETURNING id
     )
     INSERT INTO response_items (response_id, position, item_key, role)
-    SELECT (SELECT id FROM response), $10 + n.ord - 1, n.key, CASE WHEN n.ord <= $11 THEN 1 ELSE 2 END
-    FROM new_items n";
+    SELECT (SELECT id FROM response), n.ord - 1, n.key, CASE WHEN n.ord <= $11 THEN 1 ELSE 2 END
+    FROM new_items n
+    RETURNING position, item_key";
 
-const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = $1";
+const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = $1 AND NOT deleted";
 
-/// LEFT JOINs from `responses`: no row at all means "not stored", one all-NULL row means "stored,
-/// empty conversation".
+/// The key list joined to the items, in list order. LEFT JOINs from `responses`: no row at all
+/// means "not stored", one all-NULL row means "stored, empty conversation".
 const SELECT_CONVERSATION: &str = "
-    SELECT ri.item_key, i.body
+    SELECT h.key, i.body
     FROM responses r
-    LEFT JOIN response_items ri ON ri.response_id = r.id
-    LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = $1
-    ORDER BY ri.position";
+    LEFT JOIN LATERAL unnest(r.history) WITH ORDINALITY AS h(key, ord) ON true
+    LEFT JOIN items i ON i.key = h.key
+    WHERE r.id = $1 AND NOT r.deleted
+    ORDER BY h.ord";
 
 /// Input items of one response from an exclusive cursor (`$2`, an item id, NULL for none), oldest
 /// first, as in the SQLite backend: one all-NULL row when the response exists but the page is
@@ -144,7 +167,7 @@ const INPUT_ITEMS_ASC: &str = "
             SELECT MIN(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
             WHERE c.response_id = $1 AND c.role = 1 AND ci.item_id = $2))
     LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = $1
+    WHERE r.id = $1 AND NOT r.deleted
     ORDER BY ri.position ASC
     LIMIT $3";
 
@@ -158,33 +181,35 @@ const INPUT_ITEMS_DESC: &str = "
             SELECT MAX(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
             WHERE c.response_id = $1 AND c.role = 1 AND ci.item_id = $2))
     LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = $1
+    WHERE r.id = $1 AND NOT r.deleted
     ORDER BY ri.position DESC
     LIMIT $3";
 
-/// The whole delete as one statement: the response, its refs, and those of its items no other
-/// response references. All parts see the snapshot from before the statement, in which the
-/// response's own refs still exist — hence `<> $1`. A save committing a new ref to one of those
-/// items meanwhile makes the foreign key fail the statement (nothing is deleted); the caller then
-/// tries again, and the item is kept.
-const DELETE: &str = "
-    WITH deleted AS (
-        DELETE FROM responses WHERE id = $1 RETURNING id
-    ),
-    refs AS (
+/// Lock a response's row for a delete (see the module's "Saves racing deletes").
+const LOCK_FOR_DELETE: &str = "SELECT deleted, history_from FROM responses WHERE id = $1 FOR UPDATE";
+
+/// Read after the lock, so a save that committed while the delete waited is seen.
+const HAS_CONTINUATIONS: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE history_from = $1)";
+
+/// Hide a continued response; its own items stay for its continuations. The body is dropped.
+const MAKE_TOMBSTONE: &str = "UPDATE responses SET deleted = true, body = '' WHERE id = $1";
+
+/// Remove a response that nothing continues, with its own items, in one statement.
+const REMOVE: &str = "
+    WITH own AS (
         DELETE FROM response_items WHERE response_id = $1 RETURNING item_key
     ),
-    orphans AS (
-        DELETE FROM items i
-        WHERE i.key IN (SELECT item_key FROM refs)
-        AND NOT EXISTS (SELECT 1 FROM response_items o WHERE o.item_key = i.key AND o.response_id <> $1)
+    response AS (
+        DELETE FROM responses WHERE id = $1
     )
-    SELECT count(*) FROM deleted";
+    DELETE FROM items WHERE key IN (SELECT item_key FROM own)";
 
 /// A [`ResponseStore`] on a PostgreSQL database. Clones share the pool.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Items decoded by reads, and written by saves, of this process.
+    items: Arc<ItemCache>,
     /// `host:port/database`, for messages (never the password).
     target: String,
 }
@@ -249,7 +274,7 @@ impl PostgresStore {
                 })
             })
             .connect_lazy_with(options);
-        Ok(Self { pool, target })
+        Ok(Self { pool, items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)), target })
     }
 
     /// The pool (tests run raw SQL on it).
@@ -351,20 +376,18 @@ fn encode<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> Result<String,
 }
 
 /// Decode `(item_key, body)` rows of a LEFT JOIN, skipping the all-NULL row that only says the
-/// response exists.
-fn decode_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredItem>, StoreError> {
+/// response exists; items decoded before come from `cache`.
+fn decode_rows(rows: Vec<sqlx::postgres::PgRow>, cache: &ItemCache) -> Result<Vec<Item>, StoreError> {
     let mut items = Vec::with_capacity(rows.len());
     for row in rows {
-        let key: Option<i64> = row.try_get(0).map_err(map_err)?;
-        let body: Option<String> = row.try_get(1).map_err(map_err)?;
-        match (key, body) {
-            (Some(key), Some(body)) => {
-                let item: Item =
-                    serde_json::from_str(&body).map_err(|e| StoreError::Corrupt(format!("item {key}: {e}")))?;
-                items.push(StoredItem { key, item });
-            }
-            (Some(key), None) => return Err(StoreError::Corrupt(format!("referenced item {key} is missing"))),
-            (None, _) => {}
+        let Some(key) = row.try_get::<Option<i64>, _>(0).map_err(map_err)? else { continue };
+        if let Some(item) = cache.get(key) {
+            items.push(item);
+            continue;
+        }
+        match row.try_get::<Option<&str>, _>(1).map_err(map_err)? {
+            Some(body) => items.push(cache.decode(key, body)?),
+            None => return Err(StoreError::Corrupt(format!("referenced item {key} is missing"))),
         }
     }
     Ok(items)
@@ -373,7 +396,7 @@ fn decode_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<StoredItem>, Stor
 #[async_trait::async_trait]
 impl ResponseStore for PostgresStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
-        let NewResponse { id, previous_response_id, model, created_at, status, response, inherited, input, output } =
+        let NewResponse { id, previous_response_id, model, created_at, status, response, history_from, input, output } =
             response;
         let body = encode(&response, "response")?;
         let inputs = input.len() as i64;
@@ -382,7 +405,6 @@ impl ResponseStore for PostgresStore {
             item_ids.push(item.id().to_owned());
             bodies.push(encode(item, "item")?);
         }
-        let first_position = inherited.len() as i64;
         let saved = sqlx::query(SAVE)
             .bind(&id)
             .bind(&previous_response_id)
@@ -390,19 +412,32 @@ impl ResponseStore for PostgresStore {
             .bind(created_at)
             .bind(&status)
             .bind(&body)
-            .bind(&inherited)
+            .bind(&history_from)
+            .bind(history_from.is_some())
             .bind(&item_ids)
             .bind(&bodies)
-            .bind(first_position)
             .bind(inputs)
-            .execute(&self.pool)
+            .fetch_all(&self.pool)
             .await;
         match saved {
-            Ok(_) => Ok(()),
+            Ok(rows) => {
+                // The next continuation of this conversation need not decode what it just wrote.
+                let mut new_items: Vec<Option<(Item, usize)>> =
+                    input.into_iter().chain(output).zip(&bodies).map(|(item, body)| Some((item, body.len()))).collect();
+                for row in rows {
+                    let (position, key): (i32, i64) =
+                        (row.try_get(0).map_err(map_err)?, row.try_get(1).map_err(map_err)?);
+                    let slot = usize::try_from(position).ok().and_then(|p| new_items.get_mut(p));
+                    if let Some((item, bytes)) = slot.and_then(Option::take) {
+                        self.items.keep(key, item, bytes);
+                    }
+                }
+                Ok(())
+            }
             Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
             Err(e) if sqlstate(&e).as_deref() == Some("23503") => Err(StoreError::MissingHistory(format!(
-                "an item inherited from {} no longer exists",
-                previous_response_id.as_deref().unwrap_or("(none)")
+                "{} was deleted before its continuation {id} was saved",
+                history_from.as_deref().unwrap_or("(none)")
             ))),
             Err(e) => Err(map_err(e)),
         }
@@ -415,12 +450,12 @@ impl ResponseStore for PostgresStore {
         serde_json::from_str(&body).map(Some).map_err(|e| StoreError::Corrupt(format!("response {id}: {e}")))
     }
 
-    async fn conversation(&self, id: &str) -> Result<Option<Vec<StoredItem>>, StoreError> {
+    async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
         let rows = sqlx::query(SELECT_CONVERSATION).bind(id).fetch_all(&self.pool).await.map_err(map_err)?;
         if rows.is_empty() {
             return Ok(None);
         }
-        decode_rows(rows).map(Some)
+        decode_rows(rows, &self.items).map(Some)
     }
 
     async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
@@ -435,31 +470,44 @@ impl ResponseStore for PostgresStore {
         if rows.is_empty() {
             return Ok(None);
         }
-        let mut items: Vec<Item> = decode_rows(rows)?.into_iter().map(|s| s.item).collect();
+        let mut items = decode_rows(rows, &self.items)?;
         let has_more = items.len() > page.limit;
         items.truncate(page.limit);
         Ok(Some(InputItemsList { items, has_more }))
     }
 
     async fn delete(&self, id: &str) -> Result<bool, StoreError> {
-        let mut attempt = 1;
-        loop {
-            let deleted = sqlx::query_scalar::<_, i64>(DELETE).bind(id).fetch_one(&self.pool).await;
-            match deleted {
-                Ok(count) => return Ok(count > 0),
-                // A concurrent save referenced one of the items being collected (23503), or the
-                // two deadlocked (40P01): nothing was deleted; the next attempt sees its refs.
-                Err(e) if attempt < DELETE_ATTEMPTS && matches!(sqlstate(&e).as_deref(), Some("23503" | "40P01")) => {
-                    attempt += 1;
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        let row: Option<(bool, Option<String>)> =
+            sqlx::query_as(LOCK_FOR_DELETE).bind(id).fetch_optional(&mut *tx).await.map_err(map_err)?;
+        let history_from = match row {
+            Some((false, history_from)) => history_from,
+            // Not stored, or already deleted; dropping `tx` rolls back.
+            _ => return Ok(false),
+        };
+        if has_continuations(&mut tx, id).await? {
+            sqlx::query(MAKE_TOMBSTONE).bind(id).execute(&mut *tx).await.map_err(map_err)?;
+        } else {
+            sqlx::query(REMOVE).bind(id).execute(&mut *tx).await.map_err(map_err)?;
+            // Up the chain: each tombstone whose last continuation just went goes too.
+            let mut parent = history_from;
+            while let Some(p) = parent.take() {
+                let row: Option<(bool, Option<String>)> =
+                    sqlx::query_as(LOCK_FOR_DELETE).bind(&p).fetch_optional(&mut *tx).await.map_err(map_err)?;
+                if let Some((true, next)) = row
+                    && !has_continuations(&mut tx, &p).await?
+                {
+                    sqlx::query(REMOVE).bind(&p).execute(&mut *tx).await.map_err(map_err)?;
+                    parent = next;
                 }
-                Err(e) if sqlstate(&e).as_deref() == Some("23503") => {
-                    return Err(StoreError::Unavailable(format!(
-                        "delete kept racing with saves: {}",
-                        error_detail(&e)
-                    )));
-                }
-                Err(e) => return Err(map_err(e)),
             }
         }
+        tx.commit().await.map_err(map_err)?;
+        Ok(true)
     }
+}
+
+/// Whether a stored response (or tombstone) continues `id`.
+async fn has_continuations(tx: &mut sqlx::PgConnection, id: &str) -> Result<bool, StoreError> {
+    sqlx::query_scalar(HAS_CONTINUATIONS).bind(id).fetch_one(&mut *tx).await.map_err(map_err)
 }

@@ -1,15 +1,17 @@
 //! The SQLite backend: one database file shared by every worker process, in WAL mode.
 //!
-//! Schema (version 1, recorded in `PRAGMA user_version`):
+//! Schema (version 2, recorded in `PRAGMA user_version`; version-1 files are migrated on open):
 //!
 //! - `items(key, item_id, body)`: each item once, `body` being the serde JSON of
 //!   [`respgw_protocol::Item`]. `item_id` is not unique (clients may resend ids). `key` is
-//!   `AUTOINCREMENT` so a deleted item's key is never reused: an engine holding keys read before a
-//!   concurrent delete must get [`StoreError::MissingHistory`], not someone else's item.
-//! - `responses(id, previous_response_id, model, created_at, status, body)`: `body` is the
-//!   response object JSON as text.
-//! - `response_items(response_id, position, item_key, role)`: a response's ordered conversation
-//!   (role 0 inherited, 1 input, 2 output), indexed on `item_key` for garbage collection.
+//!   `AUTOINCREMENT` so a deleted item's key is never reused.
+//! - `responses(id, previous_response_id, model, created_at, status, body, history, history_from,
+//!   deleted)`: `body` is the response object JSON as text; `history` the whole conversation's
+//!   item keys as a JSON array; `history_from` the response it continues (a foreign key, indexed:
+//!   it tells a delete whether anything continues a response); `deleted` marks a tombstone.
+//! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
+//!   input, 2 output), in order: what the input-items listing pages through and what a delete
+//!   collects.
 //!
 //! # Threads and connections
 //!
@@ -40,42 +42,43 @@ use std::time::Duration;
 
 use respgw_protocol::Item;
 use rusqlite::hooks::Wal;
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 use tokio::sync::Semaphore;
 
 use self::checkpoint::{Checkpointer, Signal};
 pub(crate) use self::connection::Config;
-use self::connection::{Stats, is_busy, is_foreign_key_violation, is_unique_violation, map_err};
-use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError, StoredItem};
+#[cfg(test)]
+pub(crate) use self::connection::SCHEMA_V1;
+use self::connection::{Stats, is_busy, is_unique_violation, map_err};
+use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
+use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError};
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).
 const OPEN_ATTEMPTS: u32 = 10;
 
-const ROLE_INHERITED: i64 = 0;
 const ROLE_INPUT: i64 = 1;
 const ROLE_OUTPUT: i64 = 2;
 
 const INSERT_RESPONSE: &str = "
-    INSERT INTO responses (id, previous_response_id, model, created_at, status, body)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
-/// The inherited history in one statement; the foreign key on `item_key` rejects a key whose item
-/// was deleted meanwhile. json_each's `key` is the array index, i.e. the position.
-const INSERT_INHERITED_REFS: &str = "
-    INSERT INTO response_items (response_id, position, item_key, role)
-    SELECT ?1, j.key, j.value, ?3 FROM json_each(?2) AS j";
+/// The key list of the response a save continues; tombstones included (a continuation that read
+/// the conversation before the delete still saves whole).
+const SELECT_HISTORY: &str = "SELECT history FROM responses WHERE id = ?1";
 
-/// Refs to the `?5` new items whose keys start at `?3`, at positions from `?2`: the first `?4` are
-/// input (role `?6`), the rest output (role `?7`). A counting CTE instead of one bound row per
-/// item: the keys are contiguous (see [`insert_items`]).
-const INSERT_NEW_REFS: &str = "
-    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?5)
+/// Rows for the `?4` new items whose keys start at `?2`: the first `?3` are input (role `?5`), the
+/// rest output (role `?6`). A counting CTE instead of one bound row per item: the keys are
+/// contiguous (see [`insert_items`]).
+const INSERT_OWN_ITEMS: &str = "
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?4)
     INSERT INTO response_items (response_id, position, item_key, role)
-    SELECT ?1, ?2 + i, ?3 + i, CASE WHEN i < ?4 THEN ?6 ELSE ?7 END FROM n";
+    SELECT ?1, i, ?2 + i, CASE WHEN i < ?3 THEN ?5 ELSE ?6 END FROM n";
 
 /// New items per multi-row `INSERT` (two parameters each). Longer lists take several statements.
 const ITEMS_PER_INSERT: usize = 16;
@@ -87,17 +90,18 @@ static INSERT_ITEMS: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
-const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = ?1";
+const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = ?1 AND deleted = 0";
 
-/// LEFT JOINs from `responses`: no row at all means "not stored", one all-NULL row means "stored,
-/// empty conversation"; one statement, so one consistent snapshot.
+/// The key list joined to the items, in list order (json_each's `key` is the array index). LEFT
+/// JOINs from `responses`: no row at all means "not stored", one all-NULL row means "stored, empty
+/// conversation"; one statement, so one consistent snapshot.
 const SELECT_CONVERSATION: &str = "
-    SELECT ri.item_key, i.body
+    SELECT h.value, i.body
     FROM responses r
-    LEFT JOIN response_items ri ON ri.response_id = r.id
-    LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1
-    ORDER BY ri.position";
+    LEFT JOIN json_each(r.history) AS h
+    LEFT JOIN items i ON i.key = h.value
+    WHERE r.id = ?1 AND r.deleted = 0
+    ORDER BY h.key";
 
 /// Input items of one response from an exclusive cursor, oldest first. The LEFT JOINs from
 /// `responses` yield one all-NULL row when the response exists but the page is empty, so existence
@@ -112,7 +116,7 @@ const INPUT_ITEMS_ASC: &str = "
             SELECT MIN(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
             WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
     LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1
+    WHERE r.id = ?1 AND r.deleted = 0
     ORDER BY ri.position ASC
     LIMIT ?3";
 
@@ -126,21 +130,24 @@ const INPUT_ITEMS_DESC: &str = "
             SELECT MAX(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
             WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
     LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1
+    WHERE r.id = ?1 AND r.deleted = 0
     ORDER BY ri.position DESC
     LIMIT ?3";
 
-/// Remove the refs first (not via the cascade) to learn which items may now be orphans.
-const DELETE_REFS: &str = "DELETE FROM response_items WHERE response_id = ?1 RETURNING item_key";
+/// Whether a response is stored, a tombstone, and what it continues.
+const SELECT_FOR_DELETE: &str = "SELECT deleted, history_from FROM responses WHERE id = ?1";
+
+const HAS_CONTINUATIONS: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE history_from = ?1)";
+
+/// Hide a continued response; its own items stay for its continuations. The body is dropped.
+const MAKE_TOMBSTONE: &str = "UPDATE responses SET deleted = 1, body = '' WHERE id = ?1";
+
+/// Its own items' rows, returning their keys (the items go after the response row).
+const DELETE_OWN_ITEMS: &str = "DELETE FROM response_items WHERE response_id = ?1 RETURNING item_key";
 
 const DELETE_RESPONSE: &str = "DELETE FROM responses WHERE id = ?1";
 
-/// Only the deleted response's items are candidates, so the GC cost is bounded by its
-/// conversation, not by the table.
-const DELETE_ORPHANS: &str = "
-    DELETE FROM items
-    WHERE key IN (SELECT value FROM json_each(?1))
-    AND NOT EXISTS (SELECT 1 FROM response_items ri WHERE ri.item_key = items.key)";
+const DELETE_ITEMS: &str = "DELETE FROM items WHERE key IN (SELECT value FROM json_each(?1))";
 
 /// A [`ResponseStore`] on a SQLite database (a file shared by processes, or private in memory).
 /// Clones share the same connections; the last one dropped closes them and stops the
@@ -158,6 +165,8 @@ struct Inner {
     writer: Arc<tokio::sync::Mutex<Connection>>,
     /// Reader connections; `None` for an in-memory store, whose writer serves reads too.
     readers: Option<Arc<Readers>>,
+    /// Items decoded by reads, and written by saves, of this process.
+    items: Arc<ItemCache>,
     /// The counters the connections and the checkpointer update (read by tests).
     #[cfg_attr(not(test), expect(dead_code, reason = "read by tests only, for now"))]
     stats: Arc<Stats>,
@@ -250,6 +259,7 @@ impl SqliteStore {
                 location: path.to_owned(),
                 writer,
                 readers: Some(Arc::new(readers)),
+                items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)),
                 stats,
                 _checkpointer: Some(checkpointer),
             }),
@@ -268,6 +278,7 @@ impl SqliteStore {
                 location: PathBuf::from(":memory:"),
                 writer: Arc::new(tokio::sync::Mutex::new(conn)),
                 readers: None,
+                items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)),
                 stats: Arc::new(Stats::default()),
                 _checkpointer: None,
             }),
@@ -362,35 +373,37 @@ fn encode<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> Result<String,
     serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot encode {what}: {e}")))
 }
 
-fn decode_item(key: i64, body: &str) -> Result<Item, StoreError> {
-    serde_json::from_str(body).map_err(|e| StoreError::Corrupt(format!("item {key}: {e}")))
-}
-
-/// An `(item_key, body)` row of a LEFT JOIN from `responses` (both NULL: no item).
-type ItemRow = (Option<i64>, Option<String>);
-
-/// Decode `(item_key, body)` rows of a LEFT JOIN, skipping the all-NULL row that only says the
-/// response exists.
-fn decode_rows(rows: Vec<ItemRow>) -> Result<Vec<StoredItem>, StoreError> {
-    let mut items = Vec::with_capacity(rows.len());
-    for row in rows {
-        match row {
-            (Some(key), Some(body)) => items.push(StoredItem { key, item: decode_item(key, &body)? }),
-            (Some(key), None) => {
-                // Foreign keys make this impossible unless the file was edited by hand.
-                return Err(StoreError::Corrupt(format!("referenced item {key} is missing")));
+/// Run a cached `(item_key, body)` query over a LEFT JOIN from `responses`: `None` when it returns
+/// no row (the response is not stored), else the items, skipping the all-NULL row that only says
+/// the response exists. Bodies of items decoded before are not even read out.
+fn query_items(
+    conn: &Connection,
+    cache: &ItemCache,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Option<Vec<Item>>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
+    let mut rows = stmt.query(params).map_err(map_err)?;
+    let mut items = Vec::new();
+    let mut found = false;
+    while let Some(row) = rows.next().map_err(map_err)? {
+        found = true;
+        let Some(key) = row.get::<_, Option<i64>>(0).map_err(map_err)? else { continue };
+        if let Some(item) = cache.get(key) {
+            items.push(item);
+            continue;
+        }
+        match row.get_ref(1).map_err(map_err)? {
+            ValueRef::Text(body) => {
+                let body = std::str::from_utf8(body).map_err(|e| StoreError::Corrupt(format!("item {key}: {e}")))?;
+                items.push(cache.decode(key, body)?);
             }
-            (None, _) => {}
+            // Deletes keep every item a stored list names, so only a hand-edited file gets here.
+            ValueRef::Null => return Err(StoreError::Corrupt(format!("referenced item {key} is missing"))),
+            _ => return Err(StoreError::Corrupt(format!("item {key} is not text"))),
         }
     }
-    Ok(items)
-}
-
-/// Run a cached `(item_key, body)` query.
-fn item_rows(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<ItemRow>, StoreError> {
-    let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
-    let rows = stmt.query_map(params, |row| Ok((row.get(0)?, row.get(1)?))).map_err(map_err)?;
-    rows.collect::<Result<Vec<_>, _>>().map_err(map_err)
+    Ok(found.then_some(items))
 }
 
 /// Insert the new items (`(item_id, body)`, in order) with as few statements as possible; returns
@@ -433,65 +446,66 @@ fn insert_items(tx: &Transaction<'_>, items: &[(String, String)]) -> Result<i64,
 #[async_trait::async_trait]
 impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
-        let NewResponse { id, previous_response_id, model, created_at, status, response, inherited, input, output } =
+        let NewResponse { id, previous_response_id, model, created_at, status, response, history_from, input, output } =
             response;
         // Encode everything before taking the writer, to hold it as briefly as possible.
         let body = encode(&response, "response")?;
-        let inherited_json = if inherited.is_empty() { None } else { Some(encode(&inherited, "history")?) };
         let inputs = input.len() as i64;
         let mut new_items = Vec::with_capacity(input.len() + output.len());
         for item in input.iter().chain(&output) {
             new_items.push((item.id().to_owned(), encode(item, "item")?));
         }
-        // New items follow the inherited ones.
-        let first_position = inherited.len() as i64;
+        let cache = Arc::clone(&self.inner.items);
 
         self.write(move |conn| {
             // Dropping `tx` on any error path below rolls everything back.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let inserted = tx
-                .prepare_cached(INSERT_RESPONSE)
-                .and_then(|mut s| s.execute(params![id, previous_response_id, model, created_at, status, body]));
+            let mut history = match &history_from {
+                None => Vec::with_capacity(new_items.len()),
+                Some(parent) => {
+                    let list = tx
+                        .prepare_cached(SELECT_HISTORY)
+                        .and_then(|mut s| s.query_row([parent], |row| row.get::<_, String>(0)))
+                        .map_err(|e| match e {
+                            rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
+                                "{parent} was deleted before its continuation {id} was saved"
+                            )),
+                            e => map_err(e),
+                        })?;
+                    let mut keys: Vec<i64> = serde_json::from_str(&list)
+                        .map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
+                    keys.reserve(new_items.len());
+                    keys
+                }
+            };
+            let first_key = if new_items.is_empty() { None } else { Some(insert_items(&tx, &new_items)?) };
+            if let Some(first) = first_key {
+                history.extend(first..first + new_items.len() as i64);
+            }
+            let history = encode(&history, "history")?;
+            let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
+                s.execute(params![id, previous_response_id, model, created_at, status, body, history_from, history])
+            });
             match inserted {
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
                 Err(e) => return Err(map_err(e)),
             }
-
-            if let Some(inherited) = inherited_json {
-                let refs = tx
-                    .prepare_cached(INSERT_INHERITED_REFS)
-                    .and_then(|mut s| s.execute(params![id, inherited, ROLE_INHERITED]));
-                match refs {
-                    Ok(_) => {}
-                    Err(e) if is_foreign_key_violation(&e) => {
-                        return Err(StoreError::MissingHistory(format!(
-                            "an item inherited from {} no longer exists",
-                            previous_response_id.as_deref().unwrap_or("(none)")
-                        )));
-                    }
-                    Err(e) => return Err(map_err(e)),
-                }
-            }
-
-            if !new_items.is_empty() {
-                let first_key = insert_items(&tx, &new_items)?;
-                tx.prepare_cached(INSERT_NEW_REFS)
+            if let Some(first) = first_key {
+                tx.prepare_cached(INSERT_OWN_ITEMS)
                     .and_then(|mut s| {
-                        s.execute(params![
-                            id,
-                            first_position,
-                            first_key,
-                            inputs,
-                            new_items.len() as i64,
-                            ROLE_INPUT,
-                            ROLE_OUTPUT
-                        ])
+                        s.execute(params![id, first, inputs, new_items.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
                     })
                     .map_err(map_err)?;
             }
-
-            tx.commit().map_err(map_err)
+            tx.commit().map_err(map_err)?;
+            // The next continuation of this conversation need not decode what it just wrote.
+            if let Some(first) = first_key {
+                for ((item, (_, body)), key) in input.into_iter().chain(output).zip(&new_items).zip(first..) {
+                    cache.keep(key, item, body.len());
+                }
+            }
+            Ok(())
         })
         .await
     }
@@ -508,20 +522,13 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn conversation(&self, id: &str) -> Result<Option<Vec<StoredItem>>, StoreError> {
-        let id = id.to_owned();
-        self.read(move |conn| {
-            let rows = item_rows(conn, SELECT_CONVERSATION, [&id])?;
-            if rows.is_empty() {
-                return Ok(None);
-            }
-            decode_rows(rows).map(Some)
-        })
-        .await
+    async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+        let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
+        self.read(move |conn| query_items(conn, &cache, SELECT_CONVERSATION, [&id])).await
     }
 
     async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
-        let id = id.to_owned();
+        let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
         self.read(move |conn| {
             let sql = match page.order {
                 InputItemsOrder::Asc => INPUT_ITEMS_ASC,
@@ -529,11 +536,9 @@ impl ResponseStore for SqliteStore {
             };
             // One row more than asked tells whether more follow.
             let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-            let rows = item_rows(conn, sql, params![id, page.after, fetch])?;
-            if rows.is_empty() {
+            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch])? else {
                 return Ok(None);
-            }
-            let mut items: Vec<Item> = decode_rows(rows)?.into_iter().map(|s| s.item).collect();
+            };
             let has_more = items.len() > page.limit;
             items.truncate(page.limit);
             Ok(Some(InputItemsList { items, has_more }))
@@ -545,25 +550,60 @@ impl ResponseStore for SqliteStore {
         let id = id.to_owned();
         self.write(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let keys = {
-                let mut stmt = tx.prepare_cached(DELETE_REFS).map_err(map_err)?;
-                let keys = stmt.query_map([&id], |row| row.get::<_, i64>(0)).map_err(map_err)?;
-                keys.collect::<Result<Vec<i64>, _>>().map_err(map_err)?
+            let found = tx
+                .prepare_cached(SELECT_FOR_DELETE)
+                .and_then(|mut s| s.query_row([&id], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
+            let history_from: Option<String> = match found {
+                Ok((false, history_from)) => history_from,
+                // Not stored, or already deleted: nothing changes.
+                Ok((true, _)) | Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(false),
+                Err(e) => return Err(map_err(e)),
             };
-            let deleted = tx.prepare_cached(DELETE_RESPONSE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
-            if deleted == 0 {
-                // Nothing was stored (and so no refs were removed); dropping `tx` rolls back.
-                return Ok(false);
-            }
-            if !keys.is_empty() {
-                let keys = encode(&keys, "keys")?;
-                tx.prepare_cached(DELETE_ORPHANS).and_then(|mut s| s.execute([&keys])).map_err(map_err)?;
+            if has_continuations(&tx, &id)? {
+                tx.prepare_cached(MAKE_TOMBSTONE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
+            } else {
+                remove(&tx, &id)?;
+                // Up the chain: each tombstone whose last continuation just went goes too.
+                let mut parent = history_from;
+                while let Some(p) = parent.take() {
+                    let row = tx
+                        .prepare_cached(SELECT_FOR_DELETE)
+                        .and_then(|mut s| s.query_row([&p], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
+                    match row {
+                        Ok((true, next)) if !has_continuations(&tx, &p)? => {
+                            remove(&tx, &p)?;
+                            parent = next;
+                        }
+                        Ok(_) | Err(rusqlite::Error::QueryReturnedNoRows) => {}
+                        Err(e) => return Err(map_err(e)),
+                    }
+                }
             }
             tx.commit().map_err(map_err)?;
             Ok(true)
         })
         .await
     }
+}
+
+/// Whether a stored response (or tombstone) continues `id`.
+fn has_continuations(tx: &Transaction<'_>, id: &str) -> Result<bool, StoreError> {
+    tx.prepare_cached(HAS_CONTINUATIONS).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)
+}
+
+/// Remove a response that nothing continues, with its own items.
+fn remove(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+    let keys = {
+        let mut stmt = tx.prepare_cached(DELETE_OWN_ITEMS).map_err(map_err)?;
+        let keys = stmt.query_map([id], |row| row.get::<_, i64>(0)).map_err(map_err)?;
+        keys.collect::<Result<Vec<i64>, _>>().map_err(map_err)?
+    };
+    tx.prepare_cached(DELETE_RESPONSE).and_then(|mut s| s.execute([id])).map_err(map_err)?;
+    if !keys.is_empty() {
+        let keys = encode(&keys, "keys")?;
+        tx.prepare_cached(DELETE_ITEMS).and_then(|mut s| s.execute([&keys])).map_err(map_err)?;
+    }
+    Ok(())
 }
 
 /// Access for tests: raw SQL on the writer connection, and the internal counters.

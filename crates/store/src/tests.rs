@@ -86,12 +86,32 @@ impl TestStore {
         }
     }
 
+    /// The key list a response's row keeps (tombstones included).
+    async fn history(&self, id: &str) -> Vec<i64> {
+        match self {
+            TestStore::Sqlite(store) => {
+                let id = id.to_owned();
+                let list: String = store
+                    .with_writer(move |conn| {
+                        conn.query_row("SELECT history FROM responses WHERE id = ?1", [&id], |row| row.get(0))
+                    })
+                    .await;
+                serde_json::from_str(&list).unwrap()
+            }
+            TestStore::Postgres(store) => sqlx::query_scalar("SELECT history FROM responses WHERE id = $1")
+                .bind(id)
+                .fetch_one(store.pool())
+                .await
+                .unwrap(),
+        }
+    }
+
     /// Record a schema version newer than this code's.
     async fn bump_schema_version(&self) {
         match self {
-            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 2").await,
+            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 3").await,
             TestStore::Postgres(store) => {
-                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (2)")
+                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (3)")
                     .execute(store.pool())
                     .await
                     .unwrap();
@@ -123,37 +143,29 @@ both!(
     input_items_pages_own_input_only,
     delete_keeps_continuations_and_collects_orphans,
     duplicate_and_missing_history_write_nothing,
-    deleted_keys_are_not_reused,
+    continuing_a_response_deleted_meanwhile,
+    a_version_1_database_is_migrated,
     two_stores_on_one_database_write_concurrently,
     corrupt_rows_and_newer_schema_are_reported,
     deletes_racing_continuations_never_leave_dangling_history,
 );
 
 /// A delete of a response while continuations of it are being saved: every save either stores a
-/// complete conversation or reports the history as gone, and the delete keeps every item a stored
-/// continuation references (on PostgreSQL this is the foreign key plus the delete's retry).
+/// complete conversation or reports the history as gone (writing nothing), and the delete keeps
+/// every item a stored continuation references.
 async fn deletes_racing_continuations_never_leave_dangling_history(backend: Backend) {
     let store = Arc::new(backend.open().await);
     for round in 0..5 {
         let root = format!("root{round}");
-        store
-            .save(new_response(
-                &root,
-                None,
-                vec![],
-                vec![user(&format!("{root}_a"))],
-                vec![assistant(&format!("{root}_b"))],
-            ))
-            .await
-            .unwrap();
-        let keys = keys_of(&store.conversation(&root).await.unwrap().unwrap());
+        let (a, b) = (format!("{root}_a"), format!("{root}_b"));
+        store.save(new_response(&root, None, vec![user(&a)], vec![assistant(&b)])).await.unwrap();
         let saves: Vec<_> = (0..8)
             .map(|n| {
-                let (store, keys, root) = (Arc::clone(&store), keys.clone(), root.clone());
+                let (store, root) = (Arc::clone(&store), root.clone());
                 tokio::spawn(async move {
                     let id = format!("{root}_next{n}");
                     let saved =
-                        store.save(new_response(&id, Some(&root), keys, vec![user(&format!("{id}_in"))], vec![])).await;
+                        store.save(new_response(&id, Some(&root), vec![user(&format!("{id}_in"))], vec![])).await;
                     (id, saved)
                 })
             })
@@ -164,18 +176,20 @@ async fn deletes_racing_continuations_never_leave_dangling_history(backend: Back
             match saved {
                 Ok(()) => {
                     let conv = store.conversation(&id).await.unwrap().unwrap();
-                    assert_eq!(ids(&items_of(&conv)), [format!("{root}_a"), format!("{root}_b"), format!("{id}_in")]);
+                    assert_eq!(ids(&conv), [a.clone(), b.clone(), format!("{id}_in")]);
                 }
                 Err(StoreError::MissingHistory(_)) => assert!(store.response(&id).await.unwrap().is_none()),
                 Err(e) => panic!("{id}: {e:?}"),
             }
         }
+        // Deleting every continuation takes the root's items with the last one.
+        for n in 0..8 {
+            store.delete(&format!("{root}_next{n}")).await.unwrap();
+        }
     }
-    // Nothing refers to a missing item.
-    let dangling = store
-        .sql_i64("SELECT COUNT(*) FROM response_items ri LEFT JOIN items i ON i.key = ri.item_key WHERE i.key IS NULL")
-        .await;
-    assert_eq!(dangling, 0);
+    assert_eq!(count(&store, "items").await, 0);
+    assert_eq!(count(&store, "responses").await, 0);
+    assert_eq!(count(&store, "response_items").await, 0);
 }
 
 fn message(id: &str, role: MessageRole, text: &str) -> Item {
@@ -194,7 +208,8 @@ fn assistant(id: &str) -> Item {
     message(id, MessageRole::Assistant, &format!("answer {id}"))
 }
 
-fn new_response(id: &str, prev: Option<&str>, inherited: Vec<i64>, input: Vec<Item>, output: Vec<Item>) -> NewResponse {
+/// A response that continues the stored `prev` (if any).
+fn new_response(id: &str, prev: Option<&str>, input: Vec<Item>, output: Vec<Item>) -> NewResponse {
     NewResponse {
         id: id.into(),
         previous_response_id: prev.map(Into::into),
@@ -202,7 +217,7 @@ fn new_response(id: &str, prev: Option<&str>, inherited: Vec<i64>, input: Vec<It
         created_at: 1_700_000_000,
         status: "completed".into(),
         response: json!({"id": id, "object": "response", "status": "completed", "output": [], "z": 1, "a": [1, 2]}),
-        inherited,
+        history_from: prev.map(Into::into),
         input,
         output,
     }
@@ -218,21 +233,13 @@ async fn count(store: &TestStore, table: &'static str) -> i64 {
     store.sql_i64(sql).await
 }
 
-fn items_of(conv: &[StoredItem]) -> Vec<Item> {
-    conv.iter().map(|s| s.item.clone()).collect()
-}
-
-fn keys_of(conv: &[StoredItem]) -> Vec<i64> {
-    conv.iter().map(|s| s.key).collect()
-}
-
 fn ids(items: &[Item]) -> Vec<&str> {
     items.iter().map(Item::id).collect()
 }
 
 async fn save_then_response_round_trips(backend: Backend) {
     let store = backend.open().await;
-    let r = new_response("resp_1", None, vec![], vec![user("msg_1")], vec![assistant("msg_2")]);
+    let r = new_response("resp_1", None, vec![user("msg_1")], vec![assistant("msg_2")]);
     let body = r.response.clone();
     store.save(r).await.unwrap();
 
@@ -251,32 +258,31 @@ async fn save_then_response_round_trips(backend: Backend) {
 
 async fn chain_of_three_reads_in_one_conversation_and_stores_items_once(backend: Backend) {
     let store = backend.open().await;
-    store.save(new_response("r1", None, vec![], vec![user("i1")], vec![assistant("o1")])).await.unwrap();
-    let c1 = store.conversation("r1").await.unwrap().unwrap();
+    store.save(new_response("r1", None, vec![user("i1")], vec![assistant("o1")])).await.unwrap();
     store
-        .save(new_response("r2", Some("r1"), keys_of(&c1), vec![user("i2")], vec![assistant("o2a"), assistant("o2b")]))
+        .save(new_response("r2", Some("r1"), vec![user("i2")], vec![assistant("o2a"), assistant("o2b")]))
         .await
         .unwrap();
-    let c2 = store.conversation("r2").await.unwrap().unwrap();
-    store.save(new_response("r3", Some("r2"), keys_of(&c2), vec![user("i3")], vec![assistant("o3")])).await.unwrap();
+    store.save(new_response("r3", Some("r2"), vec![user("i3")], vec![assistant("o3")])).await.unwrap();
 
     let c3 = store.conversation("r3").await.unwrap().unwrap();
     assert_eq!(
-        items_of(&c3),
+        c3,
         vec![user("i1"), assistant("o1"), user("i2"), assistant("o2a"), assistant("o2b"), user("i3"), assistant("o3")]
     );
-    // The inherited prefix is the very same rows.
-    assert_eq!(&keys_of(&c3)[..5], &keys_of(&c2)[..]);
+    // The inherited prefix is the very same rows: each item is stored once, and each response has
+    // one row per item of its own.
+    let (h2, h3) = (store.history("r2").await, store.history("r3").await);
+    assert_eq!(&h3[..5], &h2[..]);
     assert_eq!(count(&store, "items").await, 7);
-    assert_eq!(count(&store, "response_items").await, 2 + 5 + 7);
+    assert_eq!(count(&store, "response_items").await, 2 + 3 + 2);
 }
 
 async fn input_items_pages_own_input_only(backend: Backend) {
     let store = backend.open().await;
-    store.save(new_response("r1", None, vec![], vec![user("old")], vec![assistant("old_out")])).await.unwrap();
-    let c1 = store.conversation("r1").await.unwrap().unwrap();
+    store.save(new_response("r1", None, vec![user("old")], vec![assistant("old_out")])).await.unwrap();
     let input: Vec<Item> = (1..=5).map(|n| user(&format!("m{n}"))).collect();
-    store.save(new_response("r2", Some("r1"), keys_of(&c1), input, vec![assistant("out")])).await.unwrap();
+    store.save(new_response("r2", Some("r1"), input, vec![assistant("out")])).await.unwrap();
 
     let page = |after: Option<&str>, limit, order| InputItemsPage { after: after.map(Into::into), limit, order };
     let all = store.input_items("r2", page(None, 100, InputItemsOrder::Asc)).await.unwrap().unwrap();
@@ -315,51 +321,65 @@ async fn input_items_pages_own_input_only(backend: Backend) {
     }
 
     // A response with no input at all is stored, with an empty list.
-    store.save(new_response("r3", None, vec![], vec![], vec![assistant("x")])).await.unwrap();
+    store.save(new_response("r3", None, vec![], vec![assistant("x")])).await.unwrap();
     let none = store.input_items("r3", page(None, 10, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert_eq!(none, InputItemsList { items: vec![], has_more: false });
 }
 
+/// The ids of the items left in the store, in key order.
+async fn items_left(store: &TestStore) -> Vec<String> {
+    store.sql_strings("SELECT item_id FROM items ORDER BY key").await
+}
+
 async fn delete_keeps_continuations_and_collects_orphans(backend: Backend) {
     let store = backend.open().await;
-    store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
-    store.save(new_response("other", None, vec![], vec![user("c")], vec![assistant("d")])).await.unwrap();
-    let c1 = store.conversation("r1").await.unwrap().unwrap();
-    // r2 inherits only `a` (as after a truncation), so `b` is referenced by r1 alone.
-    store.save(new_response("r2", Some("r1"), vec![c1[0].key], vec![user("e")], vec![assistant("f")])).await.unwrap();
-    assert_eq!(count(&store, "items").await, 6);
+    store.save(new_response("r1", None, vec![user("a")], vec![assistant("b")])).await.unwrap();
+    store.save(new_response("other", None, vec![user("c")], vec![assistant("d")])).await.unwrap();
+    store.save(new_response("r2", Some("r1"), vec![user("e")], vec![assistant("f")])).await.unwrap();
+    let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
 
+    // r1 is continued: it is gone for every reader, its items stay for r2.
     assert!(store.delete("r1").await.unwrap());
     assert!(!store.delete("r1").await.unwrap());
     assert!(store.response("r1").await.unwrap().is_none());
     assert!(store.conversation("r1").await.unwrap().is_none());
-
+    assert!(store.input_items("r1", page.clone()).await.unwrap().is_none());
     let c2 = store.conversation("r2").await.unwrap().unwrap();
-    assert_eq!(items_of(&c2), vec![user("a"), user("e"), assistant("f")]);
-    // `b` is gone, `a` (shared with r2) and the unrelated response's items stay.
-    let left: Vec<String> = store.sql_strings("SELECT item_id FROM items ORDER BY key").await;
-    assert_eq!(left, ["a", "c", "d", "e", "f"]);
+    assert_eq!(c2, vec![user("a"), assistant("b"), user("e"), assistant("f")]);
+    assert_eq!(items_left(&store).await, ["a", "b", "c", "d", "e", "f"]);
 
+    // Its last continuation going takes it along; the unrelated response stays whole.
     assert!(store.delete("r2").await.unwrap());
-    let left: Vec<String> = store.sql_strings("SELECT item_id FROM items ORDER BY key").await;
-    assert_eq!(left, ["c", "d"]);
+    assert_eq!(items_left(&store).await, ["c", "d"]);
+    assert_eq!(count(&store, "responses").await, 1);
     assert_eq!(count(&store, "response_items").await, 2);
     assert_eq!(store.conversation("other").await.unwrap().unwrap().len(), 2);
     assert!(!store.delete("never").await.unwrap());
+
+    // A chain deleted from the middle: x2 and then x1 become tombstones, and deleting the leaf
+    // collects the whole chain; a response nothing continues goes with its items at once.
+    store.save(new_response("x1", None, vec![user("x1_in")], vec![])).await.unwrap();
+    store.save(new_response("x2", Some("x1"), vec![user("x2_in")], vec![])).await.unwrap();
+    store.save(new_response("x3", Some("x2"), vec![user("x3_in")], vec![])).await.unwrap();
+    store.save(new_response("x2b", Some("x2"), vec![user("x2b_in")], vec![])).await.unwrap();
+    assert!(store.delete("x2").await.unwrap());
+    assert!(store.delete("x1").await.unwrap());
+    assert_eq!(store.conversation("x3").await.unwrap().unwrap(), vec![user("x1_in"), user("x2_in"), user("x3_in")]);
+    assert!(store.delete("x2b").await.unwrap());
+    assert_eq!(items_left(&store).await, ["c", "d", "x1_in", "x2_in", "x3_in"]);
+    assert!(store.delete("x3").await.unwrap());
+    assert_eq!(items_left(&store).await, ["c", "d"]);
+    assert_eq!(count(&store, "responses").await, 1);
 }
 
 async fn duplicate_and_missing_history_write_nothing(backend: Backend) {
     let store = backend.open().await;
-    store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
-    let err = store.save(new_response("r1", None, vec![], vec![user("x")], vec![])).await.unwrap_err();
+    store.save(new_response("r1", None, vec![user("a")], vec![assistant("b")])).await.unwrap();
+    let err = store.save(new_response("r1", None, vec![user("x")], vec![])).await.unwrap_err();
     assert!(matches!(&err, StoreError::Duplicate(id) if id == "r1"), "{err:?}");
     assert_eq!(count(&store, "items").await, 2);
 
-    let c1 = store.conversation("r1").await.unwrap().unwrap();
-    let mut keys = keys_of(&c1);
-    keys.push(9_999);
-    let err =
-        store.save(new_response("r2", Some("r1"), keys, vec![user("c")], vec![assistant("d")])).await.unwrap_err();
+    let err = store.save(new_response("r2", Some("never"), vec![user("c")], vec![assistant("d")])).await.unwrap_err();
     assert!(matches!(err, StoreError::MissingHistory(_)), "{err:?}");
     assert!(store.response("r2").await.unwrap().is_none());
     assert_eq!(count(&store, "items").await, 2);
@@ -367,15 +387,84 @@ async fn duplicate_and_missing_history_write_nothing(backend: Backend) {
     assert_eq!(count(&store, "responses").await, 1);
 }
 
-async fn deleted_keys_are_not_reused(backend: Backend) {
+/// An engine read a conversation, then the response was deleted before the continuation was
+/// saved: if nothing else kept it, the save fails and writes nothing; if another continuation kept
+/// it (a tombstone), the save stores the whole conversation.
+async fn continuing_a_response_deleted_meanwhile(backend: Backend) {
     let store = backend.open().await;
-    store.save(new_response("r1", None, vec![], vec![user("a")], vec![assistant("b")])).await.unwrap();
-    // An engine read r1's conversation, then r1 was deleted before it saved its continuation.
-    let stale = keys_of(&store.conversation("r1").await.unwrap().unwrap());
+    store.save(new_response("r1", None, vec![user("a")], vec![assistant("b")])).await.unwrap();
     assert!(store.delete("r1").await.unwrap());
-    store.save(new_response("r9", None, vec![], vec![user("x")], vec![assistant("y")])).await.unwrap();
-    let err = store.save(new_response("r2", Some("r1"), stale, vec![user("c")], vec![])).await.unwrap_err();
+    store.save(new_response("r9", None, vec![user("x")], vec![assistant("y")])).await.unwrap();
+    let err = store.save(new_response("r2", Some("r1"), vec![user("c")], vec![])).await.unwrap_err();
     assert!(matches!(err, StoreError::MissingHistory(_)), "{err:?}");
+    assert_eq!(items_left(&store).await, ["x", "y"]);
+
+    store.save(new_response("k1", None, vec![user("k")], vec![])).await.unwrap();
+    store.save(new_response("k2", Some("k1"), vec![user("k2_in")], vec![])).await.unwrap();
+    assert!(store.delete("k1").await.unwrap());
+    store.save(new_response("k3", Some("k1"), vec![user("k3_in")], vec![])).await.unwrap();
+    assert_eq!(store.conversation("k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
+    assert!(store.delete("k2").await.unwrap());
+    assert_eq!(store.conversation("k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
+    assert!(store.delete("k3").await.unwrap());
+    assert_eq!(items_left(&store).await, ["x", "y"]);
+}
+
+/// A database written by schema version 1 (one `response_items` row per inherited item) is
+/// migrated on open: conversations, listings and deletes work on the old rows.
+async fn a_version_1_database_is_migrated(backend: Backend) {
+    let body = |item: Item| serde_json::to_string(&item).unwrap().replace('\'', "''");
+    let v1_rows = format!(
+        "INSERT INTO items (key, item_id, body) VALUES (1, 'a', '{}'), (2, 'b', '{}'), (3, 'c', '{}'),
+            (4, 'd', '{}'), (5, 'e', '{}'), (6, 'f', '{}');
+        INSERT INTO responses (id, previous_response_id, model, created_at, status, body) VALUES
+            ('r1', NULL, 'm', 1, 'completed', '{{}}'), ('r2', 'r1', 'm', 2, 'completed', '{{}}'),
+            ('r3', 'gone', 'm', 3, 'completed', '{{}}');
+        INSERT INTO response_items (response_id, position, item_key, role) VALUES
+            ('r1', 0, 1, 1), ('r1', 1, 2, 2),
+            ('r2', 0, 1, 0), ('r2', 1, 2, 0), ('r2', 2, 3, 1), ('r2', 3, 4, 2),
+            ('r3', 0, 5, 0), ('r3', 1, 6, 1);",
+        body(user("a")),
+        body(assistant("b")),
+        body(user("c")),
+        body(assistant("d")),
+        body(user("e")),
+        body(user("f")),
+    );
+    match &backend {
+        Backend::Sqlite(_) => {
+            let conn = rusqlite::Connection::open(backend.location()).unwrap();
+            conn.execute_batch(sqlite::SCHEMA_V1).unwrap();
+            conn.execute_batch(&v1_rows).unwrap();
+        }
+        Backend::Postgres(schema) => {
+            let pool = sqlx::PgPool::connect(&schema.url()).await.unwrap();
+            sqlx::raw_sql(postgres::MIGRATIONS_TABLE).execute(&pool).await.unwrap();
+            sqlx::raw_sql(postgres::MIGRATIONS[0]).execute(&pool).await.unwrap();
+            sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (1)").execute(&pool).await.unwrap();
+            sqlx::raw_sql(&v1_rows).execute(&pool).await.unwrap();
+            sqlx::raw_sql("SELECT setval('items_key_seq', 6)").execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+    }
+    let store = backend.open().await;
+    assert_eq!(
+        store.conversation("r2").await.unwrap().unwrap(),
+        vec![user("a"), assistant("b"), user("c"), assistant("d")]
+    );
+    assert_eq!(store.conversation("r3").await.unwrap().unwrap(), vec![user("e"), user("f")]);
+    let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
+    assert_eq!(store.input_items("r2", page).await.unwrap().unwrap().items, vec![user("c")]);
+    // r1 is continued by r2 (its history_from), so deleting it keeps its items until r2 goes.
+    assert!(store.delete("r1").await.unwrap());
+    assert_eq!(items_left(&store).await, ["a", "b", "c", "d", "e", "f"]);
+    store.save(new_response("r4", Some("r2"), vec![user("g")], vec![])).await.unwrap();
+    assert_eq!(store.conversation("r4").await.unwrap().unwrap().len(), 5);
+    assert!(store.delete("r4").await.unwrap());
+    assert!(store.delete("r2").await.unwrap());
+    // `e` belonged to a response deleted under version 1: it stays (never collected).
+    assert!(store.delete("r3").await.unwrap());
+    assert_eq!(items_left(&store).await, ["e"]);
 }
 
 async fn two_stores_on_one_database_write_concurrently(backend: Backend) {
@@ -393,7 +482,6 @@ async fn two_stores_on_one_database_write_concurrently(backend: Backend) {
                     .save(new_response(
                         &id,
                         None,
-                        vec![],
                         vec![user(&format!("{id}_in"))],
                         vec![assistant(&format!("{id}_out"))],
                     ))
@@ -410,7 +498,7 @@ async fn two_stores_on_one_database_write_concurrently(backend: Backend) {
                 let id = format!("r{s}_{n}");
                 assert!(store.response(&id).await.unwrap().is_some(), "{id}");
                 let conv = store.conversation(&id).await.unwrap().unwrap();
-                assert_eq!(ids(&items_of(&conv)), [format!("{id}_in"), format!("{id}_out")]);
+                assert_eq!(ids(&conv), [format!("{id}_in"), format!("{id}_out")]);
             }
         }
     }
@@ -436,7 +524,7 @@ async fn open_dispatches_on_location() {
     for location in [schema.url(), schema.url().replacen("postgres://", "postgresql://", 1)] {
         let store = open_with(&location, StoreOptions { pool_size: 2 }).await.unwrap();
         if store.response("r1").await.unwrap().is_none() {
-            store.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
+            store.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
         }
         assert_eq!(store.conversation("r1").await.unwrap().unwrap().len(), 1);
     }
@@ -446,7 +534,7 @@ async fn open_dispatches_on_location() {
     let c = format!("sqlite:{}", dir.path().join("c.db").display());
     for location in [a, b, c] {
         let store = open(&location).await.unwrap();
-        store.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
+        store.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
         // Reopening sees the data and leaves the schema alone.
         drop(store);
         let store = open(&location).await.unwrap();
@@ -457,7 +545,7 @@ async fn open_dispatches_on_location() {
     assert!(dir.path().join("c.db").exists());
 
     let mem = open(":memory:").await.unwrap();
-    mem.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
+    mem.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
     assert_eq!(mem.conversation("r1").await.unwrap().unwrap().len(), 1);
 }
 
@@ -506,9 +594,12 @@ async fn unreachable_postgres_is_unavailable_naming_the_server_not_the_password(
 
 async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     let store = backend.open().await;
-    store.save(new_response("r1", None, vec![], vec![user("a")], vec![])).await.unwrap();
+    store.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
     store.sql_execute("UPDATE items SET body = '{\"type\":\"nonsense\"}'").await;
     store.sql_execute("UPDATE responses SET body = 'not json'").await;
+    // A store opened afterwards (another process) has decoded nothing yet.
+    drop(store);
+    let store = backend.open().await;
     let err = store.conversation("r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
     let err = store.response("r1").await.unwrap_err();
@@ -517,7 +608,7 @@ async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     store.bump_schema_version().await;
     drop(store);
     let err = backend.try_open().await.err().unwrap();
-    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 2")), "{err:?}");
+    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 3")), "{err:?}");
 }
 
 /// Not a test on its own: the body of one writer process for
@@ -532,7 +623,7 @@ async fn child_writer() {
         .map(|n| {
             let store = Arc::clone(&store);
             let id = format!("{tag}_{n}");
-            tokio::spawn(async move { store.save(new_response(&id, None, vec![], vec![user(&id)], vec![])).await })
+            tokio::spawn(async move { store.save(new_response(&id, None, vec![user(&id)], vec![])).await })
         })
         .collect();
     for task in tasks {
@@ -571,7 +662,7 @@ async fn two_processes_on_one_file_write_concurrently() {
         for n in 0..50 {
             let id = format!("{tag}_{n}");
             let conv = store.conversation(&id).await.unwrap().unwrap();
-            assert_eq!(ids(&items_of(&conv)), [id.as_str()]);
+            assert_eq!(ids(&conv), [id.as_str()]);
         }
     }
 }

@@ -13,9 +13,9 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior, ffi};
 use super::SCHEMA_VERSION;
 use crate::StoreError;
 
-/// The version-1 schema. Idempotent, and run inside one `BEGIN IMMEDIATE` transaction so that
-/// processes racing to create it take turns.
-const SCHEMA_V1: &str = "
+/// The version-1 schema. Idempotent, and run inside one `BEGIN IMMEDIATE` transaction (like every
+/// migration) so that processes racing to create it take turns.
+pub(crate) const SCHEMA_V1: &str = "
     CREATE TABLE IF NOT EXISTS items (
         key INTEGER PRIMARY KEY AUTOINCREMENT,
         item_id TEXT NOT NULL,
@@ -38,6 +38,28 @@ const SCHEMA_V1: &str = "
     );
     CREATE INDEX IF NOT EXISTS response_items_item_key ON response_items(item_key);
     PRAGMA user_version = 1;";
+
+/// Version 2: a response keeps its whole conversation as one key list (`history`, a JSON array)
+/// instead of one `response_items` row per inherited item, names the response it continues
+/// (`history_from`), and can be a tombstone (`deleted`). The lists are built from the version-1
+/// rows; items that version 1 kept for continuations of an already deleted response are left as
+/// they are (still readable, never collected).
+const SCHEMA_V2: &str = "
+    ALTER TABLE responses ADD COLUMN history TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE responses ADD COLUMN history_from TEXT REFERENCES responses(id);
+    ALTER TABLE responses ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+    UPDATE responses SET history = (
+        SELECT json_group_array(ri.item_key ORDER BY ri.position)
+        FROM response_items ri WHERE ri.response_id = responses.id);
+    UPDATE responses SET history_from = previous_response_id
+    WHERE EXISTS (SELECT 1 FROM response_items ri WHERE ri.response_id = responses.id AND ri.role = 0)
+    AND EXISTS (SELECT 1 FROM responses p WHERE p.id = responses.previous_response_id);
+    DELETE FROM response_items WHERE role = 0;
+    CREATE INDEX responses_history_from ON responses(history_from);
+    PRAGMA user_version = 2;";
+
+/// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
 
 /// Prepared statements kept per connection. The store uses about a dozen fixed statements plus one
 /// multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in the parent module); this
@@ -211,15 +233,17 @@ pub(crate) fn open_memory() -> rusqlite::Result<(Connection, i64)> {
     Ok((conn, version))
 }
 
-/// Create the schema if the database has none; returns the version found (newer versions are left
-/// untouched for the caller to refuse).
+/// Create the schema if the database has none, or bring it up to [`SCHEMA_VERSION`]; returns the
+/// version found (newer versions are left untouched for the caller to refuse).
 fn migrate(conn: &mut Connection) -> rusqlite::Result<i64> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    if version == 0 {
-        debug_assert_eq!(SCHEMA_VERSION, 1, "SCHEMA_V1 sets user_version = 1");
-        tx.execute_batch(SCHEMA_V1)?;
+    for (target, sql) in (1..).zip(MIGRATIONS) {
+        if version < target {
+            tx.execute_batch(sql)?;
+        }
     }
+    debug_assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION, "one migration per schema version");
     tx.commit()?;
     Ok(version)
 }

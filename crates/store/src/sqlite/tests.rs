@@ -19,18 +19,27 @@ fn message(id: &str, role: MessageRole) -> Item {
     Item::Message(MessageItem { id: id.into(), role, status: ItemStatus::Completed, content: vec![content] })
 }
 
-fn new_response(id: &str, inherited: Vec<i64>, inputs: usize, outputs: usize) -> NewResponse {
+fn new_response(id: &str, history_from: Option<&str>, inputs: usize, outputs: usize) -> NewResponse {
     NewResponse {
         id: id.into(),
-        previous_response_id: None,
+        previous_response_id: history_from.map(Into::into),
         model: "m".into(),
         created_at: 1_700_000_000,
         status: "completed".into(),
         response: json!({"id": id, "object": "response", "status": "completed", "output": []}),
-        inherited,
+        history_from: history_from.map(Into::into),
         input: (0..inputs).map(|n| message(&format!("{id}_in{n}"), MessageRole::User)).collect(),
         output: (0..outputs).map(|n| message(&format!("{id}_out{n}"), MessageRole::Assistant)).collect(),
     }
+}
+
+/// The key list in a response's row.
+async fn history(store: &SqliteStore, id: &str) -> Vec<i64> {
+    let id = id.to_owned();
+    let list: String = store
+        .with_writer(move |conn| conn.query_row("SELECT history FROM responses WHERE id = ?1", [&id], |row| row.get(0)))
+        .await;
+    serde_json::from_str(&list).unwrap()
 }
 
 fn wal_bytes(path: &Path) -> u64 {
@@ -52,7 +61,7 @@ async fn save_many(store: &SqliteStore, tag: &str, tasks: usize, count: usize) {
             let tag = tag.to_owned();
             tokio::spawn(async move {
                 for n in (t..count).step_by(tasks) {
-                    store.save(new_response(&format!("{tag}_{n}"), vec![], 1, 1)).await.unwrap();
+                    store.save(new_response(&format!("{tag}_{n}"), None, 1, 1)).await.unwrap();
                 }
             })
         })
@@ -84,7 +93,7 @@ async fn concurrent_saves_in_one_process_never_sleep() {
 async fn reads_do_not_wait_for_the_writer() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("read.db")).await.unwrap();
-    store.save(new_response("r1", vec![], 1, 1)).await.unwrap();
+    store.save(new_response("r1", None, 1, 1)).await.unwrap();
     // Hold the writer, and a write transaction on it, as a long save would.
     let writer = Arc::clone(store.writer()).lock_owned().await;
     let writer = tokio::task::spawn_blocking(move || {
@@ -112,7 +121,7 @@ async fn another_process_lock_is_waited_for_in_short_sleeps() {
         other.execute_batch("COMMIT").unwrap();
     });
     let started = Instant::now();
-    store.save(new_response("r1", vec![], 1, 1)).await.unwrap();
+    store.save(new_response("r1", None, 1, 1)).await.unwrap();
     let waited = started.elapsed();
     release.join().unwrap();
     assert!(waited >= Duration::from_millis(40), "{waited:?}");
@@ -131,14 +140,14 @@ async fn a_lock_held_past_the_budget_is_unavailable_and_writes_nothing() {
     let other = rusqlite::Connection::open(&path).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let started = Instant::now();
-    let err = store.save(new_response("r1", vec![], 1, 1)).await.unwrap_err();
+    let err = store.save(new_response("r1", None, 1, 1)).await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
     assert!(started.elapsed() >= Duration::from_millis(90), "{:?}", started.elapsed());
     other.execute_batch("ROLLBACK").unwrap();
     assert!(store.response("r1").await.unwrap().is_none());
     assert_eq!(store.sql_i64("SELECT COUNT(*) FROM items").await, 0);
     // And the writer is usable again.
-    store.save(new_response("r1", vec![], 1, 1)).await.unwrap();
+    store.save(new_response("r1", None, 1, 1)).await.unwrap();
 }
 
 /// Poll (bounded) until the checkpointer has copied the whole WAL back into the database.
@@ -183,7 +192,7 @@ async fn the_checkpointer_keeps_the_wal_bounded() {
     }
     wait_for_full_checkpoint(&store).await;
     // The next write starts the WAL over and truncates its file to `journal_size_limit`.
-    store.save(new_response("last", vec![], 1, 1)).await.unwrap();
+    store.save(new_response("last", None, 1, 1)).await.unwrap();
     let after = wal_bytes(&path);
 
     // Without the checkpointer the same saves leave every frame in the WAL: compare.
@@ -214,24 +223,23 @@ async fn new_item_keys_are_contiguous() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("keys.db");
     let store = SqliteStore::open(&path).await.unwrap();
-    store.save(new_response("r1", vec![], 2, 1)).await.unwrap();
+    store.save(new_response("r1", None, 2, 1)).await.unwrap();
     // Deleting the newest response removes the largest keys: the next keys continue after them
     // (AUTOINCREMENT), not after the largest key left.
-    store.save(new_response("gone", vec![], 3, 0)).await.unwrap();
+    store.save(new_response("gone", None, 3, 0)).await.unwrap();
     assert!(store.delete("gone").await.unwrap());
     let c1 = store.conversation("r1").await.unwrap().unwrap();
 
     // More items than one multi-row INSERT takes (16): three statements, 23 input + 17 output.
-    let r2 = new_response("r2", c1.iter().map(|s| s.key).collect(), 23, 17);
-    let expected: Vec<Item> =
-        c1.iter().map(|s| s.item.clone()).chain(r2.input.clone()).chain(r2.output.clone()).collect();
+    let r2 = new_response("r2", Some("r1"), 23, 17);
+    let expected: Vec<Item> = c1.iter().cloned().chain(r2.input.clone()).chain(r2.output.clone()).collect();
     store.save(r2).await.unwrap();
-    let c2 = store.conversation("r2").await.unwrap().unwrap();
-    assert_eq!(c2.iter().map(|s| s.item.clone()).collect::<Vec<_>>(), expected);
-    let new_keys: Vec<i64> = c2[3..].iter().map(|s| s.key).collect();
-    assert_eq!(new_keys, (7..7 + 40).collect::<Vec<_>>(), "keys 4..=6 were handed out to `gone`");
+    assert_eq!(store.conversation("r2").await.unwrap().unwrap(), expected);
+    let history = history(&store, "r2").await;
+    assert_eq!(history, [1, 2, 3].into_iter().chain(7..7 + 40).collect::<Vec<_>>(), "keys 4..=6 went to `gone`");
 
-    // Each key names the very row holding that item, and the roles split input from output.
+    // Each key of the list names the very row holding that item, and the roles split input from
+    // output.
     let rows = store
         .with_writer(|conn| {
             let mut stmt = conn.prepare(
@@ -242,15 +250,11 @@ async fn new_item_keys_are_contiguous() {
             rows.collect::<rusqlite::Result<Vec<(i64, String, i64)>>>()
         })
         .await;
-    assert_eq!(rows.len(), 43);
-    for ((key, item_id, role), stored) in rows.iter().zip(&c2) {
-        assert_eq!(*key, stored.key);
-        assert_eq!(item_id, stored.item.id());
-        let expected_role = match item_id {
-            id if id.starts_with("r1_") => ROLE_INHERITED,
-            id if id.contains("_in") => ROLE_INPUT,
-            _ => ROLE_OUTPUT,
-        };
+    assert_eq!(rows.len(), 40);
+    for ((key, item_id, role), (listed, item)) in rows.iter().zip(history[3..].iter().zip(&expected[3..])) {
+        assert_eq!(key, listed);
+        assert_eq!(item_id, item.id());
+        let expected_role = if item_id.contains("_in") { ROLE_INPUT } else { ROLE_OUTPUT };
         assert_eq!(*role, expected_role, "{item_id}");
     }
     let page = InputItemsPage { after: None, limit: 100, order: InputItemsOrder::Asc };
@@ -270,7 +274,7 @@ async fn concurrent_multi_row_saves_from_two_stores_do_not_interleave() {
         for n in 0..10 {
             let store = store.clone();
             tasks.push(tokio::spawn(async move {
-                store.save(new_response(&format!("s{s}_{n}"), vec![], 20, 5)).await.unwrap();
+                store.save(new_response(&format!("s{s}_{n}"), None, 20, 5)).await.unwrap();
             }));
         }
     }
@@ -281,11 +285,11 @@ async fn concurrent_multi_row_saves_from_two_stores_do_not_interleave() {
         for n in 0..10 {
             let id = format!("s{s}_{n}");
             let conv = a.conversation(&id).await.unwrap().unwrap();
-            let keys: Vec<i64> = conv.iter().map(|c| c.key).collect();
+            let keys = history(&a, &id).await;
             assert_eq!(keys, (keys[0]..keys[0] + 25).collect::<Vec<_>>(), "{id}");
-            for (k, stored) in conv.iter().enumerate() {
+            for (k, item) in conv.iter().enumerate() {
                 let want = if k < 20 { format!("{id}_in{k}") } else { format!("{id}_out{}", k - 20) };
-                assert_eq!(stored.item.id(), want);
+                assert_eq!(item.id(), want);
             }
         }
     }
@@ -295,7 +299,7 @@ async fn concurrent_multi_row_saves_from_two_stores_do_not_interleave() {
 async fn dropping_the_store_closes_everything() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("drop.db")).await.unwrap();
-    store.save(new_response("r1", vec![], 1, 1)).await.unwrap();
+    store.save(new_response("r1", None, 1, 1)).await.unwrap();
     assert!(store.response("r1").await.unwrap().is_some());
     let clone = store.clone();
     drop(store);
@@ -314,9 +318,8 @@ async fn dropping_the_store_closes_everything() {
 #[tokio::test]
 async fn in_memory_store_serves_reads_from_its_one_connection() {
     let store = SqliteStore::open_in_memory().await.unwrap();
-    store.save(new_response("r1", vec![], 2, 1)).await.unwrap();
-    let conv = store.conversation("r1").await.unwrap().unwrap();
-    store.save(new_response("r2", conv.iter().map(|s| s.key).collect(), 1, 1)).await.unwrap();
+    store.save(new_response("r1", None, 2, 1)).await.unwrap();
+    store.save(new_response("r2", Some("r1"), 1, 1)).await.unwrap();
     assert_eq!(store.conversation("r2").await.unwrap().unwrap().len(), 5);
     assert!(store.delete("r1").await.unwrap());
     assert_eq!(store.conversation("r2").await.unwrap().unwrap().len(), 5);
