@@ -17,6 +17,7 @@ on_both_backends!(
     a_function_call_is_continued_with_its_output,
     input_items_lists_the_response_own_input,
     delete_removes_a_response_but_not_its_continuations,
+    a_previous_response_deleted_while_its_continuation_runs,
     stored_responses_survive_a_restart_on_the_same_database,
 );
 
@@ -168,6 +169,36 @@ async fn delete_removes_a_response_but_not_its_continuations(backend: Backend) {
     let (status, _) = h.create(json!({"model":"m","input":"three","previous_response_id":second["id"]})).await;
     assert_eq!(status, 200);
     assert_eq!(h.upstream_bodies("m")[2]["messages"].as_array().unwrap().len(), 5);
+}
+
+/// The response being continued is deleted while the continuation streams: the continuation ends
+/// with `previous_response_not_found` and nothing of it is stored.
+async fn a_previous_response_deleted_while_its_continuation_runs(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    let chunk = |text: &str, finish: Value| {
+        format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":finish}]}))
+    };
+    let chunks = vec![chunk("slow ", Value::Null), chunk("answer", json!("stop")), "data: [DONE]\n\n".into()];
+    h.scenario("m", vec![text("a"), Step::SlowSse { chunks, delay: std::time::Duration::from_millis(700) }]);
+    let (_, first) = h.create(json!({"model":"m","input":"one"})).await;
+    let first_id = first["id"].as_str().unwrap();
+    let delete_while_it_streams = async {
+        while h.upstream.requests("m").len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        h.delete(&format!("/v1/responses/{first_id}")).await.0
+    };
+    let (events, deleted) = tokio::join!(
+        h.stream(json!({"model":"m","input":"two","previous_response_id":first_id})),
+        delete_while_it_streams
+    );
+    assert_eq!(deleted, 200);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(kinds[kinds.len() - 2..], ["error", "response.failed"], "{kinds:?}");
+    let failed = final_response(&events);
+    assert_eq!(failed["error"]["code"], "previous_response_not_found", "{failed}");
+    let id = failed["id"].as_str().unwrap();
+    assert_eq!(h.get(&format!("/v1/responses/{id}")).await.0, 404);
 }
 
 async fn stored_responses_survive_a_restart_on_the_same_database(backend: Backend) {

@@ -387,7 +387,12 @@ impl PreparedResponse {
             && let Err(e) = self.persist().await
         {
             tracing::error!(response_id = %self.response.id, error = %e, "could not store the response");
-            return self.fail(sink, store_error(&e)).await;
+            let error = match (&e, &self.history_from) {
+                // The response it continues was deleted while this one ran: the client's doing.
+                (StoreError::MissingHistory(_), Some(previous)) => ApiError::previous_response_not_found(previous),
+                _ => store_error(&e),
+            };
+            return self.fail(sink, error).await;
         }
         let terminal = match self.response.status {
             ResponseStatus::Incomplete => ResponseEvent::Incomplete { response: Box::new(self.response.clone()) },

@@ -118,15 +118,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX responses_history_from ON responses (history_from);",
 ];
 
-/// The whole save as one statement. The new items (`$9` ids, `$10` bodies), each drawing its key
+/// The whole save as one statement. The new items (`$8` ids, `$9` bodies), each drawing its key
 /// in a materialized CTE so that a key and its item stay paired; the response row, whose key list
 /// is that of the response it continues (`$7`) followed by the new keys; then the rows of its own
-/// items, the first `$11` being input, returning each new item's position and key. The foreign key on `history_from` fails the statement as a
-/// whole when that response is gone.
+/// items, the first `$10` being input, returning each new item's position and key. The foreign
+/// key on `history_from` fails the statement as a whole when that response is gone.
 const SAVE: &str = "
     WITH new_items AS MATERIALIZED (
         SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
-        FROM unnest($9::text[], $10::text[]) WITH ORDINALITY AS n(item_id, body, ord)
+        FROM unnest($8::text[], $9::text[]) WITH ORDINALITY AS n(item_id, body, ord)
     ),
     stored_items AS (
         INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
@@ -134,12 +134,12 @@ const SAVE: &str = "
     response AS (
         INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history)
         VALUES ($1, $2, $3, $4, $5, $6, $7,
-            coalesce((SELECT p.history FROM responses p WHERE p.id = $7 AND $8), '{}')
+            coalesce((SELECT p.history FROM responses p WHERE p.id = $7), '{}')
             || ARRAY(SELECT key FROM new_items ORDER BY ord))
         RETURNING id
     )
     INSERT INTO response_items (response_id, position, item_key, role)
-    SELECT (SELECT id FROM response), n.ord - 1, n.key, CASE WHEN n.ord <= $11 THEN 1 ELSE 2 END
+    SELECT (SELECT id FROM response), n.ord - 1, n.key, CASE WHEN n.ord <= $10 THEN 1 ELSE 2 END
     FROM new_items n
     RETURNING position, item_key";
 
@@ -413,7 +413,6 @@ impl ResponseStore for PostgresStore {
             .bind(&status)
             .bind(&body)
             .bind(&history_from)
-            .bind(history_from.is_some())
             .bind(&item_ids)
             .bind(&bodies)
             .bind(inputs)
@@ -425,8 +424,10 @@ impl ResponseStore for PostgresStore {
                 let mut new_items: Vec<Option<(Item, usize)>> =
                     input.into_iter().chain(output).zip(&bodies).map(|(item, body)| Some((item, body.len()))).collect();
                 for row in rows {
-                    let (position, key): (i32, i64) =
-                        (row.try_get(0).map_err(map_err)?, row.try_get(1).map_err(map_err)?);
+                    // The save is committed: a row that does not decode only goes uncached.
+                    let (Ok(position), Ok(key)) = (row.try_get::<i32, _>(0), row.try_get::<i64, _>(1)) else {
+                        continue;
+                    };
                     let slot = usize::try_from(position).ok().and_then(|p| new_items.get_mut(p));
                     if let Some((item, bytes)) = slot.and_then(Option::take) {
                         self.items.keep(key, item, bytes);
