@@ -7,19 +7,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::Harness;
 use respgw_testkit::ClientLog;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
-
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("RESPGW_PYTHON") {
-        return PathBuf::from(p);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
-}
 
 /// The model calls `get_weather` the way the recorded vLLM stream called its tool.
 fn weather_call() -> Step {
@@ -66,8 +59,6 @@ fn transcript(body: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn agents_sdk_runs_chains_and_replays_through_the_gateway() {
-    let python = python();
-    assert!(python.exists(), "{} not found: run scripts/test (it installs openai-agents into .venv)", python.display());
     let h = Harness::start().await;
     h.scenario("agents-run", vec![weather_call(), answer()]);
     h.scenario("agents-stream", vec![weather_call(), answer()]);
@@ -75,19 +66,11 @@ async fn agents_sdk_runs_chains_and_replays_through_the_gateway() {
     h.scenario("agents-replay", vec![weather_call(), answer(), answer()]);
     let log = ClientLog::start(h.gateway.base_url()).await.expect("client log starts");
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/agents_sdk_check.py");
-    let output = tokio::process::Command::new(&python)
-        .arg(&script)
-        .arg(log.base_url())
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("OPENAI_AGENTS_DISABLE_TRACING", "1")
-        .output()
-        .await
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let run =
+        common::run_sdk_script("agents_sdk_check.py", &log.base_url(), &[("OPENAI_AGENTS_DISABLE_TRACING", "1")]).await;
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
     assert!(
-        output.status.success() && stdout.contains("agents checks passed"),
+        run.succeeded && stdout.contains("agents checks passed"),
         "Agents SDK run failed:\n{stdout}\n{stderr}\n--- gateway log ---\n{}",
         h.gateway.stderr_text()
     );

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)] // Each test binary uses a different subset of these helpers.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use respgw_testkit::gateway::{GatewayProcess, http_client};
 use respgw_testkit::postgres::TestSchema;
@@ -27,6 +27,45 @@ pub fn respgw_bin() -> &'static Path {
 fn schema() -> &'static SchemaValidator {
     static SCHEMA: std::sync::OnceLock<SchemaValidator> = std::sync::OnceLock::new();
     SCHEMA.get_or_init(|| SchemaValidator::load().expect("the Open Responses schema loads"))
+}
+
+/// The test Python: the project's `.venv` (created by `scripts/test` from
+/// `tests/sdk/requirements.txt`), or `RESPGW_PYTHON`.
+pub fn test_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("RESPGW_PYTHON") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
+}
+
+/// What a client script printed, and whether it exited successfully.
+pub struct ScriptRun {
+    pub succeeded: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `tests/sdk/<script> <base_url>` with [`test_python`] (and `envs`), loopback unproxied.
+pub async fn run_sdk_script(script: &str, base_url: &str, envs: &[(&str, &str)]) -> ScriptRun {
+    let python = test_python();
+    assert!(
+        python.exists(),
+        "{} not found: run scripts/test (it installs .venv) or set RESPGW_PYTHON",
+        python.display()
+    );
+    let output = tokio::process::Command::new(&python)
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk").join(script))
+        .arg(base_url)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .envs(envs.iter().copied())
+        .output()
+        .await
+        .expect("python runs");
+    ScriptRun {
+        succeeded: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
 }
 
 /// Environment for gateways a test starts itself: the code interpreter off (see `start_with`).
