@@ -12,17 +12,9 @@ use respgw_testkit::sse::check_stream;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
-/// A content chunk of a chat-completion stream.
-fn chunk(text: &str, finish: Value) -> String {
-    format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":finish}]}))
-}
-
 /// `n` text chunks `delay` apart, then the finish and `[DONE]`.
 fn slow_stream(n: usize, delay: Duration) -> Step {
-    let mut chunks: Vec<String> = (0..n).map(|i| chunk(&format!("part{i} "), Value::Null)).collect();
-    chunks.push(chunk("", json!("stop")));
-    chunks.push("data: [DONE]\n\n".into());
-    Step::SlowSse { chunks, delay }
+    Step::slow_text(&(0..n).map(|i| format!("part{i} ")).collect::<Vec<_>>(), delay)
 }
 
 /// A client that opens a new connection for every request, so SO_REUSEPORT spreads them.

@@ -92,13 +92,8 @@ async fn a_killed_worker_is_restarted_and_nothing_stored_is_lost() {
 #[tokio::test]
 async fn sigterm_lets_open_streams_finish_then_exits_zero() {
     let h = harness_with_workers("2", &["--drain-timeout", "20"]).await;
-    let chunk = |text: &str, finish: Value| {
-        format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":finish}]}))
-    };
-    let mut chunks: Vec<String> = (0..6).map(|i| chunk(&format!("part{i} "), Value::Null)).collect();
-    chunks.push(chunk("", json!("stop")));
-    chunks.push("data: [DONE]\n\n".into());
-    h.scenario("slow", vec![Step::SlowSse { chunks, delay: Duration::from_millis(300) }]);
+    let parts: Vec<String> = (0..6).map(|i| format!("part{i} ")).collect();
+    h.scenario("slow", vec![Step::slow_text(&parts, Duration::from_millis(300))]);
 
     let mut response = http_client()
         .post(h.url("/v1/responses"))

@@ -176,11 +176,8 @@ async fn delete_removes_a_response_but_not_its_continuations(backend: Backend) {
 /// ends with `previous_response_not_found` and nothing of it is stored.
 async fn a_previous_response_deleted_while_its_continuation_runs(backend: Backend) {
     let h = Harness::start_on(backend).await;
-    let chunk = |text: &str, finish: Value| {
-        format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":finish}]}))
-    };
-    let chunks = vec![chunk("slow ", Value::Null), chunk("answer", json!("stop")), "data: [DONE]\n\n".into()];
-    h.scenario("m", vec![text("a"), Step::SlowSse { chunks, delay: std::time::Duration::from_secs(2) }]);
+    let slow = Step::slow_text(&["slow answer".into()], std::time::Duration::from_secs(2));
+    h.scenario("m", vec![text("a"), slow]);
     let (_, first) = h.create(json!({"model":"m","input":"one"})).await;
     let first_id = first["id"].as_str().unwrap();
     let delete_while_it_streams = async {

@@ -305,11 +305,8 @@ async fn a_second_create_while_one_runs_is_rejected_and_upstream_failures_end_li
 #[tokio::test]
 async fn a_client_leaving_mid_response_cancels_the_upstream_call() {
     let h = Harness::start().await;
-    let chunk = |text: &str| {
-        format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":null}]}))
-    };
-    let chunks: Vec<String> = (0..40).map(|i| chunk(&format!("part{i} "))).collect();
-    h.scenario("slow", vec![Step::SlowSse { chunks, delay: Duration::from_millis(250) }]);
+    let parts: Vec<String> = (0..40).map(|i| format!("part{i} ")).collect();
+    h.scenario("slow", vec![Step::slow_text(&parts, Duration::from_millis(250))]);
     let mut socket = connect(&h, None).await.expect("upgraded");
     send(&mut socket, json!({"type":"response.create","model":"slow","input":"x"})).await;
     let mut response_id = None;
@@ -359,13 +356,8 @@ async fn clients_that_do_not_upgrade_keep_using_http() {
 #[tokio::test]
 async fn sigterm_lets_the_running_response_finish_then_closes_going_away() {
     let h = Harness::start_with(&["--drain-timeout", "20"], &[]).await;
-    let chunk = |text: &str, finish: Value| {
-        format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":finish}]}))
-    };
-    let mut chunks: Vec<String> = (0..6).map(|i| chunk(&format!("part{i} "), Value::Null)).collect();
-    chunks.push(chunk("", json!("stop")));
-    chunks.push("data: [DONE]\n\n".into());
-    h.scenario("slow", vec![Step::SlowSse { chunks, delay: Duration::from_millis(300) }]);
+    let parts: Vec<String> = (0..6).map(|i| format!("part{i} ")).collect();
+    h.scenario("slow", vec![Step::slow_text(&parts, Duration::from_millis(300))]);
     let mut idle = connect(&h, None).await.expect("upgraded");
     let mut busy = connect(&h, None).await.expect("upgraded");
     send(&mut busy, json!({"type":"response.create","model":"slow","input":"x"})).await;

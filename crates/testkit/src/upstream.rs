@@ -113,6 +113,18 @@ impl Step {
         Ok(Step::Sse(out))
     }
 
+    /// A slow text answer: one content chunk per entry of `parts`, then `finish_reason: stop` and
+    /// `data: [DONE]`, with `delay` between consecutive chunks (for tests that act mid-stream).
+    pub fn slow_text(parts: &[String], delay: Duration) -> Step {
+        let chunk = |text: &str, finish: Value| {
+            format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":{"content":text},"finish_reason":finish}]}))
+        };
+        let mut chunks: Vec<String> = parts.iter().map(|part| chunk(part, Value::Null)).collect();
+        chunks.push(chunk("", json!("stop")));
+        chunks.push("data: [DONE]\n\n".into());
+        Step::SlowSse { chunks, delay }
+    }
+
     /// A realistic OpenAI `chat.completion.chunk` stream: a role chunk, one chunk per entry of
     /// `text_chunks`, a chunk carrying `finish_reason`, optionally a `stream_options.include_usage`
     /// style usage chunk (`choices: []`, `usage: (prompt_tokens, completion_tokens)`), then `data: [DONE]`.
