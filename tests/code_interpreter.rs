@@ -178,8 +178,7 @@ async fn code_interpreter_metrics_are_recorded() {
     let h = harness().await;
     h.scenario("minimax", vec![Step::cassette(STEP1), Step::cassette(STEP2)]);
     h.create(json!({"model":"minimax","input":"2+2?","tools":[ci_tool()]})).await;
-    let text =
-        respgw_testkit::gateway::http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = h.metrics().await;
     for series in [
         r#"gw_responses_tool_calls_requested_total{tool_type="code_interpreter"} 1"#,
         r#"gw_responses_tool_calls_executed_total{tool_type="code_interpreter"} 1"#,

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Harness, final_response, kinds};
-use respgw_testkit::gateway::http_client;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
@@ -193,7 +192,7 @@ async fn discovery_routes_report_servers_tools_and_their_states() {
     // Startup outcomes reach the gateway's metrics (polled from the helper).
     let mut text = String::new();
     for _ in 0..50 {
-        text = http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        text = h.metrics().await;
         if text.contains(r#"server_label="broken",status="error""#) {
             break;
         }

@@ -244,7 +244,7 @@ async fn sse_streams_are_counted_and_timed_apart_from_handlers() {
     let h = harness_with_workers("1", &[]).await;
     h.scenario("m", vec![Step::text(&["a", "b"], "stop", None)]);
     h.stream(json!({"model":"m","input":"x"})).await;
-    let text = http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = h.metrics().await;
     assert_eq!(common::sample(&text, r#"gw_responses_sse_stream_duration_seconds_count{route="/v1/responses"}"#), 1.0);
     assert_eq!(common::sample(&text, "gw_responses_sse_connections_in_flight"), 0.0);
 }
@@ -255,7 +255,7 @@ async fn function_calls_count_as_requested_tool_calls() {
     h.scenario("ci", vec![Step::cassette("chat_completion/vllm-code_interpreter-step1-stream.yaml")]);
     let tool = json!({"type":"function","name":"code_interpreter","parameters":{"type":"object"}});
     assert_eq!(h.create(json!({"model":"ci","input":"2+2","tools":[tool]})).await.0, 200);
-    let text = http_client().get(h.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = h.metrics().await;
     assert_eq!(common::sample(&text, r#"gw_responses_tool_calls_requested_total{tool_type="function"}"#), 1.0);
 }
 
