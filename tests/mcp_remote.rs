@@ -340,7 +340,7 @@ async fn with_url_checks_on_local_and_literal_hosts_are_refused() {
     refuse(format!("https://0x7f.1:{port}/mcp"), "tools[0].server_url", "IP-literal").await;
     // A name that resolves to loopback (an /etc/hosts alias), refused by the guarded resolver.
     if let Some(alias) = loopback_alias() {
-        refuse(format!("https://{alias}:{port}/mcp"), "tools[0].server_url", "resolves to no public address").await;
+        refuse(format!("https://{alias}:{port}/mcp"), "tools[0].server_url", "is not an allowed destination").await;
     } else {
         eprintln!("no loopback alias in /etc/hosts: the resolver case is covered by the unit tests only");
     }

@@ -435,7 +435,8 @@ async fn open_page_keeps_to_the_address_rules_the_size_limit_and_allowed_domains
     let results = tool_results(&h, "guard", 1);
     let error =
         |i: usize| results[i]["error"].as_str().unwrap_or_else(|| panic!("no error: {}", results[i])).to_owned();
-    assert!(error(0).contains("169.254.169.254") && error(0).contains("link-local"), "{}", error(0));
+    assert!(error(0).contains("169.254.169.254") && error(0).contains("the address is not allowed"), "{}", error(0));
+    assert!(!error(0).contains("link-local"), "the model is not told why an address is refused: {}", error(0));
     assert!(error(1).contains("localhost"), "{}", error(1));
     assert!(error(2).contains("localhost"), "{}", error(2));
     assert!(fixture.trap_seen.lock().unwrap().is_empty(), "no refused target was ever contacted");

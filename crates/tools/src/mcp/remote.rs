@@ -589,7 +589,8 @@ mod tests {
         let m = remote(json!({"type":"mcp","server_label":"r","server_url":format!("https://{alias}:9/mcp"),
             "authorization":"sk-alias-SECRET"}));
         let e = checks.connect(&m).await.expect_err("refused");
-        assert!(e.message.contains("resolves to no public address"), "{e:?}");
+        assert!(e.message.contains("is not an allowed destination"), "{e:?}");
+        assert!(!e.message.contains("127.0.0.1") && !e.message.contains("loopback"), "{e:?}");
         assert!(!e.message.contains("SECRET"));
     }
 

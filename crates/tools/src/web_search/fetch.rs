@@ -147,7 +147,8 @@ fn check_target(url: &reqwest::Url, policy: Option<&Policy>) -> Result<(), Strin
     if let Some(address) = ip_literal(host)
         && let Some(reason) = non_public_reason(address)
     {
-        return Err(format!("Refusing to open {url}: {address} is {reason}."));
+        tracing::debug!(%url, reason, "refused a page address");
+        return Err(format!("Refusing to open {url}: the address is not allowed."));
     }
     let name = host.trim_end_matches('.').to_ascii_lowercase();
     if name == "localhost" || name.ends_with(".localhost") {
