@@ -1,6 +1,6 @@
 //! Recorded HTTP exchanges ("cassettes"): one YAML file per request/response pair.
 //!
-//! Format (see `shared/data/cassettes/README.md`): `request {method, path, headers, body}` and
+//! Format (see `tests/fixtures/cassettes/README.md`): `request {method, path, headers, body}` and
 //! `response {status_code, headers, body | sse}`, where `sse` is the list of raw wire chunks in
 //! arrival order (`"data: {...}\n"`, `"\n"`, ...).
 

@@ -1,4 +1,4 @@
-//! Validation of gateway output against the shared OpenAPI document (`openresponses-openapi.json`).
+//! Validation of gateway output against the Open Responses OpenAPI document (`openresponses-openapi.json`).
 //!
 //! [`SchemaValidator`] checks response objects against `#/components/schemas/ResponseResource` and
 //! stream events against the `*StreamingEvent` schema whose `type` enum holds the event's `type`.

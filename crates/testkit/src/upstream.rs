@@ -70,7 +70,7 @@ pub enum Step {
 }
 
 impl Step {
-    /// Replays the cassette at `relative_path` inside `<shared>/data/cassettes/`,
+    /// Replays the cassette at `relative_path` inside `tests/fixtures/cassettes/`,
     /// e.g. `"chat_completion/text-single-stream.yaml"`.
     pub fn cassette(relative_path: impl AsRef<Path>) -> Step {
         Step::Cassette(cassettes_dir().join(relative_path))

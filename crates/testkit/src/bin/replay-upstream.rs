@@ -7,7 +7,7 @@
 //!
 //! * `--port N`: listen on `127.0.0.1:N` (default 0: pick a free port).
 //! * `--scenario NAME=...`: requests with `model == NAME` replay these cassettes in order (paths
-//!   relative to `<shared>/data/cassettes/`).
+//!   relative to `tests/fixtures/cassettes/`).
 //! * `--synthetic-text NAME`: requests with `model == NAME` get a short synthetic text stream, forever.
 //!
 //! Prints exactly one line `listening on http://127.0.0.1:PORT` on stdout when ready, then serves
