@@ -92,12 +92,17 @@ async fn outputs_are_null_unless_included() {
     assert_eq!(body["tools"], json!([ci_tool()]));
 }
 
-/// One tool-call chunk stream that runs `code`, then the scripted final answer.
-fn runs(code: &str) -> Vec<Step> {
+/// One tool-call chunk stream that runs `code`.
+fn run_call(code: &str) -> Step {
     let args = json!({"code": code}).to_string();
     let call = json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",
         "function":{"name":"code_interpreter","arguments":args}}]},"finish_reason":"tool_calls"}]});
-    vec![Step::Sse(vec![format!("data: {call}\n\n"), "data: [DONE]\n\n".into()]), Step::text(&["Done."], "stop", None)]
+    Step::Sse(vec![format!("data: {call}\n\n"), "data: [DONE]\n\n".into()])
+}
+
+/// A turn that runs `code`, then the scripted final answer.
+fn runs(code: &str) -> Vec<Step> {
+    vec![run_call(code), Step::text(&["Done."], "stop", None)]
 }
 
 #[tokio::test]
@@ -169,11 +174,11 @@ async fn files_persist_in_the_conversation_container() {
 #[tokio::test]
 async fn two_sandbox_rounds_are_two_assistant_turns_in_every_later_request() {
     let h = harness().await;
-    let mut steps = runs("print(6)");
-    steps.truncate(1);
-    steps.extend(runs("print(6 * 7)"));
-    steps.extend([Step::text(&["Again."], "stop", None), Step::text(&["Again."], "stop", None)]);
-    h.scenario("rounds", steps);
+    let again = || Step::text(&["Again."], "stop", None);
+    h.scenario(
+        "rounds",
+        vec![run_call("print(6)"), run_call("print(6 * 7)"), Step::text(&["Done."], "stop", None), again(), again()],
+    );
     let include = json!(["code_interpreter_call.outputs"]);
     let (status, first) =
         h.create(json!({"model":"rounds","input":"compute","tools":[ci_tool()],"include":include})).await;

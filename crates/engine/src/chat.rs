@@ -207,6 +207,18 @@ fn web_search_arguments(action: Option<&WebSearchAction>) -> Value {
     }
 }
 
+/// What an assistant turn being assembled holds of gateway tool calls, as far as telling where
+/// the turn ends goes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum HostedCalls {
+    #[default]
+    None,
+    /// Calls whose ids name this model turn.
+    Named(TurnStamp),
+    /// A call whose id names no turn (another system's id): a turn of its own.
+    Unnamed,
+}
+
 /// An assistant turn being assembled from consecutive assistant-side items.
 #[derive(Default)]
 struct AssistantTurn {
@@ -215,9 +227,8 @@ struct AssistantTurn {
     tool_calls: Vec<Value>,
     /// Results of the gateway's own calls in this turn, sent right after the assistant message.
     hosted_results: Vec<Value>,
-    /// Set by the turn's first gateway tool call: the turn its id names (`Some(None)`: an id
-    /// that names none).
-    hosted_turn: Option<Option<TurnStamp>>,
+    /// Set by the turn's first gateway tool call.
+    hosted: HostedCalls,
 }
 
 impl AssistantTurn {
@@ -236,11 +247,15 @@ impl AssistantTurn {
     fn is_followed_by_turn_of(&self, item: &Item) -> bool {
         match item {
             Item::Reasoning(_) => !self.text.is_empty() || !self.tool_calls.is_empty(),
-            Item::Message(m) if m.role == MessageRole::Assistant => self.hosted_turn.is_some(),
-            Item::FunctionCall(_) | Item::CustomToolCall(_) | Item::LocalShellCall(_) => self.hosted_turn.is_some(),
-            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => {
-                self.hosted_turn.is_some_and(|turn| turn.is_none() || turn != TurnStamp::of(item.id()))
+            Item::Message(m) if m.role == MessageRole::Assistant => self.hosted != HostedCalls::None,
+            Item::FunctionCall(_) | Item::CustomToolCall(_) | Item::LocalShellCall(_) => {
+                self.hosted != HostedCalls::None
             }
+            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => match self.hosted {
+                HostedCalls::None => false,
+                HostedCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
+                HostedCalls::Unnamed => true,
+            },
             // Everything else ends the turn in `messages` itself.
             _ => false,
         }
@@ -319,7 +334,9 @@ pub fn messages<'a>(
                 {
                     turn.tool_calls.push(call);
                     turn.hosted_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
-                    turn.hosted_turn.get_or_insert(TurnStamp::of(item.id()));
+                    if turn.hosted == HostedCalls::None {
+                        turn.hosted = TurnStamp::of(item.id()).map_or(HostedCalls::Unnamed, HostedCalls::Named);
+                    }
                 }
             }
             Item::McpListTools(_) => {}

@@ -415,13 +415,13 @@ impl PreparedResponse {
         }
         let roster = roster(&self.hosted);
         let mut phase = TurnPhase::First;
-        let mut stamp = None;
+        let mut previous_turn = None;
         let max_turns = self.engine.limits.max_tool_rounds.max(1) + 1;
         for turn in 1..=max_turns {
             let phase_now = if turn == max_turns { TurnPhase::Last } else { phase };
             let offer = self.menu.offer(&self.request.tool_choice, phase_now);
-            let this_turn = TurnStamp::after(stamp);
-            stamp = Some(this_turn);
+            let this_turn = TurnStamp::after(previous_turn);
+            previous_turn = Some(this_turn);
             let result = self.stream_turn(sink, log, &offer, this_turn, roster.clone()).await?;
             if let Some(u) = &result.usage {
                 usage.add(u);
