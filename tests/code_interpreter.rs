@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Harness, final_response, kinds};
+use common::{Harness, assert_append_only, assert_results_follow_their_calls, final_response, kinds, turns};
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
@@ -92,12 +92,17 @@ async fn outputs_are_null_unless_included() {
     assert_eq!(body["tools"], json!([ci_tool()]));
 }
 
-/// One tool-call chunk stream that runs `code`, then the scripted final answer.
-fn runs(code: &str) -> Vec<Step> {
+/// One tool-call chunk stream that runs `code`.
+fn run_call(code: &str) -> Step {
     let args = json!({"code": code}).to_string();
     let call = json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",
         "function":{"name":"code_interpreter","arguments":args}}]},"finish_reason":"tool_calls"}]});
-    vec![Step::Sse(vec![format!("data: {call}\n\n"), "data: [DONE]\n\n".into()]), Step::text(&["Done."], "stop", None)]
+    Step::Sse(vec![format!("data: {call}\n\n"), "data: [DONE]\n\n".into()])
+}
+
+/// A turn that runs `code`, then the scripted final answer.
+fn runs(code: &str) -> Vec<Step> {
+    vec![run_call(code), Step::text(&["Done."], "stop", None)]
 }
 
 #[tokio::test]
@@ -164,6 +169,50 @@ async fn files_persist_in_the_conversation_container() {
     // The earlier call is part of the history the model sees.
     let messages = h.upstream_bodies("files")[2]["messages"].clone();
     assert!(messages.to_string().contains("note.txt"), "{messages}");
+}
+
+#[tokio::test]
+async fn two_sandbox_rounds_are_two_assistant_turns_in_every_later_request() {
+    let h = harness().await;
+    let again = || Step::text(&["Again."], "stop", None);
+    h.scenario(
+        "rounds",
+        vec![run_call("print(6)"), run_call("print(6 * 7)"), Step::text(&["Done."], "stop", None), again(), again()],
+    );
+    let include = json!(["code_interpreter_call.outputs"]);
+    let (status, first) =
+        h.create(json!({"model":"rounds","input":"compute","tools":[ci_tool()],"include":include})).await;
+    assert_eq!(status, 200, "{first}");
+    let sent = h.upstream_messages("rounds");
+    assert_eq!(sent.len(), 3);
+    assert_eq!(turns(&sent[1]), ["user", "assistant(code_interpreter)", "tool"]);
+    assert_eq!(turns(&sent[2]), ["user", "assistant(code_interpreter)", "tool", "assistant(code_interpreter)", "tool"]);
+    let results: Vec<&str> =
+        sent[2].iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(results, ["6\n", "42\n"]);
+    assert_results_follow_their_calls(&sent[2]);
+    assert_append_only(&sent);
+
+    let (status, second) = h
+        .create(json!({"model":"rounds","input":"again","tools":[ci_tool()],"include":include,
+                       "previous_response_id":first["id"]}))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    let sent = h.upstream_messages("rounds");
+    let mut expected = sent[2].clone();
+    expected.push(json!({"role":"assistant","content":"Done."}));
+    expected.push(json!({"role":"user","content":"again"}));
+    assert_eq!(sent[3], expected);
+    assert_append_only(&sent);
+
+    let mut input = vec![json!({"role":"user","content":"compute"})];
+    input.extend(first["output"].as_array().unwrap().iter().cloned());
+    input.push(json!({"role":"user","content":"again"}));
+    let (status, replayed) =
+        h.create(json!({"model":"rounds","input":input,"store":false,"tools":[ci_tool()],"include":include})).await;
+    assert_eq!(status, 200, "{replayed}");
+    let sent = h.upstream_messages("rounds");
+    assert_eq!(serde_json::to_string(&sent[4]).unwrap(), serde_json::to_string(&sent[3]).unwrap());
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Harness, final_response, kinds};
+use common::{Harness, assert_append_only, assert_results_follow_their_calls, final_response, kinds, tool_turn, turns};
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
@@ -156,6 +156,107 @@ async fn continuations_list_tools_once_and_show_earlier_calls_to_the_model() {
     let messages = h.upstream_bodies("m")[2]["messages"].clone();
     assert!(messages.to_string().contains("mcp__local__echo"), "earlier MCP calls are in the history: {messages}");
     assert!(messages.to_string().contains("first"));
+}
+
+#[tokio::test]
+async fn parallel_calls_share_one_assistant_turn_and_every_round_extends_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), local_servers(), &[]).await;
+    let echo = |text: &str| ("mcp__local__echo", json!({"text": text}));
+    h.scenario(
+        "m",
+        vec![
+            tool_turn(&[echo("a"), echo("b")]),
+            tool_turn(&[echo("c")]),
+            tool_turn(&[echo("d"), echo("e")]),
+            Step::text(&["Done."], "stop", None),
+            Step::text(&["Second answer."], "stop", None),
+            Step::text(&["Second answer."], "stop", None),
+        ],
+    );
+    let (status, first) = h.create(json!({"model":"m","input":"echo","tools":[mcp_tool("local")]})).await;
+    assert_eq!(status, 200, "{first}");
+    let sent = h.upstream_messages("m");
+    assert_eq!(sent.len(), 4);
+    assert_eq!(turns(&sent[1]), ["user", "assistant(mcp__local__echo,mcp__local__echo)", "tool", "tool"]);
+    assert_eq!(
+        turns(&sent[3]),
+        [
+            "user",
+            "assistant(mcp__local__echo,mcp__local__echo)",
+            "tool",
+            "tool",
+            "assistant(mcp__local__echo)",
+            "tool",
+            "assistant(mcp__local__echo,mcp__local__echo)",
+            "tool",
+            "tool"
+        ]
+    );
+    let results: Vec<&str> =
+        sent[3].iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(results, ["a", "b", "c", "d", "e"]);
+    assert_results_follow_their_calls(&sent[3]);
+
+    // The continuation's first request: the last round's messages, the answer, the new input.
+    let (status, second) = h
+        .create(json!({"model":"m","input":"two","tools":[mcp_tool("local")],"previous_response_id":first["id"]}))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    let sent = h.upstream_messages("m");
+    let mut expected = sent[3].clone();
+    expected.push(json!({"role":"assistant","content":"Done."}));
+    expected.push(json!({"role":"user","content":"two"}));
+    assert_eq!(sent[4], expected);
+    // Every round, the continuation included, extends the request before it byte for byte.
+    assert_append_only(&sent);
+
+    // The output sent back by a stateless client gives the very same messages.
+    let mut input = vec![json!({"role":"user","content":"echo"})];
+    input.extend(first["output"].as_array().unwrap().iter().cloned());
+    input.push(json!({"role":"user","content":"two"}));
+    let (status, replayed) =
+        h.create(json!({"model":"m","input":input,"store":false,"tools":[mcp_tool("local")]})).await;
+    assert_eq!(status, 200, "{replayed}");
+    let sent = h.upstream_messages("m");
+    assert_eq!(serde_json::to_string(&sent[5]).unwrap(), serde_json::to_string(&sent[4]).unwrap());
+}
+
+#[tokio::test]
+async fn a_client_function_turn_after_a_gateway_tool_turn_is_a_turn_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(dir.path(), local_servers(), &[]).await;
+    h.scenario(
+        "m",
+        vec![
+            tool_turn(&[("mcp__local__echo", json!({"text": "looked up"}))]),
+            tool_turn(&[("lookup", json!({"key": "k"}))]),
+            Step::text(&["Found."], "stop", None),
+            Step::text(&["Found."], "stop", None),
+        ],
+    );
+    let tools = json!([mcp_tool("local"),
+        {"type":"function","name":"lookup","parameters":{"type":"object","properties":{"key":{"type":"string"}}}}]);
+    let (status, first) = h.create(json!({"model":"m","input":"find k","tools":tools})).await;
+    assert_eq!(status, 200, "{first}");
+    let call = item(&first, "function_call");
+    let output = json!({"type":"function_call_output","call_id":call["call_id"],"output":"v"});
+    let (status, second) =
+        h.create(json!({"model":"m","input":[output],"tools":tools,"previous_response_id":first["id"]})).await;
+    assert_eq!(status, 200, "{second}");
+    let sent = h.upstream_messages("m");
+    assert_eq!(turns(&sent[1]), ["user", "assistant(mcp__local__echo)", "tool"]);
+    assert_eq!(turns(&sent[2]), ["user", "assistant(mcp__local__echo)", "tool", "assistant(lookup)", "tool"]);
+    assert_results_follow_their_calls(&sent[2]);
+    assert_append_only(&sent);
+
+    let mut input = vec![json!({"role":"user","content":"find k"})];
+    input.extend(first["output"].as_array().unwrap().iter().cloned());
+    input.push(output);
+    let (status, replayed) = h.create(json!({"model":"m","input":input,"store":false,"tools":tools})).await;
+    assert_eq!(status, 200, "{replayed}");
+    let sent = h.upstream_messages("m");
+    assert_eq!(serde_json::to_string(&sent[3]).unwrap(), serde_json::to_string(&sent[2]).unwrap());
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Backend, Harness, assert_valid_response, final_response};
+use common::{Backend, Harness, assert_append_only, assert_valid_response, final_response, tool_turn, turns};
 use respgw_testkit::gateway::GatewayProcess;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
@@ -19,6 +19,7 @@ on_both_backends!(
     delete_removes_a_response_but_not_its_continuations,
     a_previous_response_deleted_while_its_continuation_runs,
     stored_responses_survive_a_restart_on_the_same_database,
+    a_tool_loop_is_continued_with_the_same_turns_after_a_restart,
 );
 
 fn text(t: &str) -> Step {
@@ -239,6 +240,69 @@ async fn stored_responses_survive_a_restart_on_the_same_database(backend: Backen
     .await
     .unwrap();
     assert_eq!(status, 200);
+}
+
+async fn a_tool_loop_is_continued_with_the_same_turns_after_a_restart(backend: Backend) {
+    let upstream = respgw_testkit::upstream::ReplayUpstream::start().await.unwrap();
+    let echo = |text: &str| ("mcp__local__echo", json!({"text": text}));
+    upstream.add_scenario(
+        "m",
+        vec![tool_turn(&[echo("a"), echo("b")]), tool_turn(&[echo("c")]), text("Done."), text("again")],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let schema = match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => Some(respgw_testkit::postgres::TestSchema::create().await.unwrap()),
+    };
+    let db = match &schema {
+        Some(schema) => schema.url(),
+        None => dir.path().join("store.db").display().to_string(),
+    };
+    let mcp_server = common::respgw_bin().with_file_name("respgw-mcp-test-stdio");
+    let mcp_config = dir.path().join("mcp.json");
+    std::fs::write(&mcp_config, json!({"mcpServers": {"local": {"command": mcp_server}}}).to_string()).unwrap();
+    let args = common::serve_args(
+        &upstream.base_url(),
+        &["--db-path", &db, "--mcp-config", &mcp_config.display().to_string()],
+    );
+    let tools = json!([{"type":"mcp","server_label":"local","require_approval":"never"}]);
+    let id = {
+        let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &common::quiet_env()).await.unwrap();
+        let (status, _, body) = respgw_testkit::gateway::post_json(
+            &format!("{}/v1/responses", gw.base_url()),
+            &json!({"model":"m","input":"x","tools":tools}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 200, "{body}");
+        body["id"].as_str().unwrap().to_owned()
+    };
+    // A new process: the conversation comes from the database, not from a cache.
+    let gw = GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &common::quiet_env()).await.unwrap();
+    let (status, _, body) = respgw_testkit::gateway::post_json(
+        &format!("{}/v1/responses", gw.base_url()),
+        &json!({"model":"m","input":"y","tools":tools,"previous_response_id":id}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let sent: Vec<Vec<Value>> =
+        upstream.requests("m").into_iter().map(|r| r.body["messages"].as_array().unwrap().clone()).collect();
+    assert_eq!(sent.len(), 4);
+    assert_eq!(
+        turns(&sent[3]),
+        [
+            "user",
+            "assistant(mcp__local__echo,mcp__local__echo)",
+            "tool",
+            "tool",
+            "assistant(mcp__local__echo)",
+            "tool",
+            "assistant",
+            "user"
+        ]
+    );
+    assert_append_only(&sent);
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use common::{Harness, final_response, kinds};
+use common::{Harness, assert_append_only, assert_results_follow_their_calls, final_response, kinds, turns};
 use respgw_testkit::cassette::Cassette;
 use respgw_testkit::sse::parse_sse;
 use respgw_testkit::upstream::Step;
@@ -380,6 +380,81 @@ async fn search_open_page_and_find_in_page_stream_like_the_reference_api() {
         assert!(text.contains(series), "missing {series}\n{text}");
     }
     assert!(!text.contains(r#"gw_responses_tool_errors_total{tool_type="web_search"}"#));
+}
+
+#[tokio::test]
+async fn each_search_round_is_its_own_assistant_turn_in_every_later_request() {
+    let fixture = Fixture::start().await;
+    let ddg = format!("{}/ddg/html/", fixture.base);
+    let h = Harness::start_with(
+        &["--web-search-profile", "duckduckgo_plus_fetch", "--web-search-duckduckgo-url", &ddg],
+        &[("GW_WEB_SEARCH_ALLOW_PRIVATE_ADDRESSES", "true")],
+    )
+    .await;
+    let page = format!("{}/pages/vllm", fixture.base);
+    h.scenario(
+        "turns",
+        vec![
+            web_search_calls(&[json!({"action": "search", "query": "vllm docs"})]),
+            web_search_calls(&[json!({"action": "open_page", "url": page})]),
+            Step::text(&["vLLM is fast."], "stop", None),
+            Step::text(&["Again."], "stop", None),
+            Step::text(&["Again."], "stop", None),
+        ],
+    );
+    let (status, response) =
+        h.create(json!({"model": "turns", "input": "find vllm docs", "tools": [web_search_tool()]})).await;
+    assert_eq!(status, 200, "{response}");
+
+    // Round 2 sees the search and its result; round 3 the search, its result, then the opened
+    // page and its result: the model's turns as it took them.
+    let sent = h.upstream_messages("turns");
+    assert_eq!(sent.len(), 3);
+    assert_eq!(turns(&sent[1]), ["user", "assistant(web_search)", "tool"]);
+    assert_eq!(turns(&sent[2]), ["user", "assistant(web_search)", "tool", "assistant(web_search)", "tool"]);
+    let action = |m: &Value| {
+        let arguments = m["tool_calls"][0]["function"]["arguments"].as_str().expect("arguments");
+        serde_json::from_str::<Value>(arguments).expect("JSON arguments")["action"].clone()
+    };
+    assert_eq!((action(&sent[2][1]), action(&sent[2][3])), (json!("search"), json!("open_page")));
+    assert_results_follow_their_calls(&sent[2]);
+    assert_append_only(&sent);
+
+    // A continuation starts with the last round's messages and the answer.
+    let (status, _) = h
+        .create(json!({"model": "turns", "input": "again", "previous_response_id": response["id"],
+                       "tools": [web_search_tool()]}))
+        .await;
+    assert_eq!(status, 200);
+    let sent = h.upstream_messages("turns");
+    let mut expected = sent[2].clone();
+    expected.push(json!({"role": "assistant", "content": "vLLM is fast."}));
+    expected.push(json!({"role": "user", "content": "again"}));
+    assert_eq!(sent[3], expected);
+    assert_append_only(&sent[..4]);
+
+    // A stateless client sending the output back gets the same turns; only the results differ,
+    // as the result web_search gave the model is never shown to clients.
+    let mut input = vec![json!({"role": "user", "content": "find vllm docs"})];
+    input.extend(response["output"].as_array().expect("output").iter().cloned());
+    input.push(json!({"role": "user", "content": "again"}));
+    let (status, _) =
+        h.create(json!({"model": "turns", "input": input, "store": false, "tools": [web_search_tool()]})).await;
+    assert_eq!(status, 200);
+    let sent = h.upstream_messages("turns");
+    let without_results = |messages: &[Value]| -> Vec<Value> {
+        messages
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                if m["role"] == "tool" {
+                    m["content"] = Value::Null;
+                }
+                m
+            })
+            .collect()
+    };
+    assert_eq!(without_results(&sent[4]), without_results(&sent[3]));
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use respgw_engine::HostedKind;
 use respgw_engine::turn::{OutputLog, TurnState};
 use respgw_engine::upstream::{UpstreamError, UpstreamEvent, decode_stream};
+use respgw_protocol::ids::TurnStamp;
 
 fn split(data: &[u8]) -> Vec<Vec<u8>> {
     let Some((&mode, rest)) = data.split_first() else { return Vec::new() };
@@ -28,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
         ("code_interpreter".to_owned(), HostedKind::CodeInterpreter),
         ("mcp__docs__search".to_owned(), HostedKind::Mcp { server_label: "docs".into(), tool_name: "search".into() }),
     ];
-    let mut state = TurnState::new(roster, "cntr_fuzz".into());
+    let mut state = TurnState::new(TurnStamp::after(None), roster, "cntr_fuzz".into());
     let mut log = OutputLog::default();
     let mut events = Vec::new();
     let stream = decode_stream(futures::stream::iter(chunks.into_iter().map(Ok::<_, UpstreamError>)));

@@ -12,7 +12,7 @@ use respgw_testkit::postgres::TestSchema;
 use respgw_testkit::schema::SchemaValidator;
 use respgw_testkit::sse::check_stream;
 use respgw_testkit::upstream::{ReplayUpstream, Step};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A gateway in front of a replay upstream.
 pub struct Harness {
@@ -184,6 +184,14 @@ impl Harness {
         self.upstream.requests(name).into_iter().map(|r| r.body).collect()
     }
 
+    /// The `messages` of each chat request the upstream received for a scenario, in order.
+    pub fn upstream_messages(&self, name: &str) -> Vec<Vec<Value>> {
+        self.upstream_bodies(name)
+            .into_iter()
+            .map(|body| body["messages"].as_array().cloned().unwrap_or_else(|| panic!("no messages: {body}")))
+            .collect()
+    }
+
     /// Non-stream `POST /v1/responses`; a 200 body is schema-validated (unless it uses gateway
     /// tools, whose items the Open Responses schema does not define).
     pub async fn create(&self, body: Value) -> (u16, Value) {
@@ -308,4 +316,70 @@ pub fn sample(text: &str, series: &str) -> f64 {
         .filter(|l| l.starts_with(series))
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
+}
+
+/// A chat history in short: each message's role, an assistant message's with the functions it
+/// called (`assistant(web_search,web_search)`).
+pub fn turns(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| {
+            let role = m["role"].as_str().unwrap_or("?");
+            match m["tool_calls"].as_array() {
+                Some(calls) => format!(
+                    "{role}({})",
+                    calls.iter().map(|c| c["function"]["name"].as_str().unwrap_or("?")).collect::<Vec<_>>().join(",")
+                ),
+                None => role.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Each request's messages start with every message of the request before it, byte for byte
+/// (so an upstream's prefix cache can reuse the earlier round).
+pub fn assert_append_only(requests: &[Vec<Value>]) {
+    for (k, pair) in requests.windows(2).enumerate() {
+        let (before, after) = (&pair[0], &pair[1]);
+        let text = |ms: &[Value]| ms.iter().map(Value::to_string).collect::<Vec<_>>();
+        assert!(
+            after.len() > before.len() && text(&after[..before.len()]) == text(before),
+            "request {} does not extend request {k}:\n{:#}\n---\n{:#}",
+            k + 1,
+            Value::Array(before.clone()),
+            Value::Array(after.clone())
+        );
+    }
+}
+
+/// Each tool message answers a call of the assistant message before it, in the calls' order.
+pub fn assert_results_follow_their_calls(messages: &[Value]) {
+    let mut pending: Vec<String> = Vec::new();
+    for m in messages {
+        if let Some(id) = m["tool_call_id"].as_str() {
+            assert_eq!(pending.first().map(String::as_str), Some(id), "{:#}", Value::Array(messages.to_vec()));
+            pending.remove(0);
+        } else {
+            assert!(pending.is_empty(), "calls without results: {:#}", Value::Array(messages.to_vec()));
+            pending = m["tool_calls"]
+                .as_array()
+                .map(|calls| calls.iter().filter_map(|c| c["id"].as_str().map(str::to_owned)).collect())
+                .unwrap_or_default();
+        }
+    }
+}
+
+/// One scripted model turn calling these functions at once (one tool call per upstream index,
+/// ids `call_0`, `call_1`, …), ending with `finish_reason: tool_calls`.
+pub fn tool_turn(calls: &[(&str, Value)]) -> Step {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (function, arguments))| {
+            json!({"index":i,"id":format!("call_{i}"),"type":"function",
+                   "function":{"name":function,"arguments":arguments.to_string()}})
+        })
+        .collect();
+    let chunk = json!({"choices":[{"index":0,"delta":{"tool_calls":tool_calls},"finish_reason":"tool_calls"}]});
+    Step::Sse(vec![format!("data: {chunk}\n\n"), "data: [DONE]\n\n".into()])
 }

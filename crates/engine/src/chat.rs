@@ -5,6 +5,7 @@
 //! fields the gateway uses are modelled; unknown fields are ignored so new server versions work.
 
 use respgw_protocol::ValidatedRequest;
+use respgw_protocol::ids::TurnStamp;
 use respgw_protocol::items::{CodeInterpreterOutput, ContentPart, FunctionOutput, Item, MessageRole, WebSearchAction};
 use respgw_protocol::request::TextFormat;
 use respgw_protocol::tools::{
@@ -206,6 +207,18 @@ fn web_search_arguments(action: Option<&WebSearchAction>) -> Value {
     }
 }
 
+/// What an assistant turn being assembled holds of gateway tool calls, as far as telling where
+/// the turn ends goes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum HostedCalls {
+    #[default]
+    None,
+    /// Calls whose ids name this model turn.
+    Named(TurnStamp),
+    /// A call whose id names no turn (another system's id): a turn of its own.
+    Unnamed,
+}
+
 /// An assistant turn being assembled from consecutive assistant-side items.
 #[derive(Default)]
 struct AssistantTurn {
@@ -214,11 +227,38 @@ struct AssistantTurn {
     tool_calls: Vec<Value>,
     /// Results of the gateway's own calls in this turn, sent right after the assistant message.
     hosted_results: Vec<Value>,
+    /// Set by the turn's first gateway tool call.
+    hosted: HostedCalls,
 }
 
 impl AssistantTurn {
     fn is_empty(&self) -> bool {
         self.text.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty()
+    }
+
+    /// Whether the assistant-side `item` was produced by the model turn after this one. The
+    /// gateway records a turn as its reasoning, its text, its client calls, then its gateway tool
+    /// calls (each once it has run, with its result), so:
+    /// - reasoning after text or calls is the next turn's (reasoning precedes what it produced);
+    /// - text or a client call after a gateway tool call is the next turn's (the model had
+    ///   seen the result);
+    /// - a gateway tool call after another is in the same turn only if both ids name the same
+    ///   turn ([`TurnStamp`]); ids that name none (another system's) are one turn each.
+    fn is_followed_by_turn_of(&self, item: &Item) -> bool {
+        match item {
+            Item::Reasoning(_) => !self.text.is_empty() || !self.tool_calls.is_empty(),
+            Item::Message(m) if m.role == MessageRole::Assistant => self.hosted != HostedCalls::None,
+            Item::FunctionCall(_) | Item::CustomToolCall(_) | Item::LocalShellCall(_) => {
+                self.hosted != HostedCalls::None
+            }
+            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => match self.hosted {
+                HostedCalls::None => false,
+                HostedCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
+                HostedCalls::Unnamed => true,
+            },
+            // Everything else ends the turn in `messages` itself.
+            _ => false,
+        }
     }
 
     /// The assistant message, followed by the results of its hosted calls.
@@ -238,11 +278,14 @@ impl AssistantTurn {
     }
 }
 
-/// History items → chat messages. Consecutive assistant-side items (reasoning, assistant text,
-/// function calls, the gateway's own tool calls) form one assistant message; a reasoning item
-/// after text or calls starts the next assistant turn, because reasoning always precedes what it
-/// produced. Gateway tool calls are followed by their results, so on a continuation the model
-/// sees its earlier MCP and code interpreter calls too. `mcp_list_tools` items are not sent.
+/// History items → chat messages: one assistant message per model turn, so that the messages of
+/// a tool loop's round are the previous round's with the new turn appended (what an upstream's
+/// prefix cache reuses), and the model sees each call after the results it had already seen.
+/// The assistant-side items of one turn (reasoning, assistant text, function calls, the
+/// gateway's own tool calls) form its message; where one turn ends is decided by
+/// `AssistantTurn::is_followed_by_turn_of` from the items alone, so the live loop, a stored
+/// conversation and a client's replay of the output give the same messages. Gateway tool calls
+/// are followed by their results, in call order. `mcp_list_tools` items are not sent.
 pub fn messages<'a>(
     instructions: Option<&str>,
     history: impl IntoIterator<Item = &'a Item>,
@@ -260,11 +303,11 @@ pub fn messages<'a>(
         }
     };
     for item in history {
+        if turn.is_followed_by_turn_of(item) {
+            flush(&mut turn, &mut out);
+        }
         match item {
             Item::Reasoning(r) => {
-                if !turn.text.is_empty() || !turn.tool_calls.is_empty() {
-                    flush(&mut turn, &mut out);
-                }
                 let text = r.text();
                 if !text.is_empty() {
                     turn.reasoning.push(text);
@@ -291,6 +334,9 @@ pub fn messages<'a>(
                 {
                     turn.tool_calls.push(call);
                     turn.hosted_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
+                    if turn.hosted == HostedCalls::None {
+                        turn.hosted = TurnStamp::of(item.id()).map_or(HostedCalls::Unnamed, HostedCalls::Named);
+                    }
                 }
             }
             Item::McpListTools(_) => {}
@@ -597,13 +643,16 @@ mod tests {
 #[cfg(test)]
 mod hosted_history_tests {
     use super::*;
+    use respgw_protocol::ids::IdKind;
     use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, McpCallItem};
 
     #[test]
     fn hosted_calls_are_replayed_with_their_results() {
+        let turn = TurnStamp::after(None);
+        let (mcp_id, ci_id) = (turn.new_id(IdKind::McpCall), turn.new_id(IdKind::CodeInterpreterCall));
         let history = vec![
             Item::McpCall(McpCallItem {
-                id: "mcp_1".into(),
+                id: mcp_id.clone(),
                 server_label: "docs".into(),
                 name: "search".into(),
                 arguments: "{\"q\":\"x\"}".into(),
@@ -612,7 +661,7 @@ mod hosted_history_tests {
                 error: None,
             }),
             Item::CodeInterpreterCall(CodeInterpreterCallItem {
-                id: "ci_1".into(),
+                id: ci_id.clone(),
                 status: CallStatus::Completed,
                 code: "2+2".into(),
                 container_id: "cntr_1".into(),
@@ -623,10 +672,10 @@ mod hosted_history_tests {
             Value::Array(messages(None, &history, usize::MAX)),
             json!([
                 {"role":"assistant","content":null,"tool_calls":[
-                    {"id":"mcp_1","type":"function","function":{"name":"mcp__docs__search","arguments":"{\"q\":\"x\"}"}},
-                    {"id":"ci_1","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"2+2\"}"}}]},
-                {"role":"tool","tool_call_id":"mcp_1","content":"found"},
-                {"role":"tool","tool_call_id":"ci_1","content":"4"}
+                    {"id":mcp_id,"type":"function","function":{"name":"mcp__docs__search","arguments":"{\"q\":\"x\"}"}},
+                    {"id":ci_id,"type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"2+2\"}"}}]},
+                {"role":"tool","tool_call_id":mcp_id,"content":"found"},
+                {"role":"tool","tool_call_id":ci_id,"content":"4"}
             ])
         );
     }
@@ -648,5 +697,205 @@ mod hosted_history_tests {
         // "é" is two bytes: a cut inside it moves back to the character boundary.
         let text = tool_result_text(&call("abcé and more"), 4).unwrap();
         assert_eq!(text, "abc\n[output truncated by the gateway: the first 3 of 14 bytes are shown]");
+    }
+}
+
+#[cfg(test)]
+mod turn_boundary_tests {
+    //! One assistant message per model turn, decided from the items alone.
+
+    use super::*;
+    use respgw_protocol::ids::IdKind;
+
+    fn item(v: Value) -> Item {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn user(text: &str) -> Item {
+        item(json!({"type":"message","id":"msg_u","role":"user","status":"completed",
+                    "content":[{"type":"input_text","text":text}]}))
+    }
+
+    fn said(text: &str) -> Item {
+        item(json!({"type":"message","id":"msg_a","role":"assistant","status":"completed",
+                    "content":[{"type":"output_text","text":text,"annotations":[],"logprobs":[]}]}))
+    }
+
+    fn thought(text: &str) -> Item {
+        item(json!({"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":text}]}))
+    }
+
+    /// An MCP echo call with this id, answered with `text`.
+    fn echo(id: &str, text: &str) -> Item {
+        item(json!({"type":"mcp_call","id":id,"server_label":"s","name":"echo","arguments":"{}",
+                    "status":"completed","output":text,"error":null}))
+    }
+
+    fn search(id: &str, result: &str) -> Item {
+        item(json!({"type":"web_search_call","id":id,"status":"completed",
+                    "action":{"type":"search","query":"q"},"model_result":result}))
+    }
+
+    fn call(call_id: &str) -> Item {
+        item(json!({"type":"function_call","id":"fc_1","call_id":call_id,"name":"f","arguments":"{}",
+                    "status":"completed"}))
+    }
+
+    fn output(call_id: &str, text: &str) -> Item {
+        item(json!({"type":"function_call_output","id":"fco_1","call_id":call_id,"output":text,
+                    "status":"completed"}))
+    }
+
+    fn history(items: &[Item]) -> Value {
+        Value::Array(messages(None, items, usize::MAX))
+    }
+
+    /// Each message as `role(called functions…)` or `role`, for comparing shapes.
+    fn shape(items: &[Item]) -> Vec<String> {
+        messages(None, items, usize::MAX)
+            .iter()
+            .map(|m| match m["tool_calls"].as_array() {
+                Some(calls) => format!(
+                    "assistant({})",
+                    calls.iter().map(|c| c["id"].as_str().unwrap()).collect::<Vec<_>>().join(",")
+                ),
+                None => m["role"].as_str().unwrap().to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn calls_of_one_turn_share_an_assistant_message_and_results_follow_in_call_order() {
+        let turn = TurnStamp::after(None);
+        let (a, b) = (turn.new_id(IdKind::McpCall), turn.new_id(IdKind::WebSearchCall));
+        assert_eq!(
+            history(&[user("go"), thought("both"), echo(&a, "A"), search(&b, "B")]),
+            json!([
+                {"role":"user","content":"go"},
+                {"role":"assistant","content":null,"reasoning_content":"both","tool_calls":[
+                    {"id":a,"type":"function","function":{"name":"mcp__s__echo","arguments":"{}"}},
+                    {"id":b,"type":"function","function":{"name":"web_search",
+                     "arguments":"{\"action\":\"search\",\"query\":\"q\",\"queries\":[]}"}}]},
+                {"role":"tool","tool_call_id":a,"content":"A"},
+                {"role":"tool","tool_call_id":b,"content":"B"}
+            ])
+        );
+    }
+
+    #[test]
+    fn gateway_calls_of_consecutive_turns_are_separate_assistant_messages() {
+        let first = TurnStamp::after(None);
+        let second = TurnStamp::after(Some(first));
+        let (a, b) = (first.new_id(IdKind::WebSearchCall), second.new_id(IdKind::WebSearchCall));
+        assert_eq!(
+            history(&[user("go"), search(&a, "A"), search(&b, "B")]),
+            json!([
+                {"role":"user","content":"go"},
+                {"role":"assistant","content":null,"tool_calls":[{"id":a,"type":"function","function":{
+                    "name":"web_search","arguments":"{\"action\":\"search\",\"query\":\"q\",\"queries\":[]}"}}]},
+                {"role":"tool","tool_call_id":a,"content":"A"},
+                {"role":"assistant","content":null,"tool_calls":[{"id":b,"type":"function","function":{
+                    "name":"web_search","arguments":"{\"action\":\"search\",\"query\":\"q\",\"queries\":[]}"}}]},
+                {"role":"tool","tool_call_id":b,"content":"B"}
+            ])
+        );
+    }
+
+    #[test]
+    fn text_after_gateway_calls_is_the_next_turn() {
+        let a = TurnStamp::after(None).new_id(IdKind::McpCall);
+        assert_eq!(
+            history(&[user("go"), said("Checking."), echo(&a, "A"), said("It is A.")]),
+            json!([
+                {"role":"user","content":"go"},
+                {"role":"assistant","content":"Checking.","tool_calls":[
+                    {"id":a,"type":"function","function":{"name":"mcp__s__echo","arguments":"{}"}}]},
+                {"role":"tool","tool_call_id":a,"content":"A"},
+                {"role":"assistant","content":"It is A."}
+            ])
+        );
+    }
+
+    #[test]
+    fn a_client_call_after_gateway_calls_is_the_next_turn() {
+        let a = TurnStamp::after(None).new_id(IdKind::McpCall);
+        assert_eq!(
+            shape(&[user("go"), echo(&a, "A"), call("c1"), output("c1", "done")]),
+            ["user".to_owned(), format!("assistant({a})"), "tool".into(), "assistant(c1)".into(), "tool".into()]
+        );
+    }
+
+    #[test]
+    fn client_calls_and_the_gateway_calls_after_them_are_one_turn() {
+        // The gateway records a turn's client calls first, its gateway calls once they have run.
+        let a = TurnStamp::after(None).new_id(IdKind::McpCall);
+        let messages = history(&[user("go"), said("Both."), call("c1"), echo(&a, "A"), output("c1", "done")]);
+        assert_eq!(
+            messages,
+            json!([
+                {"role":"user","content":"go"},
+                {"role":"assistant","content":"Both.","tool_calls":[
+                    {"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}},
+                    {"id":a,"type":"function","function":{"name":"mcp__s__echo","arguments":"{}"}}]},
+                {"role":"tool","tool_call_id":a,"content":"A"},
+                {"role":"tool","tool_call_id":"c1","content":"done"}
+            ])
+        );
+    }
+
+    #[test]
+    fn gateway_calls_whose_ids_name_no_turn_are_one_turn_each() {
+        // Another system's ids (or ones a client made up) say nothing of turns: each call is shown
+        // after the results before it, never as made before the model saw them.
+        let items = [user("go"), echo("mcp_1", "A"), echo("mcp_2", "B"), search("ws_68c1f0e2a4b08190", "C")];
+        assert_eq!(
+            shape(&items),
+            ["user", "assistant(mcp_1)", "tool", "assistant(mcp_2)", "tool", "assistant(ws_68c1f0e2a4b08190)", "tool"]
+        );
+        let ours = TurnStamp::after(None).new_id(IdKind::McpCall);
+        assert_eq!(shape(&[echo("mcp_1", "A"), echo(&ours, "B")]).len(), 4);
+        assert_eq!(shape(&[echo(&ours, "A"), echo("mcp_1", "B")]).len(), 4);
+    }
+
+    #[test]
+    fn reasoning_starts_the_turn_it_belongs_to() {
+        let turn = TurnStamp::after(None);
+        let (a, b) = (turn.new_id(IdKind::McpCall), turn.new_id(IdKind::McpCall));
+        // The same stamp, but reasoning between the calls: the model thought again, so it had
+        // seen the first result.
+        let messages = history(&[thought("one"), echo(&a, "A"), thought("two"), echo(&b, "B")]);
+        assert_eq!(messages[0]["reasoning_content"], "one");
+        assert_eq!(messages[2]["reasoning_content"], "two");
+        assert_eq!(messages.as_array().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn every_turn_only_appends_to_the_messages_of_the_turns_before() {
+        let t1 = TurnStamp::after(None);
+        let t2 = TurnStamp::after(Some(t1));
+        let t3 = TurnStamp::after(Some(t2));
+        let turns: Vec<Vec<Item>> = vec![
+            vec![user("go")],
+            vec![
+                thought("search twice"),
+                search(&t1.new_id(IdKind::WebSearchCall), "A"),
+                search(&t1.new_id(IdKind::WebSearchCall), "B"),
+            ],
+            vec![search(&t2.new_id(IdKind::WebSearchCall), "C")],
+            vec![said("Running it."), echo(&t3.new_id(IdKind::McpCall), "D")],
+            vec![call("c1")],
+            vec![output("c1", "E")],
+            vec![thought("done"), said("All of it.")],
+            vec![user("more")],
+        ];
+        let mut items = Vec::new();
+        let mut before: Vec<String> = Vec::new();
+        for turn in turns {
+            items.extend(turn);
+            let now: Vec<String> = messages(None, &items, usize::MAX).iter().map(Value::to_string).collect();
+            assert!(now.len() > before.len() && now[..before.len()] == before[..], "{before:#?}\n{now:#?}");
+            before = now;
+        }
+        assert_eq!(before.len(), 12, "{before:#?}");
     }
 }

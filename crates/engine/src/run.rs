@@ -13,7 +13,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use respgw_protocol::events::StreamError;
-use respgw_protocol::ids::{IdKind, is_own_id, new_id};
+use respgw_protocol::ids::{IdKind, TurnStamp, is_own_id, new_id};
 use respgw_protocol::items::{
     CallStatus, CodeInterpreterCallItem, McpCallItem, McpListToolsItem, ReasoningText, WebSearchAction,
     WebSearchCallItem,
@@ -415,11 +415,14 @@ impl PreparedResponse {
         }
         let roster = roster(&self.hosted);
         let mut phase = TurnPhase::First;
+        let mut previous_turn = None;
         let max_turns = self.engine.limits.max_tool_rounds.max(1) + 1;
         for turn in 1..=max_turns {
             let phase_now = if turn == max_turns { TurnPhase::Last } else { phase };
             let offer = self.menu.offer(&self.request.tool_choice, phase_now);
-            let result = self.stream_turn(sink, log, &offer, roster.clone()).await?;
+            let this_turn = TurnStamp::after(previous_turn);
+            previous_turn = Some(this_turn);
+            let result = self.stream_turn(sink, log, &offer, this_turn, roster.clone()).await?;
             if let Some(u) = &result.usage {
                 usage.add(u);
             }
@@ -452,12 +455,13 @@ impl PreparedResponse {
         }
     }
 
-    /// One upstream call, streamed into events.
+    /// One upstream call (the model turn `turn`), streamed into events.
     async fn stream_turn(
         &mut self,
         sink: &mut EventSink,
         log: &mut OutputLog,
         offer: &ToolOffer,
+        turn: TurnStamp,
         roster: Vec<(String, HostedKind)>,
     ) -> Result<TurnResult, Stop> {
         let history = self.history.iter().chain(&log.items);
@@ -467,7 +471,7 @@ impl PreparedResponse {
             r = upstream => r.map_err(|e| Stop::Error(e.to_api_error()))?,
             () = sink.closed() => return Err(Stop::ClientGone),
         };
-        let mut state = TurnState::new(roster, self.container_id.clone())
+        let mut state = TurnState::new(turn, roster, self.container_id.clone())
             .with_citable(self.citable.clone())
             .with_client_shapes(client_call_shapes(&self.request));
         let mut events = Vec::new();

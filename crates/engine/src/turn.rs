@@ -8,7 +8,7 @@
 
 use respgw_protocol::ResponseEvent;
 use respgw_protocol::Usage;
-use respgw_protocol::ids::{IdKind, new_id};
+use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
 use respgw_protocol::items::{
     CallStatus, CodeInterpreterCallItem, ContentPart, CustomToolCallItem, FunctionCallItem, Item, ItemStatus,
     LocalShellAction, LocalShellCallItem, McpCallItem, MessageItem, MessageRole, ReasoningItem, ReasoningText,
@@ -114,8 +114,11 @@ struct CallSlot {
 }
 
 /// The state of one upstream model turn.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TurnState {
+    /// Minted into the ids of this turn's gateway tool calls, so that history keeps the calls
+    /// of one turn together and those of different turns apart.
+    turn: TurnStamp,
     /// Function names that are gateway tools.
     roster: Vec<(String, HostedKind)>,
     /// Client functions whose calls are reported in another shape than a plain `function_call`.
@@ -145,9 +148,24 @@ pub enum TurnError {
 }
 
 impl TurnState {
-    /// A turn in which calls to the functions of `roster` are the gateway's own tools.
-    pub fn new(roster: Vec<(String, HostedKind)>, container_id: String) -> Self {
-        TurnState { roster, container_id, ..TurnState::default() }
+    /// The model turn `turn`, in which calls to the functions of `roster` are the gateway's own
+    /// tools.
+    pub fn new(turn: TurnStamp, roster: Vec<(String, HostedKind)>, container_id: String) -> Self {
+        TurnState {
+            turn,
+            roster,
+            client_shapes: Vec::new(),
+            container_id,
+            citable: Vec::new(),
+            splitter: ThinkSplitter::default(),
+            reasoning: None,
+            message: None,
+            held_whitespace: String::new(),
+            calls: Vec::new(),
+            finish_reason: None,
+            usage: None,
+            saw_done: false,
+        }
     }
 
     /// Links to these pages in the answer become `url_citation` annotations.
@@ -318,7 +336,7 @@ impl TurnState {
         } else {
             slot.arguments.push_str(&fragment);
             if slot.name.is_some() {
-                open_call(slot, &self.roster, &self.client_shapes, &self.container_id, log, events);
+                open_call(slot, self.turn, &self.roster, &self.client_shapes, &self.container_id, log, events);
             }
         }
     }
@@ -394,7 +412,7 @@ impl TurnState {
                 if slot.name.is_none() {
                     return Err(TurnError::NamelessToolCall);
                 }
-                open_call(&mut slot, &self.roster, &self.client_shapes, &self.container_id, log, events);
+                open_call(&mut slot, self.turn, &self.roster, &self.client_shapes, &self.container_id, log, events);
             }
             let Some((item_id, output_index, kind)) = slot.opened.take() else { continue };
             let name = slot.name.take().unwrap_or_default();
@@ -513,10 +531,11 @@ impl TurnState {
     }
 }
 
-/// Announce a call's item — a client `function_call`, or the gateway tool's own item — and send
-/// the arguments gathered so far as its first delta.
+/// Announce a call's item — a client `function_call`, or the gateway tool's own item (its id
+/// minted in `turn`) — and send the arguments gathered so far as its first delta.
 fn open_call(
     slot: &mut CallSlot,
+    turn: TurnStamp,
     roster: &[(String, HostedKind)],
     client_shapes: &[ClientFunction],
     container_id: &str,
@@ -554,7 +573,7 @@ fn open_call(
             item_id
         }
         Some(HostedKind::CodeInterpreter) => {
-            let item_id = new_id(IdKind::CodeInterpreterCall);
+            let item_id = turn.new_id(IdKind::CodeInterpreterCall);
             events.push(ResponseEvent::OutputItemAdded {
                 output_index,
                 item: Item::CodeInterpreterCall(CodeInterpreterCallItem {
@@ -569,7 +588,7 @@ fn open_call(
             item_id
         }
         Some(HostedKind::Mcp { server_label, tool_name }) => {
-            let item_id = new_id(IdKind::McpCall);
+            let item_id = turn.new_id(IdKind::McpCall);
             events.push(ResponseEvent::OutputItemAdded {
                 output_index,
                 item: Item::McpCall(McpCallItem {
@@ -587,7 +606,7 @@ fn open_call(
         }
         Some(HostedKind::WebSearch) => {
             // The reference API announces the call without an action and streams no arguments.
-            let item_id = new_id(IdKind::WebSearchCall);
+            let item_id = turn.new_id(IdKind::WebSearchCall);
             events.push(ResponseEvent::OutputItemAdded {
                 output_index,
                 item: Item::WebSearchCall(WebSearchCallItem {
@@ -704,8 +723,13 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    /// A turn without gateway tools.
+    fn plain_turn() -> TurnState {
+        TurnState::new(TurnStamp::after(None), Vec::new(), String::new())
+    }
+
     fn run(chunks: Vec<Value>) -> (Vec<ResponseEvent>, OutputLog, Result<TurnResult, TurnError>) {
-        let mut state = TurnState::default();
+        let mut state = plain_turn();
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         for c in chunks {
@@ -778,7 +802,7 @@ mod tests {
 
     #[test]
     fn a_namespaced_call_comes_back_with_its_namespace() {
-        let mut state = TurnState::default().with_client_shapes(vec![ClientFunction {
+        let mut state = plain_turn().with_client_shapes(vec![ClientFunction {
             flat_name: "multi_agent_v1__close_agent".into(),
             shape: ClientCallShape::Namespaced { namespace: "multi_agent_v1".into(), name: "close_agent".into() },
         }]);
@@ -801,7 +825,7 @@ mod tests {
 
     #[test]
     fn custom_and_local_shell_calls_come_back_in_their_own_shapes() {
-        let mut state = TurnState::default().with_client_shapes(vec![
+        let mut state = plain_turn().with_client_shapes(vec![
             ClientFunction { flat_name: "apply_patch".into(), shape: ClientCallShape::Custom },
             ClientFunction { flat_name: "local_shell".into(), shape: ClientCallShape::LocalShell },
         ]);
@@ -880,7 +904,7 @@ mod tests {
 
     #[test]
     fn a_stream_without_finish_or_done_is_truncated() {
-        let mut state = TurnState::default();
+        let mut state = plain_turn();
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         state.on_chunk(chunk(json!({"choices":[{"index":0,"delta":{"content":"Par"}}]})), &mut log, &mut events);
@@ -913,7 +937,11 @@ mod tests {
 
     #[test]
     fn a_code_interpreter_call_streams_decoded_code_and_stays_open() {
-        let mut state = TurnState::new(vec![("code_interpreter".into(), HostedKind::CodeInterpreter)], "cntr_1".into());
+        let mut state = TurnState::new(
+            TurnStamp::after(None),
+            vec![("code_interpreter".into(), HostedKind::CodeInterpreter)],
+            "cntr_1".into(),
+        );
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         for c in [
@@ -950,7 +978,8 @@ mod tests {
 
     #[test]
     fn a_web_search_call_is_announced_without_an_action_or_argument_events() {
-        let mut state = TurnState::new(vec![("web_search".into(), HostedKind::WebSearch)], "cntr_1".into());
+        let mut state =
+            TurnState::new(TurnStamp::after(None), vec![("web_search".into(), HostedKind::WebSearch)], "cntr_1".into());
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         for c in [
@@ -969,9 +998,36 @@ mod tests {
     }
 
     #[test]
+    fn the_gateway_calls_of_a_turn_carry_its_stamp_in_their_ids() {
+        let turn = TurnStamp::after(None);
+        let roster = vec![
+            ("web_search".into(), HostedKind::WebSearch),
+            ("code_interpreter".into(), HostedKind::CodeInterpreter),
+        ];
+        let mut state = TurnState::new(turn, roster, "cntr_1".into());
+        let mut log = OutputLog::default();
+        let mut events = Vec::new();
+        state.on_chunk(
+            chunk(json!({"choices":[{"index":0,"delta":{"tool_calls":[
+                {"index":0,"id":"a","function":{"name":"web_search","arguments":"{}"}},
+                {"index":1,"id":"b","function":{"name":"code_interpreter","arguments":"{\"code\":\"1\"}"}}]},
+                "finish_reason":"tool_calls"}]})),
+            &mut log,
+            &mut events,
+        );
+        state.on_done();
+        let calls = state.finish(&mut log, &mut events).unwrap().hosted_calls;
+        assert_eq!(calls.len(), 2);
+        assert!(calls[0].item_id.starts_with("ws_") && calls[1].item_id.starts_with("ci_"));
+        assert_ne!(calls[0].item_id, calls[1].item_id);
+        assert!(calls.iter().all(|c| TurnStamp::of(&c.item_id) == Some(turn)), "{calls:?}");
+    }
+
+    #[test]
     fn an_mcp_call_uses_the_real_label_and_tool_name() {
         let kind = HostedKind::Mcp { server_label: "docs".into(), tool_name: "search.v2".into() };
-        let mut state = TurnState::new(vec![("mcp__docs__search_v2_1234".into(), kind)], "cntr_1".into());
+        let mut state =
+            TurnState::new(TurnStamp::after(None), vec![("mcp__docs__search_v2_1234".into(), kind)], "cntr_1".into());
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         state.on_chunk(
