@@ -377,7 +377,8 @@ impl WorkRootClaim {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            if (is_valid_container_id(name) || name.starts_with(".trash-")) && fs::remove_dir_all(entry.path()).is_ok() {
+            if (is_valid_container_id(name) || name.starts_with(".trash-")) && fs::remove_dir_all(entry.path()).is_ok()
+            {
                 removed += usize::from(is_valid_container_id(name));
             }
         }

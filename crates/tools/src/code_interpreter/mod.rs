@@ -575,14 +575,7 @@ fn finish(run: RunOutput, images: Vec<Vec<u8>>, config: &SandboxConfig) -> Resul
             ));
         }
     }
-    Ok(Execution {
-        status,
-        stdout: run.stdout.into_text(max),
-        stderr,
-        result,
-        images,
-        duration: run.duration,
-    })
+    Ok(Execution { status, stdout: run.stdout.into_text(max), stderr, result, images, duration: run.duration })
 }
 
 fn limit_message(limit: &str, config: &SandboxConfig, exc: Option<&str>) -> String {

@@ -118,7 +118,9 @@ pub(crate) enum Record {
         #[serde(default)]
         save: Option<SaveReport>,
     },
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
 }
 
 /// What went wrong writing the container's files back (see runner.py).
@@ -230,7 +232,13 @@ fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 impl Launcher {
     /// The bubblewrap arguments for one run. `venv_src` is the path bubblewrap sees (the mount
     /// point in root mode, the real path otherwise).
-    pub fn bwrap_args(&self, venv_src: &Path, fds: RunnerFds, timeout: Duration, opts: &RunOptions<'_>) -> Vec<OsString> {
+    pub fn bwrap_args(
+        &self,
+        venv_src: &Path,
+        fds: RunnerFds,
+        timeout: Duration,
+        opts: &RunOptions<'_>,
+    ) -> Vec<OsString> {
         let c = &self.config;
         let mut a: Vec<OsString> = Vec::new();
         let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
@@ -357,11 +365,9 @@ impl Launcher {
             (libc::RLIMIT_CORE, 0, 0),
         ];
         let privileged = match self.layout.drop_to {
-            Some((uid, gid)) => Some(Privileged {
-                uid,
-                gid,
-                binds: vec![(cstring(&self.venv)?, cstring(&self.layout.mnt_venv)?)],
-            }),
+            Some((uid, gid)) => {
+                Some(Privileged { uid, gid, binds: vec![(cstring(&self.venv)?, cstring(&self.layout.mnt_venv)?)] })
+            }
             None => None,
         };
         // SAFETY: getpid has no preconditions.
