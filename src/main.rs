@@ -10,6 +10,7 @@ use respgw_supervisor::McpSetup;
 use respgw_supervisor::integrated::IntegratedOptions;
 use respgw_supervisor::standalone::StandaloneOptions;
 use respgw_telemetry::tracing_otlp::{self, TracingConfig};
+use respgw_tools::code_interpreter::{self as sandbox, SandboxSettings};
 use respgw_tools::mcp::{RemoteMcp, RemoteMcpSettings};
 use respgw_tools::web_search::{EXA_API_KEY_ENV, EXA_SERVER_LABEL, FetchSettings, Profile, WebSearchSettings};
 
@@ -112,6 +113,9 @@ struct GatewayArgs {
     /// scripts/setup-code-interpreter) the tool is left out and the log says why.
     #[arg(long, env = "GW_CODE_INTERPRETER", value_enum, default_value_t = CodeInterpreterMode::Spawn)]
     code_interpreter: CodeInterpreterMode,
+
+    #[command(flatten)]
+    code_interpreter_limits: CodeInterpreterArgs,
 
     /// An API key clients must present as `Authorization: Bearer <key>`. Repeatable; the
     /// environment form is comma-separated. No key: authentication is off.
@@ -323,6 +327,180 @@ fn parse_profile(raw: &str) -> Result<Profile, String> {
     raw.parse()
 }
 
+/// The code interpreter's directory and limits (`serve`).
+#[derive(Args)]
+struct CodeInterpreterArgs {
+    /// Directory of the code interpreter's containers, one per respgw instance (shared by its
+    /// workers; made 0700; containers of a previous run are deleted at start, this run's at exit).
+    /// Default: `<db-path>-containers` beside a SQLite store, else
+    /// `${XDG_STATE_HOME:-~/.local/state}/respgw/containers-<port>`.
+    #[arg(long, env = sandbox::ENV_DIR, value_name = "DIR")]
+    code_interpreter_dir: Option<std::path::PathBuf>,
+
+    /// Wall-clock seconds one execution may run.
+    #[arg(long, env = sandbox::ENV_TIMEOUT_SEC, default_value_t = 30.0, value_parser = positive_seconds)]
+    code_interpreter_timeout_sec: f64,
+
+    /// Address space of one execution, in MiB.
+    #[arg(long, env = sandbox::ENV_MEMORY_MB, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+    code_interpreter_memory_mb: u64,
+
+    /// CPU seconds one execution may use.
+    #[arg(long, env = sandbox::ENV_CPU_SEC, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    code_interpreter_cpu_sec: u64,
+
+    /// Executions running at once per worker (default: the number of CPUs).
+    #[arg(long, env = sandbox::ENV_MAX_CONCURRENCY, default_value_t = cpus(), value_parser = at_least_one)]
+    code_interpreter_max_concurrency: usize,
+
+    /// Executions waiting for a slot beyond those, per worker; more fail as busy.
+    #[arg(long, env = sandbox::ENV_MAX_QUEUED, default_value_t = 32, value_parser = at_least_one)]
+    code_interpreter_max_queued: usize,
+
+    /// Seconds a waiting execution waits for a slot before it fails as busy.
+    #[arg(long, env = sandbox::ENV_QUEUE_WAIT_SEC, default_value_t = sandbox::DEFAULT_QUEUE_WAIT_SEC as f64, value_parser = positive_seconds)]
+    code_interpreter_queue_wait_sec: f64,
+
+    /// Seconds an unused container is kept.
+    #[arg(long, env = sandbox::ENV_CONTAINER_IDLE_SEC, default_value_t = 1200, value_parser = clap::value_parser!(u64).range(1..))]
+    code_interpreter_container_idle_sec: u64,
+
+    /// Space one container's files may use, in MiB. A write past it fails with "no space left on
+    /// device" in the sandbox. While code runs the files are in memory (tmpfs): each running
+    /// execution may use this much RAM besides its address space.
+    #[arg(long, env = sandbox::ENV_DISK_MB, default_value_t = sandbox::DEFAULT_DISK_MB, value_parser = clap::value_parser!(u64).range(1..))]
+    code_interpreter_disk_mb: u64,
+
+    /// Space all containers of this instance may hold together, in MiB. An execution that does
+    /// not fit evicts the least recently used idle containers; when none is idle it fails.
+    #[arg(long, env = sandbox::ENV_TOTAL_DISK_MB, default_value_t = sandbox::DEFAULT_TOTAL_DISK_MB, value_parser = clap::value_parser!(u64).range(1..))]
+    code_interpreter_total_disk_mb: u64,
+
+    /// Files, directories and links one container keeps between executions.
+    #[arg(long, env = sandbox::ENV_MAX_FILES, default_value_t = sandbox::DEFAULT_MAX_FILES, value_parser = clap::value_parser!(u64).range(1..=sandbox::MAX_FILES_LIMIT))]
+    code_interpreter_max_files: u64,
+}
+
+/// The code interpreter's directory and limits (`integrated`; see `serve --help`).
+#[derive(Args)]
+struct IntegratedCodeInterpreterArgs {
+    /// Directory of the code interpreter's containers, one per respgw instance. Default:
+    /// `<db-path>-containers` beside a SQLite store, else
+    /// `${XDG_STATE_HOME:-~/.local/state}/respgw/containers-<port>`.
+    #[arg(long = "responses-code-interpreter-dir", env = sandbox::ENV_DIR, value_name = "DIR")]
+    dir: Option<std::path::PathBuf>,
+
+    /// Wall-clock seconds one execution may run.
+    #[arg(long = "responses-code-interpreter-timeout-sec", env = sandbox::ENV_TIMEOUT_SEC, default_value_t = 30.0, value_parser = positive_seconds)]
+    timeout_sec: f64,
+
+    /// Address space of one execution, in MiB.
+    #[arg(long = "responses-code-interpreter-memory-mb", env = sandbox::ENV_MEMORY_MB, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+    memory_mb: u64,
+
+    /// CPU seconds one execution may use.
+    #[arg(long = "responses-code-interpreter-cpu-sec", env = sandbox::ENV_CPU_SEC, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    cpu_sec: u64,
+
+    /// Executions running at once per worker (default: the number of CPUs).
+    #[arg(long = "responses-code-interpreter-max-concurrency", env = sandbox::ENV_MAX_CONCURRENCY, default_value_t = cpus(), value_parser = at_least_one)]
+    max_concurrency: usize,
+
+    /// Executions waiting for a slot beyond those, per worker; more fail as busy.
+    #[arg(long = "responses-code-interpreter-max-queued", env = sandbox::ENV_MAX_QUEUED, default_value_t = 32, value_parser = at_least_one)]
+    max_queued: usize,
+
+    /// Seconds a waiting execution waits for a slot before it fails as busy.
+    #[arg(long = "responses-code-interpreter-queue-wait-sec", env = sandbox::ENV_QUEUE_WAIT_SEC, default_value_t = sandbox::DEFAULT_QUEUE_WAIT_SEC as f64, value_parser = positive_seconds)]
+    queue_wait_sec: f64,
+
+    /// Seconds an unused container is kept.
+    #[arg(long = "responses-code-interpreter-container-idle-sec", env = sandbox::ENV_CONTAINER_IDLE_SEC, default_value_t = 1200, value_parser = clap::value_parser!(u64).range(1..))]
+    container_idle_sec: u64,
+
+    /// Space one container's files may use, in MiB (in memory while code runs).
+    #[arg(long = "responses-code-interpreter-disk-mb", env = sandbox::ENV_DISK_MB, default_value_t = sandbox::DEFAULT_DISK_MB, value_parser = clap::value_parser!(u64).range(1..))]
+    disk_mb: u64,
+
+    /// Space all containers of this instance may hold together, in MiB.
+    #[arg(long = "responses-code-interpreter-total-disk-mb", env = sandbox::ENV_TOTAL_DISK_MB, default_value_t = sandbox::DEFAULT_TOTAL_DISK_MB, value_parser = clap::value_parser!(u64).range(1..))]
+    total_disk_mb: u64,
+
+    /// Files, directories and links one container keeps between executions.
+    #[arg(long = "responses-code-interpreter-max-files", env = sandbox::ENV_MAX_FILES, default_value_t = sandbox::DEFAULT_MAX_FILES, value_parser = clap::value_parser!(u64).range(1..=sandbox::MAX_FILES_LIMIT))]
+    max_files: u64,
+}
+
+impl IntegratedCodeInterpreterArgs {
+    fn into_common(self) -> CodeInterpreterArgs {
+        CodeInterpreterArgs {
+            code_interpreter_dir: self.dir,
+            code_interpreter_timeout_sec: self.timeout_sec,
+            code_interpreter_memory_mb: self.memory_mb,
+            code_interpreter_cpu_sec: self.cpu_sec,
+            code_interpreter_max_concurrency: self.max_concurrency,
+            code_interpreter_max_queued: self.max_queued,
+            code_interpreter_queue_wait_sec: self.queue_wait_sec,
+            code_interpreter_container_idle_sec: self.container_idle_sec,
+            code_interpreter_disk_mb: self.disk_mb,
+            code_interpreter_total_disk_mb: self.total_disk_mb,
+            code_interpreter_max_files: self.max_files,
+        }
+    }
+}
+
+impl CodeInterpreterArgs {
+    /// The settings, with the directory defaulting to one of this instance (`db_path`, `port`).
+    fn settings(self, db_path: &str, port: u16) -> Result<SandboxSettings, String> {
+        if self.code_interpreter_total_disk_mb < self.code_interpreter_disk_mb {
+            return Err(format!(
+                "--code-interpreter-total-disk-mb ({}) must be at least --code-interpreter-disk-mb ({})",
+                self.code_interpreter_total_disk_mb, self.code_interpreter_disk_mb
+            ));
+        }
+        Ok(SandboxSettings {
+            // Absolute, so that every worker finds the same directory.
+            dir: std::path::absolute(
+                self.code_interpreter_dir.unwrap_or_else(|| default_code_interpreter_dir(db_path, port)),
+            )
+            .map_err(|e| format!("cannot resolve the code interpreter directory: {e}"))?,
+            timeout: Duration::from_secs_f64(self.code_interpreter_timeout_sec),
+            memory_mb: self.code_interpreter_memory_mb,
+            cpu_seconds: self.code_interpreter_cpu_sec,
+            max_concurrency: self.code_interpreter_max_concurrency,
+            max_queued: self.code_interpreter_max_queued,
+            queue_wait: Duration::from_secs_f64(self.code_interpreter_queue_wait_sec),
+            container_idle: Duration::from_secs(self.code_interpreter_container_idle_sec),
+            disk_mb: self.code_interpreter_disk_mb,
+            total_disk_mb: self.code_interpreter_total_disk_mb,
+            max_files: self.code_interpreter_max_files,
+        })
+    }
+}
+
+/// The containers' directory of an instance: beside its SQLite store (`respgw.db` →
+/// `respgw.db-containers`, like SQLite's own `-wal` file), else under the user's state directory,
+/// by port.
+fn default_code_interpreter_dir(db_path: &str, port: u16) -> std::path::PathBuf {
+    if !db_path.contains("://") || db_path.starts_with("sqlite://") {
+        let file = db_path.strip_prefix("sqlite://").unwrap_or(db_path);
+        let file = file.split('?').next().unwrap_or(file);
+        if !file.is_empty() && file != ":memory:" {
+            return std::path::PathBuf::from(format!("{file}-containers"));
+        }
+    }
+    let state = match (std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()), std::env::var_os("HOME")) {
+        (Some(dir), _) => std::path::PathBuf::from(dir),
+        (None, Some(home)) => std::path::PathBuf::from(home).join(".local").join("state"),
+        (None, None) => std::path::PathBuf::from("."),
+    };
+    state.join("respgw").join(format!("containers-{port}"))
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
 /// `--code-interpreter` values.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum CodeInterpreterMode {
@@ -346,6 +524,9 @@ struct IntegratedArgs {
     /// Run model-written Python for `code_interpreter` in a sandbox (`spawn`) or not (`disabled`).
     #[arg(long = "responses-code-interpreter", env = "GW_CODE_INTERPRETER", value_enum, default_value_t = CodeInterpreterMode::Spawn)]
     code_interpreter: CodeInterpreterMode,
+
+    #[command(flatten)]
+    code_interpreter_limits: IntegratedCodeInterpreterArgs,
 
     /// Public address (the model server's usual host).
     #[arg(long, default_value = "0.0.0.0")]
@@ -483,6 +664,7 @@ impl ServeArgs {
     fn into_options(self) -> Result<StandaloneOptions, String> {
         let g = self.gateway;
         let web_search = g.web_search.settings()?;
+        let code_interpreter_settings = g.code_interpreter_limits.settings(&g.db_path, self.gateway_port)?;
         Ok(StandaloneOptions {
             host: self.gateway_host,
             port: self.gateway_port,
@@ -512,6 +694,7 @@ impl ServeArgs {
                 forward_other_routes_to: None,
                 drain_timeout: Duration::from_secs_f64(g.drain_timeout),
                 code_interpreter: g.code_interpreter == CodeInterpreterMode::Spawn,
+                code_interpreter_settings,
                 mcp_helper_url: None,
                 remote_mcp: remote_mcp_settings()?,
                 web_search,
@@ -540,6 +723,8 @@ fn reasoning_keys(file: Option<std::path::PathBuf>) -> Result<ReasoningKeys, Str
 impl IntegratedArgs {
     fn into_options(self) -> Result<IntegratedOptions, String> {
         let web_search = self.web_search.into_common().settings()?;
+        let code_interpreter_settings =
+            self.code_interpreter_limits.into_common().settings(&self.db_path, self.port)?;
         Ok(IntegratedOptions {
             host: self.host,
             port: self.port,
@@ -569,6 +754,7 @@ impl IntegratedArgs {
                 metrics_path: metrics_path(self.metrics_enabled, self.metrics_path)?,
                 forward_other_routes_to: None,
                 code_interpreter: self.code_interpreter == CodeInterpreterMode::Spawn,
+                code_interpreter_settings,
                 mcp_helper_url: None,
                 remote_mcp: remote_mcp_settings()?,
                 web_search,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use respgw_engine::sealed::ReasoningKeys;
 use respgw_engine::{Limits, UpstreamConfig};
+use respgw_tools::code_interpreter::SandboxSettings;
 use respgw_tools::mcp::RemoteMcpSettings;
 use respgw_tools::web_search::WebSearchSettings;
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,9 @@ pub struct GatewayOptions {
     pub drain_timeout: Duration,
     /// Offer `code_interpreter` (the supervisor checked that the sandbox works here).
     pub code_interpreter: bool,
+    /// The sandbox's directory and limits (`--code-interpreter-*`); the same for every worker, so
+    /// a conversation finds its container whichever worker serves it.
+    pub code_interpreter_settings: SandboxSettings,
     /// Base URL of the Built-in MCP helper, when MCP servers are configured.
     pub mcp_helper_url: Option<String>,
     /// Remote (request-declared) MCP: `GW_MCP_REQUEST_REMOTE_*`, read once by the supervisor.

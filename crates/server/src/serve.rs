@@ -67,7 +67,8 @@ pub async fn build(
 /// Remote MCP settings were validated by the supervisor too (an unreadable CA file fails here).
 async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperClient>) -> anyhow::Result<GatewayTools> {
     let sandbox = if options.code_interpreter {
-        let config = SandboxConfig::from_env().map_err(|e| anyhow::anyhow!("code interpreter settings: {e}"))?;
+        let config = SandboxConfig::from_settings(&options.code_interpreter_settings)
+            .map_err(|e| anyhow::anyhow!("code interpreter settings: {e}"))?;
         match Sandbox::new(config).await {
             Ok(sandbox) => Some(sandbox),
             Err(e) => {

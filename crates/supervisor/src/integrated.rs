@@ -53,7 +53,8 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
         options.gateway.upstream.base_url = format!("{child_base}/v1");
         options.gateway.forward_other_routes_to = Some(child_base);
         crate::check_store(&options.gateway.db_path).await?;
-        crate::check_code_interpreter(&mut options.gateway).await;
+        // Held until the workers have stopped; dropping it deletes this run's containers.
+        let _containers = crate::check_code_interpreter(&mut options.gateway).await;
         let merged = Arc::new(Mutex::new(MergedMetrics::new()));
         let helper = match crate::mcp_slot::start(&options.mcp, Arc::clone(&merged)).await {
             Ok(helper) => helper,

@@ -20,6 +20,7 @@ pub mod worker;
 
 use anyhow::Context;
 use respgw_server::GatewayOptions;
+use respgw_tools::code_interpreter::{Sandbox, SandboxConfig, WorkRootClaim};
 
 pub use mcp_slot::McpSetup;
 
@@ -39,25 +40,35 @@ async fn check_store(db_path: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Check the code interpreter sandbox once, before workers start. Without a working sandbox
-/// the tool is left out — never run unsandboxed — and the log says how to fix it.
-async fn check_code_interpreter(options: &mut GatewayOptions) {
+/// Check the code interpreter sandbox once, before workers start, and claim its directory for
+/// this instance (deleting the containers a previous run left). Without a working sandbox the
+/// tool is left out — never run unsandboxed — and the log says how to fix it. The claim is held
+/// until the instance stops; dropping it deletes this run's containers.
+async fn check_code_interpreter(options: &mut GatewayOptions) -> Option<WorkRootClaim> {
     if !options.code_interpreter {
         tracing::info!("code_interpreter is disabled (--code-interpreter disabled)");
-        return;
+        return None;
     }
-    let checked = match respgw_tools::code_interpreter::SandboxConfig::from_env() {
-        Ok(config) => respgw_tools::code_interpreter::Sandbox::new(config).await.map_err(|e| e.to_string()),
+    let settings = &options.code_interpreter_settings;
+    let checked = match SandboxConfig::from_settings(settings) {
+        Ok(config) => match WorkRootClaim::take(&config.work_root) {
+            Ok(claim) => Sandbox::new(config).await.map(|_| claim).map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(format!("invalid code interpreter settings: {e}")),
     };
     match checked {
-        Ok(_) => tracing::info!("code_interpreter is enabled (bubblewrap sandbox)"),
+        Ok(claim) => {
+            tracing::info!(dir = %settings.dir.display(), "code_interpreter is enabled (bubblewrap sandbox)");
+            Some(claim)
+        }
         Err(e) => {
             tracing::error!(
                 "code_interpreter is NOT offered: {e}. Run scripts/setup-code-interpreter to install \
                  bubblewrap and the Python environment, or pass --code-interpreter disabled to silence this."
             );
             options.code_interpreter = false;
+            None
         }
     }
 }

@@ -40,7 +40,8 @@ pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
         )
         .await?;
         crate::check_store(&options.gateway.db_path).await?;
-        crate::check_code_interpreter(&mut options.gateway).await;
+        // Held until the workers have stopped; dropping it deletes this run's containers.
+        let _containers = crate::check_code_interpreter(&mut options.gateway).await;
         let merged = Arc::new(Mutex::new(MergedMetrics::new()));
         let helper = crate::mcp_slot::start(&options.mcp, Arc::clone(&merged)).await?;
         options.gateway.mcp_helper_url = helper.as_ref().map(|h| h.url.clone());

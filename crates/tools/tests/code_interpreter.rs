@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use respgw_tools::code_interpreter::{Execution, ExecutionStatus, Sandbox, SandboxConfig, SandboxError};
+use respgw_tools::code_interpreter::{
+    Execution, ExecutionStatus, Sandbox, SandboxConfig, SandboxError, SandboxStats, WorkRootClaim,
+};
 
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 
@@ -406,24 +408,176 @@ async fn hostile_code_is_stopped_while_other_executions_complete() {
     assert_success(&e);
 }
 
-/// RLIMIT_CPU stops a CPU burner before the wall clock; the disk watchdog stops a container
-/// that fills the disk with many files, each below the file size limit.
+/// RLIMIT_CPU stops a CPU burner before the wall clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cpu_and_disk_limits_stop_the_code() {
-    let config =
-        SandboxConfig { cpu_seconds: 2, timeout: Duration::from_secs(30), max_disk_bytes: 200 << 20, ..base_config() };
+async fn cpu_limit_stops_the_code() {
+    let config = SandboxConfig { cpu_seconds: 2, timeout: Duration::from_secs(30), ..base_config() };
     let Some(sb) = sandbox_with(config).await else { return };
     let e = run(&sb, &Sandbox::new_container_id(), "while True:\n    pass\n").await;
     assert_eq!(e.status, ExecutionStatus::ResourceLimit("CPU time (2 s) exceeded".into()));
     assert!(e.duration < Duration::from_secs(20), "{:?}", e.duration);
+}
 
-    let code = "import time\nchunk = b'\\1' * (1 << 20)\nfor i in range(4):\n    with open(f'f{i}.bin', 'wb') as f:\n        for _ in range(90):\n            f.write(chunk)\ntime.sleep(30)\n";
-    let e = run(&sb, &Sandbox::new_container_id(), code).await;
+/// Bytes allocated under `dir` (what the host's disk holds), never following links.
+fn disk_usage(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        total += meta.blocks() * 512;
+        if meta.is_dir() {
+            total += disk_usage(&entry.path());
+        }
+    }
+    total
+}
+
+/// Runs `code` in `container` while measuring the container's host directory every few
+/// milliseconds; returns the execution and the largest size seen.
+async fn run_measuring_disk(sb: &Sandbox, container: &str, code: &str) -> (Execution, u64) {
+    let data = sb.container_data_dir(container).unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                peak = peak.max(disk_usage(&data));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            peak.max(disk_usage(&data))
+        })
+    };
+    let e = run(sb, container, code).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    (e, poller.join().unwrap())
+}
+
+/// Many files, each below the file size limit, cannot take more than the container's limit: the
+/// write past it fails with ENOSPC inside the sandbox (the code sees it and goes on), and the
+/// host directory never holds more than the limit, at any moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_past_the_disk_limit_fails_inside_the_sandbox() {
+    let limit: u64 = 24 << 20;
+    let config = SandboxConfig { max_disk_bytes: limit, max_file_bytes: 8 << 20, ..base_config() };
+    let Some(sb) = sandbox_with(config).await else { return };
+    let c = Sandbox::new_container_id();
+    let code = "import errno\n\
+                chunk = b'\\1' * (1 << 20)\n\
+                written = 0\n\
+                try:\n\
+                \x20   for i in range(20):\n\
+                \x20       with open(f'f{i}.bin', 'wb') as f:\n\
+                \x20           for _ in range(5):\n\
+                \x20               f.write(chunk)\n\
+                \x20               f.flush()\n\
+                \x20               written += 1\n\
+                except OSError as e:\n\
+                \x20   print('stopped', errno.errorcode[e.errno], 'after', written, 'MiB')\n\
+                import os\n\
+                for name in os.listdir('.'):\n\
+                \x20   if name >= 'f4':\n\
+                \x20       os.remove(name)\n\
+                open('after.txt', 'w').write('the code went on')\n";
+    let (e, peak) = run_measuring_disk(&sb, &c, code).await;
+    assert_success(&e);
+    assert!(e.stdout.starts_with("stopped ENOSPC after 2"), "{}\n{}", e.stdout, e.stderr);
+    assert!(peak <= limit, "the host directory reached {peak} bytes (limit {limit})");
+
+    // Files written in one call are there in the next, and count against the limit: four files
+    // of 5 MiB are kept, so only about 4 MiB more fit.
+    let code = "import os\n\
+                print(sorted(os.listdir('.')), open('after.txt').read())\n\
+                with open('more.bin', 'wb') as f:\n\
+                \x20   for _ in range(16):\n\
+                \x20       f.write(b'\\2' * (1 << 20))\n";
+    let (e, peak) = run_measuring_disk(&sb, &c, code).await;
+    assert!(
+        e.stdout.contains("['after.txt', 'f0.bin', 'f1.bin', 'f2.bin', 'f3.bin'] the code went on"),
+        "{}\n{}",
+        e.stdout,
+        e.stderr
+    );
     match &e.status {
-        ExecutionStatus::ResourceLimit(msg) if msg.contains("disk space") => {}
+        ExecutionStatus::ResourceLimit(msg) if msg.contains("no space left on device") => {}
         other => panic!("expected the disk limit, got {other:?}\n{}", e.stderr),
     }
-    assert!(e.duration < Duration::from_secs(20), "{:?}", e.duration);
+    assert!(e.stderr.contains("No space left on device"), "{}", e.stderr);
+    assert!(peak <= limit, "the host directory reached {peak} bytes (limit {limit})");
+    let data = sb.container_data_dir(&c).unwrap();
+    assert_eq!(std::fs::metadata(data.join("f3.bin")).unwrap().len(), 5 << 20);
+}
+
+/// A container keeps a bounded number of files; the code is told about the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_keeps_a_bounded_number_of_files() {
+    let Some(sb) = sandbox_with(SandboxConfig { max_files: 50, ..base_config() }).await else { return };
+    let c = Sandbox::new_container_id();
+    let e = run(&sb, &c, "for i in range(80):\n    open(f'n{i:03}', 'w').write('x')").await;
+    assert_success(&e);
+    assert!(e.stderr.contains("30 files were not kept"), "{}", e.stderr);
+    let e = run(&sb, &c, "import os\nlen(os.listdir('.'))").await;
+    assert_eq!(e.result.as_deref(), Some("50"));
+}
+
+/// The containers of one gateway share a total cap: the least recently used idle container is
+/// evicted to make room, and when every other container is in use the execution fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_total_disk_cap_evicts_idle_containers_then_refuses() {
+    // Its own work root: eviction would delete the other tests' containers.
+    let config = SandboxConfig {
+        work_root: work_root().with_extension("total"),
+        max_disk_bytes: 8 << 20,
+        max_total_disk_bytes: 20 << 20,
+        max_concurrency: 3,
+        ..base_config()
+    };
+    let Some(sb) = sandbox_with(config).await else { return };
+    let write_5_mib = "open('five.bin', 'wb').write(b'5' * (5 << 20))";
+    let (a, b, c) = (Sandbox::new_container_id(), Sandbox::new_container_id(), Sandbox::new_container_id());
+    assert_success(&run(&sb, &a, write_5_mib).await);
+    assert_success(&run(&sb, &b, write_5_mib).await);
+    // c needs room for 8 MiB: 5 + 5 + 8 fits in 20.
+    assert_success(&run(&sb, &c, "1").await);
+    let (data_a, data_b) = (sb.container_data_dir(&a).unwrap(), sb.container_data_dir(&b).unwrap());
+    assert!(data_a.exists() && data_b.exists());
+    // c filled: 5 + 5 + 5, then a new container needs 8: a (least recently used) goes.
+    assert_success(&run(&sb, &c, write_5_mib).await);
+    let d = Sandbox::new_container_id();
+    assert_success(&run(&sb, &d, "1").await);
+    assert!(!data_a.exists(), "the least recently used container is evicted");
+    assert!(data_b.exists(), "only as many as needed");
+
+    // Two containers in use count 8 MiB each: a third needs 8 more and nothing idle can go once b,
+    // c and d are busy.
+    let sleeping = "import time\ntime.sleep(5)";
+    let busy: Vec<_> = [b.clone(), c.clone()]
+        .into_iter()
+        .map(|id| {
+            let sb = sb.clone();
+            tokio::spawn(async move { sb.execute(&id, sleeping).await })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sb.stats().running < 2 {
+        if Instant::now() > deadline || busy.iter().any(|t| t.is_finished()) {
+            let ended: Vec<_> = futures_results(busy).await;
+            panic!("the two executions did not run together: {:?}; {ended:?}", sb.stats());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // d is idle (1 block) and is evicted first; still 8 + 8 + 8 > 20.
+    match sb.execute(&Sandbox::new_container_id(), "1").await {
+        Err(e @ SandboxError::NoRoom { .. }) => {
+            assert!(e.to_string().contains("out of space") && e.to_string().contains("20 MiB"), "{e}")
+        }
+        other => panic!("expected NoRoom, got {other:?}"),
+    }
+    for t in busy {
+        assert_success(&t.await.unwrap().unwrap());
+    }
+    // Once they are idle again there is room.
+    assert_success(&run(&sb, &Sandbox::new_container_id(), "1").await);
 }
 
 /// Model code cannot forge the runner's report: it cannot reach the report pipe (not inherited,
@@ -525,7 +679,72 @@ async fn busy_when_running_and_queue_are_full() {
         assert_success(&e);
         assert_eq!(e.result.as_deref(), Some("'done'"));
     }
-    assert_eq!(sb.stats(), respgw_tools::code_interpreter::SandboxStats { running: 0, queued: 0 });
+    assert_eq!(sb.stats(), SandboxStats { running: 0, queued: 0 });
+}
+
+async fn futures_results(tasks: Vec<tokio::task::JoinHandle<Result<Execution, SandboxError>>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(format!("{:?}", t.await));
+    }
+    out
+}
+
+/// A queued execution waits at most `queue_wait`, then fails as busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_execution_gives_up_after_the_queue_wait() {
+    let config = SandboxConfig { max_concurrency: 1, queue_wait: Duration::from_millis(500), ..base_config() };
+    let Some(sb) = sandbox_with(config).await else { return };
+    let long = {
+        let sb = sb.clone();
+        tokio::spawn(async move { sb.execute(&Sandbox::new_container_id(), "import time\ntime.sleep(4)").await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sb.stats().running < 1 {
+        assert!(Instant::now() < deadline, "{:?}", sb.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    match sb.execute(&Sandbox::new_container_id(), "1").await {
+        Err(e @ SandboxError::Busy) => assert!(e.to_string().contains("code interpreter busy"), "{e}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(450) && waited < Duration::from_millis(1500), "{waited:?}");
+    assert_eq!(sb.stats(), SandboxStats { running: 1, queued: 0 });
+    assert_success(&long.await.unwrap().unwrap());
+}
+
+/// The containers live under the configured directory, which one gateway instance claims: a
+/// second claim fails, a new claim deletes what a previous run left, and the end of the claim
+/// deletes this run's containers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_live_under_the_instance_directory() {
+    let dir = work_root().with_extension("instance");
+    let claim = WorkRootClaim::take(&dir).unwrap();
+    let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(mode, if unsafe { libc::geteuid() } == 0 { 0o711 } else { 0o700 });
+    match WorkRootClaim::take(&dir) {
+        Err(msg) => assert!(msg.contains("in use by another respgw"), "{msg}"),
+        Ok(_) => panic!("two instances claimed one directory"),
+    }
+    let Some(sb) = sandbox_with(SandboxConfig { work_root: dir.clone(), ..base_config() }).await else { return };
+    let c = Sandbox::new_container_id();
+    assert_success(&run(&sb, &c, "open('x', 'w').write('x')").await);
+    let data = sb.container_data_dir(&c).unwrap();
+    assert!(data.starts_with(&dir), "{}", data.display());
+    assert!(data.join("x").exists());
+    drop(sb);
+    drop(claim);
+    assert!(!data.exists(), "the containers go with the instance");
+
+    // A container a previous run left behind goes when the directory is claimed again.
+    let stale = dir.join(Sandbox::new_container_id());
+    std::fs::create_dir_all(stale.join("data")).unwrap();
+    let _claim = WorkRootClaim::take(&dir).unwrap();
+    assert!(!stale.exists());
+    assert!(dir.join(".runtime").exists(), "the runtime files stay");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

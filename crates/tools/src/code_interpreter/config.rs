@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// Environment variable naming the venv (overrides the default path).
 pub const ENV_VENV: &str = "GW_CODE_INTERPRETER_VENV";
 /// Environment variable with the wall-clock timeout per execution, in seconds.
@@ -21,8 +23,10 @@ pub struct SandboxConfig {
     /// `${XDG_CACHE_HOME:-~/.cache}/respgw/code-interpreter-venv`; env [`ENV_VENV`] overrides
     /// (in [`SandboxConfig::from_env`]). Mounted read-only at `/opt/venv` in the sandbox.
     pub venv: PathBuf,
-    /// Where container directories live. Default `std::env::temp_dir()/respgw-containers-<euid>`.
-    /// Created if missing; must be owned by the gateway's user and not writable by others.
+    /// Where container directories live: one directory per gateway instance, shared by its
+    /// workers (`respgw serve` puts it beside the store; see [`WorkRootClaim`](super::WorkRootClaim)).
+    /// Default `std::env::temp_dir()/respgw-containers-<euid>`; env [`ENV_DIR`]. Created if
+    /// missing; must be owned by the gateway's user and not writable by others.
     pub work_root: PathBuf,
     /// Wall-clock limit per execution; the whole process group is killed when it runs out.
     /// Default 30 s; env [`ENV_TIMEOUT_SEC`].
@@ -58,15 +62,28 @@ pub struct SandboxConfig {
     /// Executions allowed to wait beyond [`SandboxConfig::max_concurrency`]; more are refused
     /// with [`super::SandboxError::Busy`]. Default 32.
     pub max_queued: usize,
+    /// Longest wait of an admitted execution for its container and a slot; then it fails with
+    /// [`super::SandboxError::Busy`]. Default 30 s (one execution's timeout); env
+    /// [`ENV_QUEUE_WAIT_SEC`].
+    pub queue_wait: Duration,
     /// A container directory unused for this long is deleted. Default 20 min.
     pub container_idle: Duration,
     /// Largest PNG returned as an image (larger ones are skipped). Default 8 MiB.
     pub max_image_bytes: usize,
     /// Most images returned by one execution (oldest first). Default 16.
     pub max_images: usize,
-    /// Disk space one container may use (all its files). A watchdog measures it twice a second
-    /// while code runs and stops the execution past it. Default 1 GiB.
+    /// Space one container's files may use. While code runs they are in a tmpfs of this size
+    /// (memory: each running execution may use this much RAM on top of its address space), so a
+    /// write past it fails with ENOSPC inside the sandbox; between executions they are on the
+    /// host's disk, never more than this. Default 512 MiB; env [`ENV_DISK_MB`].
     pub max_disk_bytes: u64,
+    /// Files, directories and links one container keeps between executions (more are not saved,
+    /// and the code is told). At most [`MAX_FILES_LIMIT`]. Default 10,000; env [`ENV_MAX_FILES`].
+    pub max_files: u64,
+    /// Space all containers of this gateway may hold together (idle ones at their size, ones in
+    /// use at [`SandboxConfig::max_disk_bytes`]). An execution that does not fit evicts the least
+    /// recently used idle containers, else fails. Default 8 GiB; env [`ENV_TOTAL_DISK_MB`].
+    pub max_total_disk_bytes: u64,
     /// Size of the sandbox's private `/tmp` and `/dev/shm` (tmpfs, i.e. memory). Default 256 MiB.
     pub tmp_bytes: u64,
     /// Host uid the sandbox runs as when the gateway runs as root. Default 65534 (`nobody`).
@@ -93,10 +110,13 @@ impl Default for SandboxConfig {
             max_output_bytes: 64 << 10,
             max_concurrency: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             max_queued: 32,
+            queue_wait: Duration::from_secs(DEFAULT_QUEUE_WAIT_SEC),
             container_idle: Duration::from_secs(20 * 60),
             max_image_bytes: 8 << 20,
             max_images: 16,
-            max_disk_bytes: 1 << 30,
+            max_disk_bytes: DEFAULT_DISK_MB << 20,
+            max_files: DEFAULT_MAX_FILES,
+            max_total_disk_bytes: DEFAULT_TOTAL_DISK_MB << 20,
             tmp_bytes: 256 << 20,
             sandbox_uid: 65534,
             sandbox_gid: 65534,
@@ -106,9 +126,11 @@ impl Default for SandboxConfig {
 
 impl SandboxConfig {
     /// The defaults with the environment applied: `XDG_CACHE_HOME`/`HOME` for the venv path,
-    /// [`ENV_VENV`], [`ENV_TIMEOUT_SEC`] and the limits ([`ENV_MEMORY_MB`], [`ENV_CPU_SEC`],
-    /// [`ENV_MAX_CONCURRENCY`], [`ENV_MAX_QUEUED`], [`ENV_CONTAINER_IDLE_SEC`]). An unparsable
-    /// value is an error naming the variable (a typo must not silently become the default).
+    /// [`ENV_VENV`], [`ENV_DIR`], [`ENV_TIMEOUT_SEC`] and the limits ([`ENV_MEMORY_MB`],
+    /// [`ENV_CPU_SEC`], [`ENV_MAX_CONCURRENCY`], [`ENV_MAX_QUEUED`], [`ENV_QUEUE_WAIT_SEC`],
+    /// [`ENV_CONTAINER_IDLE_SEC`], [`ENV_DISK_MB`], [`ENV_TOTAL_DISK_MB`], [`ENV_MAX_FILES`]). An
+    /// unparsable value is an error naming the variable (a typo must not silently become the
+    /// default).
     pub fn from_env() -> Result<SandboxConfig, String> {
         let mut config = SandboxConfig {
             venv: default_venv(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")),
@@ -117,14 +139,26 @@ impl SandboxConfig {
         if let Some(venv) = std::env::var_os(ENV_VENV).filter(|v| !v.is_empty()) {
             config.venv = PathBuf::from(venv);
         }
-        if let Ok(raw) = std::env::var(ENV_TIMEOUT_SEC) {
-            let secs: f64 = raw
-                .trim()
-                .parse()
-                .ok()
-                .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                .ok_or_else(|| format!("{ENV_TIMEOUT_SEC}={raw:?} is not a positive number of seconds"))?;
-            config.timeout = Duration::from_secs_f64(secs);
+        if let Some(dir) = std::env::var_os(ENV_DIR).filter(|v| !v.is_empty()) {
+            config.work_root = PathBuf::from(dir);
+        }
+        let seconds = |name: &str| -> Result<Option<Duration>, String> {
+            match std::env::var(name) {
+                Ok(raw) => raw
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                    .map(|s| Some(Duration::from_secs_f64(s)))
+                    .ok_or_else(|| format!("{name}={raw:?} is not a positive number of seconds")),
+                Err(_) => Ok(None),
+            }
+        };
+        if let Some(timeout) = seconds(ENV_TIMEOUT_SEC)? {
+            config.timeout = timeout;
+        }
+        if let Some(wait) = seconds(ENV_QUEUE_WAIT_SEC)? {
+            config.queue_wait = wait;
         }
         let whole = |name: &str| -> Result<Option<u64>, String> {
             match std::env::var(name) {
@@ -153,9 +187,95 @@ impl SandboxConfig {
         if let Some(secs) = whole(ENV_CONTAINER_IDLE_SEC)? {
             config.container_idle = Duration::from_secs(secs);
         }
+        if let Some(mb) = whole(ENV_DISK_MB)? {
+            config.max_disk_bytes = mb.saturating_mul(1 << 20);
+        }
+        if let Some(mb) = whole(ENV_TOTAL_DISK_MB)? {
+            config.max_total_disk_bytes = mb.saturating_mul(1 << 20);
+        }
+        if let Some(n) = whole(ENV_MAX_FILES)? {
+            config.max_files = n;
+        }
         Ok(config)
     }
+
+    /// [`SandboxConfig::from_env`] with the gateway's command-line settings on top.
+    pub fn from_settings(settings: &SandboxSettings) -> Result<SandboxConfig, String> {
+        let config = SandboxConfig::from_env()?;
+        Ok(SandboxConfig {
+            work_root: settings.dir.clone(),
+            timeout: settings.timeout,
+            memory_bytes: settings.memory_mb.saturating_mul(1 << 20),
+            cpu_seconds: settings.cpu_seconds,
+            max_concurrency: settings.max_concurrency,
+            max_queued: settings.max_queued,
+            queue_wait: settings.queue_wait,
+            container_idle: settings.container_idle,
+            max_disk_bytes: settings.disk_mb.saturating_mul(1 << 20),
+            max_total_disk_bytes: settings.total_disk_mb.saturating_mul(1 << 20),
+            max_files: settings.max_files,
+            ..config
+        })
+    }
+
+    /// Why this configuration cannot work, if it cannot.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.max_concurrency == 0 {
+            return Err("max_concurrency must be at least 1".into());
+        }
+        if self.max_files == 0 || self.max_files > MAX_FILES_LIMIT {
+            return Err(format!("the container file limit must be between 1 and {MAX_FILES_LIMIT}"));
+        }
+        if self.max_total_disk_bytes < self.max_disk_bytes {
+            return Err(format!(
+                "the total disk cap ({} MiB) is smaller than one container's limit ({} MiB)",
+                self.max_total_disk_bytes >> 20,
+                self.max_disk_bytes >> 20
+            ));
+        }
+        Ok(())
+    }
 }
+
+/// The sandbox settings the gateway takes on its command line (`--code-interpreter-*`), carried
+/// to its workers; [`SandboxConfig::from_settings`] applies them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSettings {
+    /// [`SandboxConfig::work_root`].
+    pub dir: PathBuf,
+    pub timeout: Duration,
+    pub memory_mb: u64,
+    pub cpu_seconds: u64,
+    pub max_concurrency: usize,
+    pub max_queued: usize,
+    pub queue_wait: Duration,
+    pub container_idle: Duration,
+    pub disk_mb: u64,
+    pub total_disk_mb: u64,
+    pub max_files: u64,
+}
+
+/// Default of [`SandboxConfig::max_disk_bytes`], in MiB.
+pub const DEFAULT_DISK_MB: u64 = 512;
+/// Default of [`SandboxConfig::max_total_disk_bytes`], in MiB.
+pub const DEFAULT_TOTAL_DISK_MB: u64 = 8192;
+/// Default of [`SandboxConfig::max_files`].
+pub const DEFAULT_MAX_FILES: u64 = 10_000;
+/// Largest [`SandboxConfig::max_files`] (what one walk of a container looks at).
+pub const MAX_FILES_LIMIT: u64 = super::fsscan::MAX_ENTRIES as u64;
+/// Default of [`SandboxConfig::queue_wait`], in seconds.
+pub const DEFAULT_QUEUE_WAIT_SEC: u64 = 30;
+
+/// The directory of the containers (one per gateway instance).
+pub const ENV_DIR: &str = "GW_CODE_INTERPRETER_DIR";
+/// Seconds a queued execution may wait (default 30).
+pub const ENV_QUEUE_WAIT_SEC: &str = "GW_CODE_INTERPRETER_QUEUE_WAIT_SEC";
+/// One container's disk space, in MiB (default 512).
+pub const ENV_DISK_MB: &str = "GW_CODE_INTERPRETER_DISK_MB";
+/// All containers' disk space together, in MiB (default 8192).
+pub const ENV_TOTAL_DISK_MB: &str = "GW_CODE_INTERPRETER_TOTAL_DISK_MB";
+/// Files one container keeps (default 10000).
+pub const ENV_MAX_FILES: &str = "GW_CODE_INTERPRETER_MAX_FILES";
 
 /// Address-space limit per execution, in MiB (default 2048).
 pub const ENV_MEMORY_MB: &str = "GW_CODE_INTERPRETER_MEMORY_MB";
@@ -212,6 +332,10 @@ mod tests {
         assert_eq!(c.max_output_bytes, 64 * 1024);
         assert_eq!(c.max_image_bytes, 8 * 1024 * 1024);
         assert_eq!(c.container_idle, Duration::from_secs(1200));
+        assert_eq!(c.max_disk_bytes, 512 * 1024 * 1024);
+        assert_eq!(c.max_total_disk_bytes, 8 * 1024 * 1024 * 1024);
+        assert_eq!(c.queue_wait, Duration::from_secs(30));
+        assert!(c.check().is_ok());
         assert!(c.max_concurrency >= 1);
         assert!(c.work_root.to_string_lossy().contains("respgw-containers-"));
     }

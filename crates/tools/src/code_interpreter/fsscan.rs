@@ -1,8 +1,8 @@
 //! Walking a container's data directory from the host, which is hostile ground: model code
 //! decides what is in it. The walk never follows a symbolic link (each directory is opened with
 //! `O_NOFOLLOW` relative to its parent's descriptor, through `/proc/self/fd/N/<name>`), never
-//! blocks on a FIFO, and is bounded in entries and depth. Used for the disk-usage watchdog and to
-//! find the PNGs an execution wrote.
+//! blocks on a FIFO, and is bounded in entries and depth. Used to measure a container's usage (for the
+//! total disk cap) and to find the PNGs an execution wrote.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -18,13 +18,13 @@ pub(crate) const MAX_DEPTH: usize = 16;
 
 const PNG_MAGIC: &[u8; 8] = b"\x89PNG\r\n\x1a\n";
 
-/// Identity of a file version: any write (or `utime`) changes `ctime`, which model code cannot
-/// set back.
+/// Identity of a file version: size and modification time. Each execution's changes are copied
+/// back to the host as new files (new inode, new ctime) with the mtime the code left, so an
+/// unchanged file keeps its key and a written one gets a new mtime (model code that sets it back
+/// on purpose only keeps its own picture from being shown).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileKey {
-    ino: u64,
     size: u64,
-    ctime: (i64, i64),
     mtime: (i64, i64),
 }
 
@@ -98,12 +98,7 @@ fn is_png_name(name: &std::ffi::OsStr) -> bool {
 }
 
 fn key_of(meta: &fs::Metadata) -> FileKey {
-    FileKey {
-        ino: meta.ino(),
-        size: meta.size(),
-        ctime: (meta.ctime(), meta.ctime_nsec()),
-        mtime: (meta.mtime(), meta.mtime_nsec()),
-    }
+    FileKey { size: meta.size(), mtime: (meta.mtime(), meta.mtime_nsec()) }
 }
 
 /// The PNGs under `root` before an execution.

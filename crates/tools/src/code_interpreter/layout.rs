@@ -2,17 +2,22 @@
 //! into every sandbox, container directories (create, lock, touch, expire) and container ids.
 //!
 //! ```text
-//! <work_root>/                    0700 (0711 when root: the sandbox uid must traverse it)
+//! <work_root>/                    0700 (0711 when root: the sandbox uid must traverse it); one
+//!                                 per gateway instance, shared by its worker processes
+//!   .instance.lock                flock'ed by the instance that owns the work root (see
+//!                                 [`WorkRootClaim`])
 //!   .runtime/                     0755  runner-<hash>.py, passwd, group, mplcache-<hash>/,
-//!                                       mnt-venv/ and mnt-data/ (mount points, root mode only)
+//!                                       mnt-venv/ (mount point, root mode only)
 //!   cntr_<uuid v7>/               0700, owned by the gateway
 //!     lock                        flock'ed while an execution runs (across worker processes);
 //!                                 its mtime is the container's last use
-//!     data/                       the only writable place of the sandbox, bound at /mnt/data
+//!     usage                       bytes `data/` used after the last execution (decimal)
+//!     data/                       the container's files, copied in and out of the sandbox's
+//!                                 /mnt/data by the runner (never mounted)
 //!   .trash-…                      a container being deleted
 //! ```
-//! The container directory itself is never visible in the sandbox, so model code cannot fake
-//! its last-use time or swap the lock file; only `data/` is.
+//! The container directory is never visible in the sandbox, so model code cannot fake its
+//! last-use time, its usage or swap the lock file.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -54,9 +59,8 @@ pub(crate) struct Layout {
     pub group: PathBuf,
     /// matplotlib's font cache, built by the start-up probe (see [`Layout::mplcache_ready`]).
     pub mplcache: PathBuf,
-    /// Mount points for the venv and the container's data dir (root mode: see `process.rs`).
+    /// Mount point for the venv (root mode: see `process.rs`).
     pub mnt_venv: PathBuf,
-    pub mnt_data: PathBuf,
     /// `Some((uid, gid))` when the gateway runs as root and the sandbox as this host uid.
     pub drop_to: Option<(u32, u32)>,
 }
@@ -85,10 +89,8 @@ impl Layout {
         write_if_changed(&group, b"sandbox:x:65534:\n")?;
 
         let mnt_venv = runtime.join("mnt-venv");
-        let mnt_data = runtime.join("mnt-data");
         if drop_to.is_some() {
             create_dir_checked(&mnt_venv, 0o755)?;
-            create_dir_checked(&mnt_data, 0o755)?;
         }
 
         // The font cache depends on the venv (matplotlib version, font files): key it by the venv.
@@ -100,7 +102,7 @@ impl Layout {
         let digest = venv_id.finalize();
         let mplcache = runtime.join(format!("mplcache-{}", hex(&digest[..8])));
 
-        Ok(Layout { work_root, runner, passwd, group, mplcache, mnt_venv, mnt_data, drop_to })
+        Ok(Layout { work_root, runner, passwd, group, mplcache, mnt_venv, drop_to })
     }
 
     /// Whether the font cache has been built (a `fontlist*.json` in it).
@@ -238,40 +240,155 @@ impl Layout {
                 let _ = fs::remove_dir_all(entry.path());
                 continue;
             }
-            let lock_path = entry.path().join("lock");
-            if !is_valid_container_id(name) || !is_idle(&lock_path, idle) {
-                continue;
-            }
-            let lock = match OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&lock_path)
+            if is_valid_container_id(name)
+                && is_idle(&entry.path().join("lock"), idle)
+                && self.delete_unless_in_use(name, |lock| is_idle(lock, idle))
             {
-                Ok(f) => f,
-                Err(_) => continue,
-            };
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                continue; // in use right now
-            }
-            // Re-check under the lock: an execution may have touched it meanwhile.
-            if !is_idle(&lock_path, idle) {
-                continue;
-            }
-            let trash = self.work_root.join(format!(".trash-{name}-{}", uuid::Uuid::now_v7().simple()));
-            if fs::rename(entry.path(), &trash).is_ok() {
-                drop(lock);
-                // Symlink-safe: std's remove_dir_all never follows links the sandbox made.
-                if let Err(e) = fs::remove_dir_all(&trash) {
-                    tracing::warn!(path = %trash.display(), error = %e, "code_interpreter: cannot delete an expired container");
-                }
                 removed += 1;
             }
         }
         removed
+    }
+
+    /// Deletes container `id` if no execution holds it and `still` (checked under its lock)
+    /// agrees. Returns whether it was deleted. Blocking.
+    pub fn delete_unless_in_use(&self, id: &str, still: impl Fn(&Path) -> bool) -> bool {
+        let dir = self.container_dir(id);
+        let lock_path = dir.join("lock");
+        let Some(lock) = try_lock(&lock_path) else { return false };
+        // Re-check under the lock: an execution may have used it meanwhile.
+        if !still(&lock_path) {
+            return false;
+        }
+        let trash = self.work_root.join(format!(".trash-{id}-{}", uuid::Uuid::now_v7().simple()));
+        if fs::rename(&dir, &trash).is_err() {
+            return false;
+        }
+        drop(lock);
+        // Symlink-safe: std's remove_dir_all never follows links the sandbox made.
+        if let Err(e) = fs::remove_dir_all(&trash) {
+            tracing::warn!(path = %trash.display(), error = %e, "code_interpreter: cannot delete a container");
+        }
+        true
+    }
+
+    /// Records how much a container's files use (after an execution, under its lock).
+    pub fn record_usage(&self, id: &str, bytes: u64) {
+        let _ = write_if_changed(&self.container_dir(id).join("usage"), bytes.to_string().as_bytes());
+    }
+
+    /// What the containers other than `me` hold, for the total disk cap: containers in use count
+    /// `in_use_charge` each (an execution may fill its container to the limit), idle ones their
+    /// recorded usage; the idle ones are listed least recently used first. Blocking.
+    pub fn charges(&self, me: &str, in_use_charge: u64) -> Charges {
+        let mut charges = Charges::default();
+        let Ok(entries) = fs::read_dir(&self.work_root) else { return charges };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name == me || !is_valid_container_id(name) {
+                continue;
+            }
+            let lock_path = entry.path().join("lock");
+            let Some(lock) = try_lock(&lock_path) else {
+                charges.total = charges.total.saturating_add(in_use_charge);
+                continue;
+            };
+            let recorded = fs::read_to_string(entry.path().join("usage")).ok().and_then(|s| s.trim().parse().ok());
+            let bytes = match recorded {
+                Some(bytes) => bytes,
+                None => super::fsscan::usage(&entry.path().join("data")).map_or(in_use_charge, |u| u.bytes),
+            };
+            let last_use = fs::metadata(&lock_path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+            drop(lock);
+            charges.total = charges.total.saturating_add(bytes);
+            charges.idle.push(IdleContainer { id: name.to_string(), last_use, bytes });
+        }
+        charges.idle.sort_by_key(|c| c.last_use);
+        charges
+    }
+}
+
+/// See [`Layout::charges`].
+#[derive(Debug, Default)]
+pub(crate) struct Charges {
+    pub total: u64,
+    pub idle: Vec<IdleContainer>,
+}
+
+#[derive(Debug)]
+pub(crate) struct IdleContainer {
+    pub id: String,
+    pub last_use: SystemTime,
+    pub bytes: u64,
+}
+
+/// The lock file of a container, locked, or `None` when an execution holds it (or it cannot be
+/// opened).
+fn try_lock(lock_path: &Path) -> Option<File> {
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(lock_path)
+        .ok()?;
+    // SAFETY: flock on a descriptor we own.
+    (unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0).then_some(lock)
+}
+
+/// A gateway instance's hold on its work root: while it lives no other instance can use the
+/// directory. Taking it deletes the containers a previous run of the instance left behind;
+/// dropping it deletes this run's.
+#[derive(Debug)]
+pub struct WorkRootClaim {
+    work_root: PathBuf,
+    _lock: File,
+}
+
+impl WorkRootClaim {
+    /// Creates `work_root` (0700, or 0711 when the gateway is root) if missing, takes it for this
+    /// instance, and empties it of containers. Fails when another live instance has it.
+    pub fn take(work_root: &Path) -> Result<WorkRootClaim, String> {
+        let work_root = absolute(work_root)?;
+        // SAFETY: geteuid has no preconditions.
+        let mode = if unsafe { libc::geteuid() } == 0 { 0o711 } else { 0o700 };
+        create_dir_checked(&work_root, mode)?;
+        let lock = try_lock(&work_root.join(".instance.lock")).ok_or_else(|| {
+            format!(
+                "the code interpreter directory {} is in use by another respgw; give each instance its own \
+                 (--code-interpreter-dir)",
+                work_root.display()
+            )
+        })?;
+        let claim = WorkRootClaim { work_root, _lock: lock };
+        let removed = claim.delete_containers();
+        if removed > 0 {
+            tracing::info!(removed, dir = %claim.work_root.display(), "code_interpreter: deleted the containers of a previous run");
+        }
+        Ok(claim)
+    }
+
+    /// Deletes every container (and unfinished deletion). Returns how many containers it deleted.
+    fn delete_containers(&self) -> usize {
+        let Ok(entries) = fs::read_dir(&self.work_root) else { return 0 };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if (is_valid_container_id(name) || name.starts_with(".trash-")) && fs::remove_dir_all(entry.path()).is_ok()
+            {
+                removed += usize::from(is_valid_container_id(name));
+            }
+        }
+        removed
+    }
+}
+
+impl Drop for WorkRootClaim {
+    fn drop(&mut self) {
+        self.delete_containers();
     }
 }
 

@@ -1,9 +1,18 @@
 //! The code_interpreter sandbox: runs model-written Python in `python3` from a dedicated venv
 //! (numpy, pandas, matplotlib) under bubblewrap, with rlimits, a wall-clock timeout that kills
-//! the whole process group, a disk watchdog, bounded concurrency, and per-conversation
+//! the whole process group, bounded concurrency and queueing time, and per-conversation
 //! "containers" (a directory whose files persist between executions until it has been idle for
 //! a while). Errors of the model's code (exceptions, timeouts, limits) are [`Execution`] results,
 //! never [`SandboxError`]s.
+//!
+//! # Disk
+//! While code runs, the container's files are in a tmpfs of the container's size at /mnt/data
+//! (copied in from the host directory before, changes written back after, by the runner; see
+//! `process.rs`): a write past the limit fails with ENOSPC in the sandbox, and the host holds at
+//! most the limit per container. All containers of the gateway together are capped too
+//! ([`SandboxConfig::max_total_disk_bytes`]): an execution that does not fit evicts the least
+//! recently used idle containers, and fails with [`SandboxError::NoRoom`] when evicting is not
+//! enough (every other container is in use).
 //!
 //! # The sandbox (defence in depth)
 //! ```text
@@ -15,11 +24,12 @@
 //!       --ro-bind <work_root>/.runtime/passwd /etc/passwd --ro-bind <…>/group /etc/group
 //!       --ro-bind <venv> /opt/venv --ro-bind <…>/runner-<hash>.py /run/respgw/runner.py
 //!       --ro-bind <…>/mplcache-<hash> /run/respgw/mplcache
-//!       --bind <container>/data /mnt/data
 //!       --proc /proc --dev /dev --size <tmp_bytes> --tmpfs /tmp
-//!       --size <tmp_bytes> --tmpfs /dev/shm --remount-ro /dev --remount-ro /
+//!       --size <tmp_bytes> --tmpfs /dev/shm --size <max_disk_bytes> --tmpfs /mnt/data
+//!       --remount-ro /dev --remount-ro /
 //!       --chdir /mnt/data --clearenv --setenv PATH … HOME /mnt/data MPLBACKEND Agg …
-//!       -- /opt/venv/bin/python3 -I -B -u /run/respgw/runner.py --status-fd N --nproc <max_processes>
+//!       -- /opt/venv/bin/python3 -I -B -u /run/respgw/runner.py --status-fd N --data-fd N
+//!          --nproc <max_processes> --timeout <s> --max-files <max_files> --max-bytes <max_disk_bytes>
 //! ```
 //! started with its own session (`setsid`) and rlimits (`RLIMIT_CPU`, `RLIMIT_AS`,
 //! `RLIMIT_FSIZE`, `RLIMIT_NOFILE`, `RLIMIT_CORE`=0) set in the forked child before exec; as
@@ -28,7 +38,8 @@
 //! and reports how it ended on a pipe only the runner holds.
 //!
 //! # Warm start
-//! None: each execution is a fresh interpreter in a fresh sandbox (~30 ms for `print(1)`,
+//! None: each execution is a fresh interpreter in a fresh sandbox (~30 ms for `print(1)` in an
+//! empty container, plus the copy of the container's files: ~0.1 s per 100 MiB;
 //! ~0.7 s when the cell imports numpy and matplotlib, ~1.2 s with pandas and pyplot too).
 //! A pre-started interpreter would have to be bound to a container directory before the
 //! container is known, and reusing one across executions would carry state (and whatever the
@@ -46,8 +57,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-pub use config::{ENV_TIMEOUT_SEC, ENV_VENV, SandboxConfig};
-pub use layout::CONTAINER_PREFIX;
+pub use config::{
+    DEFAULT_DISK_MB, DEFAULT_MAX_FILES, DEFAULT_QUEUE_WAIT_SEC, DEFAULT_TOTAL_DISK_MB, ENV_CONTAINER_IDLE_SEC,
+    ENV_CPU_SEC, ENV_DIR, ENV_DISK_MB, ENV_MAX_CONCURRENCY, ENV_MAX_FILES, ENV_MAX_QUEUED, ENV_MEMORY_MB,
+    ENV_QUEUE_WAIT_SEC, ENV_TIMEOUT_SEC, ENV_TOTAL_DISK_MB, ENV_VENV, MAX_FILES_LIMIT, SandboxConfig, SandboxSettings,
+};
+pub use layout::{CONTAINER_PREFIX, WorkRootClaim};
 
 use layout::Layout;
 use process::{BwrapFeatures, Launcher, RunOptions, RunOutput};
@@ -66,9 +81,19 @@ pub enum SandboxError {
     /// The gateway must not offer the tool; it never runs code unsandboxed.
     #[error("code interpreter unavailable: {0}")]
     Unavailable(String),
-    /// Too many executions are running and waiting already.
+    /// Too many executions are running and waiting already, or this one waited for a slot longer
+    /// than [`SandboxConfig::queue_wait`].
     #[error("code interpreter busy: too many executions running and queued")]
     Busy,
+    /// The containers of this gateway hold all the disk space they may, and none is idle to
+    /// evict.
+    #[error(
+        "code interpreter out of space: the containers of this gateway use all of their {cap} and are all in use; try again later"
+    )]
+    NoRoom {
+        /// The total cap, readable (`8 GiB`).
+        cap: String,
+    },
     /// The container id is not one of ours (`cntr_` + a UUID v7). A client error.
     #[error("invalid container id {0:?}")]
     InvalidContainerId(String),
@@ -186,9 +211,7 @@ impl Sandbox {
     /// container sweeper (needs a tokio runtime; it stops when the last clone is dropped).
     pub async fn new(config: SandboxConfig) -> Result<Sandbox, SandboxError> {
         let unavailable = |msg: String| SandboxError::Unavailable(msg);
-        if config.max_concurrency == 0 {
-            return Err(unavailable("max_concurrency must be at least 1".into()));
-        }
+        config.check().map_err(unavailable)?;
         let bwrap = resolve_program(&config.bwrap).ok_or_else(|| {
             unavailable(format!("bubblewrap ({}) not found on PATH; {SETUP_HINT}", config.bwrap.display()))
         })?;
@@ -373,17 +396,29 @@ impl Sandbox {
             });
         }
 
-        // Container first (no slot is held while waiting for it), then a slot.
+        // Container first (no slot is held while waiting for it), then a slot, then the
+        // container's lock across processes; waiting for all three is bounded.
+        let layout = &inner.launcher.layout;
         let container_mutex = self.container_mutex(container_id);
-        let _container = container_mutex.lock().await;
-        let _slot = inner.slots.acquire().await.map_err(|_| SandboxError::Internal("sandbox closed".into()))?;
+        let waited = tokio::time::timeout(config.queue_wait, async {
+            let container = container_mutex.lock().await;
+            let slot = inner.slots.acquire().await.map_err(|_| SandboxError::Internal("sandbox closed".into()))?;
+            let lock = layout.lock_container(container_id).await.map_err(SandboxError::Internal)?;
+            Ok::<_, SandboxError>((container, slot, lock))
+        })
+        .await;
+        let Ok(waited) = waited else {
+            tracing::warn!(container = container_id, waited = ?config.queue_wait, "code_interpreter: an execution waited too long for a slot");
+            self.forget_container_mutex(container_id, &container_mutex);
+            return Err(SandboxError::Busy);
+        };
+        let (_container, _slot, _lock) = waited?;
         inner.running.fetch_add(1, Ordering::SeqCst);
         let _running = CountGuard(&inner.running);
 
-        let layout = &inner.launcher.layout;
-        let _lock = layout.lock_container(container_id).await.map_err(SandboxError::Internal)?;
         let data = layout.ensure_container(container_id).map_err(SandboxError::Internal)?;
         layout.touch(container_id);
+        self.make_room(container_id).await?;
 
         let before = blocking({
             let data = data.clone();
@@ -399,17 +434,19 @@ impl Sandbox {
             .map_err(|e| SandboxError::Internal(format!("cannot start the sandbox: {e}")))?;
 
         let (max_bytes, max_count) = (config.max_image_bytes, config.max_images);
-        let pngs = blocking({
+        let (pngs, usage) = blocking({
             let data = data.clone();
             move || {
                 let pngs = fsscan::collect_pngs(&data, &before, max_bytes, max_count);
                 // plt.show() output is an image, not a file of the container.
                 let _ = std::fs::remove_dir_all(data.join(".respgw-show"));
-                Ok(pngs)
+                Ok((pngs, fsscan::usage(&data)))
             }
         })
         .await
         .map_err(SandboxError::Internal)?;
+        // A walk cut short counts as a full container.
+        layout.record_usage(container_id, usage.map_or(config.max_disk_bytes, |u| u.bytes));
         for (path, why) in &pngs.skipped {
             tracing::debug!(container = container_id, path = %path.display(), why, "code_interpreter: PNG not returned");
         }
@@ -417,6 +454,40 @@ impl Sandbox {
         self.forget_container_mutex(container_id, &container_mutex);
 
         finish(run, pngs.images, config)
+    }
+
+    /// Keeps all containers within [`SandboxConfig::max_total_disk_bytes`] with room for
+    /// `container_id` to fill up: evicts idle containers, least recently used first, as needed;
+    /// [`SandboxError::NoRoom`] when that is not enough. Called with the container's lock held,
+    /// so that other processes count it as in use.
+    async fn make_room(&self, container_id: &str) -> Result<(), SandboxError> {
+        let inner = Arc::clone(&self.inner);
+        let me = container_id.to_string();
+        blocking(move || {
+            let config = &inner.launcher.config;
+            let layout = &inner.launcher.layout;
+            let (cap, need) = (config.max_total_disk_bytes, config.max_disk_bytes);
+            let charges = layout.charges(&me, need);
+            let mut total = charges.total.saturating_add(need);
+            for idle in &charges.idle {
+                if total <= cap {
+                    break;
+                }
+                let last_use = idle.last_use;
+                let unused_since = |lock: &Path| {
+                    std::fs::metadata(lock).and_then(|m| m.modified()).is_ok_and(|t| t <= last_use)
+                };
+                if layout.delete_unless_in_use(&idle.id, unused_since) {
+                    tracing::info!(container = %idle.id, bytes = idle.bytes, "code_interpreter: evicted an idle container (total disk cap)");
+                    total = total.saturating_sub(idle.bytes);
+                }
+            }
+            Ok(total <= cap)
+        })
+        .await
+        .map_err(SandboxError::Internal)?
+        .then_some(())
+        .ok_or_else(|| SandboxError::NoRoom { cap: process::human_bytes(self.inner.launcher.config.max_total_disk_bytes) })
     }
 
     fn container_mutex(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -447,12 +518,6 @@ fn finish(run: RunOutput, images: Vec<Vec<u8>>, config: &SandboxConfig) -> Resul
     let mut result = None;
     let status = if run.timed_out {
         ExecutionStatus::Timeout
-    } else if run.disk_exceeded {
-        ExecutionStatus::ResourceLimit(format!(
-            "disk space: the container's files exceeded {} (or {} entries)",
-            human_bytes(config.max_disk_bytes),
-            fsscan::MAX_ENTRIES
-        ))
     } else if !run.started {
         // Before the runner wrote its first line no model code has run: this is ours.
         let stderr = String::from_utf8_lossy(&run.stderr.kept).trim().to_string();
@@ -495,14 +560,22 @@ fn finish(run: RunOutput, images: Vec<Vec<u8>>, config: &SandboxConfig) -> Resul
         let total = r.len() as u64;
         process::Captured { kept: r.into_bytes(), total }.into_text(max)
     });
-    Ok(Execution {
-        status,
-        stdout: run.stdout.into_text(max),
-        stderr: run.stderr.into_text(max),
-        result,
-        images,
-        duration: run.duration,
-    })
+    let mut stderr = run.stderr.into_text(max);
+    if let Some(save) = &run.save {
+        if let Some(error) = &save.error {
+            tracing::warn!(error, "code_interpreter: the container's files could not all be saved");
+            stderr.push_str(&format!("[the container's files could not all be saved: {error}]\n"));
+        }
+        if save.skipped > 0 {
+            stderr.push_str(&format!(
+                "[{} files were not kept: a container keeps at most {} files and {}]\n",
+                save.skipped,
+                config.max_files,
+                human_bytes(config.max_disk_bytes)
+            ));
+        }
+    }
+    Ok(Execution { status, stdout: run.stdout.into_text(max), stderr, result, images, duration: run.duration })
 }
 
 fn limit_message(limit: &str, config: &SandboxConfig, exc: Option<&str>) -> String {
@@ -513,9 +586,11 @@ fn limit_message(limit: &str, config: &SandboxConfig, exc: Option<&str>) -> Stri
         "file_size" => format!("file size: a file grew past {}{exc}", human_bytes(config.max_file_bytes)),
         "processes" => format!("processes: at most {} processes and threads{exc}", config.max_processes),
         "open_files" => format!("open files: at most {}{exc}", config.max_open_files),
-        "disk" => {
-            format!("disk space: no space left (the sandbox's /tmp holds {}){exc}", human_bytes(config.tmp_bytes))
-        }
+        "disk" => format!(
+            "disk space: no space left on device (the container's files may use {}, /tmp {}){exc}",
+            human_bytes(config.max_disk_bytes),
+            human_bytes(config.tmp_bytes)
+        ),
         other => format!("{other}{exc}"),
     }
 }

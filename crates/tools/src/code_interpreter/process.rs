@@ -1,7 +1,14 @@
 //! Starting one sandboxed execution and supervising it: the bubblewrap command line, what the
 //! forked child does before `exec` (session, rlimits, privilege drop), bounded reading of
-//! stdout/stderr and of the runner's report, the wall-clock timeout and the disk watchdog, and
-//! killing the whole process group.
+//! stdout/stderr and of the runner's report, the wall-clock deadline, and killing the whole
+//! process group.
+//!
+//! The container's files. `/mnt/data` in the sandbox is a tmpfs of
+//! [`super::SandboxConfig::max_disk_bytes`] (bubblewrap's `--size`): a write past the limit fails
+//! with ENOSPC inside the sandbox, and the host's disk is never touched while the code runs. The
+//! container's host directory is handed to the runner as an open descriptor (`--data-fd`), never
+//! mounted: the runner copies it in before the cell and writes the changes back after it (see
+//! `runner.py`), within the same limit.
 //!
 //! Privileges. When the gateway runs as root, a sandbox whose processes have the real uid 0
 //! (which is what `bwrap --unshare-user` run by root gives) would be exempt from
@@ -19,17 +26,16 @@ use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::config::SandboxConfig;
-use super::fsscan;
 use super::layout::Layout;
 
 /// Where things are inside the sandbox.
@@ -41,8 +47,9 @@ const SANDBOX_MPLCACHE: &str = "/run/respgw/mplcache";
 const SANDBOX_ID: &str = "65534";
 /// The runner's report is small; anything bigger is not from the runner.
 const MAX_REPORT_BYTES: usize = 1 << 20;
-/// How often the disk watchdog measures the container.
-const DISK_CHECK_EVERY: Duration = Duration::from_millis(500);
+/// Time the runner gets past the wall-clock timeout to stop the cell and save its files before
+/// the whole sandbox is killed (and the execution's changes are lost).
+pub(crate) const SAVE_GRACE: Duration = Duration::from_secs(15);
 /// After the sandbox exited, how long to wait for its pipes to close.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -51,8 +58,6 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 pub(crate) struct BwrapFeatures {
     /// `--disable-userns` (0.8.0+): model code cannot create user namespaces of its own.
     pub disable_userns: bool,
-    /// `--size` for `--tmpfs` (0.7.0+): bounded `/tmp` and `/dev/shm`.
-    pub tmpfs_size: bool,
 }
 
 impl BwrapFeatures {
@@ -67,7 +72,14 @@ impl BwrapFeatures {
         if !help.contains("--unshare-all") {
             return Err(format!("{} does not look like bubblewrap: {}", bwrap.display(), help.trim()));
         }
-        Ok(BwrapFeatures { disable_userns: help.contains("--disable-userns"), tmpfs_size: help.contains("--size") })
+        // `--size` for `--tmpfs` (0.7.0+) is what bounds the container's files: required.
+        if !help.contains("--size") {
+            return Err(format!(
+                "{} is too old: bubblewrap 0.7.0 or newer is needed (its --size option bounds the container's disk space)",
+                bwrap.display()
+            ));
+        }
+        Ok(BwrapFeatures { disable_userns: help.contains("--disable-userns") })
     }
 }
 
@@ -96,8 +108,29 @@ pub(crate) struct RunOptions<'a> {
 #[serde(tag = "event", rename_all = "lowercase")]
 pub(crate) enum Record {
     Started,
-    Finished { child: ChildEnd, outcome: Option<Outcome> },
-    Failed { reason: String },
+    Finished {
+        child: ChildEnd,
+        outcome: Option<Outcome>,
+        /// The runner stopped the cell at the wall-clock timeout.
+        #[serde(default)]
+        timed_out: bool,
+        /// Problems writing the container's files back to the host.
+        #[serde(default)]
+        save: Option<SaveReport>,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+/// What went wrong writing the container's files back (see runner.py).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct SaveReport {
+    /// An error that stopped the copy (e.g. the host's disk is full).
+    pub error: Option<String>,
+    /// Entries not kept: past the file count or the size limit, or not copyable.
+    #[serde(default)]
+    pub skipped: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,8 +156,9 @@ pub(crate) struct RunOutput {
     pub started: bool,
     pub finished: Option<(ChildEnd, Option<Outcome>)>,
     pub failed: Option<String>,
+    /// The cell ran out of wall-clock time (stopped by the runner, or the whole sandbox killed).
     pub timed_out: bool,
-    pub disk_exceeded: bool,
+    pub save: Option<SaveReport>,
     pub exit: Option<ExitStatus>,
     pub duration: Duration,
 }
@@ -196,13 +230,13 @@ fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl Launcher {
-    /// The bubblewrap arguments for one run. `venv_src`/`data_src` are the paths bubblewrap sees
-    /// (the mount points in root mode, the real paths otherwise).
+    /// The bubblewrap arguments for one run. `venv_src` is the path bubblewrap sees (the mount
+    /// point in root mode, the real path otherwise).
     pub fn bwrap_args(
         &self,
         venv_src: &Path,
-        data_src: &Path,
-        status_fd: RawFd,
+        fds: RunnerFds,
+        timeout: Duration,
         opts: &RunOptions<'_>,
     ) -> Vec<OsString> {
         let c = &self.config;
@@ -252,17 +286,17 @@ impl Launcher {
             None if self.layout.mplcache_ready() => bind("--ro-bind", &self.layout.mplcache, SANDBOX_MPLCACHE),
             None => {}
         }
-        bind("--bind", data_src, SANDBOX_DATA);
         let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
         push(&["--proc", "/proc", "--dev", "/dev"]);
-        // /tmp and /dev/shm are tmpfs, i.e. memory that RLIMIT_AS does not see: bound them.
+        // /tmp and /dev/shm are tmpfs, i.e. memory that RLIMIT_AS does not see: bound them. So is
+        // /mnt/data, the container's files (filled by the runner from the host copy): its size
+        // is the container's disk limit, enforced by the kernel at each write.
         let size = c.tmp_bytes.to_string();
         for dir in ["/tmp", "/dev/shm"] {
-            if self.features.tmpfs_size {
-                push(&["--size", &size]);
-            }
-            push(&["--tmpfs", dir]);
+            push(&["--size", &size, "--tmpfs", dir]);
         }
+        let data_size = c.max_disk_bytes.to_string();
+        push(&["--size", &data_size, "--tmpfs", SANDBOX_DATA]);
         // Nothing else is writable: bubblewrap's root and /dev are tmpfs without a size limit.
         push(&["--remount-ro", "/dev", "--remount-ro", "/"]);
         push(&["--chdir", SANDBOX_DATA, "--clearenv"]);
@@ -292,23 +326,34 @@ impl Launcher {
             push(&["--setenv", k, v]);
         }
         push(&["--", "/opt/venv/bin/python3", "-I", "-B", "-u", SANDBOX_RUNNER]);
-        let status = status_fd.to_string();
+        let status = fds.status.to_string();
+        let data = fds.data.to_string();
         let nproc = c.max_processes.to_string();
-        push(&["--status-fd", &status, "--nproc", &nproc]);
+        let timeout = format!("{:.3}", timeout.as_secs_f64());
+        let max_files = c.max_files.to_string();
+        push(&["--status-fd", &status, "--data-fd", &data, "--nproc", &nproc, "--timeout", &timeout]);
+        push(&["--max-files", &max_files, "--max-bytes", &data_size]);
         a
     }
 
-    /// Runs `code` in the sandbox with the container data directory `data_dir` at /mnt/data.
+    /// Runs `code` in the sandbox with the container's files from the host directory `data_dir`
+    /// (copied into /mnt/data and back by the runner).
     pub async fn run(&self, data_dir: &Path, code: &[u8], opts: RunOptions<'_>) -> io::Result<RunOutput> {
         let c = &self.config;
         let (status_r, status_w) = pipe_cloexec()?;
         let status_fd = status_w.as_raw_fd();
+        let data = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(data_dir)?;
+        let fds = RunnerFds { status: status_fd, data: data.as_raw_fd() };
 
-        let (venv_src, data_src) = match self.layout.drop_to {
-            Some(_) => (self.layout.mnt_venv.clone(), self.layout.mnt_data.clone()),
-            None => (self.venv.clone(), data_dir.to_path_buf()),
+        let venv_src = match self.layout.drop_to {
+            Some(_) => self.layout.mnt_venv.clone(),
+            None => self.venv.clone(),
         };
-        let args = self.bwrap_args(&venv_src, &data_src, status_fd, &opts);
+        let timeout = opts.timeout.unwrap_or(c.timeout);
+        let args = self.bwrap_args(&venv_src, fds, timeout, &opts);
 
         // Everything the child needs is allocated here, before fork: after fork only
         // async-signal-safe calls are allowed.
@@ -320,14 +365,9 @@ impl Launcher {
             (libc::RLIMIT_CORE, 0, 0),
         ];
         let privileged = match self.layout.drop_to {
-            Some((uid, gid)) => Some(Privileged {
-                uid,
-                gid,
-                binds: vec![
-                    (cstring(&self.venv)?, cstring(&self.layout.mnt_venv)?),
-                    (cstring(data_dir)?, cstring(&self.layout.mnt_data)?),
-                ],
-            }),
+            Some((uid, gid)) => {
+                Some(Privileged { uid, gid, binds: vec![(cstring(&self.venv)?, cstring(&self.layout.mnt_venv)?)] })
+            }
             None => None,
         };
         // SAFETY: getpid has no preconditions.
@@ -342,13 +382,14 @@ impl Launcher {
             .kill_on_drop(true);
         // SAFETY: the closure only makes raw syscalls on memory allocated before the fork.
         unsafe {
-            cmd.pre_exec(move || child_setup(&rlimits, privileged.as_ref(), status_fd, parent_pid));
+            cmd.pre_exec(move || child_setup(&rlimits, privileged.as_ref(), fds, parent_pid));
         }
 
         let started_at = Instant::now();
         let mut child = cmd.spawn()?;
         // Our copy of the write end must go, or the report pipe never reaches end-of-file.
         drop(status_w);
+        drop(data);
         let guard = GroupGuard { pgid: child.id().map(|id| id as libc::pid_t) };
 
         let stdin = child.stdin.take();
@@ -366,46 +407,18 @@ impl Launcher {
         let report = tokio::net::unix::pipe::Receiver::from_owned_fd(status_r)?;
         let report_task = tokio::spawn(read_bounded(report, MAX_REPORT_BYTES));
 
-        // Disk watchdog: the container may not grow past max_disk_bytes (RLIMIT_FSIZE only
-        // bounds single files).
-        let (disk_tx, mut disk_rx) = tokio::sync::oneshot::channel::<()>();
-        let watched = Arc::new(data_dir.to_path_buf());
-        let max_disk = c.max_disk_bytes;
-        let watchdog = AbortOnDrop(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(DISK_CHECK_EVERY);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                if disk_tx.is_closed() {
-                    return; // the run is over (or was abandoned)
-                }
-                let dir = Arc::clone(&watched);
-                let usage = tokio::task::spawn_blocking(move || fsscan::usage(&dir)).await.ok().flatten();
-                if usage.is_none_or(|u| u.bytes > max_disk) {
-                    let _ = disk_tx.send(());
-                    return;
-                }
-            }
-        }));
-
-        let timeout = opts.timeout.unwrap_or(c.timeout);
+        // The runner stops the cell at `timeout` and then saves its files; this deadline is the
+        // backstop should it not manage.
         let mut timed_out = false;
-        let mut disk_exceeded = false;
         let exit = tokio::select! {
             status = child.wait() => status.ok(),
-            _ = tokio::time::sleep(timeout) => {
+            _ = tokio::time::sleep(timeout + SAVE_GRACE) => {
                 timed_out = true;
-                guard.kill();
-                child.wait().await.ok()
-            }
-            Ok(()) = &mut disk_rx => {
-                disk_exceeded = true;
                 guard.kill();
                 child.wait().await.ok()
             }
         };
         let duration = started_at.elapsed();
-        drop(watchdog);
         drop(stdin_task);
         // bwrap is reaped: the group id must not be signalled any more.
         let mut guard = guard;
@@ -422,15 +435,17 @@ impl Launcher {
             finished: None,
             failed: None,
             timed_out,
-            disk_exceeded,
+            save: None,
             exit,
             duration,
         };
         for line in report.kept.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
             match serde_json::from_slice::<Record>(line) {
                 Ok(Record::Started) => out.started = true,
-                Ok(Record::Finished { child, outcome }) if out.finished.is_none() => {
-                    out.finished = Some((child, outcome))
+                Ok(Record::Finished { child, outcome, timed_out, save }) if out.finished.is_none() => {
+                    out.finished = Some((child, outcome));
+                    out.timed_out |= timed_out;
+                    out.save = save;
                 }
                 Ok(Record::Failed { reason }) => out.failed = Some(reason),
                 _ => {}
@@ -478,6 +493,13 @@ async fn read_bounded<R: AsyncRead + Unpin>(mut r: R, max: usize) -> Captured {
     out
 }
 
+/// The descriptors the runner inherits: its report pipe and the container's host directory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunnerFds {
+    pub status: RawFd,
+    pub data: RawFd,
+}
+
 /// Root mode: the uid to become and the binds to make first.
 struct Privileged {
     uid: u32,
@@ -490,7 +512,7 @@ struct Privileged {
 fn child_setup(
     rlimits: &[(libc::__rlimit_resource_t, u64, u64)],
     privileged: Option<&Privileged>,
-    status_fd: RawFd,
+    fds: RunnerFds,
     parent_pid: libc::pid_t,
 ) -> io::Result<()> {
     // SAFETY: raw syscalls on valid pointers to memory allocated before fork.
@@ -548,9 +570,12 @@ fn child_setup(
         if libc::getppid() != parent_pid {
             return Err(io::Error::other("the gateway exited"));
         }
-        // The report pipe is the one descriptor (besides 0, 1, 2) the sandbox inherits.
-        if libc::fcntl(status_fd, libc::F_SETFD, 0) != 0 {
-            return Err(io::Error::last_os_error());
+        // The report pipe and the container's directory are the descriptors (besides 0, 1, 2)
+        // the sandbox inherits; the runner closes the latter before any model code runs.
+        for fd in [fds.status, fds.data] {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
     }
     Ok(())

@@ -3,7 +3,8 @@
 Shipped inside the gateway binary (include_str!) and bound read-only at /run/respgw/runner.py;
 started by the gateway under bubblewrap as
 
-    /opt/venv/bin/python3 -I -B -u /run/respgw/runner.py --status-fd N --nproc N
+    /opt/venv/bin/python3 -I -B -u /run/respgw/runner.py --status-fd N --nproc N \
+        --data-fd N --timeout SECONDS --max-files N --max-bytes N
 
 It reads the cell from stdin and runs it like a notebook cell: fresh globals, the value of a
 trailing expression is returned as its repr (unless the cell ends with ';'), an exception prints
@@ -21,17 +22,29 @@ Two processes, so that model code cannot forge the report:
     pipe. That part is produced next to model code and could be faked by it, but it only carries
     what the code could legitimately produce anyway (a value, an exception); the gateway parses
     it strictly and bounds it.
-Processes the cell leaves behind are killed when the parent exits: the parent is the sandbox's
-main process, and bubblewrap tears the PID namespace down after it.
+
+The container's files. /mnt/data is a tmpfs of the container's size (bubblewrap's --size), so a
+write past the limit fails with ENOSPC inside the sandbox. The container's files live on the host
+in a directory the parent alone can reach, through --data-fd (a descriptor the child closes
+first; the parent is non-dumpable, so the child cannot open it through /proc either). Before the
+cell runs the parent copies them into /mnt/data; after it, it kills every process left in the
+sandbox (the cell's leftovers) and writes the changes back: first it removes from the host what
+is gone or changed, then it copies what is new or changed, so the host directory never holds more
+than the new contents do (bounded by --max-bytes and --max-files). The parent enforces the
+wall-clock --timeout itself, so that what the cell wrote before it was stopped is kept.
 """
 
+import errno
 import json
 import os
 import resource
 import select
 import signal
+import stat
 import sys
+import time
 
+DATA_DIR = "/mnt/data"
 SHOW_DIR = "/mnt/data/.respgw-show"
 MPLCACHE_SEED = "/run/respgw/mplcache"
 CHILD_MESSAGE_CAP = 1 << 20
@@ -43,13 +56,18 @@ def main():
     opts = dict(zip(args[::2], args[1::2]))
     status_fd = int(opts["--status-fd"])
     nproc = int(opts["--nproc"])
+    data_fd = int(opts["--data-fd"])
+    timeout = float(opts["--timeout"])
+    budget = _Budget(int(opts["--max-files"]), int(opts["--max-bytes"]))
 
-    # Nothing but stdin/stdout/stderr and the status pipe may stay open (defence in depth: an
-    # inherited descriptor of a host directory would lead outside the sandbox).
+    # Nothing but stdin/stdout/stderr, the status pipe and the container's host directory may
+    # stay open (defence in depth: any other inherited descriptor could lead outside the sandbox).
     _, nofile_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    top = 1 << 16 if nofile_hard == resource.RLIM_INFINITY else max(nofile_hard, status_fd + 1)
-    os.closerange(3, status_fd)
-    os.closerange(status_fd + 1, top)
+    keep = sorted((status_fd, data_fd))
+    top = 1 << 16 if nofile_hard == resource.RLIM_INFINITY else max(nofile_hard, keep[-1] + 1)
+    os.closerange(3, keep[0])
+    os.closerange(keep[0] + 1, keep[1])
+    os.closerange(keep[1] + 1, top)
 
     def report(record):
         data = (json.dumps(record) + "\n").encode()
@@ -76,34 +94,54 @@ def main():
     code = sys.stdin.buffer.read()
     _set_dumpable(False)
 
+    # The container's files into the sandbox's /mnt/data.
+    data_dir = os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    restore_problems = []
+    _copy_in(data_fd, data_dir, restore_problems)
+    restore_note = None
+    if restore_problems:
+        restore_note = "some of the container's files could not be restored (%s)" % restore_problems[0]
+
     r, w = os.pipe()
+    deadline = time.monotonic() + timeout
     pid = os.fork()
     if pid == 0:
         try:
             os.close(r)
             os.close(status_fd)
+            os.close(data_fd)
+            os.close(data_dir)
+            if restore_note:
+                sys.stderr.write("[%s]\n" % restore_note)
             _child(code, w)
         finally:
             os._exit(70)
     os.close(w)
 
+    # Wait for the child's end (its pidfd becomes readable) while reading its outcome pipe,
+    # until the deadline.
+    child_end = os.pidfd_open(pid)
     buf = bytearray()
     eof = False
     status = None
+    timed_out = False
     while status is None:
-        if eof:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            _kill_others()
             _, status = os.waitpid(pid, 0)
             break
-        ready, _, _ = select.select([r], [], [], 0.1)
-        if ready:
+        ready, _, _ = select.select([child_end] if eof else [r, child_end], [], [], left)
+        if r in ready:
             chunk = os.read(r, 65536)
             if not chunk:
                 eof = True
             elif len(buf) < CHILD_MESSAGE_CAP:
                 buf += chunk
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = st
+        if child_end in ready:
+            _, status = os.waitpid(pid, 0)
+    os.close(child_end)
     # The child may have written its message just before exiting; processes it left behind may
     # still hold the pipe open, so drain without blocking.
     os.set_blocking(r, False)
@@ -120,8 +158,215 @@ def main():
         child = {"signal": os.WTERMSIG(status)}
     else:
         child = {"exit": os.waitstatus_to_exitcode(status)}
-    report({"event": "finished", "child": child, "outcome": _parse_outcome(bytes(buf))})
+
+    # Nothing of the cell may still write while its files are saved.
+    _kill_others()
+    save = {}
+    try:
+        _remove_stale(data_dir, data_fd)
+        _copy_out(data_dir, data_fd, budget)
+    except OSError as e:
+        save["error"] = "%s" % e
+    if budget.skipped:
+        save["skipped"] = budget.skipped
+    record = {"event": "finished", "child": child, "outcome": _parse_outcome(bytes(buf)), "timed_out": timed_out}
+    if save:
+        record["save"] = save
+    report(record)
     return 0
+
+
+def _kill_others():
+    """Kill every process of the sandbox but bubblewrap's init (PID 1) and this one, and wait
+    until they are gone (at most a few seconds)."""
+    me = os.getpid()
+    until = time.monotonic() + 5
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        alive = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in (1, me):
+                continue
+            try:
+                with open("/proc/%s/stat" % name, "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in (b"Z", b"X"):
+                alive.append(name)
+        if not alive or time.monotonic() > until:
+            return
+        time.sleep(0.01)
+
+
+class _Budget:
+    """What the host copy may hold: entries and bytes (a directory or a link counts one block)."""
+
+    def __init__(self, max_files, max_bytes):
+        self.files = max_files
+        self.bytes = max_bytes
+        self.skipped = 0
+
+    def take(self, size):
+        cost = -(-max(size, 1) // 4096) * 4096
+        if self.files < 1 or cost > self.bytes:
+            self.skipped += 1
+            return False
+        self.files -= 1
+        self.bytes -= cost
+        return True
+
+
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _entries(dir_fd):
+    """(name, lstat) of a directory's entries; names as bytes (any name the code chose)."""
+    out = []
+    for name in os.listdir(dir_fd):
+        name = os.fsencode(name)
+        try:
+            out.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)))
+        except OSError:
+            continue
+    return out
+
+
+def _same(a, b):
+    if stat.S_IFMT(a.st_mode) != stat.S_IFMT(b.st_mode):
+        return False
+    if stat.S_ISREG(a.st_mode):
+        return a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns and \
+            stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode)
+    return True
+
+
+def _copy_file(src_dir, dst_dir, name, st):
+    src = os.open(name, _OPEN_FILE, dir_fd=src_dir)
+    try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):
+            return
+        dst = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                      dir_fd=dst_dir)
+        try:
+            left = st.st_size
+            while left > 0:
+                n = os.sendfile(dst, src, None, min(left, 1 << 24))
+                if n == 0:
+                    break
+                left -= n
+            os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777)
+            os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def _copy_in(src_dir, dst_dir, problems, depth=0):
+    """The host copy into /mnt/data (regular files, directories, links; modes and times kept)."""
+    for name, st in _entries(src_dir):
+        try:
+            if stat.S_ISDIR(st.st_mode) and depth < 64:
+                os.mkdir(name, 0o700, dir_fd=dst_dir)
+                src = os.open(name, _OPEN_DIR, dir_fd=src_dir)
+                dst = os.open(name, _OPEN_DIR, dir_fd=dst_dir)
+                try:
+                    _copy_in(src, dst, problems, depth + 1)
+                    os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777 | 0o700)
+                    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+                finally:
+                    os.close(src)
+                    os.close(dst)
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(name, dir_fd=src_dir), name, dir_fd=dst_dir)
+            elif stat.S_ISREG(st.st_mode):
+                _copy_file(src_dir, dst_dir, name, st)
+        except OSError as e:
+            if not problems:
+                problems.append(os.strerror(e.errno) if e.errno else str(e))
+
+
+def _remove_stale(src_dir, dst_dir, depth=0):
+    """Remove from the host copy what /mnt/data no longer has, or has in another version."""
+    current = dict(_entries(src_dir))
+    for name, st in _entries(dst_dir):
+        now = current.get(name)
+        if now is not None and _same(now, st):
+            if stat.S_ISDIR(st.st_mode):
+                src = os.open(name, _OPEN_DIR, dir_fd=src_dir)
+                dst = os.open(name, _OPEN_DIR, dir_fd=dst_dir)
+                try:
+                    _remove_stale(src, dst, depth + 1)
+                finally:
+                    os.close(src)
+                    os.close(dst)
+            elif stat.S_ISLNK(st.st_mode) and \
+                    os.readlink(name, dir_fd=src_dir) != os.readlink(name, dir_fd=dst_dir):
+                os.unlink(name, dir_fd=dst_dir)
+            continue
+        _remove(dst_dir, name, st)
+
+
+def _remove(dir_fd, name, st):
+    if stat.S_ISDIR(st.st_mode):
+        sub = os.open(name, _OPEN_DIR, dir_fd=dir_fd)
+        try:
+            for child, child_st in _entries(sub):
+                _remove(sub, child, child_st)
+        finally:
+            os.close(sub)
+        os.rmdir(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _copy_out(src_dir, dst_dir, budget, depth=0):
+    """Copy what is new or changed in /mnt/data to the host copy, within the budget."""
+    existing = {name: st for name, st in _entries(dst_dir)}
+    for name, st in _entries(src_dir):
+        kind = stat.S_IFMT(st.st_mode)
+        if kind not in (stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK):
+            continue
+        if not budget.take(st.st_size if kind == stat.S_IFREG else 4096):
+            continue
+        if name in existing:
+            if kind == stat.S_IFDIR:
+                src = os.open(name, _OPEN_DIR, dir_fd=src_dir)
+                dst = os.open(name, _OPEN_DIR, dir_fd=dst_dir)
+                try:
+                    _copy_out(src, dst, budget, depth + 1)
+                    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+                finally:
+                    os.close(src)
+                    os.close(dst)
+            continue
+        try:
+            if kind == stat.S_IFDIR:
+                if depth >= 64:
+                    continue
+                os.mkdir(name, 0o700, dir_fd=dst_dir)
+                src = os.open(name, _OPEN_DIR, dir_fd=src_dir)
+                dst = os.open(name, _OPEN_DIR, dir_fd=dst_dir)
+                try:
+                    _copy_out(src, dst, budget, depth + 1)
+                    os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777 | 0o700)
+                    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+                finally:
+                    os.close(src)
+                    os.close(dst)
+            elif kind == stat.S_IFLNK:
+                os.symlink(os.readlink(name, dir_fd=src_dir), name, dir_fd=dst_dir)
+            else:
+                _copy_file(src_dir, dst_dir, name, st)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+                raise
+            budget.skipped += 1
 
 
 def _parse_outcome(raw):
