@@ -941,6 +941,62 @@ mod tests {
     }
 
     #[test]
+    fn content_parts_are_dispatched_by_type_with_paths() {
+        let err = InputItemParam::from_value(
+            json!({"role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_foo"}]}),
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "content[1]");
+        assert_eq!(
+            err.clone().at("input[0]").message,
+            "input[0].content[1]: unknown content part type 'input_foo'; expected one of input_text, input_image, \
+             input_file, output_text, refusal."
+        );
+        let err = InputItemParam::from_value(json!({"role":"user","content":[{"type":"input_text","text":1}]})).unwrap_err();
+        assert_eq!((err.field.as_str(), err.message.as_str()), ("content[0].text", "expected a string, got the number 1"));
+        let err = InputItemParam::from_value(json!({"role":"user","content":7})).unwrap_err();
+        assert_eq!(err.message, "expected a string or an array of content parts, got a number");
+        let err = InputItemParam::from_value(json!({"type":"custom_tool_call_output","call_id":"c","output":5})).unwrap_err();
+        assert_eq!(err.field, "output");
+        assert!(!err.message.contains("untagged"), "{err:?}");
+    }
+
+    #[test]
+    fn input_files_need_one_readable_source_and_are_kept_as_sent() {
+        let file = |part: Value| parse(json!({"role":"user","content":[part]})).normalize();
+        let err = file(json!({"type":"input_file","file_id":"file_1"})).unwrap_err();
+        assert_eq!(err.field, "content[0]");
+        assert!(err.message.contains("no Files API"), "{err:?}");
+        assert!(file(json!({"type":"input_file","filename":"a.txt"})).is_err());
+        assert!(file(json!({"type":"input_file","file_data":"x","file_url":"https://x"})).is_err());
+        let item = file(json!({"type":"input_file","filename":"a.txt","file_data":"aGk="})).unwrap();
+        let Item::Message(m) = &item else { panic!() };
+        assert_eq!(
+            serde_json::to_value(&m.content[0]).unwrap(),
+            json!({"type":"input_file","filename":"a.txt","file_data":"aGk="})
+        );
+        let err = parse(json!({"role":"system","content":[{"type":"input_file","file_url":"https://x/a.pdf"}]}))
+            .normalize()
+            .unwrap_err();
+        assert_eq!(err.field, "content[0]");
+    }
+
+    #[test]
+    fn model_content_is_stored_but_never_shown() {
+        let mut item = parse(json!({"role":"user","content":[{"type":"input_file","filename":"a.txt","file_data":"aGk="}]}))
+            .normalize()
+            .unwrap();
+        for (_, file) in item.input_files_mut() {
+            file.model_content = Some(FileContent::Text { text: "hi".into() });
+        }
+        let stored = serde_json::to_value(&item).unwrap();
+        assert_eq!(stored["content"][0]["model_content"], json!({"type":"text","text":"hi"}));
+        assert_eq!(serde_json::from_value::<Item>(stored).unwrap(), item);
+        let shown = serde_json::to_value(item.client_view()).unwrap();
+        assert_eq!(shown["content"][0], json!({"type":"input_file","filename":"a.txt","file_data":"aGk="}));
+    }
+
+    #[test]
     fn string_user_content_becomes_one_input_text_part() {
         let item = parse(json!({"type":"message","role":"user","content":"hi"})).normalize().unwrap();
         let Item::Message(m) = item else { panic!("not a message") };

@@ -653,6 +653,7 @@ pub fn namespaced_function_name(namespace: &str, function: &str) -> String {
 
 fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabilities) -> Result<McpTool, ApiError> {
     let m: McpToolParam = serde_path_to_error::deserialize(tool).map_err(|e| ApiError::from_path_error(at, e))?;
+    let allowed_tools = parse_allowed_tools(m.allowed_tools, at)?;
     let field = |f: &str| format!("{at}.{f}");
     if m.server_label.is_empty()
         || m.server_label.len() > 64
@@ -704,12 +705,6 @@ fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabili
             }
         }
         Some(url) => {
-            if !caps.remote_mcp {
-                return Err(ApiError::bad_input(
-                    field("server_url"),
-                    "Request-declared (Remote) MCP servers are disabled on this gateway.",
-                ));
-            }
             if has_userinfo(url) {
                 let param = field("server_url");
                 return Err(ApiError::invalid(
@@ -718,6 +713,12 @@ fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabili
                         "{param}: credentials in the URL (user:password@host) are not accepted, because the URL \
                          is echoed and stored; send them in `authorization` (or `headers`) instead."
                     ),
+                ));
+            }
+            if !caps.remote_mcp {
+                return Err(ApiError::bad_input(
+                    field("server_url"),
+                    "Request-declared (Remote) MCP servers are disabled on this gateway.",
                 ));
             }
             check_remote_url(url, caps.remote_url_checks)
@@ -734,7 +735,6 @@ fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabili
             }
         }
     }
-    let allowed_tools = parse_allowed_tools(m.allowed_tools, at)?;
     // The query of a Remote server's URL often carries a key (`?token=…`, `?api_key=…`): it is
     // used to connect but never echoed nor stored.
     let (server_url, server_url_query) = match m.server_url {
@@ -1070,6 +1070,36 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn remote_mcp_urls_keep_secrets_out_of_the_echo() {
+        let e = parse(json!([{"type":"mcp","server_label":"a","server_url":"https://user:pass@mcp.example.com/mcp"}]))
+            .unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].server_url")));
+        assert!(e.message.contains("authorization") && !e.message.contains("pass@"), "{}", e.message);
+        let t = parse(json!([{"type":"mcp","server_label":"a","server_url":"https://mcp.example.com/mcp?token=s3cret&x=1"}]))
+            .unwrap();
+        let echo = serde_json::to_string(&t[0]).unwrap();
+        assert!(echo.contains("\"server_url\":\"https://mcp.example.com/mcp\"") && !echo.contains("s3cret"), "{echo}");
+        assert!(!format!("{t:?}").contains("s3cret"));
+        let ToolDeclaration::Mcp(m) = &t[0] else { panic!() };
+        assert_eq!(m.connect_url().as_deref(), Some("https://mcp.example.com/mcp?token=s3cret&x=1"));
+    }
+
+    #[test]
+    fn allowed_tools_entries_are_parsed_by_type_in_our_words() {
+        let e = parse_tool_choice(json!({"type":"allowed_tools","mode":"auto","tools":[{"type":"teleport"}]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tool_choice.tools[0].type"));
+        assert!(e.message.contains("expected one of function, mcp"), "{}", e.message);
+        let e = parse_tool_choice(json!({"type":"allowed_tools","mode":"auto","tools":[{"type":"function"}]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tool_choice.tools[0].name"));
+        let e = parse(json!([{"type":"mcp","server_label":"a","allowed_tools":5}])).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[0].allowed_tools"));
+        assert!(e.message.contains("array of tool names"), "{}", e.message);
+        let t = parse(json!([{"type":"mcp","server_label":"a","allowed_tools":{"tool_names":["x"]}}])).unwrap();
+        let ToolDeclaration::Mcp(m) = &t[0] else { panic!() };
+        assert_eq!(m.allowed_tools, Some(vec!["x".to_owned()]));
     }
 
     #[test]
