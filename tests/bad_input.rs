@@ -265,16 +265,31 @@ fn union_cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             400,
             Some("input[0].content[1]"),
         ),
-        ("input_text text a number", user(json!([{"type":"input_text","text":5}])), 400, Some("input[0].content[0].text")),
+        (
+            "input_text text a number",
+            user(json!([{"type":"input_text","text":5}])),
+            400,
+            Some("input[0].content[0].text"),
+        ),
         ("input_text without text", user(json!([{"type":"input_text"}])), 400, Some("input[0].content[0].text")),
-        ("refusal not a string", user(json!([{"type":"refusal","refusal":[]}])), 400, Some("input[0].content[0].refusal")),
+        (
+            "refusal not a string",
+            user(json!([{"type":"refusal","refusal":[]}])),
+            400,
+            Some("input[0].content[0].refusal"),
+        ),
         (
             "input_file by file_id",
             user(json!([{"type":"input_text","text":"a"},{"type":"input_file","file_id":"file_1"}])),
             400,
             Some("input[0].content[1]"),
         ),
-        ("input_file without a source", user(json!([{"type":"input_file","filename":"a.pdf"}])), 400, Some("input[0].content[0]")),
+        (
+            "input_file without a source",
+            user(json!([{"type":"input_file","filename":"a.pdf"}])),
+            400,
+            Some("input[0].content[0]"),
+        ),
         (
             "input_file of an unsupported type",
             user(json!([{"type":"input_text","text":"a"},{"type":"input_file","filename":"a.zip","file_data":zip}])),
@@ -293,14 +308,26 @@ fn union_cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             400,
             Some("input[0].content[0]"),
         ),
-        ("input_file url not http", user(json!([{"type":"input_file","file_url":"ftp://x/a.pdf"}])), 400, Some("input[0].content[0]")),
         (
-            "input_file in a system message",
-            j(json!({"model":"m","input":[{"role":"system","content":[{"type":"input_file","filename":"a.txt","file_data":"aGk="}]}]})),
+            "input_file url not http",
+            user(json!([{"type":"input_file","file_url":"ftp://x/a.pdf"}])),
             400,
             Some("input[0].content[0]"),
         ),
-        ("function output a number", item(json!({"type":"function_call_output","call_id":"c","output":5})), 400, Some("input[0].output")),
+        (
+            "input_file in a system message",
+            j(
+                json!({"model":"m","input":[{"role":"system","content":[{"type":"input_file","filename":"a.txt","file_data":"aGk="}]}]}),
+            ),
+            400,
+            Some("input[0].content[0]"),
+        ),
+        (
+            "function output a number",
+            item(json!({"type":"function_call_output","call_id":"c","output":5})),
+            400,
+            Some("input[0].output"),
+        ),
         (
             "function output part unknown",
             item(json!({"type":"function_call_output","call_id":"c","output":[{"type":"x"}]})),
@@ -319,13 +346,25 @@ fn union_cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             400,
             Some("input[0].output[0].type"),
         ),
-        ("mcp_call status unknown", item(json!({"type":"mcp_call","id":"m","server_label":"s","name":"t","arguments":"{}","status":"done"})), 400, Some("input[0].status")),
-        ("local_shell_call without action", item(json!({"type":"local_shell_call","call_id":"c","status":"completed"})), 400, Some("input[0].action")),
+        (
+            "mcp_call status unknown",
+            item(json!({"type":"mcp_call","id":"m","server_label":"s","name":"t","arguments":"{}","status":"done"})),
+            400,
+            Some("input[0].status"),
+        ),
+        (
+            "local_shell_call without action",
+            item(json!({"type":"local_shell_call","call_id":"c","status":"completed"})),
+            400,
+            Some("input[0].action"),
+        ),
         ("reasoning summary a string", item(json!({"type":"reasoning","summary":"x"})), 400, Some("input[0].summary")),
         ("type a number", item(json!({"type":3})), 400, Some("input[0].type")),
         (
             "allowed tool of unknown type",
-            j(json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"teleport"}]}})),
+            j(
+                json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"teleport"}]}}),
+            ),
             400,
             Some("tool_choice.tools[0].type"),
         ),
@@ -337,21 +376,50 @@ fn union_cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
         ),
         (
             "allowed function without name",
-            j(json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function"}]}})),
+            j(
+                json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function"}]}}),
+            ),
             400,
             Some("tool_choice.tools[0].name"),
         ),
-        ("allowed_tools mode unknown", j(json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"x","tools":[]}})), 400, Some("tool_choice.mode")),
-        ("mcp allowed_tools a number", j(json!({"model":"m","input":"x","tools":[{"type":"mcp","server_label":"a","allowed_tools":5}]})), 400, Some("tools[0].allowed_tools")),
+        (
+            "allowed_tools mode unknown",
+            j(json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"x","tools":[]}})),
+            400,
+            Some("tool_choice.mode"),
+        ),
+        (
+            "mcp allowed_tools a number",
+            j(json!({"model":"m","input":"x","tools":[{"type":"mcp","server_label":"a","allowed_tools":5}]})),
+            400,
+            Some("tools[0].allowed_tools"),
+        ),
         (
             "mcp server_url with credentials",
-            j(json!({"model":"m","input":"x","tools":[{"type":"mcp","server_label":"a","server_url":"https://u:p@mcp.example.com/mcp"}]})),
+            j(
+                json!({"model":"m","input":"x","tools":[{"type":"mcp","server_label":"a","server_url":"https://u:p@mcp.example.com/mcp"}]}),
+            ),
             400,
             Some("tools[0].server_url"),
         ),
-        ("function name a number", j(json!({"model":"m","input":"x","tools":[{"type":"function","name":5}]})), 400, Some("tools[0].name")),
-        ("function strict a string", j(json!({"model":"m","input":"x","tools":[{"type":"function","name":"f","strict":"yes"}]})), 400, Some("tools[0].strict")),
-        ("text format a string", j(json!({"model":"m","input":"x","text":{"format":"json"}})), 400, Some("text.format")),
+        (
+            "function name a number",
+            j(json!({"model":"m","input":"x","tools":[{"type":"function","name":5}]})),
+            400,
+            Some("tools[0].name"),
+        ),
+        (
+            "function strict a string",
+            j(json!({"model":"m","input":"x","tools":[{"type":"function","name":"f","strict":"yes"}]})),
+            400,
+            Some("tools[0].strict"),
+        ),
+        (
+            "text format a string",
+            j(json!({"model":"m","input":"x","text":{"format":"json"}})),
+            400,
+            Some("text.format"),
+        ),
         ("reasoning a string", j(json!({"model":"m","input":"x","reasoning":"high"})), 400, Some("reasoning")),
         ("metadata an array", j(json!({"model":"m","input":"x","metadata":["a"]})), 400, Some("metadata")),
         ("include a string", j(json!({"model":"m","input":"x","include":"x"})), 400, Some("include")),
@@ -369,7 +437,10 @@ fn camel_case_word(text: &str) -> Option<&str> {
     text.split(|c: char| !c.is_ascii_alphanumeric()).find(|word| {
         let bytes = word.as_bytes();
         bytes.first().is_some_and(u8::is_ascii_uppercase)
-            && bytes.windows(3).skip(1).any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase() && w[2].is_ascii_lowercase())
+            && bytes
+                .windows(3)
+                .skip(1)
+                .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase() && w[2].is_ascii_lowercase())
     })
 }
 

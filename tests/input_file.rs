@@ -75,7 +75,8 @@ fn user_with(parts: Value) -> Value {
 /// The user message content the upstream received in its `n`th request of `model`.
 fn received_user_content(h: &Harness, model: &str, n: usize) -> Value {
     let bodies = h.upstream_bodies(model);
-    let messages = bodies.get(n).unwrap_or_else(|| panic!("no request {n} for {model}: {bodies:?}"))["messages"].clone();
+    let messages =
+        bodies.get(n).unwrap_or_else(|| panic!("no request {n} for {model}: {bodies:?}"))["messages"].clone();
     messages
         .as_array()
         .and_then(|m| m.iter().find(|m| m["role"] == "user"))
@@ -187,9 +188,8 @@ async fn a_file_url_is_fetched_once_and_continuations_reuse_its_text() {
     let text = received_user_content(&h, "url", 0).as_str().unwrap_or_default().to_owned();
     assert!(text.contains(SENTENCE) && text.contains("file: report.pdf"), "{text}");
 
-    let (status, second) = h
-        .create(json!({"model":"url","input":"And again?","previous_response_id":first["id"]}))
-        .await;
+    let (status, second) =
+        h.create(json!({"model":"url","input":"And again?","previous_response_id":first["id"]})).await;
     assert_eq!(status, 200, "{second}");
     let text = received_user_content(&h, "url", 1).as_str().unwrap_or_default().to_owned();
     assert!(text.contains(SENTENCE), "the continuation shows the model the file again: {text}");
@@ -209,8 +209,11 @@ async fn file_urls_are_refused_when_the_address_rules_say_so_or_they_fail() {
     let (base, seen) = file_server().await;
     let h = Harness::start_with(&["--input-file-max-kb", "1"], &[]).await;
     let url = |path: &str| json!({"type":"input_file","file_url":format!("{base}{path}")});
-    let (status, body) =
-        h.create(json!({"model":"m","input":user_with(json!([{"type":"input_text","text":"a"}, url("/docs/report.pdf")]))})).await;
+    let (status, body) = h
+        .create(
+            json!({"model":"m","input":user_with(json!([{"type":"input_text","text":"a"}, url("/docs/report.pdf")]))}),
+        )
+        .await;
     assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[1]")), "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("loopback"), "{message}");
@@ -219,8 +222,11 @@ async fn file_urls_are_refused_when_the_address_rules_say_so_or_they_fail() {
         h.create(json!({"model":"m","input":user_with(json!([{"type":"input_file","file_url":"http://localhost:9/a.txt"}]))})).await;
     assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[0]")), "{body}");
 
-    let exempt = Harness::start_with(&["--input-file-fetch-exempt-host", "127.0.0.1", "--input-file-max-kb", "1"], &[]).await;
-    for (path, says) in [("/missing.pdf", "404"), ("/archive", "application/zip"), ("/big.txt", "input file size limit")] {
+    let exempt =
+        Harness::start_with(&["--input-file-fetch-exempt-host", "127.0.0.1", "--input-file-max-kb", "1"], &[]).await;
+    for (path, says) in
+        [("/missing.pdf", "404"), ("/archive", "application/zip"), ("/big.txt", "input file size limit")]
+    {
         let (status, body) = exempt.create(json!({"model":"m","input":user_with(json!([url(path)]))})).await;
         assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[0]")), "{path}: {body}");
         let message = body["error"]["message"].as_str().unwrap_or_default();
@@ -233,7 +239,8 @@ async fn file_urls_are_refused_when_the_address_rules_say_so_or_they_fail() {
 async fn oversize_file_data_names_the_limit() {
     let h = Harness::start_with(&["--input-file-max-kb", "1"], &[]).await;
     let data = format!("data:text/plain;base64,{}", b64(&[b'a'; 2048]));
-    let (status, body) = h.create(json!({"model":"m","input":user_with(json!([{"type":"input_file","file_data":data}]))})).await;
+    let (status, body) =
+        h.create(json!({"model":"m","input":user_with(json!([{"type":"input_file","file_data":data}]))})).await;
     assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[0]")), "{body}");
     assert_eq!(body["error"]["code"], "limit_exceeded");
     assert!(body["error"]["message"].as_str().unwrap_or_default().contains("at most 1024 bytes"), "{body}");

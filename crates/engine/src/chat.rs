@@ -368,7 +368,10 @@ fn content_value(parts: &[ContentPart]) -> Value {
                 (None, ContentPart::InputImage { image_url, detail }) => {
                     json!({"type": "image_url", "image_url": {"url": image_url, "detail": detail}})
                 }
-                (None, ContentPart::InputFile(InputFile { model_content: Some(FileContent::Image { image_url }), .. })) => {
+                (
+                    None,
+                    ContentPart::InputFile(InputFile { model_content: Some(FileContent::Image { image_url }), .. }),
+                ) => {
                     json!({"type": "image_url", "image_url": {"url": image_url}})
                 }
                 (None, _) => json!({"type": "text", "text": ""}),

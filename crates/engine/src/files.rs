@@ -23,7 +23,10 @@ pub async fn read_input_files(reader: Option<&dyn FileReader>, input: &mut [Item
         for (field, file) in item.input_files_mut() {
             let param = format!("input[{i}].{field}");
             let Some(reader) = reader else {
-                return Err(ApiError::invalid(param.clone(), format!("{param}: input_file parts are not supported by this gateway.")));
+                return Err(ApiError::invalid(
+                    param.clone(),
+                    format!("{param}: input_file parts are not supported by this gateway."),
+                ));
             };
             file.model_content = Some(reader.read(file).await.map_err(|e| e.into_api_error(&param))?);
         }

@@ -167,7 +167,9 @@ pub fn describe_serde(message: &str) -> (Option<String>, String) {
     if let Some(rest) = message.strip_prefix("missing field ") {
         return (ticked(rest), "a required field is missing".to_owned());
     }
-    let detail = if let Some(rest) = message.strip_prefix("invalid type: ").or_else(|| message.strip_prefix("invalid value: ")) {
+    let detail = if let Some(rest) =
+        message.strip_prefix("invalid type: ").or_else(|| message.strip_prefix("invalid value: "))
+    {
         match rest.rsplit_once(", expected ") {
             Some((got, expected)) => format!("expected {}, got {}", json_expected(expected), json_got(got)),
             None => "invalid value".to_owned(),
@@ -282,7 +284,9 @@ pub fn describe_json_syntax(what: &str, error: &serde_json::Error) -> ApiError {
         "key must be a string" => "object keys must be strings in double quotes",
         "trailing comma" => "a comma is followed by no value",
         "trailing characters" => "there is more after the JSON value",
-        "invalid escape" | "invalid unicode code point" | "lone leading surrogate in hex escape"
+        "invalid escape"
+        | "invalid unicode code point"
+        | "lone leading surrogate in hex escape"
         | "unexpected end of hex escape" => "a string holds an invalid escape sequence",
         "invalid number" => "a number is malformed",
         "number out of range" => "a number is too large",
@@ -363,14 +367,22 @@ mod tests {
 
     #[test]
     fn json_syntax_errors_say_where_in_our_words() {
-        let error = |body: &str| describe_json_syntax("request body", &serde_json::from_str::<serde_json::Value>(body).unwrap_err());
+        let error = |body: &str| {
+            describe_json_syntax("request body", &serde_json::from_str::<serde_json::Value>(body).unwrap_err())
+        };
         assert_eq!(error("").message, "The request body is empty; expected a JSON object.");
         assert_eq!(
             error("{\"a\":\n  nope}").message,
             "The request body is not valid JSON: a literal is misspelt (true, false and null are the only ones) (line 2, column 4)."
         );
-        assert_eq!(error("{\"a\":1").message, "The request body is not valid JSON: it ends before the JSON is complete (line 1, column 6).");
-        assert_eq!(error("{} x").message, "The request body is not valid JSON: there is more after the JSON value (line 1, column 4).");
+        assert_eq!(
+            error("{\"a\":1").message,
+            "The request body is not valid JSON: it ends before the JSON is complete (line 1, column 6)."
+        );
+        assert_eq!(
+            error("{} x").message,
+            "The request body is not valid JSON: there is more after the JSON value (line 1, column 4)."
+        );
     }
 
     #[test]

@@ -95,21 +95,103 @@ const TEXT_MEDIA_TYPES: &[&str] = &[
 
 /// Extensions of text files (structured text, documentation and source code).
 const TEXT_EXTENSIONS: &[&str] = &[
-    "txt", "text", "md", "markdown", "rst", "adoc", "org", "csv", "tsv", "json", "jsonl", "ndjson", "xml", "yaml",
-    "yml", "toml", "ini", "cfg", "conf", "env", "log", "html", "htm", "css", "scss", "js", "mjs", "cjs", "ts", "tsx",
-    "jsx", "py", "pyi", "rs", "go", "java", "kt", "kts", "scala", "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "cs",
-    "fs", "swift", "m", "mm", "rb", "php", "pl", "pm", "lua", "r", "jl", "sh", "bash", "zsh", "fish", "ps1", "sql",
-    "graphql", "proto", "tex", "bib", "diff", "patch", "vue", "svelte", "dart", "ex", "exs", "erl", "hs", "ml",
-    "clj", "elm", "zig", "nim", "v", "sv", "vhd", "cmake", "mk", "dockerfile", "gradle", "properties", "srt", "vtt",
+    "txt",
+    "text",
+    "md",
+    "markdown",
+    "rst",
+    "adoc",
+    "org",
+    "csv",
+    "tsv",
+    "json",
+    "jsonl",
+    "ndjson",
+    "xml",
+    "yaml",
+    "yml",
+    "toml",
+    "ini",
+    "cfg",
+    "conf",
+    "env",
+    "log",
+    "html",
+    "htm",
+    "css",
+    "scss",
+    "js",
+    "mjs",
+    "cjs",
+    "ts",
+    "tsx",
+    "jsx",
+    "py",
+    "pyi",
+    "rs",
+    "go",
+    "java",
+    "kt",
+    "kts",
+    "scala",
+    "c",
+    "h",
+    "cc",
+    "cpp",
+    "cxx",
+    "hpp",
+    "hh",
+    "cs",
+    "fs",
+    "swift",
+    "m",
+    "mm",
+    "rb",
+    "php",
+    "pl",
+    "pm",
+    "lua",
+    "r",
+    "jl",
+    "sh",
+    "bash",
+    "zsh",
+    "fish",
+    "ps1",
+    "sql",
+    "graphql",
+    "proto",
+    "tex",
+    "bib",
+    "diff",
+    "patch",
+    "vue",
+    "svelte",
+    "dart",
+    "ex",
+    "exs",
+    "erl",
+    "hs",
+    "ml",
+    "clj",
+    "elm",
+    "zig",
+    "nim",
+    "v",
+    "sv",
+    "vhd",
+    "cmake",
+    "mk",
+    "dockerfile",
+    "gradle",
+    "properties",
+    "srt",
+    "vtt",
 ];
 
 /// Image media types and their extensions.
-const IMAGE_TYPES: &[(&str, &[&str])] = &[
-    ("image/png", &["png"]),
-    ("image/jpeg", &["jpg", "jpeg"]),
-    ("image/gif", &["gif"]),
-    ("image/webp", &["webp"]),
-];
+const IMAGE_TYPES: &[(&str, &[&str])] =
+    &[("image/png", &["png"]), ("image/jpeg", &["jpg", "jpeg"]), ("image/gif", &["gif"]), ("image/webp", &["webp"])];
 
 /// Media types that say nothing about the content; the name decides then.
 const GENERIC_MEDIA_TYPES: &[&str] = &["", "application/octet-stream", "binary/octet-stream", "application/unknown"];
@@ -141,8 +223,10 @@ pub fn file_type(declared: Option<&str>, name: Option<&str>) -> Result<FileType,
 fn unsupported(media_type: &str, name: Option<&str>) -> FileError {
     let what = match (media_type.is_empty() || GENERIC_MEDIA_TYPES.contains(&media_type), name) {
         (true, Some(name)) => format!("the type of '{}' is not supported", clip(name)),
-        (true, None) => "the file's type is unknown (give a filename with an extension, or a data: URL with a media type)"
-            .to_owned(),
+        (true, None) => {
+            "the file's type is unknown (give a filename with an extension, or a data: URL with a media type)"
+                .to_owned()
+        }
         (false, _) => format!("file type '{}' is not supported", clip(media_type)),
     };
     FileError::Invalid(format!("{what}; supported: {SUPPORTED_FILE_TYPES}"))
@@ -191,7 +275,11 @@ fn extension_of(name: &str) -> Option<String> {
 }
 
 fn clip(value: &str) -> String {
-    if value.chars().count() <= 80 { value.to_owned() } else { format!("{}…", value.chars().take(80).collect::<String>()) }
+    if value.chars().count() <= 80 {
+        value.to_owned()
+    } else {
+        format!("{}…", value.chars().take(80).collect::<String>())
+    }
 }
 
 /// Base64 as clients send it: standard or URL-safe alphabet, padded or not.
@@ -212,7 +300,9 @@ pub fn decode_file_data(file_data: &str, filename: Option<&str>, max_bytes: usiz
                 FileError::Invalid("file_data is a data: URL without a ',' before its data".to_owned())
             })?;
             let Some(media_type) = header.strip_suffix(";base64").or_else(|| header.strip_suffix(";BASE64")) else {
-                return Err(FileError::Invalid("file_data must be a base64 data: URL (data:<type>;base64,…)".to_owned()));
+                return Err(FileError::Invalid(
+                    "file_data must be a base64 data: URL (data:<type>;base64,…)".to_owned(),
+                ));
             };
             (Some(media_type), data)
         }
@@ -268,11 +358,7 @@ pub fn check_signature(file_type: &FileType, bytes: &[u8]) -> Result<(), FileErr
         (FileKind::Pdf, _) => bytes[..bytes.len().min(1024)].windows(5).any(|w| w == b"%PDF-"),
         _ => true,
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(FileError::Invalid(format!("the file's content is not {}", file_type.media_type)))
-    }
+    if ok { Ok(()) } else { Err(FileError::Invalid(format!("the file's content is not {}", file_type.media_type))) }
 }
 
 /// The checks of one `input_file` part that need no I/O: a `file_data` decodes to a supported
@@ -301,7 +387,10 @@ mod tests {
     #[test]
     fn types_come_from_the_declaration_then_the_name() {
         let t = file_type(Some("text/csv; charset=windows-1252"), Some("x.bin")).unwrap();
-        assert_eq!((t.media_type.as_str(), t.kind, t.charset.as_deref()), ("text/csv", FileKind::Text, Some("windows-1252")));
+        assert_eq!(
+            (t.media_type.as_str(), t.kind, t.charset.as_deref()),
+            ("text/csv", FileKind::Text, Some("windows-1252"))
+        );
         assert_eq!(file_type(Some("application/octet-stream"), Some("main.rs")).unwrap().kind, FileKind::Text);
         assert_eq!(file_type(None, Some("Report.PDF")).unwrap().kind, FileKind::Pdf);
         assert_eq!(file_type(None, Some("https://x.org/a/photo.jpeg?sig=1")).unwrap().media_type, "image/jpeg");
@@ -330,8 +419,10 @@ mod tests {
         assert!(invalid(decode_file_data(&b64(b"x"), None, 100)).contains("filename"));
         assert!(invalid(decode_file_data("data:text/plain,hello", None, 100)).contains("base64"));
         assert!(invalid(decode_file_data("data:text/plain;base64,@@@@", None, 100)).contains("not valid base64"));
-        assert!(invalid(decode_file_data(&format!("data:image/png;base64,{}", b64(b"not a png")), None, 100))
-            .contains("not image/png"));
+        assert!(
+            invalid(decode_file_data(&format!("data:image/png;base64,{}", b64(b"not a png")), None, 100))
+                .contains("not image/png")
+        );
     }
 
     #[test]

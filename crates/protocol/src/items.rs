@@ -709,7 +709,9 @@ fn type_tag<'v>(value: &'v Value, field: &str, what: &str) -> Result<&'v str, It
     match object.get("type") {
         Some(Value::String(kind)) => Ok(kind),
         None => Err(ItemError { field: join_path(field, "type"), message: String::new(), missing: true }),
-        Some(other) => Err(ItemError::new(join_path(field, "type"), format!("expected a string, got {}", json_kind(other)))),
+        Some(other) => {
+            Err(ItemError::new(join_path(field, "type"), format!("expected a string, got {}", json_kind(other))))
+        }
     }
 }
 
@@ -755,7 +757,11 @@ fn parse_part(value: Value, field: &str) -> Result<ContentPartParam, ItemError> 
 
 /// At most 64 characters of a client's value in a message.
 fn clip(value: &str) -> String {
-    if value.chars().count() <= 64 { value.to_owned() } else { format!("{}…", value.chars().take(64).collect::<String>()) }
+    if value.chars().count() <= 64 {
+        value.to_owned()
+    } else {
+        format!("{}…", value.chars().take(64).collect::<String>())
+    }
 }
 
 fn normalize_parts(parts: Vec<ContentPartParam>, field: &str) -> Result<Vec<ContentPart>, ItemError> {
@@ -778,7 +784,9 @@ fn normalize_parts(parts: Vec<ContentPartParam>, field: &str) -> Result<Vec<Cont
             ContentPartParam::InputImage { .. } => {
                 Err(ItemError::new(format!("{field}[{i}].image_url"), "input_image requires a non-empty image_url."))
             }
-            ContentPartParam::InputFile(file) => normalize_file(file).map_err(|message| ItemError::new(format!("{field}[{i}]"), message)),
+            ContentPartParam::InputFile(file) => {
+                normalize_file(file).map_err(|message| ItemError::new(format!("{field}[{i}]"), message))
+            }
         })
         .collect()
 }
@@ -952,11 +960,16 @@ mod tests {
             "input[0].content[1]: unknown content part type 'input_foo'; expected one of input_text, input_image, \
              input_file, output_text, refusal."
         );
-        let err = InputItemParam::from_value(json!({"role":"user","content":[{"type":"input_text","text":1}]})).unwrap_err();
-        assert_eq!((err.field.as_str(), err.message.as_str()), ("content[0].text", "expected a string, got the number 1"));
+        let err =
+            InputItemParam::from_value(json!({"role":"user","content":[{"type":"input_text","text":1}]})).unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.message.as_str()),
+            ("content[0].text", "expected a string, got the number 1")
+        );
         let err = InputItemParam::from_value(json!({"role":"user","content":7})).unwrap_err();
         assert_eq!(err.message, "expected a string or an array of content parts, got a number");
-        let err = InputItemParam::from_value(json!({"type":"custom_tool_call_output","call_id":"c","output":5})).unwrap_err();
+        let err =
+            InputItemParam::from_value(json!({"type":"custom_tool_call_output","call_id":"c","output":5})).unwrap_err();
         assert_eq!(err.field, "output");
         assert!(!err.message.contains("untagged"), "{err:?}");
     }
@@ -983,9 +996,10 @@ mod tests {
 
     #[test]
     fn model_content_is_stored_but_never_shown() {
-        let mut item = parse(json!({"role":"user","content":[{"type":"input_file","filename":"a.txt","file_data":"aGk="}]}))
-            .normalize()
-            .unwrap();
+        let mut item =
+            parse(json!({"role":"user","content":[{"type":"input_file","filename":"a.txt","file_data":"aGk="}]}))
+                .normalize()
+                .unwrap();
         for (_, file) in item.input_files_mut() {
             file.model_content = Some(FileContent::Text { text: "hi".into() });
         }

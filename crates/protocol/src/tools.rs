@@ -872,7 +872,10 @@ fn parse_allowed_tools_choice(v: Value) -> Result<AllowedTools, ApiError> {
             other => {
                 return Err(ApiError::invalid(
                     format!("{at}.type"),
-                    format!("{at}.type: unknown allowed tool type '{other}'; expected one of {}.", ALLOWED_TOOL_TYPES.join(", ")),
+                    format!(
+                        "{at}.type: unknown allowed tool type '{other}'; expected one of {}.",
+                        ALLOWED_TOOL_TYPES.join(", ")
+                    ),
                 ));
             }
         };
@@ -1078,8 +1081,10 @@ mod tests {
             .unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].server_url")));
         assert!(e.message.contains("authorization") && !e.message.contains("pass@"), "{}", e.message);
-        let t = parse(json!([{"type":"mcp","server_label":"a","server_url":"https://mcp.example.com/mcp?token=s3cret&x=1"}]))
-            .unwrap();
+        let t = parse(
+            json!([{"type":"mcp","server_label":"a","server_url":"https://mcp.example.com/mcp?token=s3cret&x=1"}]),
+        )
+        .unwrap();
         let echo = serde_json::to_string(&t[0]).unwrap();
         assert!(echo.contains("\"server_url\":\"https://mcp.example.com/mcp\"") && !echo.contains("s3cret"), "{echo}");
         assert!(!format!("{t:?}").contains("s3cret"));
@@ -1089,10 +1094,12 @@ mod tests {
 
     #[test]
     fn allowed_tools_entries_are_parsed_by_type_in_our_words() {
-        let e = parse_tool_choice(json!({"type":"allowed_tools","mode":"auto","tools":[{"type":"teleport"}]})).unwrap_err();
+        let e =
+            parse_tool_choice(json!({"type":"allowed_tools","mode":"auto","tools":[{"type":"teleport"}]})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tool_choice.tools[0].type"));
         assert!(e.message.contains("expected one of function, mcp"), "{}", e.message);
-        let e = parse_tool_choice(json!({"type":"allowed_tools","mode":"auto","tools":[{"type":"function"}]})).unwrap_err();
+        let e =
+            parse_tool_choice(json!({"type":"allowed_tools","mode":"auto","tools":[{"type":"function"}]})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tool_choice.tools[0].name"));
         let e = parse(json!([{"type":"mcp","server_label":"a","allowed_tools":5}])).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tools[0].allowed_tools"));

@@ -45,7 +45,8 @@ pub async fn build(
         options.reasoning_keys.clone()
     };
     let seal = ReasoningSeal::new(&reasoning_keys).map_err(anyhow::Error::msg)?;
-    let files = InputFiles::new(options.input_files.clone()).map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?;
+    let files =
+        InputFiles::new(options.input_files.clone()).map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?;
     let engine = Arc::new(
         Engine::new(upstream, store, Arc::new(tools), metrics.clone())
             .with_limits(options.limits)

@@ -81,11 +81,10 @@ impl InputFiles {
         let Some(url) = &file.file_url else {
             return Err(FileError::Invalid("an input_file needs file_data or file_url".to_owned()));
         };
-        let body = self
-            .fetcher
-            .fetch_body(url, "*/*", "input_file")
-            .await
-            .map_err(|e| FileError::Invalid(format!("file_url could not be fetched: {}", e.trim_end_matches('.'))))?;
+        let body =
+            self.fetcher.fetch_body(url, "*/*", "input_file").await.map_err(|e| {
+                FileError::Invalid(format!("file_url could not be fetched: {}", e.trim_end_matches('.')))
+            })?;
         if body.truncated {
             return Err(FileError::TooLarge { bytes: body.bytes.len() + 1, limit: self.settings.max_bytes });
         }
@@ -119,9 +118,10 @@ impl FileReader for InputFiles {
             FileKind::Pdf => {
                 let max_pages = self.settings.max_pdf_pages;
                 let bytes = decoded.bytes;
-                let extracted = tokio::task::spawn_blocking(move || extract_pdf(&bytes, max_pages, max_text))
-                    .await
-                    .map_err(|_| FileError::Invalid("the PDF could not be read (it is malformed)".to_owned()))??;
+                let extracted =
+                    tokio::task::spawn_blocking(move || extract_pdf(&bytes, max_pages, max_text))
+                        .await
+                        .map_err(|_| FileError::Invalid("the PDF could not be read (it is malformed)".to_owned()))??;
                 if extracted.text.trim().is_empty() {
                     return Err(FileError::Invalid(
                         "the PDF has no extractable text (a scanned PDF needs OCR, which this gateway does not do)"
@@ -161,10 +161,8 @@ fn framed(name: &str, text: &str, max_bytes: usize, note: Option<String>) -> Str
             cut -= 1;
         }
         shown = &text[..cut];
-        cut_note = Some(format!(
-            "[the gateway cut this file's text: the first {cut} of {} bytes are shown]",
-            text.len()
-        ));
+        cut_note =
+            Some(format!("[the gateway cut this file's text: the first {cut} of {} bytes are shown]", text.len()));
     }
     let mut out = format!("--- file: {name} ---\n{shown}\n");
     for note in [cut_note, note].into_iter().flatten() {

@@ -65,9 +65,8 @@ impl PageFetcher {
 
     /// Fetch `url` and make it readable text. Every failure is a sentence for the model.
     pub async fn fetch(&self, url: &str) -> Result<FetchedPage, String> {
-        let body = self
-            .fetch_body(url, "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5", "web_search")
-            .await?;
+        let body =
+            self.fetch_body(url, "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5", "web_search").await?;
         let (title, text) = render(&body.bytes, &body.content_type)?;
         Ok(FetchedPage { final_url: body.final_url, title, text, truncated: body.truncated })
     }
