@@ -600,6 +600,24 @@ mod tests {
     }
 
     #[test]
+    fn input_files_are_sent_as_what_the_gateway_made_of_them() {
+        let mut r = req(json!({"model":"m","input":[{"role":"user","content":[
+            {"type":"input_text","text":"read"},
+            {"type":"input_file","filename":"a.txt","file_data":"aGk="}]}]}));
+        for (_, file) in r.input[0].input_files_mut() {
+            file.model_content = Some(FileContent::Text { text: "--- file: a.txt ---\nhi".into() });
+        }
+        assert_eq!(messages(None, &r.input, usize::MAX)[0]["content"], json!("read\n\n--- file: a.txt ---\nhi"));
+        for (_, file) in r.input[0].input_files_mut() {
+            file.model_content = Some(FileContent::Image { image_url: "data:image/png;base64,AA".into() });
+        }
+        assert_eq!(
+            messages(None, &r.input, usize::MAX)[0]["content"],
+            json!([{"type":"text","text":"read"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA"}}])
+        );
+    }
+
+    #[test]
     fn developer_messages_are_sent_as_system() {
         let r =
             req(json!({"model":"m","input":[{"role":"developer","content":"rules"},{"role":"user","content":"hi"}]}));

@@ -221,3 +221,49 @@ fn extract_pdf(bytes: &[u8], max_pages: usize, max_bytes: usize) -> Result<PdfTe
     }
     Ok(PdfText { text, pages_read, total_pages: pages.len() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_headed_with_the_name_and_cut_on_a_character_boundary() {
+        assert_eq!(framed("a.md", "\nhello\n", 100, None), "--- file: a.md ---\nhello\n--- end of file: a.md ---");
+        let cut = framed("a.txt", "abcé and more", 4, Some("[note]".into()));
+        assert_eq!(
+            cut,
+            "--- file: a.txt ---\nabc\n[the gateway cut this file's text: the first 3 of 14 bytes are shown]\n[note]\n\
+             --- end of file: a.txt ---"
+        );
+    }
+
+    #[test]
+    fn text_is_decoded_in_its_charset_and_binary_is_refused() {
+        let t = |charset: Option<&str>| FileType {
+            media_type: "text/plain".into(),
+            kind: FileKind::Text,
+            charset: charset.map(str::to_owned),
+        };
+        assert_eq!(decode_text(b"caf\xe9", &t(Some("windows-1252"))).unwrap(), "café");
+        assert_eq!(decode_text(b"\xff\xfeh\x00i\x00", &t(None)).unwrap(), "hi");
+        assert!(decode_text(b"PK\x03\x04\x00\x00", &t(None)).is_err());
+    }
+
+    #[test]
+    fn a_file_without_a_name_is_named_by_its_url() {
+        let file = |name: Option<&str>, url: Option<&str>| InputFile {
+            filename: name.map(str::to_owned),
+            file_data: None,
+            file_url: url.map(str::to_owned),
+            model_content: None,
+        };
+        assert_eq!(display_name(&file(None, Some("https://x.org/docs/r.pdf?sig=1"))), "r.pdf");
+        assert_eq!(display_name(&file(Some("mine.pdf"), Some("https://x.org/r.pdf"))), "mine.pdf");
+        assert_eq!(display_name(&file(None, None)), "file");
+    }
+
+    #[test]
+    fn malformed_pdfs_are_an_error_not_a_crash() {
+        assert!(matches!(extract_pdf(b"%PDF-1.4 garbage", 10, 1000), Err(FileError::Invalid(_))));
+    }
+}
