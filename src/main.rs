@@ -243,23 +243,23 @@ impl InputFileArgs {
 struct IntegratedInputFileArgs {
     /// Largest `input_file` accepted, in KiB (decoded `file_data` or a fetched `file_url`).
     #[arg(long = "responses-input-file-max-kb", env = "GW_INPUT_FILE_MAX_KB", default_value_t = 10240, value_parser = clap::value_parser!(u32).range(1..))]
-    max_kb: u32,
+    input_file_max_kb: u32,
 
     /// Most text the model gets from one input file, in KiB (longer: cut, model told).
     #[arg(long = "responses-input-file-max-text-kb", env = "GW_INPUT_FILE_MAX_TEXT_KB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
-    max_text_kb: u32,
+    input_file_max_text_kb: u32,
 
     /// Pages of a PDF input file whose text is extracted.
     #[arg(long = "responses-input-file-max-pdf-pages", env = "GW_INPUT_FILE_MAX_PDF_PAGES", default_value_t = 100, value_parser = at_least_one)]
-    max_pdf_pages: usize,
+    input_file_max_pdf_pages: usize,
 
     /// Seconds one `file_url` fetch may take.
     #[arg(long = "responses-input-file-fetch-timeout", env = "GW_INPUT_FILE_FETCH_TIMEOUT", default_value_t = 20.0, value_parser = positive_seconds)]
-    fetch_timeout: f64,
+    input_file_fetch_timeout: f64,
 
     /// Let a `file_url` name loopback, private and link-local addresses.
     #[arg(long = "responses-input-file-allow-private-addresses", env = "GW_INPUT_FILE_ALLOW_PRIVATE_ADDRESSES", default_value = "false", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
-    allow_private_addresses: bool,
+    input_file_allow_private_addresses: bool,
 
     /// A host a `file_url` may name despite the address rules (repeatable).
     #[arg(
@@ -268,18 +268,18 @@ struct IntegratedInputFileArgs {
         value_name = "HOST",
         value_delimiter = ','
     )]
-    fetch_exempt_hosts: Vec<String>,
+    input_file_fetch_exempt_hosts: Vec<String>,
 }
 
 impl IntegratedInputFileArgs {
     fn into_common(self) -> InputFileArgs {
         InputFileArgs {
-            input_file_max_kb: self.max_kb,
-            input_file_max_text_kb: self.max_text_kb,
-            input_file_max_pdf_pages: self.max_pdf_pages,
-            input_file_fetch_timeout: self.fetch_timeout,
-            input_file_allow_private_addresses: self.allow_private_addresses,
-            input_file_fetch_exempt_hosts: self.fetch_exempt_hosts,
+            input_file_max_kb: self.input_file_max_kb,
+            input_file_max_text_kb: self.input_file_max_text_kb,
+            input_file_max_pdf_pages: self.input_file_max_pdf_pages,
+            input_file_fetch_timeout: self.input_file_fetch_timeout,
+            input_file_allow_private_addresses: self.input_file_allow_private_addresses,
+            input_file_fetch_exempt_hosts: self.input_file_fetch_exempt_hosts,
         }
     }
 }
