@@ -11,6 +11,7 @@ use respgw_supervisor::integrated::IntegratedOptions;
 use respgw_supervisor::standalone::StandaloneOptions;
 use respgw_telemetry::tracing_otlp::{self, TracingConfig};
 use respgw_tools::code_interpreter::{self as sandbox, SandboxSettings};
+use respgw_tools::input_files::InputFileSettings;
 use respgw_tools::mcp::{RemoteMcp, RemoteMcpSettings};
 use respgw_tools::web_search::{EXA_API_KEY_ENV, EXA_SERVER_LABEL, FetchSettings, Profile, WebSearchSettings};
 
@@ -185,6 +186,106 @@ struct GatewayArgs {
 
     #[command(flatten)]
     web_search: WebSearchArgs,
+
+    #[command(flatten)]
+    input_files: InputFileArgs,
+}
+
+/// `input_file` settings of `serve`.
+#[derive(Args)]
+struct InputFileArgs {
+    /// Largest `input_file` accepted, in KiB: decoded `file_data`, or the body a `file_url`
+    /// answered with. Larger: 400 naming the part.
+    #[arg(long, env = "GW_INPUT_FILE_MAX_KB", default_value_t = 10240, value_parser = clap::value_parser!(u32).range(1..))]
+    input_file_max_kb: u32,
+
+    /// Most text the model gets from one input file (a text file's, or a PDF's extracted text),
+    /// in KiB; longer text is cut and the model is told so.
+    #[arg(long, env = "GW_INPUT_FILE_MAX_TEXT_KB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    input_file_max_text_kb: u32,
+
+    /// Pages of a PDF input file whose text is extracted; the model is told when pages were left out.
+    #[arg(long, env = "GW_INPUT_FILE_MAX_PDF_PAGES", default_value_t = 100, value_parser = at_least_one)]
+    input_file_max_pdf_pages: usize,
+
+    /// Seconds one `file_url` fetch may take (connect, redirects, body).
+    #[arg(long, env = "GW_INPUT_FILE_FETCH_TIMEOUT", default_value_t = 20.0, value_parser = positive_seconds)]
+    input_file_fetch_timeout: f64,
+
+    /// Let a `file_url` name loopback, private and link-local addresses. Off by default: the
+    /// client chooses the URL, so the address rules of Remote MCP and open_page apply, also after
+    /// redirects.
+    #[arg(long, env = "GW_INPUT_FILE_ALLOW_PRIVATE_ADDRESSES", default_value = "false", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    input_file_allow_private_addresses: bool,
+
+    /// A host (name or address, no port) a `file_url` may name despite the address rules.
+    /// Repeatable; the environment form is comma-separated.
+    #[arg(
+        long = "input-file-fetch-exempt-host",
+        env = "GW_INPUT_FILE_FETCH_EXEMPT_HOSTS",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    input_file_fetch_exempt_hosts: Vec<String>,
+}
+
+impl InputFileArgs {
+    fn settings(self) -> InputFileSettings {
+        InputFileSettings {
+            max_bytes: self.input_file_max_kb as usize * 1024,
+            max_text_bytes: self.input_file_max_text_kb as usize * 1024,
+            max_pdf_pages: self.input_file_max_pdf_pages,
+            fetch_timeout: Duration::from_secs_f64(self.input_file_fetch_timeout),
+            allow_private_addresses: self.input_file_allow_private_addresses,
+            exempt_hosts: self.input_file_fetch_exempt_hosts.into_iter().filter(|h| !h.trim().is_empty()).collect(),
+        }
+    }
+}
+
+/// `input_file` settings of `integrated`: the same as `serve`'s, with the `--responses-` prefix.
+#[derive(Args)]
+struct IntegratedInputFileArgs {
+    /// Largest `input_file` accepted, in KiB (decoded `file_data` or a fetched `file_url`).
+    #[arg(long = "responses-input-file-max-kb", env = "GW_INPUT_FILE_MAX_KB", default_value_t = 10240, value_parser = clap::value_parser!(u32).range(1..))]
+    input_file_max_kb: u32,
+
+    /// Most text the model gets from one input file, in KiB (longer: cut, model told).
+    #[arg(long = "responses-input-file-max-text-kb", env = "GW_INPUT_FILE_MAX_TEXT_KB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    input_file_max_text_kb: u32,
+
+    /// Pages of a PDF input file whose text is extracted.
+    #[arg(long = "responses-input-file-max-pdf-pages", env = "GW_INPUT_FILE_MAX_PDF_PAGES", default_value_t = 100, value_parser = at_least_one)]
+    input_file_max_pdf_pages: usize,
+
+    /// Seconds one `file_url` fetch may take.
+    #[arg(long = "responses-input-file-fetch-timeout", env = "GW_INPUT_FILE_FETCH_TIMEOUT", default_value_t = 20.0, value_parser = positive_seconds)]
+    input_file_fetch_timeout: f64,
+
+    /// Let a `file_url` name loopback, private and link-local addresses.
+    #[arg(long = "responses-input-file-allow-private-addresses", env = "GW_INPUT_FILE_ALLOW_PRIVATE_ADDRESSES", default_value = "false", value_parser = BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    input_file_allow_private_addresses: bool,
+
+    /// A host a `file_url` may name despite the address rules (repeatable).
+    #[arg(
+        long = "responses-input-file-fetch-exempt-host",
+        env = "GW_INPUT_FILE_FETCH_EXEMPT_HOSTS",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    input_file_fetch_exempt_hosts: Vec<String>,
+}
+
+impl IntegratedInputFileArgs {
+    fn into_common(self) -> InputFileArgs {
+        InputFileArgs {
+            input_file_max_kb: self.input_file_max_kb,
+            input_file_max_text_kb: self.input_file_max_text_kb,
+            input_file_max_pdf_pages: self.input_file_max_pdf_pages,
+            input_file_fetch_timeout: self.input_file_fetch_timeout,
+            input_file_allow_private_addresses: self.input_file_allow_private_addresses,
+            input_file_fetch_exempt_hosts: self.input_file_fetch_exempt_hosts,
+        }
+    }
 }
 
 /// `web_search` settings of `serve`.
@@ -521,6 +622,9 @@ struct IntegratedArgs {
     #[command(flatten)]
     web_search: IntegratedWebSearchArgs,
 
+    #[command(flatten)]
+    input_files: IntegratedInputFileArgs,
+
     /// Run model-written Python for `code_interpreter` in a sandbox (`spawn`) or not (`disabled`).
     #[arg(long = "responses-code-interpreter", env = "GW_CODE_INTERPRETER", value_enum, default_value_t = CodeInterpreterMode::Spawn)]
     code_interpreter: CodeInterpreterMode,
@@ -625,10 +729,22 @@ fn at_least_one(raw: &str) -> Result<usize, String> {
     }
 }
 
-/// The `--max-*` caps as the engine takes them.
-fn limits(input_items: usize, tools: usize, mcp_servers: usize, tool_rounds: usize, tool_output: usize) -> Limits {
+/// The `--max-*` caps (and the input file size cap) as the engine takes them.
+fn limits(
+    input_items: usize,
+    tools: usize,
+    mcp_servers: usize,
+    tool_rounds: usize,
+    tool_output: usize,
+    input_files: &InputFileSettings,
+) -> Limits {
     Limits {
-        request: RequestLimits { max_input_items: input_items, max_tools: tools, max_mcp_servers: mcp_servers },
+        request: RequestLimits {
+            max_input_items: input_items,
+            max_tools: tools,
+            max_mcp_servers: mcp_servers,
+            max_input_file_bytes: input_files.max_bytes,
+        },
         max_tool_rounds: tool_rounds,
         max_tool_output_bytes: tool_output,
     }
@@ -665,6 +781,7 @@ impl ServeArgs {
         let g = self.gateway;
         let web_search = g.web_search.settings()?;
         let code_interpreter_settings = g.code_interpreter_limits.settings(&g.db_path, self.gateway_port)?;
+        let input_files = g.input_files.settings();
         Ok(StandaloneOptions {
             host: self.gateway_host,
             port: self.gateway_port,
@@ -689,6 +806,7 @@ impl ServeArgs {
                     g.max_mcp_servers,
                     g.max_tool_rounds,
                     g.max_tool_output_bytes,
+                    &input_files,
                 ),
                 metrics_path: metrics_path(g.metrics_enabled, g.metrics_path)?,
                 forward_other_routes_to: None,
@@ -698,6 +816,7 @@ impl ServeArgs {
                 mcp_helper_url: None,
                 remote_mcp: remote_mcp_settings()?,
                 web_search,
+                input_files,
                 reasoning_keys: reasoning_keys(g.reasoning_keys_file)?,
             },
         })
@@ -725,6 +844,7 @@ impl IntegratedArgs {
         let web_search = self.web_search.into_common().settings()?;
         let code_interpreter_settings =
             self.code_interpreter_limits.into_common().settings(&self.db_path, self.port)?;
+        let input_files = self.input_files.into_common().settings();
         Ok(IntegratedOptions {
             host: self.host,
             port: self.port,
@@ -750,6 +870,7 @@ impl IntegratedArgs {
                     self.max_mcp_servers,
                     self.max_tool_rounds,
                     self.max_tool_output_bytes,
+                    &input_files,
                 ),
                 metrics_path: metrics_path(self.metrics_enabled, self.metrics_path)?,
                 forward_other_routes_to: None,
@@ -758,6 +879,7 @@ impl IntegratedArgs {
                 mcp_helper_url: None,
                 remote_mcp: remote_mcp_settings()?,
                 web_search,
+                input_files,
                 reasoning_keys: reasoning_keys(self.reasoning_keys_file)?,
                 drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             },

@@ -41,7 +41,7 @@ fn cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             "unknown content part",
             j(json!({"model":"m","input":[{"role":"user","content":[{"type":"audio"}]}]})),
             400,
-            Some("input[0].content"),
+            Some("input[0].content[0]"),
         ),
         (
             "image without url",
@@ -243,6 +243,269 @@ fn cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             Some("previous_response_id"),
         ),
     ]
+}
+
+/// Bodies that reach every hand-dispatched union (input, message content, content parts, function
+/// and custom tool outputs, allowed tools, MCP `allowed_tools`) and the `input_file` rules.
+fn union_cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
+    let j = |v: Value| v.to_string();
+    let user = |content: Value| j(json!({"model":"m","input":[{"role":"user","content":content}]}));
+    let item = |item: Value| j(json!({"model":"m","input":[item]}));
+    let zip = "data:application/zip;base64,UEsDBBQAAAAIAA==";
+    vec![
+        ("input an object", j(json!({"model":"m","input":{"role":"user"}})), 400, Some("input")),
+        ("input a boolean", j(json!({"model":"m","input":true})), 400, Some("input")),
+        ("content an object", user(json!({"text":"x"})), 400, Some("input[0].content")),
+        ("content part a string", user(json!(["x"])), 400, Some("input[0].content[0]")),
+        ("content part without type", user(json!([{"text":"x"}])), 400, Some("input[0].content[0].type")),
+        ("content part type a number", user(json!([{"type":5}])), 400, Some("input[0].content[0].type")),
+        (
+            "unknown part after a good one",
+            user(json!([{"type":"input_text","text":"a"},{"type":"input_foo"}])),
+            400,
+            Some("input[0].content[1]"),
+        ),
+        (
+            "input_text text a number",
+            user(json!([{"type":"input_text","text":5}])),
+            400,
+            Some("input[0].content[0].text"),
+        ),
+        ("input_text without text", user(json!([{"type":"input_text"}])), 400, Some("input[0].content[0].text")),
+        (
+            "refusal not a string",
+            user(json!([{"type":"refusal","refusal":[]}])),
+            400,
+            Some("input[0].content[0].refusal"),
+        ),
+        (
+            "input_file by file_id",
+            user(json!([{"type":"input_text","text":"a"},{"type":"input_file","file_id":"file_1"}])),
+            400,
+            Some("input[0].content[1]"),
+        ),
+        (
+            "input_file without a source",
+            user(json!([{"type":"input_file","filename":"a.pdf"}])),
+            400,
+            Some("input[0].content[0]"),
+        ),
+        (
+            "input_file of an unsupported type",
+            user(json!([{"type":"input_text","text":"a"},{"type":"input_file","filename":"a.zip","file_data":zip}])),
+            400,
+            Some("input[0].content[1]"),
+        ),
+        (
+            "input_file not base64",
+            user(json!([{"type":"input_file","file_data":"data:text/plain;base64,%%%"}])),
+            400,
+            Some("input[0].content[0]"),
+        ),
+        (
+            "input_file bare base64 without a name",
+            user(json!([{"type":"input_file","file_data":"aGVsbG8="}])),
+            400,
+            Some("input[0].content[0]"),
+        ),
+        (
+            "input_file url not http",
+            user(json!([{"type":"input_file","file_url":"ftp://x/a.pdf"}])),
+            400,
+            Some("input[0].content[0]"),
+        ),
+        (
+            "input_file in a system message",
+            j(
+                json!({"model":"m","input":[{"role":"system","content":[{"type":"input_file","filename":"a.txt","file_data":"aGk="}]}]}),
+            ),
+            400,
+            Some("input[0].content[0]"),
+        ),
+        (
+            "function output a number",
+            item(json!({"type":"function_call_output","call_id":"c","output":5})),
+            400,
+            Some("input[0].output"),
+        ),
+        (
+            "function output part unknown",
+            item(json!({"type":"function_call_output","call_id":"c","output":[{"type":"x"}]})),
+            400,
+            Some("input[0].output[0]"),
+        ),
+        (
+            "custom tool output a number",
+            item(json!({"type":"custom_tool_call_output","call_id":"c","output":5})),
+            400,
+            Some("input[0].output"),
+        ),
+        (
+            "custom tool output part unknown",
+            item(json!({"type":"custom_tool_call_output","call_id":"c","output":[{"type":"x"}]})),
+            400,
+            Some("input[0].output[0].type"),
+        ),
+        (
+            "mcp_call status unknown",
+            item(json!({"type":"mcp_call","id":"m","server_label":"s","name":"t","arguments":"{}","status":"done"})),
+            400,
+            Some("input[0].status"),
+        ),
+        (
+            "local_shell_call without action",
+            item(json!({"type":"local_shell_call","call_id":"c","status":"completed"})),
+            400,
+            Some("input[0].action"),
+        ),
+        ("reasoning summary a string", item(json!({"type":"reasoning","summary":"x"})), 400, Some("input[0].summary")),
+        ("type a number", item(json!({"type":3})), 400, Some("input[0].type")),
+        (
+            "allowed tool of unknown type",
+            j(
+                json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"teleport"}]}}),
+            ),
+            400,
+            Some("tool_choice.tools[0].type"),
+        ),
+        (
+            "allowed tool not an object",
+            j(json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":["f"]}})),
+            400,
+            Some("tool_choice.tools[0].type"),
+        ),
+        (
+            "allowed function without name",
+            j(
+                json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function"}]}}),
+            ),
+            400,
+            Some("tool_choice.tools[0].name"),
+        ),
+        (
+            "allowed_tools mode unknown",
+            j(json!({"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"x","tools":[]}})),
+            400,
+            Some("tool_choice.mode"),
+        ),
+        (
+            "mcp allowed_tools a number",
+            j(json!({"model":"m","input":"x","tools":[{"type":"mcp","server_label":"a","allowed_tools":5}]})),
+            400,
+            Some("tools[0].allowed_tools"),
+        ),
+        (
+            "mcp server_url with credentials",
+            j(
+                json!({"model":"m","input":"x","tools":[{"type":"mcp","server_label":"a","server_url":"https://u:p@mcp.example.com/mcp"}]}),
+            ),
+            400,
+            Some("tools[0].server_url"),
+        ),
+        (
+            "function name a number",
+            j(json!({"model":"m","input":"x","tools":[{"type":"function","name":5}]})),
+            400,
+            Some("tools[0].name"),
+        ),
+        (
+            "function strict a string",
+            j(json!({"model":"m","input":"x","tools":[{"type":"function","name":"f","strict":"yes"}]})),
+            400,
+            Some("tools[0].strict"),
+        ),
+        (
+            "text format a string",
+            j(json!({"model":"m","input":"x","text":{"format":"json"}})),
+            400,
+            Some("text.format"),
+        ),
+        ("reasoning a string", j(json!({"model":"m","input":"x","reasoning":"high"})), 400, Some("reasoning")),
+        ("metadata an array", j(json!({"model":"m","input":"x","metadata":["a"]})), 400, Some("metadata")),
+        ("include a string", j(json!({"model":"m","input":"x","include":"x"})), 400, Some("include")),
+        ("model too long", j(json!({"model":"m".repeat(257),"input":"x"})), 400, Some("model")),
+        ("model with NUL", j(json!({"model":"m\u{0}","input":"x"})), 400, Some("model")),
+        ("top_p fractional string", j(json!({"model":"m","input":"x","top_p":"0.5"})), 400, Some("top_p")),
+        ("trailing garbage", "{\"model\":\"m\",\"input\":\"x\"} x".into(), 400, None),
+        ("deep nesting", format!("{}{}", "[".repeat(200), "]".repeat(200)), 400, None),
+    ]
+}
+
+/// A CamelCase word (a Rust type name such as `MessageContentParam`: a capital, lower-case
+/// letters, then another capital followed by lower-case letters).
+fn camel_case_word(text: &str) -> Option<&str> {
+    text.split(|c: char| !c.is_ascii_alphanumeric()).find(|word| {
+        let bytes = word.as_bytes();
+        bytes.first().is_some_and(u8::is_ascii_uppercase)
+            && bytes
+                .windows(3)
+                .skip(1)
+                .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase() && w[2].is_ascii_lowercase())
+    })
+}
+
+#[tokio::test]
+async fn replies_name_the_field_in_our_words_never_the_parsers() {
+    let h = Harness::start().await;
+    let url = h.url("/v1/responses");
+    let mut failures = Vec::new();
+    let all: Vec<_> = cases().into_iter().chain(union_cases()).collect();
+    for (what, body, status, param) in all {
+        let response = http_client()
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: connection failed: {e}"));
+        let got_status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let json: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: non-JSON reply {text}"));
+        assert_error_shape(&json);
+        let message = json["error"]["message"].as_str().unwrap_or_default();
+        let got_param = json["error"]["param"].as_str();
+        let lower = message.to_ascii_lowercase();
+        for word in ["untagged", "variant", "enum", "serde", "invalid type:", "struct "] {
+            if lower.contains(word) {
+                failures.push(format!("{what}: '{word}' in {message}"));
+            }
+        }
+        if let Some(word) = camel_case_word(message) {
+            failures.push(format!("{what}: type name '{word}' in {message}"));
+        }
+        if got_status != status || got_param != param {
+            failures.push(format!("{what}: expected {status} {param:?}, got {got_status} {got_param:?}: {message}"));
+        }
+        // The message names the field: one of the keys of its path (underscores read as spaces).
+        if let Some(param) = got_param {
+            let words = lower.replace('_', " ");
+            let named = param
+                .split('.')
+                .map(|key| key.split('[').next().unwrap_or_default().replace('_', " "))
+                .any(|key| !key.is_empty() && key.split(' ').all(|word| words.contains(word)));
+            if !named {
+                failures.push(format!("{what}: message does not name '{param}': {message}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[tokio::test]
+async fn a_huge_model_or_input_is_refused_at_once() {
+    let h = Harness::start().await;
+    let started = std::time::Instant::now();
+    let (status, body) = h.create(json!({"model":"m".repeat(10 * 1024 * 1024),"input":"x","stream":true})).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("model")), "{body}");
+    assert!(body.to_string().len() < 1024, "the model is not echoed back");
+    let (status, body) = h.create(json!({"model":"m","input":"x".repeat(10_485_761)})).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input")), "{body}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "took {:?}", started.elapsed());
+    // At the limit the input is accepted (here: the scenario-less upstream answers, not validation).
+    let (status, body) = h.create(json!({"model":"m","input":"x".repeat(10_485_760)})).await;
+    assert_ne!(body["error"]["param"].as_str(), Some("input"), "{status} {body}");
+    let reached: Vec<String> = h.upstream.all_requests().into_iter().map(|r| r.body["model"].to_string()).collect();
+    assert!(reached.iter().all(|m| m.len() < 300), "a long model never reached the upstream");
 }
 
 #[tokio::test]

@@ -314,6 +314,42 @@ async fn remote_credentials_are_never_stored_echoed_or_logged() {
 }
 
 #[tokio::test]
+async fn a_server_url_query_is_used_but_never_echoed_nor_stored_and_userinfo_is_refused() {
+    const QUERY_SECRET: &str = "query-SECRET-789";
+    let server = McpServer::start(&[]);
+    let h = gateway(&[("RUST_LOG", "debug")]).await;
+    h.scenario("m", calls("mcp__q__echo", json!({"text":"with a query"})));
+    let url = format!("{}?token={QUERY_SECRET}&region=eu", server.url("/mcp"));
+    let (status, created) = h.create(json!({"model":"m","input":"one","tools":[remote("q", &url)]})).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(item(&created, "mcp_call")["output"], "with a query");
+    assert_eq!(created["tools"][0]["server_url"], server.url("/mcp"), "echoed without its query");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let (status, stored) = h.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(stored["tools"][0]["server_url"], server.url("/mcp"));
+    assert!(!stored.to_string().contains(QUERY_SECRET), "{stored}");
+    let db = h.gateway.workdir().join("respgw.db");
+    let mut bytes = Vec::new();
+    for suffix in ["", "-wal", "-shm"] {
+        if let Ok(b) = std::fs::read(format!("{}{suffix}", db.display())) {
+            bytes.extend(b);
+        }
+    }
+    let haystack = String::from_utf8_lossy(&bytes);
+    assert!(haystack.contains(&id), "the grep reads the gateway's database ({})", db.display());
+    assert!(!haystack.contains(QUERY_SECRET), "the database holds no query secret");
+    assert!(!h.gateway.stderr_text().contains(QUERY_SECRET), "the log holds no query secret");
+
+    // Credentials in the URL itself are refused, whatever the scheme of the rest.
+    let with_userinfo = server.url("/mcp").replace("http://", "http://user:pa55@");
+    let (status, body) = h.create(json!({"model":"m","input":"x","tools":[remote("u", &with_userinfo)]})).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("tools[0].server_url")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("authorization") && !message.contains("pa55"), "{message}");
+}
+
+#[tokio::test]
 async fn with_url_checks_on_local_and_literal_hosts_are_refused() {
     let server = McpServer::start(&[]);
     let port = server.addr().port();

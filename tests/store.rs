@@ -20,6 +20,7 @@ on_both_backends!(
     a_previous_response_deleted_while_its_continuation_runs,
     stored_responses_survive_a_restart_on_the_same_database,
     a_tool_loop_is_continued_with_the_same_turns_after_a_restart,
+    nul_characters_are_stored_and_returned_faithfully,
 );
 
 fn text(t: &str) -> Step {
@@ -324,4 +325,38 @@ async fn gw_db_path_chooses_the_database_file() {
     .unwrap();
     assert_eq!(status, 200);
     assert!(db.exists(), "the store file is where GW_DB_PATH says");
+}
+
+async fn nul_characters_are_stored_and_returned_faithfully(backend: Backend) {
+    let h = Harness::start_on(backend).await;
+    h.scenario("nul", vec![text("out\u{0}put"), text("again")]);
+    let input = json!([{"role":"user","id":"msg_\u{0}1","content":[{"type":"input_text","text":"in\u{0}put"}]}]);
+    let (status, created) =
+        h.create(json!({"model":"nul","input":input,"instructions":"be\u{0}brief","metadata":{"k":"v\u{0}w"}})).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(created["output"][0]["content"][0]["text"], "out\u{0}put");
+    let id = created["id"].as_str().unwrap();
+    let (status, got) = h.get(&format!("/v1/responses/{id}")).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got, created, "GET returns the NULs as they were");
+    assert_eq!(got["metadata"]["k"], "v\u{0}w");
+    assert_eq!(got["instructions"], "be\u{0}brief");
+    let (status, items) = h.get(&format!("/v1/responses/{id}/input_items")).await;
+    assert_eq!(status, 200, "{items}");
+    assert_eq!(items["data"][0]["content"][0]["text"], "in\u{0}put");
+    assert_eq!(items["data"][0]["id"], "msg_\u{0}1", "a client's item id with a NUL is kept as given");
+    let (status, next) = h.create(json!({"model":"nul","input":"more","previous_response_id":id})).await;
+    assert_eq!(status, 200, "{next}");
+    let sent = &h.upstream_bodies("nul")[1]["messages"];
+    assert_eq!(sent[0]["content"], "in\u{0}put", "{sent}");
+    assert_eq!(sent[1]["content"], "out\u{0}put", "{sent}");
+    // Ids a client makes up with a NUL in them are simply unknown, on every route.
+    let (status, body) = h.get("/v1/responses/resp_%00x").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("response_not_found")), "{body}");
+    let (status, body) = h.get(&format!("/v1/responses/{id}/input_items?after=msg_%00")).await;
+    assert!(status == 200 || status == 404, "{status} {body}");
+    let (status, body) = h.delete("/v1/responses/resp_%00x").await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = h.create(json!({"model":"nul","input":"x","previous_response_id":"resp_\u{0}"})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("previous_response_not_found")), "{body}");
 }

@@ -15,7 +15,8 @@ const ALL_TOOLS: Capabilities = Capabilities {
     remote_url_checks: true,
     web_search: true,
 };
-const SMALL_CAPS: RequestLimits = RequestLimits { max_input_items: 64, max_tools: 16, max_mcp_servers: 4 };
+const SMALL_CAPS: RequestLimits =
+    RequestLimits { max_input_items: 64, max_tools: 16, max_mcp_servers: 4, max_input_file_bytes: 4096 };
 
 fuzz_target!(|data: &[u8]| {
     let outcome = CreateResponseRequest::from_slice(data).and_then(|r| r.validate_within(&ALL_TOOLS, &SMALL_CAPS));

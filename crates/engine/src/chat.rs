@@ -6,7 +6,9 @@
 
 use respgw_protocol::ValidatedRequest;
 use respgw_protocol::ids::TurnStamp;
-use respgw_protocol::items::{CodeInterpreterOutput, ContentPart, FunctionOutput, Item, MessageRole, WebSearchAction};
+use respgw_protocol::items::{
+    CodeInterpreterOutput, ContentPart, FileContent, FunctionOutput, InputFile, Item, MessageRole, WebSearchAction,
+};
 use respgw_protocol::request::TextFormat;
 use respgw_protocol::tools::{
     CODE_INTERPRETER_FUNCTION, FunctionTool, LOCAL_SHELL_FUNCTION, WEB_SEARCH_FUNCTION, mcp_function_name,
@@ -317,7 +319,7 @@ pub fn messages<'a>(
                 turn.text.extend(m.content.iter().filter_map(|p| match p {
                     ContentPart::OutputText { text, .. } | ContentPart::InputText { text } => Some(text.clone()),
                     ContentPart::Refusal { refusal } => Some(refusal.clone()),
-                    ContentPart::InputImage { .. } => None,
+                    ContentPart::InputImage { .. } | ContentPart::InputFile(_) => None,
                 }));
             }
             Item::FunctionCall(f) => turn.tool_calls.push(json!({
@@ -398,33 +400,44 @@ pub fn messages<'a>(
 }
 
 /// Message content: a plain string when it is only text (what every server accepts), else parts.
+/// An `input_file` is its `model_content`: text, or an image sent like an `input_image`.
 fn content_value(parts: &[ContentPart]) -> Value {
-    let text_only = parts.iter().all(|p| !matches!(p, ContentPart::InputImage { .. }));
-    if text_only {
-        let texts: Vec<&str> = parts
-            .iter()
-            .filter_map(|p| match p {
-                ContentPart::InputText { text } | ContentPart::OutputText { text, .. } => Some(text.as_str()),
-                ContentPart::Refusal { refusal } => Some(refusal.as_str()),
-                ContentPart::InputImage { .. } => None,
-            })
-            .collect();
+    let texts: Option<Vec<&str>> = parts.iter().map(part_text).collect();
+    if let Some(texts) = texts {
         return json!(texts.join("\n\n"));
     }
     Value::Array(
         parts
             .iter()
-            .map(|p| match p {
-                ContentPart::InputText { text } | ContentPart::OutputText { text, .. } => {
-                    json!({"type": "text", "text": text})
-                }
-                ContentPart::Refusal { refusal } => json!({"type": "text", "text": refusal}),
-                ContentPart::InputImage { image_url, detail } => {
+            .map(|p| match (part_text(p), p) {
+                (Some(text), _) => json!({"type": "text", "text": text}),
+                (None, ContentPart::InputImage { image_url, detail }) => {
                     json!({"type": "image_url", "image_url": {"url": image_url, "detail": detail}})
                 }
+                (
+                    None,
+                    ContentPart::InputFile(InputFile { model_content: Some(FileContent::Image { image_url }), .. }),
+                ) => {
+                    json!({"type": "image_url", "image_url": {"url": image_url}})
+                }
+                (None, _) => json!({"type": "text", "text": ""}),
             })
             .collect(),
     )
+}
+
+/// The text a part stands for; `None` for images (and image files).
+fn part_text(part: &ContentPart) -> Option<&str> {
+    match part {
+        ContentPart::InputText { text } | ContentPart::OutputText { text, .. } => Some(text),
+        ContentPart::Refusal { refusal } => Some(refusal),
+        ContentPart::InputFile(file) => match &file.model_content {
+            Some(FileContent::Text { text }) => Some(text),
+            Some(FileContent::Image { .. }) => None,
+            None => Some("[a file the gateway did not read]"),
+        },
+        ContentPart::InputImage { .. } => None,
+    }
 }
 
 /// One `chat.completion.chunk`.
@@ -629,6 +642,24 @@ mod tests {
         assert_eq!(
             msgs[0]["content"],
             json!([{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA","detail":"low"}}])
+        );
+    }
+
+    #[test]
+    fn input_files_are_sent_as_what_the_gateway_made_of_them() {
+        let mut r = req(json!({"model":"m","input":[{"role":"user","content":[
+            {"type":"input_text","text":"read"},
+            {"type":"input_file","filename":"a.txt","file_data":"aGk="}]}]}));
+        for (_, file) in r.input[0].input_files_mut() {
+            file.model_content = Some(FileContent::Text { text: "--- file: a.txt ---\nhi".into() });
+        }
+        assert_eq!(messages(None, &r.input, usize::MAX)[0]["content"], json!("read\n\n--- file: a.txt ---\nhi"));
+        for (_, file) in r.input[0].input_files_mut() {
+            file.model_content = Some(FileContent::Image { image_url: "data:image/png;base64,AA".into() });
+        }
+        assert_eq!(
+            messages(None, &r.input, usize::MAX)[0]["content"],
+            json!([{"type":"text","text":"read"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA"}}])
         );
     }
 

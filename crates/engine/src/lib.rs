@@ -12,6 +12,7 @@
 pub mod chat;
 mod cite;
 mod code_stream;
+pub mod files;
 pub mod hosted;
 mod offer;
 mod run;
@@ -20,6 +21,7 @@ pub mod think;
 pub mod turn;
 pub mod upstream;
 
+pub use files::FileReader;
 pub use hosted::{
     CitableSource, FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, ResolvedTools, ToolResolver,
     WebSearchOutcome,

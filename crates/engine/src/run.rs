@@ -1,7 +1,8 @@
 //! One response from start to terminal event.
 //!
-//! [`Engine::prepare`] does everything that can still fail with a plain HTTP error: the history
-//! lookup for `previous_response_id` and resolving the gateway's own tools (MCP inventories).
+//! [`Engine::prepare`] does everything that can still fail with a plain HTTP error: reading the
+//! input's files, the history lookup for `previous_response_id` and resolving the gateway's own
+//! tools (MCP inventories).
 //! [`PreparedResponse::run`] then streams: `created`, `in_progress`, MCP tool listings, then the
 //! tool loop — one upstream turn, the gateway tools it called, the next turn — until the model
 //! answers or calls a client function; then persistence, and exactly one terminal event
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::chat::{ChatRequest, ToolOffer};
+use crate::files::{FileReader, read_input_files};
 use crate::hosted::{CitableSource, HostedCall, HostedKind, HostedOutcome, HostedTool, ToolResolver};
 use crate::offer::{ToolMenu, TurnPhase, client_call_shapes, roster};
 use crate::sealed::{OpenError, ReasoningSeal};
@@ -65,6 +67,8 @@ pub struct Engine {
     /// Seals reasoning for `include: ["reasoning.encrypted_content"]` and opens it on replay;
     /// without one, no reasoning is sealed and sealed input is refused.
     seal: Option<ReasoningSeal>,
+    /// Reads `input_file` parts; without one, they are refused.
+    files: Option<Arc<dyn FileReader>>,
 }
 
 /// Where a running response sends its events.
@@ -164,7 +168,7 @@ impl Engine {
         tools: Arc<dyn ToolResolver>,
         metrics: Metrics,
     ) -> Self {
-        Engine { upstream, store, tools, metrics, limits: Limits::default(), seal: None }
+        Engine { upstream, store, tools, metrics, limits: Limits::default(), seal: None, files: None }
     }
 
     /// The same engine under `limits` instead of the defaults.
@@ -179,6 +183,12 @@ impl Engine {
     /// Seal and open `reasoning.encrypted_content` with these keys.
     pub fn with_reasoning_seal(mut self, seal: ReasoningSeal) -> Self {
         self.seal = Some(seal);
+        self
+    }
+
+    /// Read `input_file` parts with `files`.
+    pub fn with_file_reader(mut self, files: Arc<dyn FileReader>) -> Self {
+        self.files = Some(files);
         self
     }
 
@@ -244,6 +254,7 @@ impl Engine {
         local: Option<&LocalConversation>,
     ) -> Result<PreparedResponse, ApiError> {
         self.open_sealed_reasoning(&mut request.input)?;
+        read_input_files(self.files.as_deref(), &mut request.input).await?;
         let mut unstored_inherited = Vec::new();
         let (mut history, history_from) = match &request.previous_response_id {
             None => (Vec::with_capacity(request.input.len()), None),

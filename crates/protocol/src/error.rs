@@ -114,23 +114,25 @@ impl ApiError {
         self
     }
 
-    /// A 400 from a `serde_path_to_error` failure under `prefix` (e.g. `tools[0]`): `param` is
-    /// the failing path, or, for a missing field, the path of the field that is missing.
+    /// A 400 from a `serde_path_to_error` failure under `prefix` (e.g. `tools[0]`), in our own
+    /// words: `param` is the failing path, or, for a missing field, the path of the field that is
+    /// missing; the message names that path and says what was expected (see [`describe_serde`]).
     pub fn from_path_error<E: std::fmt::Display>(prefix: &str, err: serde_path_to_error::Error<E>) -> Self {
         let path = err.path().to_string();
         let inner = err.into_inner().to_string();
-        let mut param = if path == "." { String::new() } else { path };
-        if let Some(field) = inner.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
-            param = if param.is_empty() { field.to_owned() } else { format!("{param}.{field}") };
+        let path = if path == "." { String::new() } else { path };
+        let (missing_field, detail) = describe_serde(&inner);
+        let mut param = join_path(prefix, &path);
+        if let Some(field) = missing_field {
+            param = join_path(&param, &field);
+            let error = ApiError::invalid(param.clone(), format!("Missing required parameter: '{param}'."));
+            return error.with_code("missing_required_parameter");
         }
-        let param = match (prefix.is_empty(), param.is_empty()) {
-            (true, _) => param,
-            (false, true) => prefix.to_owned(),
-            (false, false) => format!("{prefix}.{param}"),
-        };
-        let message = if param.is_empty() { inner } else { format!("Invalid value for '{param}': {inner}") };
-        let error = ApiError::invalid_body(message);
-        if param.is_empty() { error } else { error.with_param(param) }
+        if param.is_empty() {
+            ApiError::invalid_body(format!("Invalid request body: {detail}."))
+        } else {
+            ApiError::invalid(param.clone(), format!("{param}: {detail}."))
+        }
     }
 
     /// The JSON body: `{"error":{"message","type","param","code"}}`.
@@ -146,6 +148,159 @@ impl ApiError {
     }
 }
 
+/// `prefix.path`, either of which may be empty; an index (`[2]`) joins without a dot.
+pub fn join_path(prefix: &str, path: &str) -> String {
+    match (prefix.is_empty(), path.is_empty()) {
+        (true, _) => path.to_owned(),
+        (false, true) => prefix.to_owned(),
+        (false, false) if path.starts_with('[') => format!("{prefix}{path}"),
+        (false, false) => format!("{prefix}.{path}"),
+    }
+}
+
+/// A deserialisation failure in our words: `(missing field, what is wrong)`. serde's messages
+/// name Rust types and its own machinery (`struct FunctionToolParam`, `u64`, `variant`); they
+/// are rewritten into JSON terms ("expected a string, got a number"), and anything that cannot
+/// be rewritten becomes a plain "invalid value" rather than leaking.
+pub fn describe_serde(message: &str) -> (Option<String>, String) {
+    let ticked = |s: &str| s.split('`').nth(1).map(str::to_owned);
+    if let Some(rest) = message.strip_prefix("missing field ") {
+        return (ticked(rest), "a required field is missing".to_owned());
+    }
+    let detail = if let Some(rest) =
+        message.strip_prefix("invalid type: ").or_else(|| message.strip_prefix("invalid value: "))
+    {
+        match rest.rsplit_once(", expected ") {
+            Some((got, expected)) => format!("expected {}, got {}", json_expected(expected), json_got(got)),
+            None => "invalid value".to_owned(),
+        }
+    } else if let Some(rest) = message.strip_prefix("unknown variant ") {
+        let value = ticked(rest).unwrap_or_default();
+        format!("unknown value '{}'{}", clip(&value), expected_list(rest))
+    } else if let Some(rest) = message.strip_prefix("unknown field ") {
+        let field = ticked(rest).unwrap_or_default();
+        format!("unknown field '{}'{}", clip(&field), expected_list(rest))
+    } else if let Some(rest) = message.strip_prefix("duplicate field ") {
+        format!("the field '{}' appears twice", ticked(rest).unwrap_or_default())
+    } else if message.starts_with("invalid length ") {
+        "wrong number of elements".to_owned()
+    } else {
+        message.trim_end_matches('.').to_owned()
+    };
+    if leaks_internals(&detail) { (None, "invalid value".to_owned()) } else { (None, detail) }
+}
+
+/// serde's `expected …` (a Visitor's words) as a JSON type.
+fn json_expected(expected: &str) -> String {
+    let expected = expected.trim();
+    match expected {
+        "a string" | "a borrowed string" | "a character" | "string or map" => "a string".to_owned(),
+        "a boolean" => "a boolean (true or false)".to_owned(),
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a non-negative integer".to_owned(),
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "an integer".to_owned(),
+        "f32" | "f64" => "a number".to_owned(),
+        "a sequence" | "a tuple" => "an array".to_owned(),
+        "a map" => "an object".to_owned(),
+        "any valid JSON value" => "a JSON value".to_owned(),
+        "unit" => "null".to_owned(),
+        _ if expected.starts_with("struct ")
+            || expected.starts_with("internally tagged enum ")
+            || expected.starts_with("adjacently tagged enum ") =>
+        {
+            "an object".to_owned()
+        }
+        _ if expected.starts_with("enum ") || expected == "variant identifier" => "a string".to_owned(),
+        _ if (expected.starts_with("one of ") || expected.starts_with("a ") || expected.starts_with("an "))
+            && !expected.chars().any(|c| c.is_ascii_uppercase()) =>
+        {
+            expected.replace('`', "'")
+        }
+        _ => "a valid value".to_owned(),
+    }
+}
+
+/// serde's `Unexpected` (what was found) as a JSON type; numbers keep their value, strings do not
+/// (they may be long, and the client knows what it sent).
+fn json_got(got: &str) -> String {
+    let value = got.split('`').nth(1);
+    if got.starts_with("boolean") {
+        "a boolean".to_owned()
+    } else if got.starts_with("integer") || got.starts_with("floating point") {
+        match value {
+            Some(v) if v.len() <= 32 => format!("the number {v}"),
+            _ => "a number".to_owned(),
+        }
+    } else if got.starts_with("string") || got.starts_with("character") || got.starts_with("byte array") {
+        "a string".to_owned()
+    } else if got.starts_with("unit") || got.starts_with("null") {
+        "null".to_owned()
+    } else if got.starts_with("sequence") {
+        "an array".to_owned()
+    } else if got.starts_with("map") {
+        "an object".to_owned()
+    } else {
+        "another kind of value".to_owned()
+    }
+}
+
+/// `; expected one of a, b` from serde's `expected one of `a`, `b`` tail (empty when none).
+fn expected_list(rest: &str) -> String {
+    let Some((_, tail)) = rest.split_once(", expected ") else { return String::new() };
+    let names: Vec<&str> = tail.split('`').skip(1).step_by(2).collect();
+    if names.is_empty() { String::new() } else { format!("; expected one of {}", names.join(", ")) }
+}
+
+/// At most 64 characters of a client's value echoed in a message.
+fn clip(value: &str) -> String {
+    if value.chars().count() <= 64 {
+        return value.to_owned();
+    }
+    let kept: String = value.chars().take(64).collect();
+    format!("{kept}…")
+}
+
+/// Words of a parser's internals that must never reach a client.
+fn leaks_internals(text: &str) -> bool {
+    const WORDS: [&str; 6] = ["untagged", "variant", "enum ", "struct ", "serde", "invalid type"];
+    let lower = text.to_ascii_lowercase();
+    WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// A JSON syntax error of a body or frame (`what`: "request body", "frame") in our words, with
+/// the line and column where parsing stopped.
+pub fn describe_json_syntax(what: &str, error: &serde_json::Error) -> ApiError {
+    if error.is_eof() && error.line() == 1 && error.column() == 0 {
+        return ApiError::invalid_body(format!("The {what} is empty; expected a JSON object."));
+    }
+    let text = error.to_string();
+    let reason = text.rsplit_once(" at line ").map_or(text.as_str(), |(reason, _)| reason);
+    let said = match reason {
+        r if r.starts_with("EOF while parsing") => "it ends before the JSON is complete",
+        "expected value" => "a JSON value was expected",
+        "expected ident" => "a literal is misspelt (true, false and null are the only ones)",
+        "expected `:`" => "':' was expected after an object key",
+        "expected `,` or `]`" => "',' or ']' was expected in an array",
+        "expected `,` or `}`" => "',' or '}' was expected in an object",
+        "key must be a string" => "object keys must be strings in double quotes",
+        "trailing comma" => "a comma is followed by no value",
+        "trailing characters" => "there is more after the JSON value",
+        "invalid escape"
+        | "invalid unicode code point"
+        | "lone leading surrogate in hex escape"
+        | "unexpected end of hex escape" => "a string holds an invalid escape sequence",
+        "invalid number" => "a number is malformed",
+        "number out of range" => "a number is too large",
+        "recursion limit exceeded" => "it is nested too deeply",
+        r if r.starts_with("control character") => "a string holds an unescaped control character",
+        _ => "it is malformed",
+    };
+    ApiError::invalid_body(format!(
+        "The {what} is not valid JSON: {said} (line {}, column {}).",
+        error.line(),
+        error.column()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +311,75 @@ mod tests {
         assert_eq!(
             body,
             json!({"error": {"message": "bad json", "type": "invalid_request_error", "param": null, "code": null}})
+        );
+    }
+
+    fn path_error<T: serde::de::DeserializeOwned + std::fmt::Debug>(v: serde_json::Value) -> ApiError {
+        ApiError::from_path_error("tools[0]", serde_path_to_error::deserialize::<_, T>(v).unwrap_err())
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct FunctionToolParam {
+        name: String,
+        strict: Option<bool>,
+        count: Option<u64>,
+        mode: Option<Mode>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Mode {
+        Auto,
+        Never,
+    }
+
+    #[test]
+    fn serde_errors_are_told_in_json_terms_with_their_path() {
+        let e = path_error::<FunctionToolParam>(json!({"name": 7}));
+        assert_eq!(e.param.as_deref(), Some("tools[0].name"));
+        assert_eq!(e.message, "tools[0].name: expected a string, got the number 7.");
+        let e = path_error::<FunctionToolParam>(json!({}));
+        assert_eq!(e.param.as_deref(), Some("tools[0].name"));
+        assert_eq!(e.message, "Missing required parameter: 'tools[0].name'.");
+        let e = path_error::<FunctionToolParam>(json!({"name": "f", "count": -1}));
+        assert_eq!(e.message, "tools[0].count: expected a non-negative integer, got the number -1.");
+        let e = path_error::<FunctionToolParam>(json!({"name": "f", "mode": "sometimes"}));
+        assert_eq!(e.message, "tools[0].mode: unknown value 'sometimes'; expected one of auto, never.");
+        let e = path_error::<FunctionToolParam>(json!({"name": "f", "mode": 3}));
+        assert_eq!(e.message, "tools[0].mode: expected a string, got the number 3.");
+        let e = path_error::<FunctionToolParam>(json!("x"));
+        assert_eq!(e.message, "tools[0]: expected an object, got a string.");
+        let e = path_error::<FunctionToolParam>(json!({"name": "f", "strict": null, "count": [1]}));
+        assert_eq!(e.message, "tools[0].count: expected a non-negative integer, got an array.");
+        assert!(!e.message.contains("FunctionToolParam") && !e.message.contains("u64"), "{}", e.message);
+    }
+
+    #[test]
+    fn messages_that_would_leak_internals_are_replaced() {
+        let (_, detail) = describe_serde("data did not match any variant of untagged enum MessageContentParam");
+        assert_eq!(detail, "invalid value");
+        let (_, detail) = describe_serde("invalid type: map, expected a MessageContentParam");
+        assert_eq!(detail, "expected a valid value, got an object");
+    }
+
+    #[test]
+    fn json_syntax_errors_say_where_in_our_words() {
+        let error = |body: &str| {
+            describe_json_syntax("request body", &serde_json::from_str::<serde_json::Value>(body).unwrap_err())
+        };
+        assert_eq!(error("").message, "The request body is empty; expected a JSON object.");
+        assert_eq!(
+            error("{\"a\":\n  nope}").message,
+            "The request body is not valid JSON: a literal is misspelt (true, false and null are the only ones) (line 2, column 4)."
+        );
+        assert_eq!(
+            error("{\"a\":1").message,
+            "The request body is not valid JSON: it ends before the JSON is complete (line 1, column 6)."
+        );
+        assert_eq!(
+            error("{} x").message,
+            "The request body is not valid JSON: there is more after the JSON value (line 1, column 4)."
         );
     }
 

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::{ApiError, describe_serde, join_path};
 use crate::ids::{IdKind, new_id};
 
 /// A canonical history or output item (OpenAI's item shapes, ids always present).
@@ -29,6 +30,56 @@ pub enum Item {
 }
 
 impl Item {
+    /// The `input_file` parts of a message or a tool output, with their paths relative to the
+    /// item (`content[1]`, `output[0]`).
+    pub fn input_files(&self) -> Vec<(String, &InputFile)> {
+        let (field, parts) = match self {
+            Item::Message(m) => ("content", m.content.as_slice()),
+            Item::FunctionCallOutput(FunctionCallOutputItem { output: FunctionOutput::Parts(p), .. })
+            | Item::CustomToolCallOutput(CustomToolCallOutputItem { output: FunctionOutput::Parts(p), .. }) => {
+                ("output", p.as_slice())
+            }
+            _ => return Vec::new(),
+        };
+        parts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                ContentPart::InputFile(file) => Some((format!("{field}[{i}]"), file)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// [`Item::input_files`], to fill in what the model gets.
+    pub fn input_files_mut(&mut self) -> Vec<(String, &mut InputFile)> {
+        let (field, parts) = match self {
+            Item::Message(m) => ("content", m.content.as_mut_slice()),
+            Item::FunctionCallOutput(FunctionCallOutputItem { output: FunctionOutput::Parts(p), .. })
+            | Item::CustomToolCallOutput(CustomToolCallOutputItem { output: FunctionOutput::Parts(p), .. }) => {
+                ("output", p.as_mut_slice())
+            }
+            _ => return Vec::new(),
+        };
+        parts
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                ContentPart::InputFile(file) => Some((format!("{field}[{i}]"), file)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The item as a client sees it: without what the gateway keeps for the model only (an
+    /// `input_file`'s `model_content`).
+    pub fn client_view(mut self) -> Item {
+        for (_, file) in self.input_files_mut() {
+            file.model_content = None;
+        }
+        self
+    }
+
     /// The item's id.
     pub fn id(&self) -> &str {
         match self {
@@ -292,6 +343,7 @@ pub enum ContentPart {
         #[serde(default)]
         detail: ImageDetail,
     },
+    InputFile(InputFile),
     OutputText {
         text: String,
         #[serde(default)]
@@ -302,6 +354,35 @@ pub enum ContentPart {
     Refusal {
         refusal: String,
     },
+}
+
+/// `{"type":"input_file",…}`: a file the client sent, by content (`file_data`) or by address
+/// (`file_url`), kept as sent, plus what the gateway made of it for the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// Base64, or a `data:<media type>;base64,…` URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_data: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_url: Option<String>,
+    /// What the model is given for this file, made once when the request arrived (the file
+    /// fetched, its text extracted), so that a continuation shows the model the same thing
+    /// without fetching again. Stored with the item; never shown to clients (see
+    /// [`Item::client_view`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_content: Option<FileContent>,
+}
+
+/// What the model gets for an `input_file`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FileContent {
+    /// The file's text (a text file's, or a PDF's extracted text), headed with its name.
+    Text { text: String },
+    /// An image file, as a `data:` URL (sent like an `input_image`).
+    Image { image_url: String },
 }
 
 impl ContentPart {
@@ -334,12 +415,41 @@ pub struct FunctionCallOutputItem {
     pub status: ItemStatus,
 }
 
-/// A function result: plain text, or content parts (text and images).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A function result: plain text, or content parts (text, images and files).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum FunctionOutput {
     Text(String),
     Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for FunctionOutput {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OutputVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for OutputVisitor {
+            type Value = FunctionOutput;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<FunctionOutput, E> {
+                Ok(FunctionOutput::Text(text.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<FunctionOutput, E> {
+                Ok(FunctionOutput::Text(text))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<FunctionOutput, A::Error> {
+                Vec::<ContentPart>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(FunctionOutput::Parts)
+            }
+        }
+
+        deserializer.deserialize_any(OutputVisitor)
+    }
 }
 
 /// The model's reasoning for one model turn.
@@ -385,8 +495,9 @@ pub struct ReasoningText {
 // ---------------------------------------------------------------------------------------------
 
 /// An input item as a client may send it: ids and statuses optional, string or part content.
-/// Parse it with [`InputItemParam::from_value`], which dispatches on `type` itself so that a
-/// wrongly typed field is reported with its exact path (serde's tagged enums lose the path).
+/// Parse it with [`InputItemParam::from_value`], which dispatches on `type` itself (items, and
+/// the content parts inside them), so that every error names its exact path and the types that
+/// would have been accepted.
 #[derive(Debug, Clone)]
 pub enum InputItemParam {
     Message(MessageParam),
@@ -398,7 +509,7 @@ pub enum InputItemParam {
     Hosted(Item),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct MessageParam {
     pub id: Option<String>,
     pub role: MessageRole,
@@ -406,37 +517,92 @@ pub struct MessageParam {
     pub status: Option<ItemStatus>,
 }
 
+/// A message's fields before its content is parsed part by part.
+#[derive(Deserialize)]
+struct MessageFields {
+    id: Option<String>,
+    role: MessageRole,
+    content: Value,
+    status: Option<ItemStatus>,
+}
+
 /// Message content: a string, or a list of parts.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum MessageContentParam {
     Text(String),
     Parts(Vec<ContentPartParam>),
 }
 
-/// A content part as sent (an `input_image` may also carry a `file_id`, which we refuse).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// A content part as sent (an `input_image` or `input_file` may also carry a `file_id`, which
+/// we refuse: there is no Files API).
+#[derive(Debug, Clone)]
 pub enum ContentPartParam {
-    InputText {
-        text: String,
-    },
-    InputImage {
-        image_url: Option<String>,
-        file_id: Option<String>,
-        #[serde(default)]
-        detail: Option<ImageDetail>,
-    },
-    OutputText {
-        text: String,
-        #[serde(default)]
-        annotations: Vec<Value>,
-        #[serde(default)]
-        logprobs: Vec<Value>,
-    },
-    Refusal {
-        refusal: String,
-    },
+    InputText { text: String },
+    InputImage { image_url: Option<String>, file_id: Option<String>, detail: Option<ImageDetail> },
+    InputFile(InputFileParam),
+    OutputText { text: String, annotations: Vec<Value>, logprobs: Vec<Value> },
+    Refusal { refusal: String },
+}
+
+/// `{"type":"input_file",…}` as sent.
+#[derive(Debug, Clone, Deserialize)]
+pub struct InputFileParam {
+    #[serde(default)]
+    pub filename: Option<String>,
+    #[serde(default)]
+    pub file_data: Option<String>,
+    #[serde(default)]
+    pub file_url: Option<String>,
+    #[serde(default)]
+    pub file_id: Option<String>,
+}
+
+/// The content part types a message may hold.
+pub const CONTENT_PART_TYPES: &[&str] = &["input_text", "input_image", "input_file", "output_text", "refusal"];
+
+/// The input item types this gateway accepts.
+pub const INPUT_ITEM_TYPES: &[&str] = &[
+    "message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "code_interpreter_call",
+    "mcp_call",
+    "mcp_list_tools",
+    "web_search_call",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+];
+
+#[derive(Deserialize)]
+struct TextFields {
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct ImageFields {
+    #[serde(default)]
+    image_url: Option<String>,
+    #[serde(default)]
+    file_id: Option<String>,
+    #[serde(default)]
+    detail: Option<ImageDetail>,
+}
+
+#[derive(Deserialize)]
+struct OutputTextFields {
+    text: String,
+    #[serde(default)]
+    annotations: Vec<Value>,
+    #[serde(default)]
+    logprobs: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+struct RefusalFields {
+    refusal: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -450,7 +616,7 @@ pub struct FunctionCallParam {
     pub status: Option<ItemStatus>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct FunctionCallOutputParam {
     pub id: Option<String>,
     pub call_id: String,
@@ -458,8 +624,16 @@ pub struct FunctionCallOutputParam {
     pub status: Option<ItemStatus>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// A function_call_output's fields before its output is parsed.
+#[derive(Deserialize)]
+struct FunctionCallOutputFields {
+    id: Option<String>,
+    call_id: String,
+    output: Value,
+    status: Option<ItemStatus>,
+}
+
+#[derive(Debug, Clone)]
 pub enum FunctionOutputParam {
     Text(String),
     Parts(Vec<ContentPartParam>),
@@ -475,16 +649,118 @@ pub struct ReasoningParam {
     pub encrypted_content: Option<String>,
 }
 
-/// Why an input item could not be normalized: a message and the field (relative to the item).
+/// Why an input item could not be parsed or normalized: the field (relative to the item) and
+/// what is wrong with it, without the path (the caller knows where the item is).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ItemError {
     pub field: String,
     pub message: String,
+    /// The field is required and absent.
+    pub missing: bool,
 }
 
 impl ItemError {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        ItemError { field: field.into(), message: message.into() }
+        ItemError { field: field.into(), message: message.into(), missing: false }
+    }
+
+    /// The 400 for this error in the item at `prefix` (e.g. `input[2]`): `param` is the full
+    /// path, and the message starts with it.
+    pub fn at(self, prefix: &str) -> ApiError {
+        let param = join_path(prefix, &self.field);
+        if self.missing {
+            return ApiError::invalid(param.clone(), format!("Missing required parameter: '{param}'."))
+                .with_code("missing_required_parameter");
+        }
+        let message = self.message.trim_end_matches('.');
+        ApiError::invalid(param.clone(), format!("{param}: {message}."))
+    }
+}
+
+/// Deserialize `value` as `T`; an error names its path under `base` (relative to the item).
+fn typed<T: serde::de::DeserializeOwned>(value: Value, base: &str) -> Result<T, ItemError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let at = join_path(base, if path == "." { "" } else { &path });
+        match describe_serde(&e.into_inner().to_string()) {
+            (Some(field), _) => ItemError { field: join_path(&at, &field), message: String::new(), missing: true },
+            (None, detail) => ItemError::new(at, detail),
+        }
+    })
+}
+
+/// "a string", "an object", … for a value a client sent.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The `type` of an object that dispatches on it; `what` names the object in messages.
+fn type_tag<'v>(value: &'v Value, field: &str, what: &str) -> Result<&'v str, ItemError> {
+    let Some(object) = value.as_object() else {
+        return Err(ItemError::new(field, format!("expected {what} (an object), got {}", json_kind(value))));
+    };
+    match object.get("type") {
+        Some(Value::String(kind)) => Ok(kind),
+        None => Err(ItemError { field: join_path(field, "type"), message: String::new(), missing: true }),
+        Some(other) => {
+            Err(ItemError::new(join_path(field, "type"), format!("expected a string, got {}", json_kind(other))))
+        }
+    }
+}
+
+/// Message content or a function output: a string, or an array of content parts.
+fn parse_content(value: Value, field: &str) -> Result<MessageContentParam, ItemError> {
+    match value {
+        Value::String(text) => Ok(MessageContentParam::Text(text)),
+        Value::Array(parts) => parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, part)| parse_part(part, &format!("{field}[{i}]")))
+            .collect::<Result<Vec<_>, _>>()
+            .map(MessageContentParam::Parts),
+        other => Err(ItemError::new(
+            field,
+            format!("expected a string or an array of content parts, got {}", json_kind(&other)),
+        )),
+    }
+}
+
+fn parse_part(value: Value, field: &str) -> Result<ContentPartParam, ItemError> {
+    let kind = type_tag(&value, field, "a content part")?.to_owned();
+    match kind.as_str() {
+        "input_text" => typed::<TextFields>(value, field).map(|p| ContentPartParam::InputText { text: p.text }),
+        "input_image" => typed::<ImageFields>(value, field).map(|p| ContentPartParam::InputImage {
+            image_url: p.image_url,
+            file_id: p.file_id,
+            detail: p.detail,
+        }),
+        "input_file" => typed::<InputFileParam>(value, field).map(ContentPartParam::InputFile),
+        "output_text" => typed::<OutputTextFields>(value, field).map(|p| ContentPartParam::OutputText {
+            text: p.text,
+            annotations: p.annotations,
+            logprobs: p.logprobs,
+        }),
+        "refusal" => typed::<RefusalFields>(value, field).map(|p| ContentPartParam::Refusal { refusal: p.refusal }),
+        other => Err(ItemError::new(
+            field,
+            format!("unknown content part type '{}'; expected one of {}", clip(other), CONTENT_PART_TYPES.join(", ")),
+        )),
+    }
+}
+
+/// At most 64 characters of a client's value in a message.
+fn clip(value: &str) -> String {
+    if value.chars().count() <= 64 {
+        value.to_owned()
+    } else {
+        format!("{}…", value.chars().take(64).collect::<String>())
     }
 }
 
@@ -508,55 +784,87 @@ fn normalize_parts(parts: Vec<ContentPartParam>, field: &str) -> Result<Vec<Cont
             ContentPartParam::InputImage { .. } => {
                 Err(ItemError::new(format!("{field}[{i}].image_url"), "input_image requires a non-empty image_url."))
             }
+            ContentPartParam::InputFile(file) => {
+                normalize_file(file).map_err(|message| ItemError::new(format!("{field}[{i}]"), message))
+            }
         })
         .collect()
+}
+
+/// An `input_file` part with exactly one source this gateway can read.
+fn normalize_file(file: InputFileParam) -> Result<ContentPart, String> {
+    if file.file_id.is_some() {
+        return Err("input_file.file_id is not supported (this gateway has no Files API); send the file's \
+                    content as file_data (base64 or a data: URL) or its address as file_url"
+            .to_owned());
+    }
+    match (&file.file_data, &file.file_url) {
+        (Some(_), Some(_)) => Err("send either file_data or file_url in an input_file, not both".to_owned()),
+        (None, None) => Err("an input_file needs file_data (base64 or a data: URL) or file_url".to_owned()),
+        _ => Ok(ContentPart::InputFile(InputFile {
+            filename: file.filename,
+            file_data: file.file_data,
+            file_url: file.file_url,
+            model_content: None,
+        })),
+    }
 }
 
 impl InputItemParam {
     /// Parse one item. Messages may omit `"type":"message"`. Errors name the field relative to
     /// the item (`arguments`, `content[0].text`, `type`).
     pub fn from_value(value: Value) -> Result<Self, ItemError> {
-        fn typed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ItemError> {
-            serde_path_to_error::deserialize(value).map_err(|e| {
-                let api = crate::ApiError::from_path_error("", e);
-                ItemError::new(api.param.unwrap_or_default(), api.message)
-            })
-        }
         let Some(obj) = value.as_object() else {
-            return Err(ItemError::new("", "Each input item must be a JSON object."));
+            return Err(ItemError::new("", format!("expected an input item (an object), got {}", json_kind(&value))));
         };
         let kind = match obj.get("type") {
             Some(Value::String(t)) => t.as_str(),
             None if obj.contains_key("role") => "message",
             None => {
-                return Err(ItemError::new("type", "Input items need a 'type' (or a 'role' for messages)."));
+                return Err(ItemError::new("type", "input items need a 'type' (or a 'role' for messages)"));
             }
-            Some(_) => return Err(ItemError::new("type", "'type' must be a string.")),
+            Some(other) => return Err(ItemError::new("type", format!("expected a string, got {}", json_kind(other)))),
         };
         match kind {
-            "message" => typed(value).map(InputItemParam::Message),
-            "function_call" => typed(value).map(InputItemParam::FunctionCall),
-            "function_call_output" => typed(value).map(InputItemParam::FunctionCallOutput),
-            "reasoning" => typed(value).map(InputItemParam::Reasoning),
-            "code_interpreter_call"
-            | "mcp_call"
-            | "mcp_list_tools"
-            | "web_search_call"
-            | "custom_tool_call"
-            | "custom_tool_call_output"
-            | "local_shell_call"
-            | "local_shell_call_output" => typed(value).map(InputItemParam::Hosted),
+            "message" => {
+                let fields: MessageFields = typed(value, "")?;
+                Ok(InputItemParam::Message(MessageParam {
+                    id: fields.id,
+                    role: fields.role,
+                    content: parse_content(fields.content, "content")?,
+                    status: fields.status,
+                }))
+            }
+            "function_call" => typed(value, "").map(InputItemParam::FunctionCall),
+            "function_call_output" => {
+                let fields: FunctionCallOutputFields = typed(value, "")?;
+                let output = match parse_content(fields.output, "output")? {
+                    MessageContentParam::Text(text) => FunctionOutputParam::Text(text),
+                    MessageContentParam::Parts(parts) => FunctionOutputParam::Parts(parts),
+                };
+                Ok(InputItemParam::FunctionCallOutput(FunctionCallOutputParam {
+                    id: fields.id,
+                    call_id: fields.call_id,
+                    output,
+                    status: fields.status,
+                }))
+            }
+            "reasoning" => typed(value, "").map(InputItemParam::Reasoning),
+            "code_interpreter_call" => typed(value, "").map(Item::CodeInterpreterCall).map(InputItemParam::Hosted),
+            "mcp_call" => typed(value, "").map(Item::McpCall).map(InputItemParam::Hosted),
+            "mcp_list_tools" => typed(value, "").map(Item::McpListTools).map(InputItemParam::Hosted),
+            "web_search_call" => typed(value, "").map(Item::WebSearchCall).map(InputItemParam::Hosted),
+            "custom_tool_call" => typed(value, "").map(Item::CustomToolCall).map(InputItemParam::Hosted),
+            "custom_tool_call_output" => typed(value, "").map(Item::CustomToolCallOutput).map(InputItemParam::Hosted),
+            "local_shell_call" => typed(value, "").map(Item::LocalShellCall).map(InputItemParam::Hosted),
+            "local_shell_call_output" => typed(value, "").map(Item::LocalShellCallOutput).map(InputItemParam::Hosted),
             "item_reference" => Err(ItemError::new(
                 "type",
-                "item_reference input items are not supported; send the item itself or use previous_response_id.",
+                "item_reference input items are not supported; send the item itself or use previous_response_id",
             )),
             other => Err(ItemError::new(
                 "type",
-                format!(
-                    "Unsupported input item type '{other}'. Supported: message, function_call, \
-                     function_call_output, reasoning, code_interpreter_call, mcp_call, mcp_list_tools, \
-                     web_search_call, custom_tool_call(_output), local_shell_call(_output)."
-                ),
+                format!("unknown item type '{}'; expected one of {}", clip(other), INPUT_ITEM_TYPES.join(", ")),
             )),
         }
     }
@@ -572,13 +880,18 @@ impl InputItemParam {
                     MessageContentParam::Text(text) => vec![ContentPart::InputText { text }],
                     MessageContentParam::Parts(parts) => normalize_parts(parts, "content")?,
                 };
-                if m.role != MessageRole::User
-                    && let Some(i) = content.iter().position(|p| matches!(p, ContentPart::InputImage { .. }))
-                {
-                    return Err(ItemError::new(
-                        format!("content[{i}]"),
-                        "input_image parts are only accepted in user messages.",
-                    ));
+                if m.role != MessageRole::User {
+                    let user_only = content.iter().enumerate().find_map(|(i, p)| match p {
+                        ContentPart::InputImage { .. } => Some((i, "input_image")),
+                        ContentPart::InputFile(_) => Some((i, "input_file")),
+                        _ => None,
+                    });
+                    if let Some((i, kind)) = user_only {
+                        return Err(ItemError::new(
+                            format!("content[{i}]"),
+                            format!("{kind} parts are only accepted in user messages."),
+                        ));
+                    }
                 }
                 Item::Message(MessageItem {
                     id: m.id.unwrap_or_else(|| new_id(IdKind::Message)),
@@ -633,6 +946,68 @@ mod tests {
         assert!(err.field.starts_with("content"), "{err:?}");
         let err = InputItemParam::from_value(json!({"type":"nope"})).unwrap_err();
         assert_eq!(err.field, "type");
+    }
+
+    #[test]
+    fn content_parts_are_dispatched_by_type_with_paths() {
+        let err = InputItemParam::from_value(
+            json!({"role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_foo"}]}),
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "content[1]");
+        assert_eq!(
+            err.clone().at("input[0]").message,
+            "input[0].content[1]: unknown content part type 'input_foo'; expected one of input_text, input_image, \
+             input_file, output_text, refusal."
+        );
+        let err =
+            InputItemParam::from_value(json!({"role":"user","content":[{"type":"input_text","text":1}]})).unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.message.as_str()),
+            ("content[0].text", "expected a string, got the number 1")
+        );
+        let err = InputItemParam::from_value(json!({"role":"user","content":7})).unwrap_err();
+        assert_eq!(err.message, "expected a string or an array of content parts, got a number");
+        let err =
+            InputItemParam::from_value(json!({"type":"custom_tool_call_output","call_id":"c","output":5})).unwrap_err();
+        assert_eq!(err.field, "output");
+        assert!(!err.message.contains("untagged"), "{err:?}");
+    }
+
+    #[test]
+    fn input_files_need_one_readable_source_and_are_kept_as_sent() {
+        let file = |part: Value| parse(json!({"role":"user","content":[part]})).normalize();
+        let err = file(json!({"type":"input_file","file_id":"file_1"})).unwrap_err();
+        assert_eq!(err.field, "content[0]");
+        assert!(err.message.contains("no Files API"), "{err:?}");
+        assert!(file(json!({"type":"input_file","filename":"a.txt"})).is_err());
+        assert!(file(json!({"type":"input_file","file_data":"x","file_url":"https://x"})).is_err());
+        let item = file(json!({"type":"input_file","filename":"a.txt","file_data":"aGk="})).unwrap();
+        let Item::Message(m) = &item else { panic!() };
+        assert_eq!(
+            serde_json::to_value(&m.content[0]).unwrap(),
+            json!({"type":"input_file","filename":"a.txt","file_data":"aGk="})
+        );
+        let err = parse(json!({"role":"system","content":[{"type":"input_file","file_url":"https://x/a.pdf"}]}))
+            .normalize()
+            .unwrap_err();
+        assert_eq!(err.field, "content[0]");
+    }
+
+    #[test]
+    fn model_content_is_stored_but_never_shown() {
+        let mut item =
+            parse(json!({"role":"user","content":[{"type":"input_file","filename":"a.txt","file_data":"aGk="}]}))
+                .normalize()
+                .unwrap();
+        for (_, file) in item.input_files_mut() {
+            file.model_content = Some(FileContent::Text { text: "hi".into() });
+        }
+        let stored = serde_json::to_value(&item).unwrap();
+        assert_eq!(stored["content"][0]["model_content"], json!({"type":"text","text":"hi"}));
+        assert_eq!(serde_json::from_value::<Item>(stored).unwrap(), item);
+        let shown = serde_json::to_value(item.client_view()).unwrap();
+        assert_eq!(shown["content"][0], json!({"type":"input_file","filename":"a.txt","file_data":"aGk="}));
     }
 
     #[test]

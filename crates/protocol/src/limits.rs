@@ -1,4 +1,5 @@
-//! Per-request size caps: how many input items, tools and MCP servers one request may carry.
+//! Per-request size caps: how many input items, tools and MCP servers one request may carry, and
+//! how large an input file may be.
 //! They are checked on the raw request, before items are normalized or tools parsed, so an
 //! oversized request costs little; each breach is a 400 naming the field and the cap.
 //! (The body-size cap is the HTTP layer's; it answers 413 before any parsing.)
@@ -18,11 +19,26 @@ pub struct RequestLimits {
     pub max_tools: usize,
     /// `mcp` entries in `tools`.
     pub max_mcp_servers: usize,
+    /// Bytes of one `input_file` (decoded `file_data`, or a fetched `file_url`).
+    #[serde(default = "default_max_input_file_bytes")]
+    pub max_input_file_bytes: usize,
+}
+
+/// 10 MiB: a 16 MiB request body holds at most ~12 MiB of base64-decoded data.
+pub const DEFAULT_MAX_INPUT_FILE_BYTES: usize = 10 * 1024 * 1024;
+
+fn default_max_input_file_bytes() -> usize {
+    DEFAULT_MAX_INPUT_FILE_BYTES
 }
 
 impl Default for RequestLimits {
     fn default() -> Self {
-        RequestLimits { max_input_items: 2048, max_tools: 128, max_mcp_servers: 16 }
+        RequestLimits {
+            max_input_items: 2048,
+            max_tools: 128,
+            max_mcp_servers: 16,
+            max_input_file_bytes: DEFAULT_MAX_INPUT_FILE_BYTES,
+        }
     }
 }
 
@@ -60,7 +76,8 @@ mod tests {
         CreateResponseRequest::from_slice(v.to_string().as_bytes()).unwrap()
     }
 
-    const SMALL: RequestLimits = RequestLimits { max_input_items: 2, max_tools: 3, max_mcp_servers: 1 };
+    const SMALL: RequestLimits =
+        RequestLimits { max_input_items: 2, max_tools: 3, max_mcp_servers: 1, max_input_file_bytes: 100 };
 
     #[test]
     fn counts_at_the_cap_pass_and_one_more_fails() {

@@ -53,12 +53,49 @@ pub struct CreateResponseRequest {
 
 /// `input`: a plain prompt or a list of items (items are parsed one by one in `validate`, so
 /// each error can name its item).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum InputParam {
     Text(String),
     Items(Vec<Value>),
 }
+
+impl<'de> Deserialize<'de> for InputParam {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InputVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for InputVisitor {
+            type Value = InputParam;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of input items")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<InputParam, E> {
+                Ok(InputParam::Text(text.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<InputParam, E> {
+                Ok(InputParam::Text(text))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<InputParam, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(item) = seq.next_element::<Value>()? {
+                    items.push(item);
+                }
+                Ok(InputParam::Items(items))
+            }
+        }
+
+        deserializer.deserialize_any(InputVisitor)
+    }
+}
+
+/// Longest `model` accepted, in characters (model names are short identifiers).
+pub const MAX_MODEL_CHARS: usize = 256;
+
+/// Longest `input` string accepted, in characters (the Open Responses schema's `maxLength`).
+pub const MAX_INPUT_CHARS: usize = 10_485_760;
 
 /// `reasoning`: effort and summary preferences, echoed and forwarded as `reasoning_effort`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,8 +244,8 @@ pub struct ValidatedRequest {
 impl CreateResponseRequest {
     /// Parse raw body bytes. Bad JSON, a non-object body or a wrongly typed field → 400.
     pub fn from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
-        let body: Value = serde_json::from_slice(bytes)
-            .map_err(|e| ApiError::invalid_body(format!("The request body is not valid JSON: {e}")))?;
+        let body: Value =
+            serde_json::from_slice(bytes).map_err(|e| crate::error::describe_json_syntax("request body", &e))?;
         Self::from_value(body)
     }
 
@@ -228,14 +265,35 @@ impl CreateResponseRequest {
     /// Apply the size caps of `limits`, then every field rule and default; the result is what the
     /// engine runs. `caps` says which gateway tools may be declared.
     pub fn validate_within(self, caps: &Capabilities, limits: &RequestLimits) -> Result<ValidatedRequest, ApiError> {
-        limits.check(&self)?;
-        let model = match self.model {
-            Some(m) if !m.trim().is_empty() => m,
-            Some(_) => {
+        // First, and cheap: a huge `model` would otherwise be echoed in every event and sent upstream.
+        match self.model.as_deref() {
+            Some(m) if m.len() > MAX_MODEL_CHARS && m.chars().count() > MAX_MODEL_CHARS => {
+                return Err(ApiError::invalid(
+                    "model",
+                    format!("'model' must be at most {MAX_MODEL_CHARS} characters; got {}.", m.chars().count()),
+                ));
+            }
+            Some(m) if m.contains('\0') => {
+                return Err(ApiError::invalid("model", "'model' must not contain NUL characters."));
+            }
+            Some(m) if m.trim().is_empty() => {
                 return Err(ApiError::invalid("model", "'model' must be a non-empty string."));
             }
+            Some(_) => {}
             None => return Err(missing("model")),
-        };
+        }
+        if let Some(InputParam::Text(text)) = &self.input
+            && text.len() > MAX_INPUT_CHARS
+            && text.chars().count() > MAX_INPUT_CHARS
+        {
+            return Err(ApiError::invalid(
+                "input",
+                format!("'input' must be at most {MAX_INPUT_CHARS} characters; got {}.", text.chars().count()),
+            )
+            .with_code("string_above_max_length"));
+        }
+        limits.check(&self)?;
+        let model = self.model.unwrap_or_default();
         let input = match self.input {
             None => return Err(missing("input")),
             Some(InputParam::Text(text)) => vec![
@@ -246,20 +304,19 @@ impl CreateResponseRequest {
                     status: None,
                 })
                 .normalize()
-                .map_err(|e| ApiError::invalid(format!("input.{}", e.field), e.message))?,
+                .map_err(|e| e.at("input"))?,
             ],
             Some(InputParam::Items(items)) => items
                 .into_iter()
                 .enumerate()
                 .map(|(i, item)| {
-                    InputItemParam::from_value(item).and_then(InputItemParam::normalize).map_err(|e| {
-                        let param =
-                            if e.field.is_empty() { format!("input[{i}]") } else { format!("input[{i}].{}", e.field) };
-                        ApiError::invalid(param, format!("Invalid input[{i}]: {}", e.message))
-                    })
+                    InputItemParam::from_value(item)
+                        .and_then(InputItemParam::normalize)
+                        .map_err(|e| e.at(&format!("input[{i}]")))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
+        check_input_files(&input, limits)?;
         if input.is_empty() && self.previous_response_id.is_none() {
             return Err(ApiError::invalid("input", "'input' must not be empty."));
         }
@@ -360,6 +417,18 @@ impl CreateResponseRequest {
             prompt_cache_retention: self.prompt_cache_retention,
         })
     }
+}
+
+/// The `input_file` parts of this request's input pass the checks that need no I/O: one source,
+/// a decodable `file_data` of a supported type within the size cap.
+fn check_input_files(input: &[Item], limits: &RequestLimits) -> Result<(), ApiError> {
+    for (i, item) in input.iter().enumerate() {
+        for (field, part) in item.input_files() {
+            let param = format!("input[{i}].{field}");
+            crate::input_file::check(part, limits.max_input_file_bytes).map_err(|e| e.into_api_error(&param))?;
+        }
+    }
+    Ok(())
 }
 
 fn missing(field: &str) -> ApiError {

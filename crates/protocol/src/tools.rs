@@ -223,6 +223,16 @@ impl McpTool {
     pub fn is_builtin(&self) -> bool {
         self.server_url.is_none()
     }
+
+    /// The URL to connect to: `server_url` with the query the client gave (kept out of
+    /// `server_url`, which is echoed and stored).
+    pub fn connect_url(&self) -> Option<String> {
+        let base = self.server_url.as_deref()?;
+        Some(match &self.credentials.server_url_query {
+            Some(query) => format!("{base}?{query}"),
+            None => base.to_owned(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,12 +241,15 @@ pub enum McpToolType {
     Mcp,
 }
 
-/// `authorization` and `headers` of a Remote MCP declaration. They exist for the duration of
-/// the request only; `Debug` shows no values so they cannot reach a log.
+/// `authorization` and `headers` of a Remote MCP declaration, and the query of its `server_url`.
+/// They exist for the duration of the request only; `Debug` shows no values so they cannot reach
+/// a log.
 #[derive(Clone, PartialEq, Default)]
 pub struct McpCredentials {
     pub authorization: Option<String>,
     pub headers: BTreeMap<String, String>,
+    /// `server_url`'s query string (without `?`): often a key, so never echoed nor stored.
+    pub server_url_query: Option<String>,
 }
 
 impl std::fmt::Debug for McpCredentials {
@@ -244,6 +257,7 @@ impl std::fmt::Debug for McpCredentials {
         f.debug_struct("McpCredentials")
             .field("authorization", &self.authorization.as_ref().map(|_| "<redacted>"))
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("server_url_query", &self.server_url_query.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -314,7 +328,7 @@ pub enum WebSearchToolType {
 }
 
 /// `{"type":"allowed_tools","mode":…,"tools":[…]}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AllowedTools {
     #[serde(rename = "type")]
     pub kind: AllowedToolsType,
@@ -322,8 +336,8 @@ pub struct AllowedTools {
     pub tools: Vec<AllowedTool>,
 }
 
-/// One entry of `allowed_tools.tools`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One entry of `allowed_tools.tools` (parsed by its `type`, see [`parse_tool_choice`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum AllowedTool {
     Function(NamedFunction),
@@ -373,19 +387,34 @@ struct McpToolParam {
     #[serde(default)]
     headers: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    allowed_tools: Option<AllowedToolsFilter>,
+    allowed_tools: Option<Value>,
     #[serde(default)]
     require_approval: Option<Value>,
     #[serde(default)]
     server_description: Option<String>,
 }
 
-/// `allowed_tools` of an MCP declaration: a list of names, or `{"tool_names":[…]}`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum AllowedToolsFilter {
-    Names(Vec<String>),
-    Filter { tool_names: Vec<String> },
+/// `allowed_tools` of an MCP declaration: a list of names, or `{"tool_names":[…]}` (`null`: all).
+fn parse_allowed_tools(value: Option<Value>, at: &str) -> Result<Option<Vec<String>>, ApiError> {
+    let names = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(mut filter)) => match filter.remove("tool_names") {
+            Some(names) => (names, format!("{at}.allowed_tools.tool_names")),
+            None => return Ok(None),
+        },
+        Some(names) => (names, format!("{at}.allowed_tools")),
+    };
+    let (names, param) = names;
+    serde_path_to_error::deserialize::<_, Vec<String>>(names).map(Some).map_err(|e| {
+        let e = ApiError::from_path_error(&param, e);
+        match (&e.param, e.message.contains("expected an array")) {
+            (Some(p), true) if p == &param => ApiError::invalid(
+                param.clone(),
+                format!("{param}: expected an array of tool names or an object with 'tool_names'."),
+            ),
+            _ => e,
+        }
+    })
 }
 
 /// Parse and check `tools`.
@@ -624,6 +653,7 @@ pub fn namespaced_function_name(namespace: &str, function: &str) -> String {
 
 fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabilities) -> Result<McpTool, ApiError> {
     let m: McpToolParam = serde_path_to_error::deserialize(tool).map_err(|e| ApiError::from_path_error(at, e))?;
+    let allowed_tools = parse_allowed_tools(m.allowed_tools, at)?;
     let field = |f: &str| format!("{at}.{f}");
     if m.server_label.is_empty()
         || m.server_label.len() > 64
@@ -675,6 +705,16 @@ fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabili
             }
         }
         Some(url) => {
+            if has_userinfo(url) {
+                let param = field("server_url");
+                return Err(ApiError::invalid(
+                    param.clone(),
+                    format!(
+                        "{param}: credentials in the URL (user:password@host) are not accepted, because the URL \
+                         is echoed and stored; send them in `authorization` (or `headers`) instead."
+                    ),
+                ));
+            }
             if !caps.remote_mcp {
                 return Err(ApiError::bad_input(
                     field("server_url"),
@@ -695,19 +735,45 @@ fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabili
             }
         }
     }
-    let allowed_tools = m.allowed_tools.map(|f| match f {
-        AllowedToolsFilter::Names(n) | AllowedToolsFilter::Filter { tool_names: n } => n,
-    });
+    // The query of a Remote server's URL often carries a key (`?token=…`, `?api_key=…`): it is
+    // used to connect but never echoed nor stored.
+    let (server_url, server_url_query) = match m.server_url {
+        Some(url) => {
+            let (base, query) = split_query(&url);
+            (Some(base), query)
+        }
+        None => (None, None),
+    };
     Ok(McpTool {
         kind: McpToolType::Mcp,
         server_label: m.server_label,
-        server_url: m.server_url,
+        server_url,
         allowed_tools,
         require_approval: m.require_approval.and_then(|v| v.as_str().map(str::to_owned)),
         server_description: m.server_description,
-        credentials: McpCredentials { authorization: m.authorization, headers: m.headers.unwrap_or_default() },
+        credentials: McpCredentials {
+            authorization: m.authorization,
+            headers: m.headers.unwrap_or_default(),
+            server_url_query,
+        },
         headers: None,
     })
+}
+
+/// `url` without its query and fragment, and the query (without `?`) when there is one.
+fn split_query(url: &str) -> (String, Option<String>) {
+    let without_fragment = url.split('#').next().unwrap_or_default();
+    match without_fragment.split_once('?') {
+        Some((base, query)) if !query.is_empty() => (base.to_owned(), Some(query.to_owned())),
+        Some((base, _)) => (base.to_owned(), None),
+        None => (without_fragment.to_owned(), None),
+    }
+}
+
+/// Whether `url`'s authority holds a `user[:password]@` part.
+fn has_userinfo(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split(['/', '?', '#']).next().unwrap_or_default().contains('@')
 }
 
 /// Remote MCP URL rules (spec §4.1 rule 4): https only; `localhost`, `*.localhost` and IP-literal
@@ -761,7 +827,7 @@ pub fn parse_tool_choice(v: Value) -> Result<ToolChoice, ApiError> {
         "mcp" => serde_path_to_error::deserialize(v).map(ToolChoice::Mcp),
         "code_interpreter" => serde_path_to_error::deserialize(v).map(ToolChoice::CodeInterpreter),
         k if WEB_SEARCH_TYPES.contains(&k) => serde_path_to_error::deserialize(v).map(ToolChoice::WebSearch),
-        "allowed_tools" => serde_path_to_error::deserialize(v).map(ToolChoice::AllowedTools),
+        "allowed_tools" => return parse_allowed_tools_choice(v).map(ToolChoice::AllowedTools),
         "" => return Err(ApiError::invalid("tool_choice", "tool_choice must be a string or an object with a 'type'.")),
         other => {
             return Err(ApiError::invalid(
@@ -771,6 +837,51 @@ pub fn parse_tool_choice(v: Value) -> Result<ToolChoice, ApiError> {
         }
     };
     parsed.map_err(|e| ApiError::from_path_error("tool_choice", e))
+}
+
+#[derive(Deserialize)]
+struct AllowedToolsParam {
+    mode: ToolChoiceMode,
+    tools: Vec<Value>,
+}
+
+/// The entry types of `allowed_tools.tools`.
+const ALLOWED_TOOL_TYPES: &[&str] = &["function", "mcp", "code_interpreter", "web_search"];
+
+/// `{"type":"allowed_tools","mode":…,"tools":[…]}`, each entry parsed by its `type`.
+fn parse_allowed_tools_choice(v: Value) -> Result<AllowedTools, ApiError> {
+    let param: AllowedToolsParam =
+        serde_path_to_error::deserialize(v).map_err(|e| ApiError::from_path_error("tool_choice", e))?;
+    let mut tools = Vec::with_capacity(param.tools.len());
+    for (i, entry) in param.tools.into_iter().enumerate() {
+        let at = format!("tool_choice.tools[{i}]");
+        let kind = match entry.get("type") {
+            Some(Value::String(kind)) => kind.clone(),
+            _ => {
+                return Err(ApiError::invalid(
+                    format!("{at}.type"),
+                    format!("{at}.type: each allowed tool needs a string 'type'."),
+                ));
+            }
+        };
+        let parsed = match kind.as_str() {
+            "function" => serde_path_to_error::deserialize(entry).map(AllowedTool::Function),
+            "mcp" => serde_path_to_error::deserialize(entry).map(AllowedTool::Mcp),
+            "code_interpreter" => serde_path_to_error::deserialize(entry).map(AllowedTool::CodeInterpreter),
+            k if WEB_SEARCH_TYPES.contains(&k) => serde_path_to_error::deserialize(entry).map(AllowedTool::WebSearch),
+            other => {
+                return Err(ApiError::invalid(
+                    format!("{at}.type"),
+                    format!(
+                        "{at}.type: unknown allowed tool type '{other}'; expected one of {}.",
+                        ALLOWED_TOOL_TYPES.join(", ")
+                    ),
+                ));
+            }
+        };
+        tools.push(parsed.map_err(|e| ApiError::from_path_error(&at, e))?);
+    }
+    Ok(AllowedTools { kind: AllowedToolsType::AllowedTools, mode: param.mode, tools })
 }
 
 /// Cross-field rules between `tool_choice` and `tools` (contract failures → 422 `bad_input`).
@@ -962,6 +1073,40 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn remote_mcp_urls_keep_secrets_out_of_the_echo() {
+        let e = parse(json!([{"type":"mcp","server_label":"a","server_url":"https://user:pass@mcp.example.com/mcp"}]))
+            .unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].server_url")));
+        assert!(e.message.contains("authorization") && !e.message.contains("pass@"), "{}", e.message);
+        let t = parse(
+            json!([{"type":"mcp","server_label":"a","server_url":"https://mcp.example.com/mcp?token=s3cret&x=1"}]),
+        )
+        .unwrap();
+        let echo = serde_json::to_string(&t[0]).unwrap();
+        assert!(echo.contains("\"server_url\":\"https://mcp.example.com/mcp\"") && !echo.contains("s3cret"), "{echo}");
+        assert!(!format!("{t:?}").contains("s3cret"));
+        let ToolDeclaration::Mcp(m) = &t[0] else { panic!() };
+        assert_eq!(m.connect_url().as_deref(), Some("https://mcp.example.com/mcp?token=s3cret&x=1"));
+    }
+
+    #[test]
+    fn allowed_tools_entries_are_parsed_by_type_in_our_words() {
+        let e =
+            parse_tool_choice(json!({"type":"allowed_tools","mode":"auto","tools":[{"type":"teleport"}]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tool_choice.tools[0].type"));
+        assert!(e.message.contains("expected one of function, mcp"), "{}", e.message);
+        let e =
+            parse_tool_choice(json!({"type":"allowed_tools","mode":"auto","tools":[{"type":"function"}]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tool_choice.tools[0].name"));
+        let e = parse(json!([{"type":"mcp","server_label":"a","allowed_tools":5}])).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[0].allowed_tools"));
+        assert!(e.message.contains("array of tool names"), "{}", e.message);
+        let t = parse(json!([{"type":"mcp","server_label":"a","allowed_tools":{"tool_names":["x"]}}])).unwrap();
+        let ToolDeclaration::Mcp(m) = &t[0] else { panic!() };
+        assert_eq!(m.allowed_tools, Some(vec!["x".to_owned()]));
     }
 
     #[test]

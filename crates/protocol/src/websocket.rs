@@ -20,8 +20,8 @@ pub const RESPONSE_CREATE: &str = "response.create";
 /// over HTTP, plus the frame's own: not a JSON object, a missing or unknown `type`, and a
 /// warm-up (`generate: false`, which this gateway does not implement).
 pub fn parse_response_create(frame: &[u8]) -> Result<CreateResponseRequest, ApiError> {
-    let mut frame: Value = serde_json::from_slice(frame)
-        .map_err(|e| ApiError::invalid_body(format!("The frame is not valid JSON: {e}")))?;
+    let mut frame: Value =
+        serde_json::from_slice(frame).map_err(|e| crate::error::describe_json_syntax("frame", &e))?;
     let Some(fields) = frame.as_object_mut() else {
         return Err(ApiError::invalid_body("A frame must be a JSON object."));
     };

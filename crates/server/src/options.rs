@@ -6,6 +6,7 @@ use std::time::Duration;
 use respgw_engine::sealed::ReasoningKeys;
 use respgw_engine::{Limits, UpstreamConfig};
 use respgw_tools::code_interpreter::SandboxSettings;
+use respgw_tools::input_files::InputFileSettings;
 use respgw_tools::mcp::RemoteMcpSettings;
 use respgw_tools::web_search::WebSearchSettings;
 use serde::{Deserialize, Serialize};
@@ -45,6 +46,9 @@ pub struct GatewayOptions {
     /// Remote (request-declared) MCP: `GW_MCP_REQUEST_REMOTE_*`, read once by the supervisor.
     #[serde(default)]
     pub remote_mcp: RemoteMcpSettings,
+    /// `input_file` parts: size limits and the `file_url` fetch (`--input-file-*`).
+    #[serde(default)]
+    pub input_files: InputFileSettings,
     /// `web_search` and its profile (`--web-search-profile`); `None`: not offered.
     #[serde(default)]
     pub web_search: Option<WebSearchSettings>,

@@ -13,7 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use respgw_engine::{Engine, EventSink, RunOutcome, store_error};
-use respgw_protocol::{ApiError, CreateResponseRequest};
+use respgw_protocol::{ApiError, CreateResponseRequest, Item};
 use respgw_store::{InputItemsOrder, InputItemsPage};
 use serde::Deserialize;
 use serde_json::json;
@@ -116,9 +116,10 @@ pub async fn input_items(
         .ok_or_else(|| ApiError::response_not_found(&id))?;
     let first_id = list.items.first().map(|i| i.id().to_owned());
     let last_id = list.items.last().map(|i| i.id().to_owned());
+    let data: Vec<Item> = list.items.into_iter().map(Item::client_view).collect();
     Ok(Json(json!({
         "object": "list",
-        "data": list.items,
+        "data": data,
         "first_id": first_id,
         "last_id": last_id,
         "has_more": list.has_more,

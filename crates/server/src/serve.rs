@@ -11,6 +11,7 @@ use respgw_engine::{Engine, Upstream};
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
+use respgw_tools::input_files::InputFiles;
 use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, McpTimeouts, RemoteMcp};
 use respgw_tools::web_search::{BRAVE_API_KEY_ENV, WebSearch};
 
@@ -44,10 +45,13 @@ pub async fn build(
         options.reasoning_keys.clone()
     };
     let seal = ReasoningSeal::new(&reasoning_keys).map_err(anyhow::Error::msg)?;
+    let files =
+        InputFiles::new(options.input_files.clone()).map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?;
     let engine = Arc::new(
         Engine::new(upstream, store, Arc::new(tools), metrics.clone())
             .with_limits(options.limits)
-            .with_reasoning_seal(seal),
+            .with_reasoning_seal(seal)
+            .with_file_reader(Arc::new(files)),
     );
     let api_keys = ApiKeys::new(options.api_keys.iter().cloned());
     Ok(router(AppConfig {

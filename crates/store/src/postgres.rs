@@ -402,7 +402,8 @@ impl ResponseStore for PostgresStore {
         let inputs = input.len() as i64;
         let (mut item_ids, mut bodies) = (Vec::with_capacity(input.len() + output.len()), Vec::new());
         for item in input.iter().chain(&output) {
-            item_ids.push(item.id().to_owned());
+            // The id column is for lookups (`after`); the body keeps the id as given.
+            item_ids.push(lookup_key(item.id()).into_owned());
             bodies.push(encode(item, "item")?);
         }
         let saved = sqlx::query(SAVE)
@@ -445,6 +446,7 @@ impl ResponseStore for PostgresStore {
     }
 
     async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let id = &*lookup_key(id);
         let body: Option<String> =
             sqlx::query_scalar(SELECT_RESPONSE).bind(id).fetch_optional(&self.pool).await.map_err(map_err)?;
         let Some(body) = body else { return Ok(None) };
@@ -452,6 +454,7 @@ impl ResponseStore for PostgresStore {
     }
 
     async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+        let id = &*lookup_key(id);
         let rows = sqlx::query(SELECT_CONVERSATION).bind(id).fetch_all(&self.pool).await.map_err(map_err)?;
         if rows.is_empty() {
             return Ok(None);
@@ -460,14 +463,21 @@ impl ResponseStore for PostgresStore {
     }
 
     async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+        let id = &*lookup_key(id);
+        let after = page.after.as_deref().map(lookup_key);
         let sql = match page.order {
             InputItemsOrder::Asc => INPUT_ITEMS_ASC,
             InputItemsOrder::Desc => INPUT_ITEMS_DESC,
         };
         // One row more than asked tells whether more follow.
         let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let rows =
-            sqlx::query(sql).bind(id).bind(&page.after).bind(fetch).fetch_all(&self.pool).await.map_err(map_err)?;
+        let rows = sqlx::query(sql)
+            .bind(id)
+            .bind(after.as_deref())
+            .bind(fetch)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -478,6 +488,7 @@ impl ResponseStore for PostgresStore {
     }
 
     async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        let id = &*lookup_key(id);
         let mut tx = self.pool.begin().await.map_err(map_err)?;
         let row: Option<(bool, Option<String>)> =
             sqlx::query_as(LOCK_FOR_DELETE).bind(id).fetch_optional(&mut *tx).await.map_err(map_err)?;
@@ -506,6 +517,13 @@ impl ResponseStore for PostgresStore {
         tx.commit().await.map_err(map_err)?;
         Ok(true)
     }
+}
+
+/// A client-given id as a query parameter. PostgreSQL `text` cannot hold NUL, and no stored id
+/// contains one, so NUL becomes U+FFFD: the id still names nothing, and the lookup is a plain
+/// "not found" instead of a database error. (Stored text is JSON, where NUL is escaped.)
+fn lookup_key(id: &str) -> std::borrow::Cow<'_, str> {
+    if id.contains('\0') { id.replace('\0', "\u{FFFD}").into() } else { id.into() }
 }
 
 /// Whether a stored response (or tombstone) continues `id`.

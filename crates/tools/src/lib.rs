@@ -6,11 +6,14 @@
 //!   hosted tools above.
 //! - [`web_search`]: search backends (DuckDuckGo, SearXNG, Brave, Exa over MCP), guarded page
 //!   opening and find-in-page, chosen by a start-up profile.
+//! - [`input_files`]: the engine's `FileReader` — `input_file` parts decoded or fetched (guarded),
+//!   PDFs' text extracted, text files decoded, images made `data:` URLs.
 //! - [`net_guard`]: the address policy against request forgery (Remote MCP and page opening).
 //! - [`mcp`]: Built-in MCP — the `mcp.json` config, the wire types of the MCP helper's loopback API
 //!   and [`mcp::McpHelperClient`], the worker's client of that helper.
 
 pub mod code_interpreter;
+pub mod input_files;
 pub mod mcp;
 pub mod net_guard;
 mod resolver;

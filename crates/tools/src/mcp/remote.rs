@@ -244,8 +244,8 @@ impl RemoteMcp {
             ));
         }
         let label = declaration.server_label.as_str();
-        let raw_url = declaration.server_url.as_deref().unwrap_or_default();
-        let url = reqwest::Url::parse(raw_url)
+        let raw_url = declaration.connect_url().unwrap_or_default();
+        let url = reqwest::Url::parse(&raw_url)
             .map_err(|e| RemoteError::new("server_url", format!("Invalid MCP `server_url`: {e}.")))?;
         self.check_url(&url)?;
         let redactor = credential_redactor(declaration);
@@ -377,6 +377,11 @@ fn credential_redactor(declaration: &McpTool) -> Redactor {
     if let Some(token) = &credentials.authorization {
         secrets.push(token.clone());
         secrets.push(bearer(token));
+    }
+    // The URL's query (often a key) appears in transport errors; mask its values, raw and encoded.
+    if let Some(query) = &credentials.server_url_query {
+        secrets.extend(query.split('&').filter_map(|pair| pair.split_once('=').map(|(_, v)| v.to_owned())));
+        secrets.extend(url::form_urlencoded::parse(query.as_bytes()).map(|(_, v)| v.into_owned()));
     }
     secrets.retain(|s| s.chars().count() >= MIN_MASKED_LEN);
     Redactor::new(secrets)

@@ -1,4 +1,5 @@
-//! `open_page` done by the gateway itself: a guarded HTTP fetch and HTML → readable text.
+//! `open_page` done by the gateway itself: a guarded HTTP fetch and HTML → readable text. The same
+//! guarded fetch reads `input_file` URLs ([`crate::input_files`]).
 //!
 //! The model picks the URL, so the fetch follows the Remote MCP address policy
 //! ([`crate::net_guard`]) unless the operator turned it off
@@ -64,16 +65,24 @@ impl PageFetcher {
 
     /// Fetch `url` and make it readable text. Every failure is a sentence for the model.
     pub async fn fetch(&self, url: &str) -> Result<FetchedPage, String> {
+        let body =
+            self.fetch_body(url, "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5", "web_search").await?;
+        let (title, text) = render(&body.bytes, &body.content_type)?;
+        Ok(FetchedPage { final_url: body.final_url, title, text, truncated: body.truncated })
+    }
+
+    /// Fetch `url` under the address policy and the limits: the body as it came (at most
+    /// `max_bytes` of it), with its content type. `purpose` goes into the User-Agent. Every
+    /// failure is a sentence naming the URL.
+    pub async fn fetch_body(&self, url: &str, accept: &'static str, purpose: &str) -> Result<FetchedBody, String> {
         let parsed = reqwest::Url::parse(url).map_err(|_| format!("'{url}' is not a valid URL."))?;
         check_target(&parsed, Policy::of(&self.settings).as_ref())?;
+        let user_agent = format!("respgw/{} ({purpose})", env!("CARGO_PKG_VERSION"));
         let response = self
             .client
             .get(parsed)
-            .header(
-                USER_AGENT,
-                HeaderValue::from_static(concat!("respgw/", env!("CARGO_PKG_VERSION"), " (web_search)")),
-            )
-            .header("accept", "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5")
+            .header(USER_AGENT, HeaderValue::from_str(&user_agent).unwrap_or(HeaderValue::from_static("respgw")))
+            .header("accept", accept)
             .send()
             .await
             .map_err(|e| format!("Could not open {url}: {}", error_chain(&e)))?;
@@ -84,11 +93,22 @@ impl PageFetcher {
         }
         let content_type =
             response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
-        let (body, truncated) =
+        let (bytes, truncated) =
             read_limited(response, self.settings.max_bytes).await.map_err(|e| format!("Could not read {url}: {e}"))?;
-        let (title, text) = render(&body, &content_type)?;
-        Ok(FetchedPage { final_url, title, text, truncated })
+        Ok(FetchedBody { final_url, content_type, bytes, truncated })
     }
+}
+
+/// A body fetched by [`PageFetcher::fetch_body`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FetchedBody {
+    /// The URL the body came from (after redirects).
+    pub final_url: String,
+    /// The `Content-Type` header, lower-cased (empty when absent).
+    pub content_type: String,
+    pub bytes: Vec<u8>,
+    /// There was more than `max_bytes`; the rest was not read.
+    pub truncated: bool,
 }
 
 /// The address policy when it is on: the hosts exempt from it (lower-case).

@@ -28,7 +28,7 @@ use respgw_protocol::tools::{SearchContextSize, WEB_SEARCH_FUNCTION, WebSearchTo
 use serde_json::{Value, json};
 
 pub use backend::{Backend, SearchHit, parse_brave, parse_duckduckgo, parse_exa, parse_searxng};
-pub use fetch::{FetchedPage, PageFetcher};
+pub use fetch::{FetchedBody, FetchedPage, PageFetcher};
 pub use page::{PageMatch, canonical_url, domain_allowed, find_in_page};
 pub use settings::{
     BRAVE_API_KEY_ENV, DEFAULT_BRAVE_URL, DEFAULT_DUCKDUCKGO_URL, DEFAULT_EXA_MCP_URL, EXA_API_KEY_ENV,

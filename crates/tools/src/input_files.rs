@@ -1,0 +1,269 @@
+//! `input_file` parts read for the model: the engine's [`FileReader`].
+//!
+//! A file comes from `file_data` (decoded by `respgw_protocol::input_file`) or from `file_url`,
+//! fetched by the web_search page fetcher ([`PageFetcher`]: the request-forgery address policy on
+//! every hop, a time limit, at most `max_bytes` read). Then, by type:
+//! - text (text/*, JSON, CSV, Markdown, source code): decoded (declared charset, else BOM, else
+//!   UTF-8) and headed with the file's name;
+//! - PDF: its text extracted with `pdf-extract` on a blocking thread, at most `max_pdf_pages`
+//!   pages; a PDF without extractable text (a scan) is refused rather than sent empty;
+//! - images (PNG, JPEG, GIF, WebP): a `data:` URL, sent like an `input_image`.
+//!
+//! Text longer than `max_text_bytes` is cut at a character boundary, and the model is told so.
+//! Every failure is a sentence for the client (the engine names the part).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use respgw_engine::FileReader;
+use respgw_protocol::input_file::{self, DecodedFile, FileError, FileKind, FileType};
+use respgw_protocol::items::{FileContent, InputFile};
+use serde::{Deserialize, Serialize};
+
+use crate::web_search::{FetchSettings, PageFetcher};
+
+/// Limits of input files and of the fetches of `file_url`s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputFileSettings {
+    /// Bytes of one file (decoded `file_data`, or a fetched body).
+    pub max_bytes: usize,
+    /// Bytes of text the model gets from one file (a text file's, or a PDF's extracted text).
+    pub max_text_bytes: usize,
+    /// Pages of a PDF whose text is extracted.
+    pub max_pdf_pages: usize,
+    /// One `file_url` fetch: connect, redirects, body.
+    pub fetch_timeout: Duration,
+    /// Let `file_url` name loopback, private and link-local addresses.
+    pub allow_private_addresses: bool,
+    /// Hosts a `file_url` may name despite the address rules.
+    #[serde(default)]
+    pub exempt_hosts: Vec<String>,
+}
+
+impl Default for InputFileSettings {
+    fn default() -> Self {
+        InputFileSettings {
+            max_bytes: respgw_protocol::limits::DEFAULT_MAX_INPUT_FILE_BYTES,
+            max_text_bytes: 512 * 1024,
+            max_pdf_pages: 100,
+            fetch_timeout: Duration::from_secs(20),
+            allow_private_addresses: false,
+            exempt_hosts: Vec::new(),
+        }
+    }
+}
+
+/// The gateway's reader of input files (one per process; cheap to clone).
+#[derive(Clone)]
+pub struct InputFiles {
+    fetcher: PageFetcher,
+    settings: InputFileSettings,
+}
+
+impl InputFiles {
+    pub fn new(settings: InputFileSettings) -> Result<Self, String> {
+        let fetcher = PageFetcher::new(FetchSettings {
+            timeout: settings.fetch_timeout,
+            max_bytes: settings.max_bytes,
+            allow_private_addresses: settings.allow_private_addresses,
+            exempt_hosts: settings.exempt_hosts.clone(),
+        })?;
+        Ok(InputFiles { fetcher, settings })
+    }
+
+    /// The file's bytes and type, from `file_data` or by fetching `file_url`.
+    async fn load(&self, file: &InputFile) -> Result<DecodedFile, FileError> {
+        let filename = file.filename.as_deref();
+        if let Some(data) = &file.file_data {
+            return input_file::decode_file_data(data, filename, self.settings.max_bytes);
+        }
+        let Some(url) = &file.file_url else {
+            return Err(FileError::Invalid("an input_file needs file_data or file_url".to_owned()));
+        };
+        let body =
+            self.fetcher.fetch_body(url, "*/*", "input_file").await.map_err(|e| {
+                FileError::Invalid(format!("file_url could not be fetched: {}", e.trim_end_matches('.')))
+            })?;
+        if body.truncated {
+            return Err(FileError::TooLarge { bytes: body.bytes.len() + 1, limit: self.settings.max_bytes });
+        }
+        let path = reqwest::Url::parse(&body.final_url).map(|u| u.path().to_owned()).unwrap_or_default();
+        let named = filename.or(Some(path.as_str()));
+        let declared = Some(body.content_type.as_str()).filter(|t| !t.is_empty());
+        let file_type = input_file::file_type(declared, named)?;
+        input_file::check_signature(&file_type, &body.bytes)?;
+        Ok(DecodedFile { file_type, bytes: body.bytes })
+    }
+}
+
+#[async_trait]
+impl FileReader for InputFiles {
+    async fn read(&self, file: &InputFile) -> Result<FileContent, FileError> {
+        let decoded = self.load(file).await?;
+        let name = display_name(file);
+        let max_text = self.settings.max_text_bytes;
+        match decoded.file_type.kind {
+            FileKind::Image => Ok(FileContent::Image {
+                image_url: format!(
+                    "data:{};base64,{}",
+                    decoded.file_type.media_type,
+                    base64::engine::general_purpose::STANDARD.encode(&decoded.bytes)
+                ),
+            }),
+            FileKind::Text => {
+                let text = decode_text(&decoded.bytes, &decoded.file_type)?;
+                Ok(FileContent::Text { text: framed(&name, &text, max_text, None) })
+            }
+            FileKind::Pdf => {
+                let max_pages = self.settings.max_pdf_pages;
+                let bytes = decoded.bytes;
+                let extracted =
+                    tokio::task::spawn_blocking(move || extract_pdf(&bytes, max_pages, max_text))
+                        .await
+                        .map_err(|_| FileError::Invalid("the PDF could not be read (it is malformed)".to_owned()))??;
+                if extracted.text.trim().is_empty() {
+                    return Err(FileError::Invalid(
+                        "the PDF has no extractable text (a scanned PDF needs OCR, which this gateway does not do)"
+                            .to_owned(),
+                    ));
+                }
+                let pages = (extracted.pages_read < extracted.total_pages).then(|| {
+                    format!(
+                        "[the gateway extracted the text of the first {} of {} pages]",
+                        extracted.pages_read, extracted.total_pages
+                    )
+                });
+                Ok(FileContent::Text { text: framed(&name, &extracted.text, max_text, pages) })
+            }
+        }
+    }
+}
+
+/// The name the model sees: `filename`, else the last segment of `file_url`, else "file".
+fn display_name(file: &InputFile) -> String {
+    let from_url = file.file_url.as_deref().and_then(|url| {
+        let path = url.split(['?', '#']).next().unwrap_or_default();
+        path.rsplit('/').next().filter(|s| !s.is_empty()).map(str::to_owned)
+    });
+    file.filename.clone().filter(|f| !f.trim().is_empty()).or(from_url).unwrap_or_else(|| "file".to_owned())
+}
+
+/// A file's text as the model gets it: headed with its name, cut to `max_bytes` (the model is
+/// told), with a note (pages left out) when there is one.
+fn framed(name: &str, text: &str, max_bytes: usize, note: Option<String>) -> String {
+    let text = text.trim_matches(['\n', '\r']);
+    let mut shown = text;
+    let mut cut_note = None;
+    if text.len() > max_bytes {
+        let mut cut = max_bytes;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        shown = &text[..cut];
+        cut_note =
+            Some(format!("[the gateway cut this file's text: the first {cut} of {} bytes are shown]", text.len()));
+    }
+    let mut out = format!("--- file: {name} ---\n{shown}\n");
+    for note in [cut_note, note].into_iter().flatten() {
+        out.push_str(&note);
+        out.push('\n');
+    }
+    out.push_str(&format!("--- end of file: {name} ---"));
+    out
+}
+
+/// Text in the declared charset, else the one its BOM names, else UTF-8 (invalid sequences
+/// replaced). Bytes with NULs and no UTF-16 BOM are not text.
+fn decode_text(bytes: &[u8], file_type: &FileType) -> Result<String, FileError> {
+    let declared = file_type.charset.as_deref().and_then(|label| encoding_rs::Encoding::for_label(label.as_bytes()));
+    let bom = encoding_rs::Encoding::for_bom(bytes).map(|(encoding, _)| encoding);
+    let encoding = declared.or(bom).unwrap_or(encoding_rs::UTF_8);
+    let utf16 = encoding == encoding_rs::UTF_16LE || encoding == encoding_rs::UTF_16BE;
+    if !utf16 && bytes[..bytes.len().min(8192)].contains(&0) {
+        return Err(FileError::Invalid(format!(
+            "the file is declared as {} but its content is not text",
+            file_type.media_type
+        )));
+    }
+    let (text, _, _) = encoding.decode(bytes);
+    Ok(text.into_owned())
+}
+
+/// A PDF's text, page by page.
+struct PdfText {
+    text: String,
+    pages_read: usize,
+    total_pages: usize,
+}
+
+/// Extract the text of at most `max_pages` pages, stopping once more than `max_bytes` of text is
+/// in hand (the caller cuts it). Runs on a blocking thread: pdf-extract panics on some malformed
+/// files, which the caller sees as a failed task.
+fn extract_pdf(bytes: &[u8], max_pages: usize, max_bytes: usize) -> Result<PdfText, FileError> {
+    let unreadable = |e: &dyn std::fmt::Display| FileError::Invalid(format!("the PDF could not be read ({e})"));
+    let mut document = pdf_extract::Document::load_mem(bytes).map_err(|e| unreadable(&e))?;
+    if document.is_encrypted() && document.decrypt("").is_err() {
+        return Err(FileError::Invalid("the PDF is encrypted with a password".to_owned()));
+    }
+    let pages: Vec<u32> = document.get_pages().keys().copied().collect();
+    let mut text = String::new();
+    let mut pages_read = 0;
+    for page in pages.iter().take(max_pages) {
+        let mut page_text = String::new();
+        let mut output = pdf_extract::PlainTextOutput::new(&mut page_text);
+        pdf_extract::output_doc_page(&document, &mut output, *page).map_err(|e| unreadable(&e))?;
+        text.push_str(&page_text);
+        pages_read += 1;
+        if text.len() > max_bytes {
+            break;
+        }
+    }
+    Ok(PdfText { text, pages_read, total_pages: pages.len() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_headed_with_the_name_and_cut_on_a_character_boundary() {
+        assert_eq!(framed("a.md", "\nhello\n", 100, None), "--- file: a.md ---\nhello\n--- end of file: a.md ---");
+        let cut = framed("a.txt", "abcé and more", 4, Some("[note]".into()));
+        assert_eq!(
+            cut,
+            "--- file: a.txt ---\nabc\n[the gateway cut this file's text: the first 3 of 14 bytes are shown]\n[note]\n\
+             --- end of file: a.txt ---"
+        );
+    }
+
+    #[test]
+    fn text_is_decoded_in_its_charset_and_binary_is_refused() {
+        let t = |charset: Option<&str>| FileType {
+            media_type: "text/plain".into(),
+            kind: FileKind::Text,
+            charset: charset.map(str::to_owned),
+        };
+        assert_eq!(decode_text(b"caf\xe9", &t(Some("windows-1252"))).unwrap(), "café");
+        assert_eq!(decode_text(b"\xff\xfeh\x00i\x00", &t(None)).unwrap(), "hi");
+        assert!(decode_text(b"PK\x03\x04\x00\x00", &t(None)).is_err());
+    }
+
+    #[test]
+    fn a_file_without_a_name_is_named_by_its_url() {
+        let file = |name: Option<&str>, url: Option<&str>| InputFile {
+            filename: name.map(str::to_owned),
+            file_data: None,
+            file_url: url.map(str::to_owned),
+            model_content: None,
+        };
+        assert_eq!(display_name(&file(None, Some("https://x.org/docs/r.pdf?sig=1"))), "r.pdf");
+        assert_eq!(display_name(&file(Some("mine.pdf"), Some("https://x.org/r.pdf"))), "mine.pdf");
+        assert_eq!(display_name(&file(None, None)), "file");
+    }
+
+    #[test]
+    fn malformed_pdfs_are_an_error_not_a_crash() {
+        assert!(matches!(extract_pdf(b"%PDF-1.4 garbage", 10, 1000), Err(FileError::Invalid(_))));
+    }
+}

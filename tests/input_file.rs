@@ -1,0 +1,247 @@
+//! `input_file` content parts: PDFs (text extracted by the gateway), text files and images sent as
+//! `file_data` or fetched from a `file_url` (under the address rules, on a loopback fixture
+//! exempted by flag) reach the model; what cannot be read is a 400 naming the part; a
+//! continuation shows the model the same file again without fetching it; the stored input keeps
+//! the part as the client sent it.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use common::{Harness, assert_valid_response};
+use respgw_testkit::upstream::Step;
+use serde_json::{Value, json};
+
+const SENTENCE: &str = "The lighthouse keeper counts seventeen gulls every morning.";
+
+/// A minimal valid PDF (Helvetica, one text line per page), written by hand with a correct
+/// cross-reference table.
+fn pdf(pages: &[&str]) -> Vec<u8> {
+    let n = pages.len();
+    // Objects: 1 catalog, 2 pages, 3 font, then per page: page object and its content stream.
+    let mut objects: Vec<String> = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+        format!(
+            "<< /Type /Pages /Kids [{}] /Count {n} >>",
+            (0..n).map(|i| format!("{} 0 R", 4 + 2 * i)).collect::<Vec<_>>().join(" ")
+        ),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_owned(),
+    ];
+    for (i, text) in pages.iter().enumerate() {
+        let stream = format!("BT /F1 12 Tf 72 720 Td ({text}) Tj ET");
+        objects.push(format!(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
+            5 + 2 * i
+        ));
+        objects.push(format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()));
+    }
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, object) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
+    for offset in offsets {
+        out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).as_bytes(),
+    );
+    out
+}
+
+/// A 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4, 0x89, 0x00, 0x00, 0x00, 0x0d, 0x49,
+    0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0, 0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d,
+    0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn user_with(parts: Value) -> Value {
+    json!([{"role":"user","content":parts}])
+}
+
+/// The user message content the upstream received in its `n`th request of `model`.
+fn received_user_content(h: &Harness, model: &str, n: usize) -> Value {
+    let bodies = h.upstream_bodies(model);
+    let messages =
+        bodies.get(n).unwrap_or_else(|| panic!("no request {n} for {model}: {bodies:?}"))["messages"].clone();
+    messages
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .map(|m| m["content"].clone())
+        .unwrap_or(Value::Null)
+}
+
+fn ok_scenario(h: &Harness, model: &str, turns: usize) {
+    h.scenario(model, (0..turns).map(|_| Step::text(&["Read it."], "stop", None)).collect());
+}
+
+#[tokio::test]
+async fn a_pdf_reaches_the_model_as_its_text() {
+    let h = Harness::start().await;
+    ok_scenario(&h, "pdf", 1);
+    let data = format!("data:application/pdf;base64,{}", b64(&pdf(&[SENTENCE])));
+    let (status, body) = h
+        .create(json!({"model":"pdf","input":user_with(json!([
+            {"type":"input_text","text":"Summarise the file."},
+            {"type":"input_file","filename":"x.pdf","file_data":data}]))}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let content = received_user_content(&h, "pdf", 0);
+    let text = content.as_str().unwrap_or_else(|| panic!("text-only content: {content}"));
+    assert!(text.starts_with("Summarise the file."), "{text}");
+    assert!(text.contains(SENTENCE), "the extracted sentence reached the model: {text}");
+    assert!(text.contains("file: x.pdf"), "headed with its name: {text}");
+}
+
+#[tokio::test]
+async fn pdf_pages_past_the_limit_are_left_out_and_the_model_is_told() {
+    let h = Harness::start_with(&["--input-file-max-pdf-pages", "1"], &[]).await;
+    ok_scenario(&h, "pages", 1);
+    let data = format!("data:application/pdf;base64,{}", b64(&pdf(&[SENTENCE, "Page two is never read."])));
+    let (status, body) =
+        h.create(json!({"model":"pages","input":user_with(json!([{"type":"input_file","filename":"two.pdf","file_data":data}]))})).await;
+    assert_eq!(status, 200, "{body}");
+    let text = received_user_content(&h, "pages", 0).as_str().unwrap_or_default().to_owned();
+    assert!(text.contains(SENTENCE) && !text.contains("Page two"), "{text}");
+    assert!(text.contains("first 1 of 2 pages"), "{text}");
+}
+
+#[tokio::test]
+async fn a_text_file_reaches_the_model_and_long_text_is_cut() {
+    let h = Harness::start_with(&["--input-file-max-text-kb", "1"], &[]).await;
+    ok_scenario(&h, "text", 2);
+    let (status, body) = h
+        .create(json!({"model":"text","input":user_with(json!([
+            {"type":"input_file","filename":"notes.md","file_data":b64("# Notes\n\nCafé opens at nine.".as_bytes())}]))}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let text = received_user_content(&h, "text", 0).as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("file: notes.md") && text.contains("Café opens at nine."), "{text}");
+    let long = "a".repeat(3000);
+    let (status, _) = h
+        .create(json!({"model":"text","input":user_with(json!([
+            {"type":"input_file","file_data":format!("data:text/plain;base64,{}", b64(long.as_bytes()))}]))}))
+        .await;
+    assert_eq!(status, 200);
+    let text = received_user_content(&h, "text", 1).as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("the first 1024 of 3000 bytes are shown") && text.len() < 1300, "{text}");
+}
+
+#[tokio::test]
+async fn an_image_file_is_sent_as_an_image() {
+    let h = Harness::start().await;
+    ok_scenario(&h, "image", 1);
+    let (status, body) = h
+        .create(json!({"model":"image","input":user_with(json!([
+            {"type":"input_text","text":"What is this?"},
+            {"type":"input_file","filename":"dot.png","file_data":b64(PNG)}]))}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let content = received_user_content(&h, "image", 0);
+    assert_eq!(content[0], json!({"type":"text","text":"What is this?"}));
+    assert_eq!(content[1]["type"], "image_url");
+    assert_eq!(content[1]["image_url"]["url"], format!("data:image/png;base64,{}", b64(PNG)));
+}
+
+/// A loopback file server counting its requests.
+async fn file_server() -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://127.0.0.1:{}", listener.local_addr().expect("addr").port());
+    let app = axum::Router::new().fallback(serve_file).with_state(seen.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, seen)
+}
+
+async fn serve_file(State(seen): State<Arc<Mutex<Vec<String>>>>, request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    seen.lock().expect("lock").push(path.clone());
+    match path.as_str() {
+        "/docs/report.pdf" => ([(header::CONTENT_TYPE, "application/pdf")], pdf(&[SENTENCE])).into_response(),
+        "/big.txt" => ([(header::CONTENT_TYPE, "text/plain")], "b".repeat(4096)).into_response(),
+        "/archive" => ([(header::CONTENT_TYPE, "application/zip")], b"PK\x03\x04".to_vec()).into_response(),
+        _ => (axum::http::StatusCode::NOT_FOUND, "no such file").into_response(),
+    }
+}
+
+#[tokio::test]
+async fn a_file_url_is_fetched_once_and_continuations_reuse_its_text() {
+    let (base, seen) = file_server().await;
+    let h = Harness::start_with(&["--input-file-fetch-exempt-host", "127.0.0.1"], &[]).await;
+    ok_scenario(&h, "url", 2);
+    let part = json!({"type":"input_file","file_url":format!("{base}/docs/report.pdf")});
+    let (status, first) = h.create(json!({"model":"url","input":user_with(json!([part.clone()]))})).await;
+    assert_eq!(status, 200, "{first}");
+    let text = received_user_content(&h, "url", 0).as_str().unwrap_or_default().to_owned();
+    assert!(text.contains(SENTENCE) && text.contains("file: report.pdf"), "{text}");
+
+    let (status, second) =
+        h.create(json!({"model":"url","input":"And again?","previous_response_id":first["id"]})).await;
+    assert_eq!(status, 200, "{second}");
+    let text = received_user_content(&h, "url", 1).as_str().unwrap_or_default().to_owned();
+    assert!(text.contains(SENTENCE), "the continuation shows the model the file again: {text}");
+    assert_eq!(seen.lock().expect("lock").len(), 1, "the file was fetched once");
+
+    // The stored input is the part as sent (no gateway state), and it validates as an item.
+    let (status, listing) = h.get(&format!("/v1/responses/{}/input_items", first["id"].as_str().unwrap())).await;
+    assert_eq!(status, 200, "{listing}");
+    assert_eq!(listing["data"][0]["content"][0], part, "{listing}");
+    let mut as_output = first.clone();
+    as_output["output"] = listing["data"].clone();
+    assert_valid_response(&as_output);
+}
+
+#[tokio::test]
+async fn file_urls_are_refused_when_the_address_rules_say_so_or_they_fail() {
+    let (base, seen) = file_server().await;
+    let h = Harness::start_with(&["--input-file-max-kb", "1"], &[]).await;
+    let url = |path: &str| json!({"type":"input_file","file_url":format!("{base}{path}")});
+    let (status, body) = h
+        .create(
+            json!({"model":"m","input":user_with(json!([{"type":"input_text","text":"a"}, url("/docs/report.pdf")]))}),
+        )
+        .await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[1]")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("loopback"), "{message}");
+    assert!(seen.lock().expect("lock").is_empty(), "the loopback server was never contacted");
+    let (status, body) =
+        h.create(json!({"model":"m","input":user_with(json!([{"type":"input_file","file_url":"http://localhost:9/a.txt"}]))})).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[0]")), "{body}");
+
+    let exempt =
+        Harness::start_with(&["--input-file-fetch-exempt-host", "127.0.0.1", "--input-file-max-kb", "1"], &[]).await;
+    for (path, says) in
+        [("/missing.pdf", "404"), ("/archive", "application/zip"), ("/big.txt", "input file size limit")]
+    {
+        let (status, body) = exempt.create(json!({"model":"m","input":user_with(json!([url(path)]))})).await;
+        assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[0]")), "{path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{path}: {message}");
+    }
+    assert!(exempt.upstream.all_requests().iter().all(|r| r.path == "/v1/models"), "nothing reached the model");
+}
+
+#[tokio::test]
+async fn oversize_file_data_names_the_limit() {
+    let h = Harness::start_with(&["--input-file-max-kb", "1"], &[]).await;
+    let data = format!("data:text/plain;base64,{}", b64(&[b'a'; 2048]));
+    let (status, body) =
+        h.create(json!({"model":"m","input":user_with(json!([{"type":"input_file","file_data":data}]))})).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[0]")), "{body}");
+    assert_eq!(body["error"]["code"], "limit_exceeded");
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("at most 1024 bytes"), "{body}");
+}
