@@ -17,7 +17,8 @@
 //! with `previous_response_id` although no store holds it (Codex in WebSocket mode always sends
 //! `store:false`). Only the most recent such response is kept; other ids are looked up in the store.
 //!
-//! A plain `GET /v1/responses` without an upgrade is answered as before this route existed: 405.
+//! A plain `GET /v1/responses` without an upgrade is answered as before this route existed: 405,
+//! with `Allow: GET, POST`.
 //!
 //! The HTTP server stops tracking a connection once it is upgraded, so draining is done here:
 //! [`WebSocketDrain`] (installed by `serve_on`) tells connections the process is stopping; an idle
