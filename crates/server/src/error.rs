@@ -141,3 +141,51 @@ fn is_json(headers: &HeaderMap) -> bool {
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("application/json"))
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn reply(handler_status: StatusCode, relayed: bool, method: Method) -> (StatusCode, HeaderMap, String) {
+        let app = Router::new()
+            .route(
+                "/",
+                get(move || async move {
+                    let mut response = (handler_status, [(header::RETRY_AFTER, "5")], "plain words").into_response();
+                    if relayed {
+                        response.extensions_mut().insert(Relayed);
+                    }
+                    response
+                }),
+            )
+            .layer(axum::middleware::from_fn(fill_error_body));
+        let request = axum::http::Request::builder().method(method).uri("/").body(Body::empty()).expect("a request");
+        let response = app.oneshot(request).await.expect("infallible");
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("a body");
+        (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn error_replies_without_a_json_body_get_the_error_shape() {
+        let (status, headers, body) = reply(StatusCode::SERVICE_UNAVAILABLE, false, Method::GET).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+        assert_eq!(headers[header::RETRY_AFTER], "5", "other headers stay");
+        let body: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(body["error"]["type"], "api_error");
+        assert_eq!(body["error"]["message"], "The request failed: 503 Service Unavailable.");
+    }
+
+    #[tokio::test]
+    async fn relayed_successful_and_head_replies_are_left_alone() {
+        assert_eq!(reply(StatusCode::BAD_GATEWAY, true, Method::GET).await.2, "plain words");
+        assert_eq!(reply(StatusCode::OK, false, Method::GET).await.2, "plain words");
+        assert_eq!(reply(StatusCode::BAD_REQUEST, false, Method::HEAD).await.2, "");
+    }
+}
