@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
-use respgw_server::{GatewayOptions, Limits, ReasoningKeys, RequestLimits, UpstreamConfig};
+use respgw_server::{ClientLimits, GatewayOptions, Limits, ReasoningKeys, RequestLimits, UpstreamConfig};
 use respgw_supervisor::McpSetup;
 use respgw_supervisor::integrated::IntegratedOptions;
 use respgw_supervisor::standalone::StandaloneOptions;
@@ -170,6 +170,9 @@ struct GatewayArgs {
     #[arg(long, env = "GW_DRAIN_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
     drain_timeout: f64,
 
+    #[command(flatten)]
+    client: ClientLimitArgs,
+
     /// File of keys sealing `reasoning.encrypted_content`: lines `<id>:<base64 32 bytes>`, the
     /// first seals, all open (rotation). Else `GW_REASONING_KEYS` (same entries, comma-separated);
     /// else a random key for this run only.
@@ -284,6 +287,74 @@ impl IntegratedInputFileArgs {
             input_file_fetch_timeout: self.input_file_fetch_timeout,
             input_file_allow_private_addresses: self.input_file_allow_private_addresses,
             input_file_fetch_exempt_hosts: self.input_file_fetch_exempt_hosts,
+        }
+    }
+}
+
+/// Limits on client connections, per worker (`serve`).
+#[derive(Args)]
+struct ClientLimitArgs {
+    /// Seconds a client has to send a complete request head (request line and headers), counted
+    /// from the connection's start, or from the first byte of a later request on it. Silent
+    /// connections and clients trickling their headers are closed after it.
+    #[arg(long, env = "GW_CLIENT_HEADER_TIMEOUT", default_value_t = 10.0, value_parser = positive_seconds)]
+    client_header_timeout: f64,
+
+    /// Seconds a kept-alive client connection may wait for its next request (longer than the
+    /// usual 60 s of load balancers and proxies in front, so that they close first).
+    #[arg(long, env = "GW_CLIENT_IDLE_TIMEOUT", default_value_t = 75.0, value_parser = positive_seconds)]
+    client_idle_timeout: f64,
+
+    /// Longest pause, in seconds, while a request body is received; a stalled body is answered 408.
+    #[arg(long, env = "GW_CLIENT_BODY_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
+    client_body_timeout: f64,
+
+    /// Open client connections per worker, WebSocket connections included. At the cap a new
+    /// connection closes the longest-idle one (or gets a 503 when all are busy). Lowered at start
+    /// to what the worker's open-files limit can hold.
+    #[arg(long, env = "GW_MAX_CLIENT_CONNECTIONS", default_value_t = 8192, value_parser = at_least_one)]
+    max_client_connections: usize,
+}
+
+impl ClientLimitArgs {
+    fn limits(&self) -> ClientLimits {
+        ClientLimits {
+            header_timeout: Duration::from_secs_f64(self.client_header_timeout),
+            idle_timeout: Duration::from_secs_f64(self.client_idle_timeout),
+            body_timeout: Duration::from_secs_f64(self.client_body_timeout),
+            max_connections: self.max_client_connections,
+        }
+    }
+}
+
+/// Limits on client connections, per worker (`integrated`): the same as `serve`'s, with the
+/// `--responses-` prefix.
+#[derive(Args)]
+struct IntegratedClientLimitArgs {
+    /// Seconds a client has to send a complete request head (see `serve --help`).
+    #[arg(long = "responses-client-header-timeout", env = "GW_CLIENT_HEADER_TIMEOUT", default_value_t = 10.0, value_parser = positive_seconds)]
+    header_timeout: f64,
+
+    /// Seconds a kept-alive client connection may wait for its next request.
+    #[arg(long = "responses-client-idle-timeout", env = "GW_CLIENT_IDLE_TIMEOUT", default_value_t = 75.0, value_parser = positive_seconds)]
+    idle_timeout: f64,
+
+    /// Longest pause, in seconds, while a request body is received; a stalled body is answered 408.
+    #[arg(long = "responses-client-body-timeout", env = "GW_CLIENT_BODY_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
+    body_timeout: f64,
+
+    /// Open client connections per worker (see `serve --help`).
+    #[arg(long = "responses-max-client-connections", env = "GW_MAX_CLIENT_CONNECTIONS", default_value_t = 8192, value_parser = at_least_one)]
+    max_connections: usize,
+}
+
+impl IntegratedClientLimitArgs {
+    fn into_common(self) -> ClientLimitArgs {
+        ClientLimitArgs {
+            client_header_timeout: self.header_timeout,
+            client_idle_timeout: self.idle_timeout,
+            client_body_timeout: self.body_timeout,
+            max_client_connections: self.max_connections,
         }
     }
 }
@@ -698,6 +769,9 @@ struct IntegratedArgs {
     #[arg(long = "responses-drain-timeout", env = "GW_DRAIN_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
     drain_timeout: f64,
 
+    #[command(flatten)]
+    client: IntegratedClientLimitArgs,
+
     /// File of keys sealing `reasoning.encrypted_content` (see `serve --help`).
     #[arg(long = "responses-reasoning-keys-file", env = "GW_REASONING_KEYS_FILE", value_name = "PATH")]
     reasoning_keys_file: Option<std::path::PathBuf>,
@@ -811,6 +885,7 @@ impl ServeArgs {
                 metrics_path: metrics_path(g.metrics_enabled, g.metrics_path)?,
                 forward_other_routes_to: None,
                 drain_timeout: Duration::from_secs_f64(g.drain_timeout),
+                client_limits: g.client.limits(),
                 code_interpreter: g.code_interpreter == CodeInterpreterMode::Spawn,
                 code_interpreter_settings,
                 mcp_helper_url: None,
@@ -882,6 +957,7 @@ impl IntegratedArgs {
                 input_files,
                 reasoning_keys: reasoning_keys(self.reasoning_keys_file)?,
                 drain_timeout: Duration::from_secs_f64(self.drain_timeout),
+                client_limits: self.client.into_common().limits(),
             },
         })
     }

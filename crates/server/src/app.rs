@@ -4,21 +4,24 @@
 //! is behind the API-key check and the request metrics (a WebSocket upgrade of `GET
 //! /v1/responses` included: a missing key is a 401 before any upgrade). Unknown paths and wrong methods answer in
 //! the API's error shape — or, in integrated mode, are forwarded to the model server unchanged.
+//! A 405 lists the route's methods in `Allow`, and any other error reply of the gateway's own
+//! that has no JSON body gets the error shape ([`error::fill_error_body`]); forwarded replies are
+//! left as the model server sent them.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::HeaderValue;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::http::{HeaderValue, header};
 use axum::middleware;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use respgw_engine::Engine;
 use respgw_protocol::ApiError;
 use respgw_telemetry::Metrics;
 
 use crate::auth::{ApiKeys, require_api_key};
-use crate::error::HttpError;
+use crate::error::{self, HttpError};
 use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
 use crate::passthrough::{self, Passthrough};
@@ -87,7 +90,11 @@ pub fn router(config: AppConfig) -> Router {
     if let Some((path, view)) = config.metrics_route {
         open = open.route(&path, get(metrics::serve).with_state(view));
     }
-    let mut app = open.merge(api).layer(DefaultBodyLimit::max(config.max_body_bytes));
+    let mut app = open
+        .method_not_allowed_fallback(method_not_allowed)
+        .merge(api)
+        .layer(middleware::from_fn(error::fill_error_body))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes));
     if let Some(label) = config.worker_label.and_then(|l| HeaderValue::from_str(&l).ok()) {
         let pid = HeaderValue::from(std::process::id());
         app = app.layer(middleware::map_response(move |mut response: axum::response::Response| {
@@ -106,6 +113,13 @@ async fn not_found(request: Request) -> impl IntoResponse {
     HttpError(ApiError::route_not_found(request.method().as_str(), request.uri().path()))
 }
 
-async fn method_not_allowed(request: Request) -> impl IntoResponse {
-    HttpError(ApiError::method_not_allowed(request.method().as_str(), request.uri().path()))
+/// 405 on a known path. axum adds `Allow` from the route's methods, except where the route says
+/// otherwise here.
+async fn method_not_allowed(request: Request) -> Response {
+    let mut response =
+        HttpError(ApiError::method_not_allowed(request.method().as_str(), request.uri().path())).into_response();
+    if request.extensions().get::<MatchedPath>().is_some_and(|route| route.as_str() == websocket::ROUTE) {
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(websocket::ROUTE_ALLOW));
+    }
+    response
 }

@@ -1,5 +1,6 @@
 //! respgw's HTTP face: the axum router, API-key auth, request ids, request metrics, SSE framing,
-//! WebSocket mode, pass-through forwarding, and the functions that build and serve a gateway process.
+//! WebSocket mode, pass-through forwarding, the accept loop and client-connection limits, and the
+//! functions that build and serve a gateway process.
 //!
 //! Architecture invariant: handlers are thin — parse, validate, hand to the engine, frame the
 //! result. No Responses semantics live here, and nothing here knows about other processes: a
@@ -7,8 +8,10 @@
 
 mod app;
 mod auth;
+mod connections;
 mod error;
 mod event_sequence;
+mod json_body;
 mod mcp_routes;
 mod metrics;
 mod options;
@@ -22,7 +25,7 @@ mod websocket;
 pub use app::{AppConfig, router};
 pub use auth::ApiKeys;
 pub use metrics::{MetricsView, local_view};
-pub use options::GatewayOptions;
+pub use options::{ClientLimits, GatewayOptions};
 pub use respgw_engine::sealed::ReasoningKeys;
 pub use respgw_engine::{Limits, UpstreamConfig};
 pub use respgw_protocol::RequestLimits;

@@ -4,6 +4,7 @@
 //! when the server is known but down, 503 when the MCP helper cannot be reached.
 
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use respgw_protocol::ApiError;
@@ -11,7 +12,7 @@ use respgw_protocol::error::ErrorType;
 use respgw_tools::mcp::{HelperError, McpHelperClient};
 use serde_json::json;
 
-use crate::error::HttpError;
+use crate::error::{HttpError, path_rejection};
 
 /// The helper client, when Built-in MCP is configured.
 pub type McpDiscovery = Option<McpHelperClient>;
@@ -36,7 +37,11 @@ pub async fn servers(State(helper): State<McpDiscovery>) -> Result<Response, Htt
 }
 
 /// `GET /v1/mcp/servers/{server_label}/tools`.
-pub async fn tools(State(helper): State<McpDiscovery>, Path(label): Path<String>) -> Result<Response, HttpError> {
+pub async fn tools(
+    State(helper): State<McpDiscovery>,
+    label: Result<Path<String>, PathRejection>,
+) -> Result<Response, HttpError> {
+    let Path(label) = label.map_err(|_| path_rejection("server_label"))?;
     let Some(client) = helper else {
         return Err(helper_error(HelperError::UnknownServer { label }));
     };

@@ -36,6 +36,8 @@ pub struct GatewayOptions {
     pub forward_other_routes_to: Option<String>,
     /// How long a draining worker waits for in-flight requests and streams.
     pub drain_timeout: Duration,
+    /// Timeouts and the connection cap that keep slow or idle clients from holding a worker.
+    pub client_limits: ClientLimits,
     /// Offer `code_interpreter` (the supervisor checked that the sandbox works here).
     pub code_interpreter: bool,
     /// The sandbox's directory and limits (`--code-interpreter-*`); the same for every worker, so
@@ -60,4 +62,19 @@ pub struct GatewayOptions {
 
 fn default_db_pool_size() -> u32 {
     respgw_store::DEFAULT_POOL_SIZE
+}
+
+/// What one worker allows its client connections (see `crate::connections`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClientLimits {
+    /// From accepting a connection, or from the first byte of a later request on it, until that
+    /// request's head (request line and headers) is complete.
+    pub header_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// Longest pause while a request body is being received.
+    pub body_timeout: Duration,
+    /// Open client connections per worker (upgraded WebSocket connections included); at the cap,
+    /// a new connection closes the longest-idle one, or is answered 503 when none is idle.
+    pub max_connections: usize,
 }

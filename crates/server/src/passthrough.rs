@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
 use respgw_engine::{Engine, Upstream};
 
-use crate::error::{HttpError, body_rejection};
+use crate::error::{HttpError, Relayed, body_rejection};
 
 /// What the pass-through routes need.
 #[derive(Clone)]
@@ -125,7 +125,9 @@ async fn forward(
         Upstream::record_failure(&span, "body_interrupted");
         tracing::warn!(error = %e, "pass-through body broke off");
     }));
-    (status, out_headers, body).into_response()
+    let mut response = (status, out_headers, body).into_response();
+    response.extensions_mut().insert(Relayed);
+    response
 }
 
 /// `GET /v1/models`.

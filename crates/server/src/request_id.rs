@@ -55,9 +55,11 @@ pub async fn assign(mut request: Request, next: Next) -> Response {
     if exporting {
         // Recorded before the span is first entered, while the OpenTelemetry span is still unbuilt.
         let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+        // The span name keeps to a fixed set of methods, as the metrics' labels do.
+        let method = crate::metrics::method_label(request.method());
         let name = match route {
-            Some(route) => format!("HTTP {} {route}", request.method()),
-            None => format!("HTTP {}", request.method()),
+            Some(route) => format!("HTTP {method} {route}"),
+            None => format!("HTTP {method}"),
         };
         span.record("otel.name", name.as_str());
         span.record("otel.kind", "server");

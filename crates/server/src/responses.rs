@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +19,8 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::error::{HttpError, body_rejection};
+use crate::error::{HttpError, path_rejection};
+use crate::json_body::JsonBody;
 use crate::request_id::RequestId;
 use crate::sse::event_stream;
 
@@ -30,9 +31,8 @@ const SSE_BUFFER: usize = 64;
 pub async fn create(
     State(engine): State<Arc<Engine>>,
     RequestId(request_id): RequestId,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
-    let body = body.map_err(body_rejection)?;
     let request =
         CreateResponseRequest::from_slice(&body)?.validate_within(&engine.capabilities(), &engine.limits().request)?;
     let stream = request.stream;
@@ -60,7 +60,11 @@ pub async fn create(
 }
 
 /// `GET /v1/responses/{response_id}`.
-pub async fn retrieve(State(engine): State<Arc<Engine>>, Path(id): Path<String>) -> Result<Response, HttpError> {
+pub async fn retrieve(
+    State(engine): State<Arc<Engine>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, HttpError> {
+    let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
     match engine.store().response(&id).await.map_err(|e| store_error(&e))? {
         Some(body) => Ok(Json(body).into_response()),
         None => Err(ApiError::response_not_found(&id).into()),
@@ -68,7 +72,11 @@ pub async fn retrieve(State(engine): State<Arc<Engine>>, Path(id): Path<String>)
 }
 
 /// `DELETE /v1/responses/{response_id}`.
-pub async fn delete(State(engine): State<Arc<Engine>>, Path(id): Path<String>) -> Result<Response, HttpError> {
+pub async fn delete(
+    State(engine): State<Arc<Engine>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, HttpError> {
+    let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
     if engine.store().delete(&id).await.map_err(|e| store_error(&e))? {
         Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
     } else {
@@ -87,9 +95,10 @@ pub struct InputItemsQuery {
 /// `GET /v1/responses/{response_id}/input_items`: this response's own input, OpenAI's list shape.
 pub async fn input_items(
     State(engine): State<Arc<Engine>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     query: Result<Query<InputItemsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, HttpError> {
+    let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
     let Query(query) = query.map_err(|e| ApiError::invalid_body(format!("Invalid query string: {}", e.body_text())))?;
     let limit = match query.limit.as_deref() {
         None => 20,

@@ -5,7 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use axum::{Extension, Router};
 use respgw_engine::{Engine, Upstream};
 use respgw_telemetry::Metrics;
@@ -17,6 +16,7 @@ use respgw_tools::web_search::{BRAVE_API_KEY_ENV, WebSearch};
 
 use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
+use crate::connections::Connections;
 use crate::metrics::MetricsView;
 use crate::options::GatewayOptions;
 use crate::websocket::WebSocketDrain;
@@ -104,41 +104,9 @@ fn mcp_helper_client(options: &GatewayOptions) -> anyhow::Result<Option<McpHelpe
 /// How long just-accepted connections get to send their first request before draining starts.
 const ACCEPT_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
-/// A listener that stops accepting once told to, while the server keeps running its
-/// connections (axum's graceful shutdown alone stops accepting and closes idle connections at the
-/// same instant).
-struct StopAccepting<L> {
-    inner: L,
-    stop: tokio::sync::watch::Receiver<bool>,
-}
-
-impl<L: axum::serve::Listener> axum::serve::Listener for StopAccepting<L> {
-    type Io = L::Io;
-    type Addr = L::Addr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            if *self.stop.borrow() {
-                std::future::pending::<()>().await;
-            }
-            tokio::select! {
-                connection = self.inner.accept() => return connection,
-                changed = self.stop.changed() => {
-                    if changed.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
 /// Serve `app` on `listener` until `shutdown` resolves; then stop accepting and let in-flight
 /// requests, streams and WebSocket responses finish for at most `options.drain_timeout`.
+/// Connections are held to `options.client_limits` (see [`crate::connections`]).
 pub async fn serve_on(
     listener: std::net::TcpListener,
     app: Router,
@@ -147,56 +115,35 @@ pub async fn serve_on(
 ) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener).context("cannot adopt the listening socket")?;
-    // Without TCP_NODELAY the last small write of a stream waits for the client's delayed ACK
-    // (~40 ms on Linux): every SSE event must leave as soon as it is written.
-    let listener = listener.tap_io(|stream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
     // Upgraded connections leave the HTTP server's books: they are drained through this.
     let (draining, draining_rx) = tokio::sync::watch::channel(false);
     let (open_websockets, mut websockets_closed) = tokio::sync::mpsc::channel::<()>(1);
     let app = app.layer(Extension(WebSocketDrain { draining: draining_rx, open: open_websockets }));
-    let (stop_accepting, stop_rx) = tokio::sync::watch::channel(false);
-    let listener = StopAccepting { inner: listener, stop: stop_rx };
-    let (drain_started_tx, drain_started_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown.await;
-        // First stop taking connections (a successor on the same socket takes the backlog),
-        // then give connections accepted a moment ago time to send their request: graceful
-        // shutdown closes connections that are idle, and those would otherwise be cut.
-        let _ = stop_accepting.send(true);
-        tokio::time::sleep(ACCEPT_GRACE).await;
-        let _ = drain_started_tx.send(());
-    });
-    let drain_timeout = options.drain_timeout;
-    let serving = tokio::spawn(async move { server.await });
-    tokio::pin!(serving);
+    let connections = Connections::new(options.client_limits);
     tokio::select! {
-        // Draining first: once it started, the server may finish at once (upgraded WebSocket
-        // connections are not its to wait for), and those still have to be drained below.
-        biased;
-        _ = drain_started_rx => {}
-        result = &mut serving => return result.context("server task failed")?.context("server error"),
+        () = connections.accept(&listener, &app) => {}
+        () = shutdown => {}
     }
+    // Accepting has stopped (the listening socket stays open, so a successor on the same socket
+    // takes the backlog). Connections accepted a moment ago get time to send their request:
+    // a graceful close ends connections that are idle, and those would otherwise be cut.
+    drop(app);
+    tokio::time::sleep(ACCEPT_GRACE).await;
+    let drain_timeout = options.drain_timeout;
     tracing::info!(
         timeout_s = drain_timeout.as_secs_f64(),
         "draining: no new connections; waiting for in-flight requests"
     );
     let _ = draining.send(true);
+    connections.close_gracefully();
     let drained = async {
-        let served = (&mut serving).await;
-        // Every sender is gone once the router and the last WebSocket connection are.
+        connections.closed().await;
+        // Every sender is gone once the last connection's router and the last WebSocket connection are.
         let _ = websockets_closed.recv().await;
-        served
     };
-    match tokio::time::timeout(drain_timeout, drained).await {
-        Ok(result) => result.context("server task failed")?.context("server error"),
-        Err(_) => {
-            tracing::warn!("drain timeout reached; closing the remaining connections");
-            serving.abort();
-            Ok(())
-        }
+    if tokio::time::timeout(drain_timeout, drained).await.is_err() {
+        tracing::warn!("drain timeout reached; closing the remaining connections");
     }
+    drop(listener);
+    Ok(())
 }

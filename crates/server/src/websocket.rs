@@ -17,7 +17,8 @@
 //! with `previous_response_id` although no store holds it (Codex in WebSocket mode always sends
 //! `store:false`). Only the most recent such response is kept; other ids are looked up in the store.
 //!
-//! A plain `GET /v1/responses` without an upgrade is answered as before this route existed: 405.
+//! A plain `GET /v1/responses` without an upgrade is answered as before this route existed: 405,
+//! with `Allow: GET, POST`.
 //!
 //! The HTTP server stops tracking a connection once it is upgraded, so draining is done here:
 //! [`WebSocketDrain`] (installed by `serve_on`) tells connections the process is stopping; an idle
@@ -31,7 +32,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use respgw_engine::{Engine, EventSink, LocalConversation};
@@ -47,7 +48,10 @@ use crate::event_sequence::EventSequence;
 use crate::request_id::RequestId;
 
 /// The route, as the metrics and error messages name it.
-const ROUTE: &str = "/v1/responses";
+pub const ROUTE: &str = "/v1/responses";
+/// The methods the route serves: `POST`, and `GET` with a WebSocket upgrade (a plain `GET` or
+/// `HEAD` is a 405).
+pub const ROUTE_ALLOW: &str = "GET, POST";
 /// The `method` label of responses created over a WebSocket: one per `response.create`.
 const METRICS_METHOD: &str = "WEBSOCKET";
 /// Events buffered between the run and a slow client before the run waits.
@@ -77,13 +81,20 @@ pub async fn upgrade(
     State(mode): State<WebSocketMode>,
     RequestId(request_id): RequestId,
     drain: Option<Extension<WebSocketDrain>>,
+    method: Method,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
         Err(_) if !headers.contains_key(header::UPGRADE) => {
-            return HttpError(ApiError::method_not_allowed("GET", ROUTE)).into_response();
+            let mut error = ApiError::method_not_allowed(method.as_str(), ROUTE);
+            error.message = format!(
+                "{method} {ROUTE} only opens a WebSocket ('Upgrade: websocket'); create responses with POST {ROUTE}."
+            );
+            let mut response = HttpError(error).into_response();
+            response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(ROUTE_ALLOW));
+            return response;
         }
         Err(rejection) => {
             let message = format!("Cannot open a WebSocket: {}", rejection.body_text());

@@ -38,6 +38,7 @@ const MODEL_STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// Run integrated mode to the end; the result is the process exit code.
 pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
+    crate::open_files::raise_to_hard_limit();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {
         if !options.model_command.iter().any(|a| a.contains("{port}")) {

@@ -12,6 +12,7 @@
 pub mod integrated;
 mod mcp_slot;
 mod notify;
+mod open_files;
 mod pool;
 mod readiness;
 mod sockets;

@@ -27,6 +27,7 @@ pub struct StandaloneOptions {
 /// Run standalone mode to the end. Prints `listening on http://ADDR` on stdout once every worker
 /// serves.
 pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
+    crate::open_files::raise_to_hard_limit();
     // One thread: the supervisor only moves frames and waits on children, and workers' death
     // signal (PR_SET_PDEATHSIG) is tied to the thread that forked them.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

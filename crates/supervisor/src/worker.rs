@@ -17,6 +17,7 @@ use respgw_telemetry::{Metrics, MetricsSnapshot};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::open_files;
 use crate::sockets::inherited_listener;
 
 /// Environment variable carrying the worker's [`GatewayOptions`] as JSON.
@@ -33,11 +34,29 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 pub fn run() -> anyhow::Result<()> {
     let config = std::env::var(CONFIG_ENV)
         .with_context(|| format!("{CONFIG_ENV} is not set: workers are started by `respgw serve`"))?;
-    let options: GatewayOptions = serde_json::from_str(&config).context("invalid worker configuration")?;
+    let mut options: GatewayOptions = serde_json::from_str(&config).context("invalid worker configuration")?;
+    fit_connection_cap(&mut options);
     let slot = std::env::var(SLOT_ENV).unwrap_or_else(|_| "0".into());
     let listener = inherited_listener()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(serve(options, slot, listener))
+}
+
+/// Raise the open-files limit and lower the client-connection cap to what it can hold.
+fn fit_connection_cap(options: &mut GatewayOptions) {
+    let Some(open_files) = open_files::raise_to_hard_limit() else { return };
+    let wanted = options.client_limits.max_connections;
+    let cap = open_files::connection_cap(wanted, open_files);
+    if cap < wanted {
+        tracing::warn!(
+            wanted,
+            cap,
+            open_files,
+            "the open-files limit holds fewer client connections than --max-client-connections; \
+             raise the limit (e.g. LimitNOFILE=) to allow more"
+        );
+    }
+    options.client_limits.max_connections = cap;
 }
 
 async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpListener) -> anyhow::Result<()> {
