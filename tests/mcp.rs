@@ -440,3 +440,64 @@ async fn tool_rounds_and_tool_output_fed_to_the_model_are_capped() {
     assert_eq!(sent[0]["tool_choice"], "auto");
     assert_eq!(sent[1]["tool_choice"], "none");
 }
+
+/// `respgw mcp-helper` run on its own (as `respgw-mcp-helper.service` runs it) on `port`.
+fn spawn_helper(config: &str, port: u16) -> tokio::process::Child {
+    tokio::process::Command::new(common::respgw_bin())
+        .args(["mcp-helper", "--config", config, "--listen", &format!("127.0.0.1:{port}")])
+        .env("GW_MCP_HOSTED_STARTUP_TIMEOUT_SEC", "5")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the helper starts")
+}
+
+/// Wait until the helper on `port` reports its server `local` available.
+async fn wait_for_helper(port: u16) {
+    let client = respgw_testkit::gateway::http_client();
+    for _ in 0..150 {
+        if let Ok(reply) = client.get(format!("http://127.0.0.1:{port}/servers")).send().await
+            && let Ok(servers) = reply.json::<Value>().await
+            && servers.to_string().contains("\"available\":true")
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the MCP helper on port {port} never reported its server available");
+}
+
+#[tokio::test]
+async fn an_independently_run_helper_restarts_while_the_gateway_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), json!({"local": {"command": sibling_bin("respgw-mcp-test-stdio")}}));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut helper = spawn_helper(&path, port);
+    wait_for_helper(port).await;
+    let h = Harness::start_with(&["--mcp-helper-url", &format!("http://127.0.0.1:{port}")], &[]).await;
+    let mut steps = calls("mcp__local__echo", json!({"text":"before"}));
+    steps.extend(calls("mcp__local__echo", json!({"text":"after"})));
+    h.scenario("m", steps);
+    h.scenario("plain", vec![Step::text(&["Still here."], "stop", None)]);
+    let with_tool = |text: &'static str| json!({"model":"m","input":text,"tools":[mcp_tool("local")]});
+
+    let (status, before) = h.create(with_tool("before")).await;
+    assert_eq!(status, 200, "{before}");
+    assert_eq!(item(&before, "mcp_call")["status"], "completed", "{before}");
+
+    // The helper stops (as `systemctl restart respgw-mcp-helper` stops it): the gateway keeps
+    // serving everything that does not need it, and says the helper is unreachable.
+    helper.kill().await.unwrap();
+    helper.wait().await.unwrap();
+    assert_eq!(h.get("/health").await.0, 200);
+    let (status, plain) = h.create(json!({"model":"plain","input":"hello"})).await;
+    assert_eq!((status, plain["status"].as_str()), (200, Some("completed")), "{plain}");
+    assert_eq!(h.get("/v1/mcp/servers").await.0, 503);
+
+    // The helper is back on the same address: Built-in MCP works again, without a gateway restart.
+    let _helper = spawn_helper(&path, port);
+    wait_for_helper(port).await;
+    let (status, after) = h.create(with_tool("after")).await;
+    assert_eq!(status, 200, "{after}");
+    assert_eq!(item(&after, "mcp_call")["status"], "completed", "{after}");
+    assert_eq!(h.get("/v1/mcp/servers").await.0, 200);
+}

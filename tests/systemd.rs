@@ -16,17 +16,28 @@ fn units_dir() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/systemd")
 }
 
-/// `systemd-analyze verify` on the units with `ExecStart` pointing at `binary`; returns its
-/// combined output (empty when the units are clean) and whether it succeeded.
-fn verify(service_text: &str) -> (bool, String) {
+/// The shipped units, by file name (drop-ins under their `…service.d/` folder).
+fn shipped(name: &str) -> String {
+    std::fs::read_to_string(units_dir().join(name)).unwrap()
+}
+
+/// `systemd-analyze verify` on the gateway's unit (`service_text`), its socket, the MCP helper's
+/// unit (`helper_text`) and the gateway's helper drop-in (`drop_in_text`, applied from
+/// `respgw.service.d/`), with `ExecStart` pointing at the built binary; returns the combined
+/// output (empty when the units are clean) and whether it succeeded.
+fn verify_all(service_text: &str, helper_text: &str, drop_in_text: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
-    let service = service_text.replace("/usr/local/bin/respgw", respgw_bin().to_str().unwrap());
-    std::fs::write(dir.path().join("respgw.service"), service).unwrap();
+    let binary = |text: &str| text.replace("/usr/local/bin/respgw", respgw_bin().to_str().unwrap());
+    std::fs::write(dir.path().join("respgw.service"), binary(service_text)).unwrap();
+    std::fs::write(dir.path().join("respgw-mcp-helper.service"), binary(helper_text)).unwrap();
+    std::fs::create_dir(dir.path().join("respgw.service.d")).unwrap();
+    std::fs::write(dir.path().join("respgw.service.d/mcp-helper.conf"), drop_in_text).unwrap();
     std::fs::copy(units_dir().join("respgw.socket"), dir.path().join("respgw.socket")).unwrap();
     let out = std::process::Command::new("systemd-analyze")
         .args(["verify", "--man=no"])
         .arg(dir.path().join("respgw.service"))
         .arg(dir.path().join("respgw.socket"))
+        .arg(dir.path().join("respgw-mcp-helper.service"))
         .output()
         .expect("systemd-analyze is installed (Debian package systemd; scripts/test installs it)");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -35,12 +46,19 @@ fn verify(service_text: &str) -> (bool, String) {
 
 #[test]
 fn the_units_pass_systemd_analyze_verify() {
-    let service = std::fs::read_to_string(units_dir().join("respgw.service")).unwrap();
-    let (ok, output) = verify(&service);
+    let (service, helper, drop_in) =
+        (shipped("respgw.service"), shipped("respgw-mcp-helper.service"), shipped("respgw.service.d/mcp-helper.conf"));
+    let (ok, output) = verify_all(&service, &helper, &drop_in);
     assert!(ok && output.trim().is_empty(), "systemd-analyze verify complained:\n{output}");
-    // The check itself catches mistakes: a misspelt key is reported.
-    let (_, output) = verify(&service.replace("Type=notify", "Typo=notify"));
-    assert!(output.contains("Unknown key"), "a broken unit must not pass silently: {output}");
+    // The check itself catches mistakes, in each of the three files: a misspelt key is reported.
+    for (which, (s, h, d)) in [
+        ("respgw.service", (service.replace("Type=notify", "Typo=notify"), helper.clone(), drop_in.clone())),
+        ("respgw-mcp-helper.service", (service.clone(), helper.replace("Type=exec", "Typo=exec"), drop_in.clone())),
+        ("the drop-in", (service.clone(), helper.clone(), drop_in.replace("Wants=", "Wnats="))),
+    ] {
+        let (_, output) = verify_all(&s, &h, &d);
+        assert!(output.contains("Unknown key"), "a broken {which} must not pass silently: {output}");
+    }
 }
 
 #[tokio::test]
