@@ -59,6 +59,7 @@ fn transcript(body: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn agents_sdk_runs_chains_and_replays_through_the_gateway() {
+    respgw_testkit::skip_unless!(common::python_env());
     let h = Harness::start().await;
     h.scenario("agents-run", vec![weather_call(), answer()]);
     h.scenario("agents-stream", vec![weather_call(), answer()]);

@@ -35,6 +35,7 @@ fn stream_kinds(events: &[Value]) -> Vec<&str> {
 
 #[tokio::test]
 async fn the_model_calls_the_sandbox_and_answers_with_its_result() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = harness().await;
     h.scenario("minimax", vec![Step::cassette(STEP1), Step::cassette(STEP2)]);
     let events = h
@@ -83,6 +84,7 @@ async fn the_model_calls_the_sandbox_and_answers_with_its_result() {
 
 #[tokio::test]
 async fn outputs_are_null_unless_included() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = harness().await;
     h.scenario("minimax", vec![Step::cassette(STEP1), Step::cassette(STEP2)]);
     let (status, body) = h.create(json!({"model":"minimax","input":"2+2?","tools":[ci_tool()]})).await;
@@ -107,6 +109,7 @@ fn runs(code: &str) -> Vec<Step> {
 
 #[tokio::test]
 async fn a_matplotlib_figure_becomes_an_image_output() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = harness().await;
     let code =
         "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.savefig('plot.png')\nprint('saved')";
@@ -128,6 +131,7 @@ async fn a_matplotlib_figure_becomes_an_image_output() {
 
 #[tokio::test]
 async fn an_exception_is_a_result_the_model_sees_not_a_failed_response() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = harness().await;
     h.scenario("boom", runs("1/0"));
     let (status, body) = h
@@ -149,6 +153,7 @@ async fn an_exception_is_a_result_the_model_sees_not_a_failed_response() {
 
 #[tokio::test]
 async fn files_persist_in_the_conversation_container() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = harness().await;
     let mut steps = runs("open('note.txt', 'w').write('kept across turns')");
     steps.extend(runs("print(open('note.txt').read())"));
@@ -173,6 +178,7 @@ async fn files_persist_in_the_conversation_container() {
 
 #[tokio::test]
 async fn two_sandbox_rounds_are_two_assistant_turns_in_every_later_request() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = harness().await;
     let again = || Step::text(&["Again."], "stop", None);
     h.scenario(
@@ -217,6 +223,7 @@ async fn two_sandbox_rounds_are_two_assistant_turns_in_every_later_request() {
 
 #[tokio::test]
 async fn a_disabled_code_interpreter_is_not_offered_and_is_refused() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = Harness::start_with(&["--code-interpreter", "disabled"], &[]).await;
     let (status, body) = h.create(json!({"model":"m","input":"x","tools":[ci_tool()]})).await;
     assert_eq!((status, body["error"]["param"].as_str()), (400, Some("tools[0].type")));
@@ -224,6 +231,7 @@ async fn a_disabled_code_interpreter_is_not_offered_and_is_refused() {
 
 #[tokio::test]
 async fn code_interpreter_metrics_are_recorded() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = harness().await;
     h.scenario("minimax", vec![Step::cassette(STEP1), Step::cassette(STEP2)]);
     h.create(json!({"model":"minimax","input":"2+2?","tools":[ci_tool()]})).await;

@@ -20,6 +20,11 @@ use respgw_testkit::ClientLog;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
+/// The pinned Codex CLI is installed (`scripts/setup-test-clients`).
+fn codex_installed() -> Result<(), String> {
+    respgw_testkit::prerequisites::file(&codex_bin(), "scripts/setup-test-clients installs it, or set RESPGW_CODEX")
+}
+
 fn codex_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("RESPGW_CODEX") {
         return PathBuf::from(p);
@@ -212,6 +217,7 @@ fn assert_codex_surface(sent: &Value) {
 
 #[tokio::test]
 async fn codex_exec_plain_answer_with_output_schema() {
+    respgw_testkit::skip_unless!(codex_installed());
     let h = Harness::start().await;
     h.scenario("codex-plain", vec![Step::cassette("chat_completion/text-single-stream.yaml")]);
     let codex = Codex::new(&h, "codex-plain", "").await;
@@ -239,6 +245,7 @@ async fn codex_exec_plain_answer_with_output_schema() {
 
 #[tokio::test]
 async fn codex_shell_tool_round_trip() {
+    respgw_testkit::skip_unless!(codex_installed());
     let h = Harness::start().await;
     let call = Step::recorded_tool_call(
         "chat_completion/vllm-code_interpreter-step1-stream.yaml",
@@ -283,6 +290,7 @@ async fn codex_shell_tool_round_trip() {
 
 #[tokio::test]
 async fn codex_exec_resume_keeps_sealed_upstream_reasoning() {
+    respgw_testkit::skip_unless!(codex_installed());
     let h = Harness::start().await;
     h.scenario(
         "codex-reasoning",
@@ -322,6 +330,7 @@ async fn codex_exec_resume_keeps_sealed_upstream_reasoning() {
 
 #[tokio::test]
 async fn codex_compaction_sends_no_tools_and_continues() {
+    respgw_testkit::skip_unless!(codex_installed());
     let h = Harness::start().await;
     let reasoning = || Step::cassette("chat_completion/vllm-code_interpreter-step2-stream.yaml");
     h.scenario(
@@ -353,6 +362,7 @@ async fn codex_compaction_sends_no_tools_and_continues() {
 
 #[tokio::test]
 async fn codex_image_input_reaches_the_model() {
+    respgw_testkit::skip_unless!(codex_installed());
     let h = Harness::start().await;
     h.scenario("codex-image", vec![Step::cassette("chat_completion/text-single-stream.yaml")]);
     let codex = Codex::new(&h, "codex-image", "").await;
@@ -394,6 +404,7 @@ const TINY_PNG: &[u8] = &[
 
 #[tokio::test]
 async fn tampered_or_foreign_encrypted_reasoning_is_a_clear_400() {
+    respgw_testkit::skip_unless!(codex_installed());
     let h = Harness::start().await;
     h.scenario(
         "sealed",
@@ -439,6 +450,7 @@ async fn tampered_or_foreign_encrypted_reasoning_is_a_clear_400() {
 
 #[tokio::test]
 async fn custom_and_local_shell_calls_go_back_to_the_client_unexecuted() {
+    respgw_testkit::skip_unless!(codex_installed());
     let h = Harness::start().await;
     let shell = Step::recorded_tool_call(
         "chat_completion/vllm-code_interpreter-step1-stream.yaml",

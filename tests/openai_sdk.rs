@@ -11,6 +11,7 @@ use respgw_testkit::upstream::Step;
 
 #[tokio::test]
 async fn the_official_python_sdk_parses_everything() {
+    respgw_testkit::skip_unless!(common::python_env());
     let h = Harness::start().await;
     let text = || Step::cassette("chat_completion/text-single-stream.yaml");
     h.scenario("text", (0..5).map(|_| text()).collect());

@@ -51,6 +51,7 @@ fn assert_store_unavailable(status: u16, body: &Value) {
 
 #[tokio::test]
 async fn two_gateways_share_one_database() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
     let schema = TestSchema::create().await.unwrap();
     let upstream = ReplayUpstream::start().await.unwrap();
     upstream.add_scenario("m", vec![text("Paris."), text("Lyon.")]);
@@ -87,6 +88,7 @@ async fn two_gateways_share_one_database() {
 
 #[tokio::test]
 async fn an_unreachable_database_stops_the_start_naming_it_without_the_password() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
     let upstream = ReplayUpstream::start().await.unwrap();
     // Nothing listens on loopback port 1: the connection is refused at once.
     let args = common::serve_args(&upstream.base_url(), &["--db-path", "postgres://app:s3cret@127.0.0.1:1/respgw"]);
@@ -124,6 +126,7 @@ async fn create_until_ok(gw: &GatewayProcess, body: &Value) -> Value {
 
 #[tokio::test]
 async fn postgres_briefly_unreachable_fails_cleanly_then_recovers() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
     let schema = TestSchema::create().await.unwrap();
     let server: std::net::SocketAddr = {
         let url = url_of(&respgw_testkit::postgres::server_url());
@@ -166,6 +169,7 @@ async fn postgres_briefly_unreachable_fails_cleanly_then_recovers() {
 
 #[tokio::test]
 async fn sqlite_locked_for_a_moment_fails_cleanly_then_recovers() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
     let h = Harness::start().await;
     h.scenario("m", (0..20).map(|_| text("ok")).collect());
     let (status, before) = h.create(json!({"model":"m","input":"before"})).await;

@@ -23,6 +23,15 @@ const MODEL: &str = "SmolLM2-135M-Instruct";
 /// Few tokens keep the test quick on 2 shared cores.
 const MAX_TOKENS: u64 = 12;
 
+/// llama-server and the model are prepared (`scripts/setup-local-model --paths` succeeds).
+fn local_model_prepared() -> Result<(), String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-local-model");
+    match std::process::Command::new(&script).arg("--paths").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        _ => Err("llama-server and the model are not prepared (scripts/setup-local-model builds them)".into()),
+    }
+}
+
 /// `LLAMA_SERVER` and `MODEL` paths from `scripts/setup-local-model --paths`.
 fn local_model_paths() -> (String, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-local-model");
@@ -69,6 +78,7 @@ fn assert_answered(response: &Value) {
 
 #[tokio::test]
 async fn integrated_mode_serves_a_real_local_model() {
+    respgw_testkit::skip_unless!(local_model_prepared());
     let (llama_server, model) = local_model_paths();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("quickstart.db");

@@ -38,6 +38,11 @@ pub fn test_python() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
 }
 
+/// The test Python environment exists (`scripts/test` creates it).
+pub fn python_env() -> Result<(), String> {
+    respgw_testkit::prerequisites::file(&test_python(), "scripts/test installs .venv, or set RESPGW_PYTHON")
+}
+
 /// What a client script printed, and whether it exited successfully.
 pub struct ScriptRun {
     pub succeeded: bool,
@@ -120,6 +125,7 @@ macro_rules! on_both_backends {
 
             #[tokio::test]
             async fn postgres() {
+                respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
                 super::$name($crate::common::Backend::Postgres).await;
             }
         }

@@ -2,8 +2,9 @@
 //! TypeScript SDK's reference server) over stdio, legacy SSE and streamable HTTP.
 //!
 //! The package is installed by `scripts/setup-mcp-test-servers` into `crates/mcp-test-servers/npm/`
-//! (pinned in its `package.json`), so this test runs offline afterwards. Without it the test fails and
-//! says what to run: a silently skipped ecosystem test would hide a broken setup.
+//! (pinned in its `package.json`), so this test runs offline afterwards. Without it the test is
+//! skipped with a line saying what to run under plain `cargo test`, and fails under `scripts/test`
+//! (see `respgw_testkit::prerequisites`).
 
 mod common;
 
@@ -17,19 +18,14 @@ use tokio::process::{Child, Command};
 
 /// The installed server's entry point.
 fn server_everything() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/setup-mcp-test-servers (it installs the npm test servers) and test again",
-        path.display()
-    );
-    let node = std::process::Command::new("node").arg("--version").output();
-    assert!(
-        node.is_ok_and(|out| out.status.success()),
-        "`node` is not on PATH; scripts/setup-mcp-test-servers needs Node.js and npm"
-    );
-    path
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// The npm server and Node.js are installed (`scripts/setup-mcp-test-servers`).
+fn server_everything_installed() -> Result<(), String> {
+    respgw_testkit::prerequisites::program("node", "Debian package nodejs")?;
+    respgw_testkit::prerequisites::file(&server_everything(), "scripts/setup-mcp-test-servers installs it")
 }
 
 /// A free loopback port (bound, then released; server-everything takes its port from `PORT`).
@@ -58,6 +54,7 @@ async fn start_node_server(index: &PathBuf, transport: &str, port: u16) -> Child
 
 #[tokio::test]
 async fn server_everything_works_over_stdio_sse_and_streamable_http() {
+    respgw_testkit::skip_unless!(server_everything_installed());
     let index = server_everything();
     let (sse_port, http_port) = (free_port(), free_port());
     let _sse = start_node_server(&index, "sse", sse_port).await;

@@ -131,6 +131,7 @@ macro_rules! both {
 
             #[tokio::test]
             async fn postgres() {
+                respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
                 super::$name(super::Backend::postgres().await).await;
             }
         }
@@ -520,6 +521,7 @@ async fn open_dispatches_on_location() {
     }
 
     // PostgreSQL URLs select PostgreSQL: the same data through two opens.
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
     let schema = TestSchema::create().await.unwrap();
     for location in [schema.url(), schema.url().replacen("postgres://", "postgresql://", 1)] {
         let store = open_with(&location, StoreOptions { pool_size: 2 }).await.unwrap();

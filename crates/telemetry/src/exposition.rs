@@ -297,16 +297,14 @@ mod tests {
         std::env::split_paths(&path).map(|directory| directory.join(program)).find(|candidate| candidate.is_file())
     }
 
-    /// Runs `promtool check metrics` (stdin) on a populated merged view. Skips when promtool is not
-    /// installed, unless `RESPGW_REQUIRE_PROMTOOL=1`, in which case a missing promtool fails.
+    const PROMTOOL_REMEDY: &str = "Debian package prometheus; scripts/test installs it";
+
+    /// Runs `promtool check metrics` (stdin) on a populated merged view; a test prerequisite
+    /// (`respgw_testkit::prerequisites`: skipped without promtool, except under `scripts/test`).
     #[test]
     fn rendered_merged_snapshot_passes_promtool_check_metrics() {
-        let required = std::env::var("RESPGW_REQUIRE_PROMTOOL").is_ok_and(|value| value == "1");
-        let Some(promtool) = find_on_path("promtool") else {
-            assert!(!required, "RESPGW_REQUIRE_PROMTOOL=1 but promtool is not on PATH (apt-get install prometheus)");
-            eprintln!("promtool not on PATH: skipping `promtool check metrics`");
-            return;
-        };
+        respgw_testkit::skip_unless!(respgw_testkit::prerequisites::program("promtool", PROMTOOL_REMEDY));
+        let Some(promtool) = find_on_path("promtool") else { return };
         let text = render(&populated_merged_snapshot());
         for family in &FAMILIES {
             assert!(text.lines().any(|line| line.starts_with(family.name)), "no sample for {}:\n{text}", family.name);

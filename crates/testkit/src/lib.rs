@@ -8,11 +8,14 @@
 //! * [`client_log`]: [`ClientLog`], a recording pass-through between a real client and the gateway.
 //! * [`gateway`]: starts the real `respgw` binary as a child process, plus small HTTP client helpers.
 //! * [`postgres`]: a fresh PostgreSQL schema per test, and a TCP proxy that can cut the database off.
+//! * [`prerequisites`]: what tests need from outside the repository, and skipping (or, under
+//!   `scripts/test`, failing) a test when it is missing.
 
 pub mod cassette;
 pub mod client_log;
 pub mod gateway;
 pub mod postgres;
+pub mod prerequisites;
 pub mod schema;
 pub mod sse;
 pub mod upstream;

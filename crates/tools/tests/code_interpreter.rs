@@ -1,8 +1,8 @@
 //! Attack tests of the code_interpreter sandbox: each property of the sandbox is proven by code
 //! that tries to break it, run in the real sandbox (bubblewrap + the venv).
 //!
-//! They need what `scripts/setup-code-interpreter` installs; without it they FAIL and say so
-//! (set `RESPGW_SKIP_SANDBOX_TESTS=1` to skip them on a machine that cannot have a sandbox).
+//! They need what `scripts/setup-code-interpreter` installs (bubblewrap and the venv): without it
+//! they are skipped with a line saying so under plain `cargo test`, and fail under `scripts/test`.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -46,19 +46,16 @@ fn base_config() -> SandboxConfig {
     c
 }
 
-/// The sandbox with `config`, or `None` when the tests are skipped on purpose.
+/// The sandbox with `config`, or `None` when its prerequisites are missing and the test is
+/// skipped (see `respgw_testkit::prerequisites`); with them present, a sandbox that does not
+/// start fails the test.
 async fn sandbox_with(config: SandboxConfig) -> Option<Sandbox> {
+    if !respgw_testkit::prerequisites::present(respgw_testkit::prerequisites::code_interpreter_sandbox()) {
+        return None;
+    }
     match Sandbox::new(config).await {
         Ok(s) => Some(s),
-        Err(e) if std::env::var("RESPGW_SKIP_SANDBOX_TESTS").is_ok_and(|v| v == "1") => {
-            eprintln!("RESPGW_SKIP_SANDBOX_TESTS=1: skipping a sandbox test ({e})");
-            None
-        }
-        Err(e) => panic!(
-            "the code_interpreter sandbox is not available on this machine: {e}\n\
-             Run scripts/setup-code-interpreter first (installs bubblewrap and the Python venv), \
-             or set RESPGW_SKIP_SANDBOX_TESTS=1 to skip these tests."
-        ),
+        Err(e) => panic!("the code_interpreter sandbox does not start on this machine: {e}"),
     }
 }
 
