@@ -76,7 +76,7 @@ impl GatewayProcess {
         let stderr = Arc::new(Mutex::new(String::new()));
         let (ready_sender, ready) = oneshot::channel();
         drain_lines(child.stdout.take().context("child stdout")?, stdout.clone(), Some(ready_sender));
-        drain_lines(child.stderr.take().context("child stderr")?, stderr.clone(), None);
+        let stderr_drained = drain_lines(child.stderr.take().context("child stderr")?, stderr.clone(), None);
         let mut gateway = GatewayProcess {
             child,
             base_url: String::new(),
@@ -91,8 +91,12 @@ impl GatewayProcess {
                 Ok(gateway)
             }
             Ok(Err(_stdout_closed)) => {
-                // Let the child finish so its last stderr lines are drained.
+                // Let the child finish and its last stderr lines be read (the pipe ends with it).
                 let status = wait_for_exit(&mut gateway.child, Duration::from_secs(2)).await;
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+                while !stderr_drained.is_finished() && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
                 bail!(
                     "{} exited before printing `listening on` (status: {status}); stdout:\n{}\nstderr:\n{}",
                     bin.display(),
@@ -157,7 +161,7 @@ fn drain_lines(
     pipe: impl Read + Send + 'static,
     buffer: Arc<Mutex<String>>,
     mut ready: Option<oneshot::Sender<String>>,
-) {
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut reader = BufReader::new(pipe);
         let mut line = String::new();
@@ -172,7 +176,7 @@ fn drain_lines(
             buffer.lock().unwrap_or_else(PoisonError::into_inner).push_str(&line);
             line.clear();
         }
-    });
+    })
 }
 
 /// Waits up to `timeout` for `child` to exit and describes its status.
