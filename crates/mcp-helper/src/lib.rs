@@ -7,14 +7,14 @@
 //! shapes: `respgw_tools::mcp`; the worker's client: `respgw_tools::mcp::McpHelperClient`).
 //!
 //! What it guarantees:
-//! - start-up: every server is started in parallel, each within `GW_MCP_HOSTED_STARTUP_TIMEOUT_SEC`
+//! - start-up: every server is started in parallel, each within `GW_MCP_BUILTIN_STARTUP_TIMEOUT_SEC`
 //!   (spawn or connect, `initialize`, first `tools/list`); `/health` answers 200 once every server has
 //!   had that first attempt, whatever its outcome. A server that fails is *unavailable*, not fatal;
 //! - recovery: a dead stdio server is restarted, a dropped URL server reconnected, a failed start
 //!   retried — with exponential back-off, forever (the seed never recovered);
 //! - tools: `tools/list` is cached per session, refreshed on `notifications/tools/list_changed` and when
 //!   a call names a tool missing from the cache;
-//! - calls: bounded by `GW_MCP_HOSTED_TOOL_TIMEOUT_SEC`; every failure of an attempted call (tool error,
+//! - calls: bounded by `GW_MCP_BUILTIN_TOOL_TIMEOUT_SEC`; every failure of an attempted call (tool error,
 //!   timeout, lost connection, unknown tool) is an `ok:false` outcome with a redacted `error_text`;
 //! - metrics: start-up outcomes are counted per server and exposed in `GET /servers`
 //!   (`startup_ok_count`, `startup_error_count`), and optionally reported to a [`StartupHook`];
@@ -50,7 +50,7 @@ pub type StartupHook = Arc<dyn Fn(&str, bool) + Send + Sync>;
 /// How the helper runs.
 #[derive(Clone)]
 pub struct HelperSettings {
-    /// Start-up and tool-call limits (`GW_MCP_HOSTED_STARTUP_TIMEOUT_SEC`, `GW_MCP_HOSTED_TOOL_TIMEOUT_SEC`).
+    /// Start-up and tool-call limits (`GW_MCP_BUILTIN_STARTUP_TIMEOUT_SEC`, `GW_MCP_BUILTIN_TOOL_TIMEOUT_SEC`).
     pub timeouts: McpTimeouts,
     /// First delay before restarting a failed or dead server.
     pub restart_backoff_initial: Duration,
@@ -83,14 +83,6 @@ impl fmt::Debug for HelperSettings {
             .field("ping_interval", &self.ping_interval)
             .field("on_startup", &self.on_startup.as_ref().map(|_| "…"))
             .finish()
-    }
-}
-
-impl HelperSettings {
-    /// Defaults, with the time limits read from the environment.
-    pub fn from_env() -> anyhow::Result<Self> {
-        let timeouts = McpTimeouts::from_env().map_err(anyhow::Error::msg)?;
-        Ok(HelperSettings { timeouts, ..Default::default() })
     }
 }
 

@@ -1,13 +1,15 @@
-//! What one gateway process needs to serve, independent of how it was started. The supervisor
-//! serializes this to JSON for the workers it re-execs.
+//! What one gateway process needs to serve, independent of how it was started: every setting,
+//! resolved once by the `respgw` binary from its command line and environment. The supervisor
+//! serializes this to JSON for the workers it re-execs; workers read no other setting.
 
 use std::time::Duration;
 
 use respgw_engine::sealed::ReasoningKeys;
 use respgw_engine::{Limits, UpstreamConfig};
+use respgw_telemetry::tracing_otlp::TracingConfig;
 use respgw_tools::code_interpreter::SandboxSettings;
 use respgw_tools::input_files::InputFileSettings;
-use respgw_tools::mcp::RemoteMcpSettings;
+use respgw_tools::mcp::{McpTimeouts, RemoteMcpSettings};
 use respgw_tools::web_search::WebSearchSettings;
 use serde::{Deserialize, Serialize};
 
@@ -45,7 +47,11 @@ pub struct GatewayOptions {
     pub code_interpreter_settings: SandboxSettings,
     /// Base URL of the Built-in MCP helper, when MCP servers are configured.
     pub mcp_helper_url: Option<String>,
-    /// Remote (request-declared) MCP: `GW_MCP_REQUEST_REMOTE_*`, read once by the supervisor.
+    /// The Built-in MCP time limits (`--mcp-builtin-*-timeout-sec`): a call to the helper waits
+    /// a little longer than the helper's own tool-call limit.
+    #[serde(default)]
+    pub mcp_timeouts: McpTimeouts,
+    /// Remote (request-declared) MCP (`--mcp-request-remote-*`).
     #[serde(default)]
     pub remote_mcp: RemoteMcpSettings,
     /// `input_file` parts: size limits and the `file_url` fetch (`--input-file-*`).
@@ -58,6 +64,9 @@ pub struct GatewayOptions {
     /// supervisor so every worker opens what any worker sealed.
     #[serde(default)]
     pub reasoning_keys: ReasoningKeys,
+    /// Span export (`--tracing-*`); only workers export.
+    #[serde(default)]
+    pub tracing: TracingConfig,
 }
 
 fn default_db_pool_size() -> u32 {

@@ -11,8 +11,8 @@ use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
 use respgw_tools::input_files::InputFiles;
-use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, McpTimeouts, RemoteMcp};
-use respgw_tools::web_search::{BRAVE_API_KEY_ENV, WebSearch};
+use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, RemoteMcp};
+use respgw_tools::web_search::WebSearch;
 
 use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
@@ -71,9 +71,7 @@ pub async fn build(
 /// Remote MCP settings were validated by the supervisor too (an unreadable CA file fails here).
 async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperClient>) -> anyhow::Result<GatewayTools> {
     let sandbox = if options.code_interpreter {
-        let config = SandboxConfig::from_settings(&options.code_interpreter_settings)
-            .map_err(|e| anyhow::anyhow!("code interpreter settings: {e}"))?;
-        match Sandbox::new(config).await {
+        match Sandbox::new(SandboxConfig::from_settings(&options.code_interpreter_settings)).await {
             Ok(sandbox) => Some(sandbox),
             Err(e) => {
                 tracing::error!(error = %e, "code_interpreter is disabled in this worker");
@@ -87,18 +85,15 @@ async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperCli
         RemoteMcp::new(options.remote_mcp.clone()).map_err(|e| anyhow::anyhow!("Remote MCP settings: {e}"))?;
     let tools = GatewayTools::new(sandbox, mcp_helper.clone(), remote_mcp);
     let Some(settings) = &options.web_search else { return Ok(tools) };
-    let brave_key = std::env::var(BRAVE_API_KEY_ENV).ok();
-    let web_search =
-        WebSearch::new(settings, brave_key, mcp_helper).map_err(|e| anyhow::anyhow!("web_search settings: {e}"))?;
+    let web_search = WebSearch::new(settings, mcp_helper).map_err(|e| anyhow::anyhow!("web_search settings: {e}"))?;
     Ok(tools.with_web_search(web_search))
 }
 
 /// The client of the Built-in MCP helper, with call timeouts matching the helper's own.
 fn mcp_helper_client(options: &GatewayOptions) -> anyhow::Result<Option<McpHelperClient>> {
     let Some(url) = &options.mcp_helper_url else { return Ok(None) };
-    let timeouts = McpTimeouts::from_env().map_err(anyhow::Error::msg)?;
     let client = McpHelperClient::new(url).with_context(|| format!("bad MCP helper URL '{url}'"))?;
-    Ok(Some(client.with_timeouts(HelperTimeouts::for_tool_timeout(timeouts.tool_call))))
+    Ok(Some(client.with_timeouts(HelperTimeouts::for_tool_timeout(options.mcp_timeouts.tool_call))))
 }
 
 /// How long just-accepted connections get to send their first request before draining starts.

@@ -23,7 +23,7 @@ use anyhow::Context;
 use respgw_server::GatewayOptions;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig, WorkRootClaim};
 
-pub use mcp_slot::McpSetup;
+pub use mcp_slot::{ExaServer, McpSetup};
 
 /// A loopback port nobody listens on right now.
 fn free_loopback_port() -> anyhow::Result<u16> {
@@ -51,12 +51,10 @@ async fn check_code_interpreter(options: &mut GatewayOptions) -> Option<WorkRoot
         return None;
     }
     let settings = &options.code_interpreter_settings;
-    let checked = match SandboxConfig::from_settings(settings) {
-        Ok(config) => match WorkRootClaim::take(&config.work_root) {
-            Ok(claim) => Sandbox::new(config).await.map(|_| claim).map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        },
-        Err(e) => Err(format!("invalid code interpreter settings: {e}")),
+    let config = SandboxConfig::from_settings(settings);
+    let checked = match WorkRootClaim::take(&config.work_root) {
+        Ok(claim) => Sandbox::new(config).await.map(|_| claim).map_err(|e| e.to_string()),
+        Err(e) => Err(e),
     };
     match checked {
         Ok(claim) => {

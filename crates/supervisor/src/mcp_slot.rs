@@ -23,20 +23,46 @@ pub enum McpSetup {
     /// Built-in MCP is disabled.
     None,
     /// Start a helper on this loopback port (0: any free port) for this config and/or the Exa
-    /// server the `exa_mcp` web search profile provisions (label `exa`, at `exa_url`).
-    Spawn { config: Option<PathBuf>, port: u16, exa_url: Option<String> },
+    /// server the `exa_mcp` web search profile provisions (label `exa`, at `exa.url`), with these
+    /// time limits.
+    Spawn { config: Option<PathBuf>, port: u16, exa: Option<ExaServer>, timeouts: McpTimeouts },
     /// Use a helper that runs on its own.
     External { url: String },
 }
 
+/// The Exa server a spawned helper provisions for the `exa_mcp` web search profile.
+#[derive(Clone)]
+pub struct ExaServer {
+    /// Exa's MCP endpoint.
+    pub url: String,
+    /// Exa's API key (`EXA_API_KEY`), handed to the helper in its environment, never on its
+    /// command line.
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for ExaServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExaServer")
+            .field("url", &self.url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
 impl McpSetup {
-    /// `exa_url`: the Exa MCP endpoint when the `exa_mcp` web search profile is on (an external
-    /// helper must then be configured with an `exa` server itself).
-    pub fn from_args(config: Option<PathBuf>, port: u16, url: Option<String>, exa_url: Option<String>) -> Self {
-        match (config, url, exa_url) {
+    /// `exa`: the Exa server when the `exa_mcp` web search profile is on (an external helper must
+    /// then be configured with an `exa` server itself).
+    pub fn from_args(
+        config: Option<PathBuf>,
+        port: u16,
+        url: Option<String>,
+        exa: Option<ExaServer>,
+        timeouts: McpTimeouts,
+    ) -> Self {
+        match (config, url, exa) {
             (None, Some(url), _) => McpSetup::External { url },
             (None, None, None) => McpSetup::None,
-            (config, _, exa_url) => McpSetup::Spawn { config, port, exa_url },
+            (config, _, exa) => McpSetup::Spawn { config, port, exa, timeouts },
         }
     }
 }
@@ -81,7 +107,7 @@ pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyho
             tokio::spawn(poll_startup_counts(client, merged, None, stop_rx));
             Ok(Some(HelperSlot { url: url.clone(), stop, supervisor: None }))
         }
-        McpSetup::Spawn { config, port, exa_url } => {
+        McpSetup::Spawn { config, port, exa, timeouts } => {
             let parsed = match config {
                 Some(path) => McpConfig::load(path)?,
                 None => McpConfig::default(),
@@ -89,17 +115,16 @@ pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyho
             for warning in &parsed.warnings {
                 tracing::warn!("{warning}");
             }
-            let timeouts = McpTimeouts::from_env().map_err(anyhow::Error::msg)?;
             let port = if *port == 0 { crate::free_loopback_port()? } else { *port };
             let url = format!("http://127.0.0.1:{port}");
             let client = McpHelperClient::new(&url)?;
             let exe = std::env::current_exe().context("cannot find the respgw binary to start the MCP helper")?;
-            let command = HelperCommand { exe, config: config.clone(), exa_url: exa_url.clone(), port };
+            let command = HelperCommand { exe, config: config.clone(), exa: exa.clone(), port, timeouts: *timeouts };
             let mut child = command.spawn()?;
             // Every server gets its start-up timeout; the helper is healthy once all were tried.
             let ready_within = timeouts.startup + Duration::from_secs(15);
             wait_healthy(&client, &mut child, ready_within).await?;
-            let servers = parsed.servers.len() + usize::from(exa_url.is_some());
+            let servers = parsed.servers.len() + usize::from(exa.is_some());
             tracing::info!(%url, servers, "MCP helper ready");
             let (generation_tx, generation_rx) = watch::channel(0u64);
             tokio::spawn(poll_startup_counts(client, merged, Some(generation_rx), stop_rx.clone()));
@@ -112,9 +137,10 @@ pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyho
 struct HelperCommand {
     exe: PathBuf,
     config: Option<PathBuf>,
-    /// The Exa endpoint to provision (its key, `EXA_API_KEY`, reaches the helper by environment).
-    exa_url: Option<String>,
+    /// The Exa server to provision.
+    exa: Option<ExaServer>,
     port: u16,
+    timeouts: McpTimeouts,
 }
 
 impl HelperCommand {
@@ -124,12 +150,20 @@ impl HelperCommand {
         if let Some(config) = &self.config {
             command.arg("--config").arg(config);
         }
-        if let Some(exa_url) = &self.exa_url {
-            command.arg("--web-search-exa-mcp-url").arg(exa_url);
+        if let Some(exa) = &self.exa {
+            command.arg("--web-search-exa-mcp-url").arg(&exa.url);
+            match &exa.api_key {
+                Some(key) => command.env("EXA_API_KEY", key),
+                None => command.env_remove("EXA_API_KEY"),
+            };
         }
         command
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--mcp-builtin-startup-timeout-sec")
+            .arg(self.timeouts.startup.as_secs_f64().to_string())
+            .arg("--mcp-builtin-tool-timeout-sec")
+            .arg(self.timeouts.tool_call.as_secs_f64().to_string())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
         crate::pool::die_with_parent(&mut command);

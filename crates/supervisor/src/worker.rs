@@ -30,11 +30,16 @@ const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a scrape waits for the supervisor's merged view.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Entry point of `respgw worker`.
-pub fn run() -> anyhow::Result<()> {
+/// The options the supervisor handed this worker (before anything else, so that `main` can set up
+/// tracing from them).
+pub fn inherited_options() -> anyhow::Result<GatewayOptions> {
     let config = std::env::var(CONFIG_ENV)
         .with_context(|| format!("{CONFIG_ENV} is not set: workers are started by `respgw serve`"))?;
-    let mut options: GatewayOptions = serde_json::from_str(&config).context("invalid worker configuration")?;
+    serde_json::from_str(&config).context("invalid worker configuration")
+}
+
+/// Entry point of `respgw worker`, with the [`inherited_options`].
+pub fn run(mut options: GatewayOptions) -> anyhow::Result<()> {
     fit_connection_cap(&mut options);
     let slot = std::env::var(SLOT_ENV).unwrap_or_else(|_| "0".into());
     let listener = inherited_listener()?;

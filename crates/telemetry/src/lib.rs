@@ -11,7 +11,7 @@
 //!
 //! A single-process deployment simply serves `render(&metrics.snapshot())`.
 //!
-//! Tracing: [`tracing_otlp`] installs the log subscriber and, when `GW_TRACING_ENABLED`, exports
+//! Tracing: [`tracing_otlp`] installs the log subscriber and, when span export is on, exports
 //! spans over OTLP/gRPC (cargo feature `otlp`).
 
 pub mod exposition;

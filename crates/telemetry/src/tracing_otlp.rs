@@ -1,24 +1,17 @@
 //! Tracing: the process-wide `tracing` subscriber (logs on stderr, filtered by `RUST_LOG`, default
-//! `info`) and, when `GW_TRACING_ENABLED`, OpenTelemetry spans exported over OTLP/gRPC, plus the W3C
-//! trace-context helpers used for inbound requests ([`continue_remote_trace`]) and outbound upstream
-//! calls ([`trace_context_headers`]).
+//! `info`) and, when [`TracingConfig::enabled`], OpenTelemetry spans exported over OTLP/gRPC, plus the
+//! W3C trace-context helpers used for inbound requests ([`continue_remote_trace`]) and outbound
+//! upstream calls ([`trace_context_headers`]).
 //!
-//! | variable | default | meaning |
-//! |---|---|---|
-//! | `GW_TRACING_ENABLED` | `false` | export spans (`1/true/yes/on`, `0/false/no/off`, case-insensitive) |
-//! | `GW_TRACING_SAMPLE_RATIO` | `0.01` | share of new traces sampled, 0.0–1.0; a caller's sampled flag wins |
-//! | `GW_OPENTELEMETRY_HOST` | `otel-collector` | OTLP/gRPC collector host |
-//! | `GW_OPENTELEMETRY_PORT` | `4317` | collector port |
-//! | `GW_OTEL_SERVICE_NAME` | `respgw` | `service.name` of the exported resource |
+//! The settings arrive as a [`TracingConfig`], resolved by the binary from its command line
+//! (`--tracing-*`, `--opentelemetry-*`, `--otel-service-name` and their `GW_*` variables) with the
+//! checks here ([`parse_sample_ratio`], [`parse_collector_host`], [`TracingConfig::check`]). The
+//! standard `OTEL_BSP_*` variables tune the batch exporter (e.g. `OTEL_BSP_SCHEDULE_DELAY` in
+//! milliseconds).
 //!
-//! An empty variable means its default; any other invalid value (a ratio outside [0, 1], a port that
-//! is not one) is a start-up error naming the variable, never silently clamped. The standard
-//! `OTEL_BSP_*` variables tune the batch exporter (e.g. `OTEL_BSP_SCHEDULE_DELAY` in milliseconds).
-//!
-//! Usage: `main` calls [`TracingConfig::from_env`], then [`init_subscriber`], and keeps the returned
-//! [`TracingGuard`] until the process ends; dropping it flushes the spans still queued. In standalone
-//! and integrated mode only the re-exec'd workers export (they inherit the supervisor's environment);
-//! the supervisor validates the settings and logs.
+//! Usage: `main` calls [`init_subscriber`] and keeps the returned [`TracingGuard`] until the process
+//! ends; dropping it flushes the spans still queued. In standalone and integrated mode only the
+//! re-exec'd workers export (the supervisor hands them the config); the supervisor only logs.
 //!
 //! What is exported: only spans whose target starts with `respgw` at level INFO or above — never log
 //! events — so span fields are the only attributes. Those spans carry methods, paths, route
@@ -29,20 +22,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use serde::{Deserialize, Serialize};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-
-/// Turns span export on.
-pub const ENABLED_ENV: &str = "GW_TRACING_ENABLED";
-/// Share of new traces sampled, 0.0–1.0.
-pub const SAMPLE_RATIO_ENV: &str = "GW_TRACING_SAMPLE_RATIO";
-/// Collector host.
-pub const HOST_ENV: &str = "GW_OPENTELEMETRY_HOST";
-/// Collector port.
-pub const PORT_ENV: &str = "GW_OPENTELEMETRY_PORT";
-/// `service.name` of the exported resource.
-pub const SERVICE_NAME_ENV: &str = "GW_OTEL_SERVICE_NAME";
 
 /// Whether spans are being exported: set once [`init_subscriber`] installed the OpenTelemetry layer.
 static EXPORTING: AtomicBool = AtomicBool::new(false);
@@ -54,8 +37,8 @@ pub fn exporting() -> bool {
     EXPORTING.load(Ordering::Relaxed)
 }
 
-/// The tracing settings, read from the `GW_*` variables.
-#[derive(Debug, Clone, PartialEq)]
+/// The tracing settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TracingConfig {
     /// Export spans at all (off by default).
     pub enabled: bool,
@@ -82,29 +65,12 @@ impl Default for TracingConfig {
 }
 
 impl TracingConfig {
-    /// Read and validate the settings from the process environment.
-    pub fn from_env() -> Result<TracingConfig, String> {
-        Self::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
-    }
-
-    /// Read and validate the settings from `lookup` (the environment, or a table in tests).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<TracingConfig, String> {
-        let get = |name: &str| lookup(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let defaults = TracingConfig::default();
-        let config = TracingConfig {
-            enabled: get(ENABLED_ENV).map_or(Ok(defaults.enabled), |v| parse_bool(ENABLED_ENV, &v))?,
-            sample_ratio: get(SAMPLE_RATIO_ENV).map_or(Ok(defaults.sample_ratio), |v| parse_ratio(&v))?,
-            collector_host: get(HOST_ENV).map_or(Ok(defaults.collector_host), |v| parse_host(&v))?,
-            collector_port: get(PORT_ENV).map_or(Ok(defaults.collector_port), |v| parse_port(&v))?,
-            service_name: get(SERVICE_NAME_ENV).unwrap_or(defaults.service_name),
-        };
-        if config.enabled && !cfg!(feature = "otlp") {
-            return Err(format!(
-                "{ENABLED_ENV} is on, but this respgw binary was built without tracing support \
-                 (cargo feature `otlp`); rebuild it with default features or unset {ENABLED_ENV}"
-            ));
+    /// Whether this binary can honour the settings: export needs the `otlp` cargo feature.
+    pub fn check(&self) -> Result<(), String> {
+        if self.enabled && !cfg!(feature = "otlp") {
+            return Err(NOT_BUILT_IN.to_owned());
         }
-        Ok(config)
+        Ok(())
     }
 
     /// The collector's gRPC endpoint, `http://HOST:PORT` (an IPv6 address is bracketed).
@@ -118,36 +84,27 @@ impl TracingConfig {
     }
 }
 
-fn parse_bool(name: &str, raw: &str) -> Result<bool, String> {
-    match raw.to_ascii_lowercase().as_str() {
-        "1" | "true" | "t" | "yes" | "y" | "on" => Ok(true),
-        "0" | "false" | "f" | "no" | "n" | "off" => Ok(false),
-        _ => Err(format!("invalid {name}='{raw}': expected one of 1/true/yes/on or 0/false/no/off")),
-    }
-}
+/// Why span export cannot be turned on in a binary built without the `otlp` feature.
+const NOT_BUILT_IN: &str = "span export is on (--tracing-enabled / GW_TRACING_ENABLED), but this respgw binary was \
+     built without tracing support (cargo feature `otlp`); rebuild it with default features or turn export off";
 
-fn parse_ratio(raw: &str) -> Result<f64, String> {
-    match raw.parse::<f64>() {
+/// A share of traces: a number from 0.0 to 1.0, never clamped.
+pub fn parse_sample_ratio(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
         Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
-        _ => Err(format!("invalid {SAMPLE_RATIO_ENV}='{raw}': expected a number from 0.0 to 1.0")),
+        _ => Err("expected a number from 0.0 to 1.0".to_owned()),
     }
 }
 
-fn parse_port(raw: &str) -> Result<u16, String> {
-    match raw.parse::<u16>() {
-        Ok(port) if port > 0 => Ok(port),
-        _ => Err(format!("invalid {PORT_ENV}='{raw}': expected a port number from 1 to 65535")),
-    }
-}
-
-/// A host name, IPv4 address or (optionally bracketed) IPv6 address.
-fn parse_host(raw: &str) -> Result<String, String> {
+/// A collector host: a host name, IPv4 address or (optionally bracketed) IPv6 address.
+pub fn parse_collector_host(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
     let plausible = raw.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:[]%".contains(&b));
     let endpoint = TracingConfig { collector_host: raw.to_owned(), ..TracingConfig::default() }.endpoint();
-    if plausible && endpoint.parse::<http::Uri>().is_ok() {
+    if !raw.is_empty() && plausible && endpoint.parse::<http::Uri>().is_ok() {
         Ok(raw.to_owned())
     } else {
-        Err(format!("invalid {HOST_ENV}='{raw}': expected a host name or IP address"))
+        Err("expected a host name or IP address".to_owned())
     }
 }
 
@@ -193,9 +150,7 @@ pub fn init_subscriber(config: &TracingConfig) -> Result<TracingGuard, String> {
     #[cfg(not(feature = "otlp"))]
     {
         drop(registry);
-        Err(format!(
-            "{ENABLED_ENV} is on, but this respgw binary was built without tracing support (cargo feature `otlp`)"
-        ))
+        Err(NOT_BUILT_IN.to_owned())
     }
 }
 
@@ -354,78 +309,49 @@ mod otlp {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
-
-    fn config(vars: &[(&str, &str)]) -> Result<TracingConfig, String> {
-        let vars: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        TracingConfig::from_lookup(|name| vars.get(name).cloned())
-    }
 
     #[test]
     fn defaults_are_off_one_percent_and_the_collector_service() {
-        let config = config(&[]).unwrap();
-        assert_eq!(config, TracingConfig::default());
+        let config = TracingConfig::default();
         assert!(!config.enabled);
         assert_eq!(config.sample_ratio, 0.01);
         assert_eq!(config.endpoint(), "http://otel-collector:4317");
         assert_eq!(config.service_name, "respgw");
-    }
-
-    #[test]
-    fn empty_values_mean_the_default() {
-        let vars = [(ENABLED_ENV, ""), (SAMPLE_RATIO_ENV, " "), (HOST_ENV, ""), (PORT_ENV, ""), (SERVICE_NAME_ENV, "")];
-        assert_eq!(config(&vars).unwrap(), TracingConfig::default());
-    }
-
-    #[test]
-    fn booleans_accept_the_usual_spellings_case_insensitively() {
-        for off in ["0", "false", "FALSE", "no", "Off"] {
-            assert!(!config(&[(ENABLED_ENV, off)]).unwrap().enabled, "{off}");
-        }
-        if cfg!(feature = "otlp") {
-            for on in ["1", "true", "TRUE", "yes", "On"] {
-                assert!(config(&[(ENABLED_ENV, on)]).unwrap().enabled, "{on}");
-            }
-        }
-        let err = config(&[(ENABLED_ENV, "maybe")]).unwrap_err();
-        assert!(err.contains("GW_TRACING_ENABLED='maybe'"), "{err}");
+        assert!(config.check().is_ok());
     }
 
     #[test]
     fn sample_ratio_outside_zero_to_one_is_rejected_not_clamped() {
-        for bad in ["1.5", "-0.1", "NaN", "inf", "half"] {
-            let err = config(&[(SAMPLE_RATIO_ENV, bad)]).unwrap_err();
-            assert!(err.contains("GW_TRACING_SAMPLE_RATIO"), "{bad}: {err}");
+        for bad in ["1.5", "-0.1", "NaN", "inf", "half", ""] {
+            assert!(parse_sample_ratio(bad).is_err(), "{bad}");
         }
         for (raw, ratio) in [("0", 0.0), ("1.0", 1.0), ("0.25", 0.25)] {
-            assert_eq!(config(&[(SAMPLE_RATIO_ENV, raw)]).unwrap().sample_ratio, ratio);
+            assert_eq!(parse_sample_ratio(raw), Ok(ratio));
         }
     }
 
     #[test]
-    fn port_and_host_are_validated() {
-        for bad in ["0", "65536", "http"] {
-            assert!(config(&[(PORT_ENV, bad)]).unwrap_err().contains("GW_OPENTELEMETRY_PORT"), "{bad}");
+    fn collector_hosts_are_validated() {
+        for bad in ["a b", "collector/x", "user@host", ""] {
+            assert!(parse_collector_host(bad).is_err(), "{bad}");
         }
-        for bad in ["a b", "collector/x", "user@host"] {
-            assert!(config(&[(HOST_ENV, bad)]).unwrap_err().contains("GW_OPENTELEMETRY_HOST"), "{bad}");
-        }
-        let config = config(&[(HOST_ENV, "127.0.0.1"), (PORT_ENV, "14317"), (SERVICE_NAME_ENV, "gw-a")]).unwrap();
-        assert_eq!((config.endpoint().as_str(), config.service_name.as_str()), ("http://127.0.0.1:14317", "gw-a"));
+        assert_eq!(parse_collector_host("127.0.0.1").as_deref(), Ok("127.0.0.1"));
     }
 
     #[test]
     fn ipv6_collector_addresses_are_bracketed() {
-        assert_eq!(config(&[(HOST_ENV, "::1")]).unwrap().endpoint(), "http://[::1]:4317");
-        assert_eq!(config(&[(HOST_ENV, "[::1]")]).unwrap().endpoint(), "http://[::1]:4317");
+        for host in ["::1", "[::1]"] {
+            let config =
+                TracingConfig { collector_host: parse_collector_host(host).unwrap(), ..TracingConfig::default() };
+            assert_eq!(config.endpoint(), "http://[::1]:4317");
+        }
     }
 
     #[cfg(not(feature = "otlp"))]
     #[test]
     fn enabling_tracing_without_the_feature_is_an_error() {
-        let err = config(&[(ENABLED_ENV, "true")]).unwrap_err();
+        let err = TracingConfig { enabled: true, ..TracingConfig::default() }.check().unwrap_err();
         assert!(err.contains("built without tracing support"), "{err}");
     }
 

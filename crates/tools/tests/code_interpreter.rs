@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use respgw_tools::code_interpreter::{
-    Execution, ExecutionStatus, Sandbox, SandboxConfig, SandboxError, SandboxStats, WorkRootClaim,
+    Execution, ExecutionStatus, Sandbox, SandboxConfig, SandboxError, SandboxStats, WorkRootClaim, default_venv,
 };
 
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
@@ -40,10 +40,14 @@ fn work_root() -> &'static Path {
     })
 }
 
+/// The defaults, with the venv the gateway would use (`GW_CODE_INTERPRETER_VENV`, else the
+/// setup script's path).
 fn base_config() -> SandboxConfig {
-    let mut c = SandboxConfig::from_env().expect("GW_CODE_INTERPRETER_* environment");
-    c.work_root = work_root().to_path_buf();
-    c
+    let venv = match std::env::var_os("GW_CODE_INTERPRETER_VENV").filter(|v| !v.is_empty()) {
+        Some(venv) => PathBuf::from(venv),
+        None => default_venv(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")),
+    };
+    SandboxConfig { venv, work_root: work_root().to_path_buf(), ..SandboxConfig::default() }
 }
 
 /// The sandbox with `config`, or `None` when its prerequisites are missing and the test is

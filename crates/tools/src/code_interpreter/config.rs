@@ -1,35 +1,31 @@
 //! [`SandboxConfig`]: every limit and path of the code_interpreter sandbox, with documented
-//! defaults ([`Default`]) and the environment overrides ([`SandboxConfig::from_env`]).
+//! defaults ([`Default`]); [`SandboxSettings`]: the part an operator sets (`--code-interpreter-*`),
+//! applied on top by [`SandboxConfig::from_settings`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Environment variable naming the venv (overrides the default path).
-pub const ENV_VENV: &str = "GW_CODE_INTERPRETER_VENV";
-/// Environment variable with the wall-clock timeout per execution, in seconds.
-pub const ENV_TIMEOUT_SEC: &str = "GW_CODE_INTERPRETER_TIMEOUT_SEC";
-
 /// Settings of a [`super::Sandbox`]. Every field is public and may be changed by the caller;
-/// [`Default`] gives the documented defaults without reading the environment,
-/// [`SandboxConfig::from_env`] applies the `GW_CODE_INTERPRETER_*` overrides on top.
+/// [`Default`] gives the documented defaults, [`SandboxConfig::from_settings`] applies the
+/// operator's [`SandboxSettings`] on top.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxConfig {
     /// The bubblewrap binary. Default `bwrap`, resolved on `PATH` by [`super::Sandbox::new`].
     pub bwrap: PathBuf,
     /// The Python venv holding numpy, pandas and matplotlib (made by
-    /// `scripts/setup-code-interpreter`). Default
-    /// `${XDG_CACHE_HOME:-~/.cache}/respgw/code-interpreter-venv`; env [`ENV_VENV`] overrides
-    /// (in [`SandboxConfig::from_env`]). Mounted read-only at `/opt/venv` in the sandbox.
+    /// `scripts/setup-code-interpreter`), e.g. [`default_venv`]. Default
+    /// `.cache/respgw/code-interpreter-venv` (relative: the gateway always sets it). Mounted
+    /// read-only at `/opt/venv` in the sandbox.
     pub venv: PathBuf,
     /// Where container directories live: one directory per gateway instance, shared by its
     /// workers (`respgw serve` puts it beside the store; see [`WorkRootClaim`](super::WorkRootClaim)).
-    /// Default `std::env::temp_dir()/respgw-containers-<euid>`; env [`ENV_DIR`]. Created if
+    /// Default `std::env::temp_dir()/respgw-containers-<euid>`. Created if
     /// missing; must be owned by the gateway's user and not writable by others.
     pub work_root: PathBuf,
     /// Wall-clock limit per execution; the whole process group is killed when it runs out.
-    /// Default 30 s; env [`ENV_TIMEOUT_SEC`].
+    /// Default 30 s.
     pub timeout: Duration,
     /// `RLIMIT_CPU` of every sandboxed process, in seconds (soft limit; the hard limit is one
     /// second more). Default 30.
@@ -63,8 +59,7 @@ pub struct SandboxConfig {
     /// with [`super::SandboxError::Busy`]. Default 32.
     pub max_queued: usize,
     /// Longest wait of an admitted execution for its container and a slot; then it fails with
-    /// [`super::SandboxError::Busy`]. Default 30 s (one execution's timeout); env
-    /// [`ENV_QUEUE_WAIT_SEC`].
+    /// [`super::SandboxError::Busy`]. Default 30 s (one execution's timeout).
     pub queue_wait: Duration,
     /// A container directory unused for this long is deleted. Default 20 min.
     pub container_idle: Duration,
@@ -75,14 +70,14 @@ pub struct SandboxConfig {
     /// Space one container's files may use. While code runs they are in a tmpfs of this size
     /// (memory: each running execution may use this much RAM on top of its address space), so a
     /// write past it fails with ENOSPC inside the sandbox; between executions they are on the
-    /// host's disk, never more than this. Default 512 MiB; env [`ENV_DISK_MB`].
+    /// host's disk, never more than this. Default 512 MiB.
     pub max_disk_bytes: u64,
     /// Files, directories and links one container keeps between executions (more are not saved,
-    /// and the code is told). At most [`MAX_FILES_LIMIT`]. Default 10,000; env [`ENV_MAX_FILES`].
+    /// and the code is told). At most [`MAX_FILES_LIMIT`]. Default 10,000.
     pub max_files: u64,
     /// Space all containers of this gateway may hold together (idle ones at their size, ones in
     /// use at [`SandboxConfig::max_disk_bytes`]). An execution that does not fit evicts the least
-    /// recently used idle containers, else fails. Default 8 GiB; env [`ENV_TOTAL_DISK_MB`].
+    /// recently used idle containers, else fails. Default 8 GiB.
     pub max_total_disk_bytes: u64,
     /// Size of the sandbox's private `/tmp` and `/dev/shm` (tmpfs, i.e. memory). Default 256 MiB.
     pub tmp_bytes: u64,
@@ -125,84 +120,10 @@ impl Default for SandboxConfig {
 }
 
 impl SandboxConfig {
-    /// The defaults with the environment applied: `XDG_CACHE_HOME`/`HOME` for the venv path,
-    /// [`ENV_VENV`], [`ENV_DIR`], [`ENV_TIMEOUT_SEC`] and the limits ([`ENV_MEMORY_MB`],
-    /// [`ENV_CPU_SEC`], [`ENV_MAX_CONCURRENCY`], [`ENV_MAX_QUEUED`], [`ENV_QUEUE_WAIT_SEC`],
-    /// [`ENV_CONTAINER_IDLE_SEC`], [`ENV_DISK_MB`], [`ENV_TOTAL_DISK_MB`], [`ENV_MAX_FILES`]). An
-    /// unparsable value is an error naming the variable (a typo must not silently become the
-    /// default).
-    pub fn from_env() -> Result<SandboxConfig, String> {
-        let mut config = SandboxConfig {
-            venv: default_venv(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")),
-            ..SandboxConfig::default()
-        };
-        if let Some(venv) = std::env::var_os(ENV_VENV).filter(|v| !v.is_empty()) {
-            config.venv = PathBuf::from(venv);
-        }
-        if let Some(dir) = std::env::var_os(ENV_DIR).filter(|v| !v.is_empty()) {
-            config.work_root = PathBuf::from(dir);
-        }
-        let seconds = |name: &str| -> Result<Option<Duration>, String> {
-            match std::env::var(name) {
-                Ok(raw) => raw
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                    .map(|s| Some(Duration::from_secs_f64(s)))
-                    .ok_or_else(|| format!("{name}={raw:?} is not a positive number of seconds")),
-                Err(_) => Ok(None),
-            }
-        };
-        if let Some(timeout) = seconds(ENV_TIMEOUT_SEC)? {
-            config.timeout = timeout;
-        }
-        if let Some(wait) = seconds(ENV_QUEUE_WAIT_SEC)? {
-            config.queue_wait = wait;
-        }
-        let whole = |name: &str| -> Result<Option<u64>, String> {
-            match std::env::var(name) {
-                Ok(raw) if !raw.trim().is_empty() => raw
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .map(Some)
-                    .ok_or_else(|| format!("{name}={raw:?} is not a positive whole number")),
-                _ => Ok(None),
-            }
-        };
-        if let Some(mb) = whole(ENV_MEMORY_MB)? {
-            config.memory_bytes = mb.saturating_mul(1 << 20);
-        }
-        if let Some(secs) = whole(ENV_CPU_SEC)? {
-            config.cpu_seconds = secs;
-        }
-        if let Some(n) = whole(ENV_MAX_CONCURRENCY)? {
-            config.max_concurrency = usize::try_from(n).unwrap_or(usize::MAX);
-        }
-        if let Some(n) = whole(ENV_MAX_QUEUED)? {
-            config.max_queued = usize::try_from(n).unwrap_or(usize::MAX);
-        }
-        if let Some(secs) = whole(ENV_CONTAINER_IDLE_SEC)? {
-            config.container_idle = Duration::from_secs(secs);
-        }
-        if let Some(mb) = whole(ENV_DISK_MB)? {
-            config.max_disk_bytes = mb.saturating_mul(1 << 20);
-        }
-        if let Some(mb) = whole(ENV_TOTAL_DISK_MB)? {
-            config.max_total_disk_bytes = mb.saturating_mul(1 << 20);
-        }
-        if let Some(n) = whole(ENV_MAX_FILES)? {
-            config.max_files = n;
-        }
-        Ok(config)
-    }
-
-    /// [`SandboxConfig::from_env`] with the gateway's command-line settings on top.
-    pub fn from_settings(settings: &SandboxSettings) -> Result<SandboxConfig, String> {
-        let config = SandboxConfig::from_env()?;
-        Ok(SandboxConfig {
+    /// The defaults with the gateway's settings on top.
+    pub fn from_settings(settings: &SandboxSettings) -> SandboxConfig {
+        SandboxConfig {
+            venv: settings.venv.clone(),
             work_root: settings.dir.clone(),
             timeout: settings.timeout,
             memory_bytes: settings.memory_mb.saturating_mul(1 << 20),
@@ -214,8 +135,8 @@ impl SandboxConfig {
             max_disk_bytes: settings.disk_mb.saturating_mul(1 << 20),
             max_total_disk_bytes: settings.total_disk_mb.saturating_mul(1 << 20),
             max_files: settings.max_files,
-            ..config
-        })
+            ..SandboxConfig::default()
+        }
     }
 
     /// Why this configuration cannot work, if it cannot.
@@ -241,6 +162,8 @@ impl SandboxConfig {
 /// to its workers; [`SandboxConfig::from_settings`] applies them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SandboxSettings {
+    /// [`SandboxConfig::venv`].
+    pub venv: PathBuf,
     /// [`SandboxConfig::work_root`].
     pub dir: PathBuf,
     pub timeout: Duration,
@@ -266,32 +189,10 @@ pub const MAX_FILES_LIMIT: u64 = super::fsscan::MAX_ENTRIES as u64;
 /// Default of [`SandboxConfig::queue_wait`], in seconds.
 pub const DEFAULT_QUEUE_WAIT_SEC: u64 = 30;
 
-/// The directory of the containers (one per gateway instance).
-pub const ENV_DIR: &str = "GW_CODE_INTERPRETER_DIR";
-/// Seconds a queued execution may wait (default 30).
-pub const ENV_QUEUE_WAIT_SEC: &str = "GW_CODE_INTERPRETER_QUEUE_WAIT_SEC";
-/// One container's disk space, in MiB (default 512).
-pub const ENV_DISK_MB: &str = "GW_CODE_INTERPRETER_DISK_MB";
-/// All containers' disk space together, in MiB (default 8192).
-pub const ENV_TOTAL_DISK_MB: &str = "GW_CODE_INTERPRETER_TOTAL_DISK_MB";
-/// Files one container keeps (default 10000).
-pub const ENV_MAX_FILES: &str = "GW_CODE_INTERPRETER_MAX_FILES";
-
-/// Address-space limit per execution, in MiB (default 2048).
-pub const ENV_MEMORY_MB: &str = "GW_CODE_INTERPRETER_MEMORY_MB";
-/// CPU-seconds limit per execution (default 30).
-pub const ENV_CPU_SEC: &str = "GW_CODE_INTERPRETER_CPU_SEC";
-/// Executions running at once per worker (default: the number of CPUs).
-pub const ENV_MAX_CONCURRENCY: &str = "GW_CODE_INTERPRETER_MAX_CONCURRENCY";
-/// Executions waiting beyond that before calls fail as busy (default 32).
-pub const ENV_MAX_QUEUED: &str = "GW_CODE_INTERPRETER_MAX_QUEUED";
-/// Seconds an unused container directory is kept (default 1200).
-pub const ENV_CONTAINER_IDLE_SEC: &str = "GW_CODE_INTERPRETER_CONTAINER_IDLE_SEC";
-
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/respgw/code-interpreter-venv` (the same rule as the setup
-/// script). Without either variable: relative to the current directory, which `Sandbox::new`
-/// then reports as missing.
-fn default_venv(xdg_cache_home: Option<std::ffi::OsString>, home: Option<std::ffi::OsString>) -> PathBuf {
+/// script), given the values of those two variables. Without either: relative to the current
+/// directory, which `Sandbox::new` then reports as missing.
+pub fn default_venv(xdg_cache_home: Option<std::ffi::OsString>, home: Option<std::ffi::OsString>) -> PathBuf {
     let cache = match (xdg_cache_home.filter(|v| !v.is_empty()), home.filter(|v| !v.is_empty())) {
         (Some(xdg), _) => PathBuf::from(xdg),
         (None, Some(home)) => PathBuf::from(home).join(".cache"),

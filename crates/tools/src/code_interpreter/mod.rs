@@ -58,9 +58,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub use config::{
-    DEFAULT_DISK_MB, DEFAULT_MAX_FILES, DEFAULT_QUEUE_WAIT_SEC, DEFAULT_TOTAL_DISK_MB, ENV_CONTAINER_IDLE_SEC,
-    ENV_CPU_SEC, ENV_DIR, ENV_DISK_MB, ENV_MAX_CONCURRENCY, ENV_MAX_FILES, ENV_MAX_QUEUED, ENV_MEMORY_MB,
-    ENV_QUEUE_WAIT_SEC, ENV_TIMEOUT_SEC, ENV_TOTAL_DISK_MB, ENV_VENV, MAX_FILES_LIMIT, SandboxConfig, SandboxSettings,
+    DEFAULT_DISK_MB, DEFAULT_MAX_FILES, DEFAULT_QUEUE_WAIT_SEC, DEFAULT_TOTAL_DISK_MB, MAX_FILES_LIMIT, SandboxConfig,
+    SandboxSettings, default_venv,
 };
 pub use layout::{CONTAINER_PREFIX, WorkRootClaim};
 
@@ -218,7 +217,7 @@ impl Sandbox {
         let python = config.venv.join("bin").join("python3");
         if !python.exists() {
             return Err(unavailable(format!(
-                "no Python venv at {} ({} missing); {SETUP_HINT}, or point GW_CODE_INTERPRETER_VENV at one",
+                "no Python venv at {} ({} missing); {SETUP_HINT}, or point --code-interpreter-venv (GW_CODE_INTERPRETER_VENV) at one",
                 config.venv.display(),
                 python.display()
             )));

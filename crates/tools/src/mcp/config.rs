@@ -45,14 +45,9 @@ use super::wire::TransportKind;
 /// Longest accepted server label.
 pub const MAX_LABEL_LEN: usize = 64;
 
-/// Environment variable: how long one server may take to start (spawn or connect, `initialize`, first
-/// `tools/list`), in seconds.
-pub const STARTUP_TIMEOUT_ENV: &str = "GW_MCP_HOSTED_STARTUP_TIMEOUT_SEC";
-/// Environment variable: how long one tool call may take, in seconds.
-pub const TOOL_TIMEOUT_ENV: &str = "GW_MCP_HOSTED_TOOL_TIMEOUT_SEC";
-/// Default of [`STARTUP_TIMEOUT_ENV`].
+/// Default of [`McpTimeouts::startup`].
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default of [`TOOL_TIMEOUT_ENV`].
+/// Default of [`McpTimeouts::tool_call`].
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A parsed, validated `mcp.json`.
@@ -476,8 +471,9 @@ pub fn json_kind(value: &Value) -> &'static str {
     }
 }
 
-/// The two Built-in MCP time limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The two Built-in MCP time limits (`--mcp-builtin-*-timeout-sec`), the same in the helper and in
+/// the workers that call it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct McpTimeouts {
     /// Starting one server: spawn or connect, `initialize`, first `tools/list`.
     pub startup: Duration,
@@ -488,32 +484,6 @@ pub struct McpTimeouts {
 impl Default for McpTimeouts {
     fn default() -> Self {
         McpTimeouts { startup: DEFAULT_STARTUP_TIMEOUT, tool_call: DEFAULT_TOOL_TIMEOUT }
-    }
-}
-
-impl McpTimeouts {
-    /// Reads [`STARTUP_TIMEOUT_ENV`] and [`TOOL_TIMEOUT_ENV`] from the process environment.
-    pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Reads the two variables through `lookup` (seconds, a positive number; unset or empty means the
-    /// default). An unusable value is an error naming the variable, not a silent default.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        let read = |name: &str, default: Duration| -> Result<Duration, String> {
-            match lookup(name) {
-                None => Ok(default),
-                Some(s) if s.trim().is_empty() => Ok(default),
-                Some(s) => match s.trim().parse::<f64>() {
-                    Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 => Ok(Duration::from_secs_f64(secs)),
-                    _ => Err(format!("{name}={s:?}: expected a number of seconds between 0 and 86400")),
-                },
-            }
-        };
-        Ok(McpTimeouts {
-            startup: read(STARTUP_TIMEOUT_ENV, DEFAULT_STARTUP_TIMEOUT)?,
-            tool_call: read(TOOL_TIMEOUT_ENV, DEFAULT_TOOL_TIMEOUT)?,
-        })
     }
 }
 
@@ -772,21 +742,5 @@ mod tests {
         let u = config.servers["u"].secrets();
         assert_eq!(u, ["Bearer tok123", "querysecret", "tok123"]);
         assert_eq!(config.servers["s"].secrets(), ["envsecret"]);
-    }
-
-    #[test]
-    fn timeouts_default_and_parse_from_env() {
-        let none = McpTimeouts::from_lookup(|_| None).expect("defaults");
-        assert_eq!(none, McpTimeouts::default());
-        let set = McpTimeouts::from_lookup(|name| match name {
-            STARTUP_TIMEOUT_ENV => Some("2.5".into()),
-            TOOL_TIMEOUT_ENV => Some("30".into()),
-            _ => None,
-        })
-        .expect("valid");
-        assert_eq!(set.startup, Duration::from_millis(2500));
-        assert_eq!(set.tool_call, Duration::from_secs(30));
-        let bad = McpTimeouts::from_lookup(|name| (name == TOOL_TIMEOUT_ENV).then(|| "0".into())).expect_err("zero");
-        assert!(bad.contains(TOOL_TIMEOUT_ENV), "{bad}");
     }
 }

@@ -29,7 +29,7 @@ pub struct HelperTimeouts {
     pub list_servers: Duration,
     /// `GET /servers/{label}/tools` (may refresh the inventory from the server).
     pub list_tools: Duration,
-    /// A tool call. Must exceed the helper's own call limit (`GW_MCP_HOSTED_TOOL_TIMEOUT_SEC`), so a slow
+    /// A tool call. Must exceed the helper's own call limit (`GW_MCP_BUILTIN_TOOL_TIMEOUT_SEC`), so a slow
     /// tool ends as the helper's clear "timed out" outcome rather than as this client's timeout.
     pub call: Duration,
 }

@@ -26,7 +26,7 @@
 //! "bad_request","message","last_error"?}}`.
 //!
 //! A call that reaches an available server always answers 200: the tool's own error (`isError`), an
-//! unknown tool (after one inventory refresh), a timeout (`GW_MCP_HOSTED_TOOL_TIMEOUT_SEC`) and a
+//! unknown tool (after one inventory refresh), a timeout (`GW_MCP_BUILTIN_TOOL_TIMEOUT_SEC`) and a
 //! connection lost mid-call are `ok:false` with an `error_text`, because for the gateway they are all
 //! the same thing — a failed `mcp_call` item whose error the model sees.
 //!

@@ -68,18 +68,6 @@ use super::redact::{Redactor, error_chain};
 use super::{ToolInfo, content_to_text};
 use crate::net_guard::{GuardedResolver, ensure_crypto_provider, ip_literal};
 
-/// `GW_MCP_REQUEST_REMOTE_ENABLED`: whether requests may declare Remote MCP servers (default true).
-pub const ENABLED_ENV: &str = "GW_MCP_REQUEST_REMOTE_ENABLED";
-/// `GW_MCP_REQUEST_REMOTE_URL_CHECKS`: the URL rules and the address policy (default true).
-pub const URL_CHECKS_ENV: &str = "GW_MCP_REQUEST_REMOTE_URL_CHECKS";
-/// `GW_MCP_REQUEST_REMOTE_CONNECT_TIMEOUT_SEC`: connect + `initialize` + `tools/list` (default 10).
-pub const CONNECT_TIMEOUT_ENV: &str = "GW_MCP_REQUEST_REMOTE_CONNECT_TIMEOUT_SEC";
-/// `GW_MCP_REQUEST_REMOTE_TOOL_TIMEOUT_SEC`: one tool call (default 60).
-pub const TOOL_TIMEOUT_ENV: &str = "GW_MCP_REQUEST_REMOTE_TOOL_TIMEOUT_SEC";
-/// `GW_MCP_REQUEST_REMOTE_CA_FILE`: PEM certificates trusted for Remote servers in addition to the
-/// system's roots (a private CA; a self-signed test server).
-pub const CA_FILE_ENV: &str = "GW_MCP_REQUEST_REMOTE_CA_FILE";
-
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Redirects followed (same origin only).
@@ -100,19 +88,19 @@ const FORBIDDEN_HEADERS: [&str; 9] = [
     "proxy-connection",
 ];
 
-/// How Remote MCP runs in this gateway. Read once at start-up ([`RemoteMcpSettings::from_env`]) and
+/// How Remote MCP runs in this gateway (`--mcp-request-remote-*`). Resolved once at start-up and
 /// handed to every worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RemoteMcpSettings {
-    /// Requests may declare Remote servers ([`ENABLED_ENV`]).
+    /// Requests may declare Remote servers.
     pub enabled: bool,
-    /// URL rules and the address policy ([`URL_CHECKS_ENV`]).
+    /// URL rules and the address policy.
     pub url_checks: bool,
-    /// Opening a session: connect, TLS, `initialize`, `tools/list` ([`CONNECT_TIMEOUT_ENV`]).
+    /// Opening a session: connect, TLS, `initialize`, `tools/list`.
     pub connect_timeout: Duration,
-    /// One tool call ([`TOOL_TIMEOUT_ENV`]).
+    /// One tool call.
     pub tool_timeout: Duration,
-    /// Extra trusted root certificates, PEM ([`CA_FILE_ENV`]).
+    /// Extra trusted root certificates, PEM (a private CA; a self-signed test server).
     pub ca_file: Option<PathBuf>,
 }
 
@@ -125,46 +113,6 @@ impl Default for RemoteMcpSettings {
             tool_timeout: DEFAULT_TOOL_TIMEOUT,
             ca_file: None,
         }
-    }
-}
-
-impl RemoteMcpSettings {
-    /// The settings from the process environment.
-    pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// The settings from `lookup`. Unset or empty means the default; a value that is not one of
-    /// `1/true/t/yes/y/on`, `0/false/f/no/n/off` (any case) or not a number of seconds is an error
-    /// naming the variable.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        let value = |name: &str| lookup(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let flag = |name: &str, default: bool| -> Result<bool, String> {
-            match value(name) {
-                None => Ok(default),
-                Some(v) => match v.to_ascii_lowercase().as_str() {
-                    "1" | "true" | "t" | "yes" | "y" | "on" => Ok(true),
-                    "0" | "false" | "f" | "no" | "n" | "off" => Ok(false),
-                    _ => Err(format!("{name}={v:?}: expected a boolean (true/false, 1/0, yes/no, on/off)")),
-                },
-            }
-        };
-        let seconds = |name: &str, default: Duration| -> Result<Duration, String> {
-            match value(name) {
-                None => Ok(default),
-                Some(v) => match v.parse::<f64>() {
-                    Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 => Ok(Duration::from_secs_f64(secs)),
-                    _ => Err(format!("{name}={v:?}: expected a number of seconds between 0 and 86400")),
-                },
-            }
-        };
-        Ok(RemoteMcpSettings {
-            enabled: flag(ENABLED_ENV, true)?,
-            url_checks: flag(URL_CHECKS_ENV, true)?,
-            connect_timeout: seconds(CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT)?,
-            tool_timeout: seconds(TOOL_TIMEOUT_ENV, DEFAULT_TOOL_TIMEOUT)?,
-            ca_file: value(CA_FILE_ENV).map(PathBuf::from),
-        })
     }
 }
 
@@ -217,12 +165,11 @@ impl RemoteMcp {
         let extra_roots = match &settings.ca_file {
             None => Vec::new(),
             Some(path) => {
-                let pem =
-                    std::fs::read(path).map_err(|e| format!("{CA_FILE_ENV}: cannot read {}: {e}", path.display()))?;
+                let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                 let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                    .map_err(|e| format!("{CA_FILE_ENV}: {} is not a PEM certificate bundle: {e}", path.display()))?;
+                    .map_err(|e| format!("{} is not a PEM certificate bundle: {e}", path.display()))?;
                 if certs.is_empty() {
-                    return Err(format!("{CA_FILE_ENV}: {} holds no certificate", path.display()));
+                    return Err(format!("{} holds no certificate", path.display()));
                 }
                 certs
             }
@@ -502,7 +449,6 @@ impl RemoteSession {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::net::IpAddr;
 
     use respgw_protocol::ToolDeclaration;
@@ -618,27 +564,9 @@ mod tests {
     }
 
     #[test]
-    fn settings_come_from_the_environment_with_clear_errors() {
-        let env = |pairs: &[(&str, &str)]| {
-            let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            RemoteMcpSettings::from_lookup(move |name| map.get(name).cloned())
-        };
-        assert_eq!(env(&[]).expect("defaults"), RemoteMcpSettings::default());
-        for (value, expected) in
-            [("0", false), ("off", false), ("No", false), ("TRUE", true), ("1", true), ("on", true)]
-        {
-            let s = env(&[(ENABLED_ENV, value), (URL_CHECKS_ENV, value)]).expect(value);
-            assert_eq!((s.enabled, s.url_checks), (expected, expected), "{value}");
-        }
-        assert!(env(&[(ENABLED_ENV, "")]).expect("empty").enabled);
-        let e = env(&[(URL_CHECKS_ENV, "maybe")]).expect_err("invalid");
-        assert!(e.contains(URL_CHECKS_ENV) && e.contains("maybe"), "{e}");
-        let s = env(&[(TOOL_TIMEOUT_ENV, "2.5"), (CONNECT_TIMEOUT_ENV, "3"), (CA_FILE_ENV, "/x/ca.pem")]).expect("ok");
-        assert_eq!((s.tool_timeout, s.connect_timeout), (Duration::from_millis(2500), Duration::from_secs(3)));
-        assert_eq!(s.ca_file, Some(PathBuf::from("/x/ca.pem")));
-        assert!(env(&[(TOOL_TIMEOUT_ENV, "-1")]).is_err());
+    fn an_unreadable_ca_file_is_an_error_naming_it() {
         let e = RemoteMcp::new(RemoteMcpSettings { ca_file: Some("/nonexistent/ca.pem".into()), ..Default::default() })
             .expect_err("missing CA file");
-        assert!(e.contains(CA_FILE_ENV), "{e}");
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
     }
 }

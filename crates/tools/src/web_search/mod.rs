@@ -31,8 +31,8 @@ pub use backend::{Backend, SearchHit, parse_brave, parse_duckduckgo, parse_exa, 
 pub use fetch::{FetchedBody, FetchedPage, PageFetcher};
 pub use page::{PageMatch, canonical_url, domain_allowed, find_in_page};
 pub use settings::{
-    BRAVE_API_KEY_ENV, DEFAULT_BRAVE_URL, DEFAULT_DUCKDUCKGO_URL, DEFAULT_EXA_MCP_URL, EXA_API_KEY_ENV,
-    EXA_SERVER_LABEL, FetchSettings, Profile, WebSearchSettings, exa_server_entry,
+    DEFAULT_BRAVE_URL, DEFAULT_DUCKDUCKGO_URL, DEFAULT_EXA_MCP_URL, EXA_SERVER_LABEL, FetchSettings, Profile,
+    WebSearchSettings, exa_server_entry,
 };
 
 use crate::mcp::McpHelperClient;
@@ -49,15 +49,11 @@ pub struct WebSearch {
 }
 
 impl WebSearch {
-    /// `brave_key` (from `BRAVE_API_KEY`) and `helper` (the Built-in MCP helper) are needed by the
-    /// `brave` and `exa_mcp` profiles.
-    pub fn new(
-        settings: &WebSearchSettings,
-        brave_key: Option<String>,
-        helper: Option<McpHelperClient>,
-    ) -> Result<Self, String> {
+    /// `helper` (the Built-in MCP helper) is needed by the `exa_mcp` profile; the `brave` profile
+    /// needs `settings.brave_api_key`.
+    pub fn new(settings: &WebSearchSettings, helper: Option<McpHelperClient>) -> Result<Self, String> {
         crate::net_guard::ensure_crypto_provider();
-        let backend = Backend::new(settings, brave_key, helper)?;
+        let backend = Backend::new(settings, settings.brave_api_key.clone(), helper)?;
         let http = reqwest::Client::builder()
             .timeout(settings.search_timeout)
             .build()

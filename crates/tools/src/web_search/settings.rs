@@ -9,10 +9,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::mcp::{ServerEntry, UrlServer, UrlTransport};
 
-/// `BRAVE_API_KEY`: the Brave Search API subscription token (profile `brave`).
-pub const BRAVE_API_KEY_ENV: &str = "BRAVE_API_KEY";
-/// `EXA_API_KEY`: optional Exa key, added to the Exa MCP URL by the MCP helper (profile `exa_mcp`).
-pub const EXA_API_KEY_ENV: &str = "EXA_API_KEY";
 /// The MCP server label the `exa_mcp` profile provisions in the Built-in MCP helper.
 pub const EXA_SERVER_LABEL: &str = "exa";
 
@@ -104,6 +100,9 @@ pub struct WebSearchSettings {
     pub brave_url: String,
     /// Exa's MCP endpoint (profile `exa_mcp`; the helper connects to it).
     pub exa_mcp_url: String,
+    /// The Brave Search API subscription token (profile `brave`; `BRAVE_API_KEY`).
+    #[serde(default)]
+    pub brave_api_key: Option<String>,
     /// Time per search request to a backend.
     pub search_timeout: Duration,
     pub fetch: FetchSettings,
@@ -118,14 +117,15 @@ impl WebSearchSettings {
             searxng_url: None,
             brave_url: DEFAULT_BRAVE_URL.to_owned(),
             exa_mcp_url: DEFAULT_EXA_MCP_URL.to_owned(),
+            brave_api_key: None,
             search_timeout: Duration::from_secs(15),
             fetch: FetchSettings::default(),
         }
     }
 
     /// What the profile needs that is missing or malformed, as one start-up error naming the
-    /// flag or variable to set. `env` reads the environment (keys are never in the settings).
-    pub fn check(&self, env: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    /// flag or variable to set.
+    pub fn check(&self) -> Result<(), String> {
         let url = |flag: &str, value: &str| {
             url::Url::parse(value)
                 .ok()
@@ -137,8 +137,10 @@ impl WebSearchSettings {
             Profile::DuckduckgoPlusFetch => url("--web-search-duckduckgo-url", &self.duckduckgo_url),
             Profile::Brave => {
                 url("--web-search-brave-url", &self.brave_url)?;
-                if env(BRAVE_API_KEY_ENV).is_none_or(|k| k.trim().is_empty()) {
-                    return Err(format!("web search profile 'brave' needs the API key in {BRAVE_API_KEY_ENV}"));
+                if self.brave_api_key.as_deref().is_none_or(|k| k.trim().is_empty()) {
+                    return Err(
+                        "web search profile 'brave' needs the API key in BRAVE_API_KEY (--brave-api-key)".into()
+                    );
                 }
                 Ok(())
             }
@@ -154,8 +156,8 @@ impl WebSearchSettings {
         }
     }
 
-    /// The URL the MCP helper dials for Exa: the configured one plus `exaApiKey` when `EXA_API_KEY`
-    /// is set.
+    /// The URL the MCP helper dials for Exa: the configured one plus `exaApiKey` when a key is
+    /// given (`EXA_API_KEY`).
     pub fn exa_url_with_key(base: &str, key: Option<&str>) -> String {
         match key.map(str::trim).filter(|k| !k.is_empty()) {
             None => base.to_owned(),
@@ -197,13 +199,13 @@ mod tests {
 
     #[test]
     fn profiles_say_what_they_are_missing() {
-        let none = |_: &str| None;
-        assert!(WebSearchSettings::new(Profile::DuckduckgoPlusFetch).check(none).is_ok());
-        assert!(WebSearchSettings::new(Profile::Searxng).check(none).unwrap_err().contains("--web-search-searxng-url"));
-        assert!(WebSearchSettings::new(Profile::Brave).check(none).unwrap_err().contains(BRAVE_API_KEY_ENV));
-        assert!(WebSearchSettings::new(Profile::Brave).check(|_| Some("k".into())).is_ok());
+        assert!(WebSearchSettings::new(Profile::DuckduckgoPlusFetch).check().is_ok());
+        assert!(WebSearchSettings::new(Profile::Searxng).check().unwrap_err().contains("--web-search-searxng-url"));
+        assert!(WebSearchSettings::new(Profile::Brave).check().unwrap_err().contains("BRAVE_API_KEY"));
+        let brave = WebSearchSettings { brave_api_key: Some("k".into()), ..WebSearchSettings::new(Profile::Brave) };
+        assert!(brave.check().is_ok());
         let bad = WebSearchSettings { searxng_url: Some("ftp://x".into()), ..WebSearchSettings::new(Profile::Searxng) };
-        assert!(bad.check(none).is_err());
+        assert!(bad.check().is_err());
         assert_eq!(
             WebSearchSettings::exa_url_with_key(DEFAULT_EXA_MCP_URL, Some("k-1")),
             "https://mcp.exa.ai/mcp?tools=web_search_exa,crawling_exa&exaApiKey=k-1"
