@@ -934,8 +934,8 @@ fn main() -> ExitCode {
 
 fn run_mcp_helper(args: McpHelperArgs) -> anyhow::Result<i32> {
     let mut config = match &args.config {
-        Some(path) => respgw_tools::mcp::McpConfig::load(path)?,
-        None => respgw_tools::mcp::McpConfig::default(),
+        Some(path) => respgw_mcp::McpConfig::load(path)?,
+        None => respgw_mcp::McpConfig::default(),
     };
     if let Some(exa_url) = &args.web_search_exa_mcp_url {
         let key = std::env::var(EXA_API_KEY_ENV).ok();

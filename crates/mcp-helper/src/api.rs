@@ -1,5 +1,5 @@
 //! The loopback HTTP API (axum) over [`McpRuntime`]. Routes and bodies are documented in
-//! `respgw_tools::mcp` (the wire types live there, shared with the client); this file only maps
+//! `respgw_mcp` (the wire types live there, shared with the workers' client); this file only maps
 //! runtime answers to status codes.
 
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use respgw_tools::mcp::wire::{CODE_BAD_REQUEST, CODE_SERVER_UNAVAILABLE, CODE_UNKNOWN_SERVER};
-use respgw_tools::mcp::{CallRequest, ErrorBody, ErrorDetail, Health, ServerList, ToolList};
+use respgw_mcp::wire::{CODE_BAD_REQUEST, CODE_SERVER_UNAVAILABLE, CODE_UNKNOWN_SERVER};
+use respgw_mcp::{CallRequest, ErrorBody, ErrorDetail, Health, ServerList, ToolList};
 use serde_json::Value;
 
 use crate::runtime::McpRuntime;
@@ -67,7 +67,7 @@ async fn call(
             return error(
                 StatusCode::BAD_REQUEST,
                 CODE_BAD_REQUEST,
-                format!("\"arguments\" must be a JSON object, found {}", respgw_tools::mcp::config::json_kind(&other)),
+                format!("\"arguments\" must be a JSON object, found {}", respgw_mcp::config::json_kind(&other)),
                 None,
             );
         }

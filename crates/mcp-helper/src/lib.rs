@@ -4,7 +4,7 @@
 //! workers given its URL). It keeps one persistent MCP client session per configured server — stdio
 //! child processes, streamable HTTP and legacy HTTP+SSE remotes — and serves a small HTTP API on a
 //! loopback address through which workers list servers, list tools and call tools (routes and JSON
-//! shapes: `respgw_tools::mcp`; the worker's client: `respgw_tools::mcp::McpHelperClient`).
+//! shapes: `respgw_mcp`; the worker's client: `respgw_tools::mcp::McpHelperClient`).
 //!
 //! What it guarantees:
 //! - start-up: every server is started in parallel, each within `GW_MCP_HOSTED_STARTUP_TIMEOUT_SEC`
@@ -23,13 +23,12 @@
 //!   SIGKILL) when the helper stops, and are SIGKILLed by the kernel if the helper dies.
 //!
 //! Files: [`runtime`] (all servers), [`slot`] (one server: state, supervision, calls), `connect`
-//! (opening a session), [`api`] (the routes). Shared with Remote MCP and kept in `respgw_tools::mcp`:
-//! [`legacy_sse`] (the SSE client transport rmcp lacks), `redact` (secret masking, error texts) and
+//! (opening a session), [`api`] (the routes). Shared with Remote MCP and kept in `respgw_mcp`:
+//! `legacy_sse` (the SSE client transport rmcp lacks), `redact` (secret masking, error texts) and
 //! `client` (`tools/list` into the wire shape).
 
 pub mod api;
 mod connect;
-pub use respgw_tools::mcp::legacy_sse;
 pub mod runtime;
 pub mod slot;
 
@@ -39,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use respgw_tools::mcp::{McpConfig, McpTimeouts};
+use respgw_mcp::{McpConfig, McpTimeouts};
 
 pub use runtime::McpRuntime;
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use respgw_tools::mcp::{McpConfig, ServerStatus};
+use respgw_mcp::{McpConfig, ServerStatus};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

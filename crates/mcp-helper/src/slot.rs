@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use respgw_tools::mcp::redact::error_chain;
-use respgw_tools::mcp::{CallOutcome, ServerEntry, ServerStatus, ToolInfo, content_to_text};
+use respgw_mcp::client::list_tools;
+use respgw_mcp::redact::{error_chain, tidy};
+use respgw_mcp::{CallOutcome, ServerEntry, ServerStatus, ToolInfo, content_to_text};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest};
 use rmcp::service::ServiceError;
 use rmcp::{Peer, RoleClient};
@@ -24,7 +25,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::HelperSettings;
-use crate::connect::{Connector, list_tools, tidy};
+use crate::connect::Connector;
 
 /// A session that lived this long before dying resets the back-off: it was not a crash loop.
 const STABLE_SESSION: Duration = Duration::from_secs(60);

@@ -8,11 +8,12 @@ use anyhow::Context;
 use axum::serve::ListenerExt;
 use axum::{Extension, Router};
 use respgw_engine::{Engine, Upstream};
+use respgw_mcp::McpTimeouts;
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
 use respgw_tools::input_files::InputFiles;
-use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, McpTimeouts, RemoteMcp};
+use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, RemoteMcp};
 use respgw_tools::web_search::{BRAVE_API_KEY_ENV, WebSearch};
 
 use crate::app::{AppConfig, router};

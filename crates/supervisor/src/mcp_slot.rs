@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use respgw_mcp::{McpConfig, McpTimeouts};
 use respgw_telemetry::{CounterSample, MergedMetrics, MetricsSnapshot};
-use respgw_tools::mcp::{McpConfig, McpHelperClient, McpTimeouts};
+use respgw_tools::mcp::McpHelperClient;
 use tokio::sync::watch;
 
 /// How this gateway gets its Built-in MCP helper.

@@ -16,7 +16,7 @@
 //! The spec leaves the choice to "the MCP client library" (§4.1 rule 7). rmcp's client has no such
 //! rule, so the gateway applies the one of the seed's client library (FastMCP) and nothing more: a
 //! URL whose path ends in `/sse` (or `/sse/`) is a legacy HTTP+SSE server
-//! ([`super::legacy_sse`]), everything else is streamable HTTP. `headers` play no part in it.
+//! (`respgw_mcp::legacy_sse`), everything else is streamable HTTP. `headers` play no part in it.
 //!
 //! # Credentials
 //! `authorization` is sent as `Authorization: Bearer <authorization>` (as given when it already
@@ -62,11 +62,11 @@ use rmcp::{RoleClient, ServiceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::client::{describe_error, list_tools};
-use super::legacy_sse::LegacySseTransport;
-use super::redact::{Redactor, error_chain};
-use super::{ToolInfo, content_to_text};
 use crate::net_guard::{GuardedResolver, ensure_crypto_provider, ip_literal};
+use respgw_mcp::client::{describe_error, list_tools};
+use respgw_mcp::legacy_sse::LegacySseTransport;
+use respgw_mcp::redact::{Redactor, error_chain};
+use respgw_mcp::{ToolInfo, content_to_text};
 
 /// `GW_MCP_REQUEST_REMOTE_ENABLED`: whether requests may declare Remote MCP servers (default true).
 pub const ENABLED_ENV: &str = "GW_MCP_REQUEST_REMOTE_ENABLED";

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mcp::{ServerEntry, UrlServer, UrlTransport};
+use respgw_mcp::{ServerEntry, UrlServer, UrlTransport};
 
 /// `BRAVE_API_KEY`: the Brave Search API subscription token (profile `brave`).
 pub const BRAVE_API_KEY_ENV: &str = "BRAVE_API_KEY";

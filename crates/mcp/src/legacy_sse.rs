@@ -24,7 +24,7 @@ use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::redact::error_chain;
+use crate::redact::error_chain;
 
 /// How long one POST of a message may take (the server only has to accept it; the reply comes on the
 /// stream).
