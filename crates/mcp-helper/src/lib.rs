@@ -22,7 +22,7 @@
 //! - stdio servers run in their own process group with a minimal environment, are stopped (EOF, SIGTERM,
 //!   SIGKILL) when the helper stops, and are SIGKILLed by the kernel if the helper dies.
 //!
-//! Files: [`runtime`] (all servers), [`slot`] (one server: state, supervision, calls), `connect`
+//! Files: [`runtime`] (all servers), [`supervised_server`] (one server: state, supervision, calls), `connect`
 //! (opening a session), [`api`] (the routes). Shared with Remote MCP and kept in `respgw_mcp`:
 //! `legacy_sse` (the SSE client transport rmcp lacks), `redact` (secret masking, error texts) and
 //! `client` (`tools/list` into the wire shape).
@@ -30,7 +30,7 @@
 pub mod api;
 mod connect;
 pub mod runtime;
-pub mod slot;
+pub mod supervised_server;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -10,7 +10,7 @@
 //! worker hands its listener, shutdown signal and metrics view to `respgw_server`.
 
 pub mod integrated;
-mod mcp_slot;
+mod mcp_helper_process;
 mod notify;
 mod pool;
 mod readiness;
@@ -22,7 +22,7 @@ use anyhow::Context;
 use respgw_server::GatewayOptions;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig, WorkRootClaim};
 
-pub use mcp_slot::McpSetup;
+pub use mcp_helper_process::McpSetup;
 
 /// A loopback port nobody listens on right now.
 fn free_loopback_port() -> anyhow::Result<u16> {
