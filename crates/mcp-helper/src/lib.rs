@@ -11,7 +11,7 @@
 //!   (spawn or connect, `initialize`, first `tools/list`); `/health` answers 200 once every server has
 //!   had that first attempt, whatever its outcome. A server that fails is *unavailable*, not fatal;
 //! - recovery: a dead stdio server is restarted, a dropped URL server reconnected, a failed start
-//!   retried — with exponential back-off, forever (the seed never recovered);
+//!   retried — with exponential back-off, forever;
 //! - tools: `tools/list` is cached per session, refreshed on `notifications/tools/list_changed` and when
 //!   a call names a tool missing from the cache;
 //! - calls: bounded by `GW_MCP_HOSTED_TOOL_TIMEOUT_SEC`; every failure of an attempted call (tool error,
