@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args};
+use respgw_mcp::McpTimeouts;
 use respgw_server::{ClientLimits, GatewayOptions, Limits, ReasoningKeys, RequestLimits, UpstreamConfig};
 use respgw_supervisor::{ExaServer, McpSetup};
 use respgw_telemetry::tracing_otlp::{TracingConfig, parse_collector_host, parse_sample_ratio};
 use respgw_tools::code_interpreter::{self as sandbox, SandboxSettings};
 use respgw_tools::input_files::InputFileSettings;
-use respgw_tools::mcp::{McpTimeouts, RemoteMcp, RemoteMcpSettings};
+use respgw_tools::mcp::{RemoteMcp, RemoteMcpSettings};
 use respgw_tools::web_search::{FetchSettings, Profile, WebSearchSettings};
 
 use super::values::{at_least_one, positive_seconds, profile, seconds_up_to_a_day};

@@ -23,10 +23,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
+use respgw_mcp::McpConfig;
 use respgw_mcp_helper::HelperSettings;
 use respgw_server::UpstreamConfig;
 use respgw_supervisor::standalone::StandaloneOptions;
-use respgw_tools::mcp::McpConfig;
 use respgw_tools::web_search::{EXA_SERVER_LABEL, exa_server_entry};
 
 pub use deprecated::apply_to_environment as apply_renamed_variables;

@@ -7,7 +7,7 @@
 //! non-stream requests only the outcome; both run the same code.
 //!
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
-//! the model server through [`Upstream`] and to storage through `respgw_store::ResponseStore`.
+//! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.
 
 pub mod chat;
 mod cite;

@@ -23,7 +23,7 @@ use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{
     ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
 };
-use respgw_store::{NewResponse, ResponseStore, StoreError};
+use respgw_store_api::{NewResponse, ResponseStore, StoreError};
 use respgw_telemetry::{Metrics, ToolType};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;

@@ -1,5 +1,5 @@
 //! The loopback HTTP API (axum) over [`McpRuntime`]. Routes and bodies are documented in
-//! `respgw_tools::mcp` (the wire types live there, shared with the client); this file only maps
+//! `respgw_mcp` (the wire types live there, shared with the workers' client); this file only maps
 //! runtime answers to status codes.
 
 use std::sync::Arc;
@@ -11,12 +11,12 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use respgw_tools::mcp::wire::{CODE_BAD_REQUEST, CODE_SERVER_UNAVAILABLE, CODE_UNKNOWN_SERVER};
-use respgw_tools::mcp::{CallRequest, ErrorBody, ErrorDetail, Health, ServerList, ToolList};
+use respgw_mcp::wire::{CODE_BAD_REQUEST, CODE_SERVER_UNAVAILABLE, CODE_UNKNOWN_SERVER};
+use respgw_mcp::{CallRequest, ErrorBody, ErrorDetail, Health, ServerList, ToolList};
 use serde_json::Value;
 
 use crate::runtime::McpRuntime;
-use crate::slot::SlotError;
+use crate::supervised_server::ServerError;
 
 /// The helper's routes.
 pub fn router(runtime: Arc<McpRuntime>) -> axum::Router {
@@ -41,8 +41,8 @@ async fn servers(State(runtime): State<Arc<McpRuntime>>) -> Json<ServerList> {
 }
 
 async fn tools(State(runtime): State<Arc<McpRuntime>>, Path(label): Path<String>) -> Response {
-    let Some(slot) = runtime.slot(&label) else { return unknown(&label) };
-    match slot.tools() {
+    let Some(server) = runtime.server(&label) else { return unknown(&label) };
+    match server.tools() {
         Ok(tools) => {
             Json(ToolList { server_label: label, available: true, tools: tools.as_ref().clone() }).into_response()
         }
@@ -55,7 +55,7 @@ async fn call(
     Path((label, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let Some(slot) = runtime.slot(&label) else { return unknown(&label) };
+    let Some(server) = runtime.server(&label) else { return unknown(&label) };
     let request: CallRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => return error(StatusCode::BAD_REQUEST, CODE_BAD_REQUEST, format!("invalid call body: {e}"), None),
@@ -67,13 +67,13 @@ async fn call(
             return error(
                 StatusCode::BAD_REQUEST,
                 CODE_BAD_REQUEST,
-                format!("\"arguments\" must be a JSON object, found {}", respgw_tools::mcp::config::json_kind(&other)),
+                format!("\"arguments\" must be a JSON object, found {}", respgw_mcp::config::json_kind(&other)),
                 None,
             );
         }
     };
     let started = Instant::now();
-    match slot.call(&name, arguments, runtime.settings()).await {
+    match server.call(&name, arguments, runtime.settings()).await {
         Ok(outcome) => {
             tracing::info!(
                 server_label = %label, tool = %name, ok = outcome.ok,
@@ -89,8 +89,8 @@ fn unknown(label: &str) -> Response {
     error(StatusCode::NOT_FOUND, CODE_UNKNOWN_SERVER, format!("Unknown MCP server_label: {label}"), None)
 }
 
-fn unavailable(label: &str, e: SlotError) -> Response {
-    let SlotError::Unavailable(last_error) = e;
+fn unavailable(label: &str, e: ServerError) -> Response {
+    let ServerError::Unavailable(last_error) = e;
     error(
         StatusCode::CONFLICT,
         CODE_SERVER_UNAVAILABLE,

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
-use respgw_tools::mcp::{ServerEntry, StdioServer, ToolInfo, UrlServer, UrlTransport};
+use respgw_mcp::{ServerEntry, StdioServer, ToolInfo, UrlServer, UrlTransport};
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -20,10 +20,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-pub(crate) use respgw_tools::mcp::client::list_tools;
-use respgw_tools::mcp::legacy_sse::LegacySseTransport;
-pub(crate) use respgw_tools::mcp::redact::tidy;
-use respgw_tools::mcp::redact::{Redactor, error_chain, truncate_chars};
+use respgw_mcp::client::list_tools;
+use respgw_mcp::legacy_sse::LegacySseTransport;
+use respgw_mcp::redact::{Redactor, error_chain, tidy, truncate_chars};
 
 /// Variables a stdio server inherits from the helper; everything else comes from its `env`. Same list
 /// as the official MCP SDKs: enough for `npx`/`uvx` to work, without handing the gateway's own secrets

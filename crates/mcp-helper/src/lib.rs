@@ -4,14 +4,14 @@
 //! workers given its URL). It keeps one persistent MCP client session per configured server — stdio
 //! child processes, streamable HTTP and legacy HTTP+SSE remotes — and serves a small HTTP API on a
 //! loopback address through which workers list servers, list tools and call tools (routes and JSON
-//! shapes: `respgw_tools::mcp`; the worker's client: `respgw_tools::mcp::McpHelperClient`).
+//! shapes: `respgw_mcp`; the worker's client: `respgw_tools::mcp::McpHelperClient`).
 //!
 //! What it guarantees:
 //! - start-up: every server is started in parallel, each within `GW_MCP_BUILTIN_STARTUP_TIMEOUT_SEC`
 //!   (spawn or connect, `initialize`, first `tools/list`); `/health` answers 200 once every server has
 //!   had that first attempt, whatever its outcome. A server that fails is *unavailable*, not fatal;
 //! - recovery: a dead stdio server is restarted, a dropped URL server reconnected, a failed start
-//!   retried — with exponential back-off, forever (the seed never recovered);
+//!   retried — with exponential back-off, forever;
 //! - tools: `tools/list` is cached per session, refreshed on `notifications/tools/list_changed` and when
 //!   a call names a tool missing from the cache;
 //! - calls: bounded by `GW_MCP_BUILTIN_TOOL_TIMEOUT_SEC`; every failure of an attempted call (tool error,
@@ -22,16 +22,15 @@
 //! - stdio servers run in their own process group with a minimal environment, are stopped (EOF, SIGTERM,
 //!   SIGKILL) when the helper stops, and are SIGKILLed by the kernel if the helper dies.
 //!
-//! Files: [`runtime`] (all servers), [`slot`] (one server: state, supervision, calls), `connect`
-//! (opening a session), [`api`] (the routes). Shared with Remote MCP and kept in `respgw_tools::mcp`:
-//! [`legacy_sse`] (the SSE client transport rmcp lacks), `redact` (secret masking, error texts) and
+//! Files: [`runtime`] (all servers), [`supervised_server`] (one server: state, supervision, calls), `connect`
+//! (opening a session), [`api`] (the routes). Shared with Remote MCP and kept in `respgw_mcp`:
+//! `legacy_sse` (the SSE client transport rmcp lacks), `redact` (secret masking, error texts) and
 //! `client` (`tools/list` into the wire shape).
 
 pub mod api;
 mod connect;
-pub use respgw_tools::mcp::legacy_sse;
 pub mod runtime;
-pub mod slot;
+pub mod supervised_server;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -39,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use respgw_tools::mcp::{McpConfig, McpTimeouts};
+use respgw_mcp::{McpConfig, McpTimeouts};
 
 pub use runtime::McpRuntime;
 

@@ -1,16 +1,16 @@
-//! [`McpRuntime`]: every configured server's [`ServerSlot`], their supervising tasks, readiness and
+//! [`McpRuntime`]: every configured server's [`SupervisedServer`], their supervising tasks, readiness and
 //! shutdown. The loopback API ([`crate::api`]) is a thin layer over it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use respgw_tools::mcp::{McpConfig, ServerStatus};
+use respgw_mcp::{McpConfig, ServerStatus};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::HelperSettings;
-use crate::slot::ServerSlot;
+use crate::supervised_server::SupervisedServer;
 
 /// How long [`McpRuntime::shutdown`] waits for sessions to close (each has its own 5 s grace; they
 /// close in parallel).
@@ -18,28 +18,29 @@ const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
 
 /// The Built-in MCP runtime: one supervised session per configured server.
 pub struct McpRuntime {
-    slots: BTreeMap<String, Arc<ServerSlot>>,
+    servers: BTreeMap<String, Arc<SupervisedServer>>,
     settings: Arc<HelperSettings>,
     shutdown: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl McpRuntime {
-    /// Creates a slot per server and starts supervising each (start-ups run in parallel). Must be
-    /// called inside a tokio runtime.
+    /// Creates a [`SupervisedServer`] per configured server and starts supervising each (start-ups
+    /// run in parallel). Must be called inside a tokio runtime.
     pub fn start(config: McpConfig, settings: HelperSettings) -> anyhow::Result<Arc<Self>> {
         let settings = Arc::new(settings);
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let mut slots = BTreeMap::new();
+        let mut servers = BTreeMap::new();
         for (label, entry) in config.servers {
-            let slot = ServerSlot::new(&label, entry).map_err(|e| anyhow::anyhow!("MCP server {label:?}: {e}"))?;
-            slots.insert(label, Arc::new(slot));
+            let server =
+                SupervisedServer::new(&label, entry).map_err(|e| anyhow::anyhow!("MCP server {label:?}: {e}"))?;
+            servers.insert(label, Arc::new(server));
         }
-        let tasks = slots
+        let tasks = servers
             .values()
-            .map(|slot| tokio::spawn(slot.clone().supervise(settings.clone(), shutdown_rx.clone())))
+            .map(|server| tokio::spawn(server.clone().supervise(settings.clone(), shutdown_rx.clone())))
             .collect();
-        Ok(Arc::new(McpRuntime { slots, settings, shutdown, tasks: Mutex::new(tasks) }))
+        Ok(Arc::new(McpRuntime { servers, settings, shutdown, tasks: Mutex::new(tasks) }))
     }
 
     /// The settings the runtime runs with.
@@ -49,7 +50,7 @@ impl McpRuntime {
 
     /// True once every server has had its first start attempt (successful or not).
     pub fn is_ready(&self) -> bool {
-        self.slots.values().all(|slot| slot.first_attempt_done())
+        self.servers.values().all(|server| server.first_attempt_done())
     }
 
     /// Waits until [`Self::is_ready`] (polling; start-ups take seconds, not microseconds).
@@ -61,12 +62,12 @@ impl McpRuntime {
 
     /// Every server's status, sorted by label.
     pub fn servers(&self) -> Vec<ServerStatus> {
-        self.slots.values().map(|slot| slot.status()).collect()
+        self.servers.values().map(|server| server.status()).collect()
     }
 
-    /// The slot of `label`.
-    pub fn slot(&self, label: &str) -> Option<&Arc<ServerSlot>> {
-        self.slots.get(label)
+    /// The server labelled `label`.
+    pub fn server(&self, label: &str) -> Option<&Arc<SupervisedServer>> {
+        self.servers.get(label)
     }
 
     /// Stops every session (stdio children are terminated) and waits for the supervisors, bounded.

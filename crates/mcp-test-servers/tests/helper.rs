@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{HTTP_BIN, Helper, HttpServer, STDIO_BIN, test_settings};
-use respgw_tools::mcp::{HelperError, McpHelperClient, TransportKind};
+use respgw_mcp::TransportKind;
+use respgw_tools::mcp::{HelperError, McpHelperClient};
 use serde_json::{Value, json};
 
 /// A config with one server per transport, a broken entry, and token-protected servers.
@@ -35,7 +36,7 @@ async fn setup(tool_call: Duration) -> Setup {
     Setup { helper, _http: http, _secured: secured }
 }
 
-fn text(outcome: &respgw_tools::mcp::CallOutcome) -> &str {
+fn text(outcome: &respgw_mcp::CallOutcome) -> &str {
     outcome.output_text.as_deref().unwrap_or_default()
 }
 

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use respgw_engine::sealed::ReasoningKeys;
 use respgw_engine::{Limits, UpstreamConfig};
+use respgw_mcp::McpTimeouts;
 use respgw_telemetry::tracing_otlp::TracingConfig;
 use respgw_tools::code_interpreter::SandboxSettings;
 use respgw_tools::input_files::InputFileSettings;
-use respgw_tools::mcp::{McpTimeouts, RemoteMcpSettings};
+use respgw_tools::mcp::RemoteMcpSettings;
 use respgw_tools::web_search::WebSearchSettings;
 use serde::{Deserialize, Serialize};
 

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use respgw_protocol::Item;
 use respgw_protocol::items::{ContentPart, ItemStatus, MessageItem, MessageRole};
 use respgw_testkit::postgres::TestSchema;
 use serde_json::json;

@@ -57,7 +57,7 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
         // Held until the workers have stopped; dropping it deletes this run's containers.
         let _containers = crate::check_code_interpreter(&mut options.gateway).await;
         let merged = Arc::new(Mutex::new(MergedMetrics::new()));
-        let helper = match crate::mcp_slot::start(&options.mcp, Arc::clone(&merged)).await {
+        let helper = match crate::mcp_helper_process::start(&options.mcp, Arc::clone(&merged)).await {
             Ok(helper) => helper,
             Err(e) => {
                 stop_model_server(model_pid, &mut model_exit).await;

@@ -10,7 +10,7 @@
 //! worker hands its listener, shutdown signal and metrics view to `respgw_server`.
 
 pub mod integrated;
-mod mcp_slot;
+mod mcp_helper_process;
 mod notify;
 mod open_files;
 mod pool;
@@ -23,7 +23,7 @@ use anyhow::Context;
 use respgw_server::GatewayOptions;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig, WorkRootClaim};
 
-pub use mcp_slot::{ExaServer, McpSetup};
+pub use mcp_helper_process::{ExaServer, McpSetup};
 
 /// A loopback port nobody listens on right now.
 fn free_loopback_port() -> anyhow::Result<u16> {

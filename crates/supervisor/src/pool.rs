@@ -47,7 +47,7 @@ pub struct PoolConfig {
     /// `GatewayOptions` as JSON, handed to every worker.
     pub worker_config_json: String,
     pub drain_timeout: Duration,
-    /// The merged metrics view (shared with the MCP helper slot, which adds its counts).
+    /// The merged metrics view (shared with the MCP helper process, which adds its counts).
     pub merged: Arc<Mutex<MergedMetrics>>,
 }
 

@@ -44,7 +44,7 @@ pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
         // Held until the workers have stopped; dropping it deletes this run's containers.
         let _containers = crate::check_code_interpreter(&mut options.gateway).await;
         let merged = Arc::new(Mutex::new(MergedMetrics::new()));
-        let helper = crate::mcp_slot::start(&options.mcp, Arc::clone(&merged)).await?;
+        let helper = crate::mcp_helper_process::start(&options.mcp, Arc::clone(&merged)).await?;
         options.gateway.mcp_helper_url = helper.as_ref().map(|h| h.url.clone());
         let sockets = PublicSockets::open(&options.host, options.port, options.workers)?;
         crate::log_auth(&options.gateway);

@@ -9,8 +9,8 @@
 //! - [`input_files`]: the engine's `FileReader` — `input_file` parts decoded or fetched (guarded),
 //!   PDFs' text extracted, text files decoded, images made `data:` URLs.
 //! - [`net_guard`]: the address policy against request forgery (Remote MCP and page opening).
-//! - [`mcp`]: Built-in MCP — the `mcp.json` config, the wire types of the MCP helper's loopback API
-//!   and [`mcp::McpHelperClient`], the worker's client of that helper.
+//! - [`mcp`]: [`mcp::McpHelperClient`], the worker's client of the MCP helper (Built-in MCP), and
+//!   Remote MCP sessions; the config and wire types they share with the helper are `respgw-mcp`.
 
 pub mod code_interpreter;
 pub mod input_files;

@@ -165,7 +165,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::mcp::redact::error_chain;
+    use respgw_mcp::redact::error_chain;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("address")

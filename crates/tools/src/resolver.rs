@@ -23,8 +23,9 @@ use respgw_protocol::{ApiError, ToolDeclaration, ValidatedRequest};
 use serde_json::{Map, Value, json};
 
 use crate::code_interpreter::{ExecutionStatus, Sandbox};
-use crate::mcp::{HelperError, McpHelperClient, RemoteMcp, RemoteSession, ToolInfo};
+use crate::mcp::{HelperError, McpHelperClient, RemoteMcp, RemoteSession};
 use crate::web_search::WebSearch;
+use respgw_mcp::ToolInfo;
 
 /// The gateway tools this process can run.
 #[derive(Clone, Default)]

@@ -11,8 +11,9 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use respgw_mcp::{McpConfig, McpTimeouts, ServerStatus};
 use respgw_mcp_helper::HelperSettings;
-use respgw_tools::mcp::{McpConfig, McpHelperClient, McpTimeouts, ServerStatus};
+use respgw_tools::mcp::McpHelperClient;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

@@ -58,8 +58,8 @@ pub struct SandboxConfig {
     /// Executions allowed to wait beyond [`SandboxConfig::max_concurrency`]; more are refused
     /// with [`super::SandboxError::Busy`]. Default 32.
     pub max_queued: usize,
-    /// Longest wait of an admitted execution for its container and a slot; then it fails with
-    /// [`super::SandboxError::Busy`]. Default 30 s (one execution's timeout).
+    /// Longest wait of an admitted execution for its container and a run permit; then it fails
+    /// with [`super::SandboxError::Busy`]. Default 30 s (one execution's timeout).
     pub queue_wait: Duration,
     /// A container directory unused for this long is deleted. Default 20 min.
     pub container_idle: Duration,

@@ -80,7 +80,7 @@ pub enum SandboxError {
     /// The gateway must not offer the tool; it never runs code unsandboxed.
     #[error("code interpreter unavailable: {0}")]
     Unavailable(String),
-    /// Too many executions are running and waiting already, or this one waited for a slot longer
+    /// Too many executions are running and waiting already, or this one waited for a run permit longer
     /// than [`SandboxConfig::queue_wait`].
     #[error("code interpreter busy: too many executions running and queued")]
     Busy,
@@ -144,7 +144,7 @@ pub struct Execution {
     /// this execution (matplotlib `savefig`, and `plt.show()`), oldest first; validated as PNG,
     /// bounded in size and count.
     pub images: Vec<Vec<u8>>,
-    /// Wall time of the sandbox run (excluding time spent waiting for a slot).
+    /// Wall time of the sandbox run (excluding time spent waiting for a run permit).
     pub duration: Duration,
 }
 
@@ -153,7 +153,7 @@ pub struct Execution {
 pub struct SandboxStats {
     /// Executions running now.
     pub running: usize,
-    /// Executions admitted and waiting (for a slot or for their container).
+    /// Executions admitted and waiting (for a run permit or for their container).
     pub queued: usize,
 }
 
@@ -171,8 +171,8 @@ impl std::fmt::Debug for Sandbox {
 
 struct Inner {
     launcher: Launcher,
-    /// Slots for running executions.
-    slots: tokio::sync::Semaphore,
+    /// One permit per execution allowed to run at once (`max_concurrency`).
+    run_permits: tokio::sync::Semaphore,
     /// Executions inside `execute` (running or waiting).
     admitted: AtomicUsize,
     running: AtomicUsize,
@@ -238,7 +238,7 @@ impl Sandbox {
 
         let sandbox = Sandbox {
             inner: Arc::new(Inner {
-                slots: tokio::sync::Semaphore::new(config.max_concurrency),
+                run_permits: tokio::sync::Semaphore::new(config.max_concurrency),
                 admitted: AtomicUsize::new(0),
                 running: AtomicUsize::new(0),
                 containers: Mutex::new(HashMap::new()),
@@ -395,15 +395,16 @@ impl Sandbox {
             });
         }
 
-        // Container first (no slot is held while waiting for it), then a slot, then the
+        // Container first (no run permit is held while waiting for it), then a run permit, then the
         // container's lock across processes; waiting for all three is bounded.
         let layout = &inner.launcher.layout;
         let container_mutex = self.container_mutex(container_id);
         let waited = tokio::time::timeout(config.queue_wait, async {
             let container = container_mutex.lock().await;
-            let slot = inner.slots.acquire().await.map_err(|_| SandboxError::Internal("sandbox closed".into()))?;
+            let permit =
+                inner.run_permits.acquire().await.map_err(|_| SandboxError::Internal("sandbox closed".into()))?;
             let lock = layout.lock_container(container_id).await.map_err(SandboxError::Internal)?;
-            Ok::<_, SandboxError>((container, slot, lock))
+            Ok::<_, SandboxError>((container, permit, lock))
         })
         .await;
         let Ok(waited) = waited else {
@@ -411,7 +412,7 @@ impl Sandbox {
             self.forget_container_mutex(container_id, &container_mutex);
             return Err(SandboxError::Busy);
         };
-        let (_container, _slot, _lock) = waited?;
+        let (_container, _permit, _lock) = waited?;
         inner.running.fetch_add(1, Ordering::SeqCst);
         let _running = CountGuard(&inner.running);
 

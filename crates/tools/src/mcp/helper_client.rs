@@ -15,9 +15,9 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::redact::error_chain;
+use respgw_mcp::redact::error_chain;
 
-use super::wire::{
+use respgw_mcp::wire::{
     CODE_SERVER_UNAVAILABLE, CODE_UNKNOWN_SERVER, CallOutcome, CallRequest, ErrorBody, Health, ServerList,
     ServerStatus, ToolInfo, ToolList,
 };
@@ -39,7 +39,7 @@ impl Default for HelperTimeouts {
         HelperTimeouts {
             list_servers: Duration::from_secs(10),
             list_tools: Duration::from_secs(15),
-            call: super::config::DEFAULT_TOOL_TIMEOUT + CALL_MARGIN,
+            call: respgw_mcp::config::DEFAULT_TOOL_TIMEOUT + CALL_MARGIN,
         }
     }
 }

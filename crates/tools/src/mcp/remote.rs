@@ -13,10 +13,9 @@
 //! the session on drop).
 //!
 //! # Transport
-//! The spec leaves the choice to "the MCP client library" (§4.1 rule 7). rmcp's client has no such
-//! rule, so the gateway applies the one of the seed's client library (FastMCP) and nothing more: a
-//! URL whose path ends in `/sse` (or `/sse/`) is a legacy HTTP+SSE server
-//! ([`super::legacy_sse`]), everything else is streamable HTTP. `headers` play no part in it.
+//! The URL's path picks the transport (the rule common MCP clients such as FastMCP apply; rmcp's
+//! client has none): a URL whose path ends in `/sse` (or `/sse/`) is a legacy HTTP+SSE server
+//! (`respgw_mcp::legacy_sse`), everything else is streamable HTTP. `headers` play no part in it.
 //!
 //! # Credentials
 //! `authorization` is sent as `Authorization: Bearer <authorization>` (as given when it already
@@ -29,8 +28,8 @@
 //!
 //! # Server-side request forgery
 //! With URL checks on (`GW_MCP_REQUEST_REMOTE_URL_CHECKS`, the default), request validation
-//! already refused non-https URLs, `localhost`, `*.localhost` and IP-literal hosts (spec §4.1
-//! rule 4). Dialling adds:
+//! already refused non-https URLs, `localhost`, `*.localhost` and IP-literal hosts
+//! (`respgw_protocol::tools`). Dialling adds:
 //! - the URL is parsed again as the HTTP client sees it, and IP-literal hosts are refused in that
 //!   form too (`https://2130706433/` *is* `https://127.0.0.1/` to a URL parser);
 //! - the host name is resolved by [`GuardedResolver`] (shared with web_search: [`crate::net_guard`]), which drops every address that is not
@@ -62,11 +61,11 @@ use rmcp::{RoleClient, ServiceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::client::{describe_error, list_tools};
-use super::legacy_sse::LegacySseTransport;
-use super::redact::{Redactor, error_chain};
-use super::{ToolInfo, content_to_text};
 use crate::net_guard::{GuardedResolver, ensure_crypto_provider, ip_literal};
+use respgw_mcp::client::{describe_error, list_tools};
+use respgw_mcp::legacy_sse::LegacySseTransport;
+use respgw_mcp::redact::{Redactor, error_chain};
+use respgw_mcp::{ToolInfo, content_to_text};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -312,7 +311,7 @@ fn client_info() -> ClientConfig {
     info
 }
 
-/// The seed's client library's rule (FastMCP): a path ending in `/sse` means legacy HTTP+SSE.
+/// Whether a URL names a legacy HTTP+SSE server: its path ends in `/sse` (FastMCP's rule).
 pub fn is_legacy_sse(url: &reqwest::Url) -> bool {
     url.path().trim_end_matches('/').ends_with("/sse")
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::settings::{EXA_SERVER_LABEL, Profile, WebSearchSettings};
 use crate::mcp::McpHelperClient;
-use crate::mcp::redact::error_chain;
+use respgw_mcp::redact::error_chain;
 
 /// One search result as the model gets it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -22,8 +22,8 @@ use futures::StreamExt;
 use reqwest::header::{CONTENT_TYPE, HeaderValue, USER_AGENT};
 
 use super::settings::FetchSettings;
-use crate::mcp::redact::error_chain;
 use crate::net_guard::{GuardedResolver, ensure_crypto_provider, ip_literal, non_public_reason};
+use respgw_mcp::redact::error_chain;
 
 /// Redirects followed per fetch.
 const MAX_REDIRECTS: usize = 5;

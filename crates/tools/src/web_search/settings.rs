@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mcp::{ServerEntry, UrlServer, UrlTransport};
+use respgw_mcp::{ServerEntry, UrlServer, UrlTransport};
 
 /// The MCP server label the `exa_mcp` profile provisions in the Built-in MCP helper.
 pub const EXA_SERVER_LABEL: &str = "exa";

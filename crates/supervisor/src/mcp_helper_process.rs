@@ -1,4 +1,4 @@
-//! The Built-in MCP helper slot: one `respgw mcp-helper` process for the whole gateway.
+//! The Built-in MCP helper process: one `respgw mcp-helper` for the whole gateway.
 //!
 //! The supervisor validates the MCP config (a bad file is a clear start-up error), starts the
 //! helper on a loopback port, waits until every configured server had its first start attempt,
@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use respgw_mcp::{McpConfig, McpTimeouts};
 use respgw_telemetry::{CounterSample, MergedMetrics, MetricsSnapshot};
-use respgw_tools::mcp::{McpConfig, McpHelperClient, McpTimeouts};
+use respgw_tools::mcp::McpHelperClient;
 use tokio::sync::watch;
 
 /// How this gateway gets its Built-in MCP helper.
@@ -67,21 +68,23 @@ impl McpSetup {
     }
 }
 
-/// The merge slot of the helper's metrics (workers use small per-process ids).
-const METRICS_SLOT: u32 = u32::MAX;
+/// The key the helper's metrics are merged under in [`MergedMetrics`]: a worker slot number no
+/// worker has (workers are numbered from 0).
+const HELPER_METRICS_KEY: u32 = u32::MAX;
 /// How often the helper's start-up counts are polled.
 const POLL_INTERVAL: Duration = Duration::from_secs(2);
 const RESTART_DELAY_MIN: Duration = Duration::from_millis(500);
 const RESTART_DELAY_MAX: Duration = Duration::from_secs(30);
 
-/// A helper in use; stops it (if we started it) when dropped via [`HelperSlot::stop`].
-pub struct HelperSlot {
+/// The MCP helper in use: one this supervisor started and restarts, or an external one it only
+/// polls. [`McpHelperProcess::stop`] stops the one it started.
+pub struct McpHelperProcess {
     pub url: String,
     stop: watch::Sender<bool>,
     supervisor: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl HelperSlot {
+impl McpHelperProcess {
     /// Stop the helper we started and wait for it.
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
@@ -92,7 +95,7 @@ impl HelperSlot {
 }
 
 /// Start (or find) the helper; `None` when Built-in MCP is disabled.
-pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyhow::Result<Option<HelperSlot>> {
+pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyhow::Result<Option<McpHelperProcess>> {
     let (stop, stop_rx) = watch::channel(false);
     match setup {
         McpSetup::None => Ok(None),
@@ -105,7 +108,7 @@ pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyho
                 }
             }
             tokio::spawn(poll_startup_counts(client, merged, None, stop_rx));
-            Ok(Some(HelperSlot { url: url.clone(), stop, supervisor: None }))
+            Ok(Some(McpHelperProcess { url: url.clone(), stop, supervisor: None }))
         }
         McpSetup::Spawn { config, port, exa, timeouts } => {
             let parsed = match config {
@@ -129,7 +132,7 @@ pub async fn start(setup: &McpSetup, merged: Arc<Mutex<MergedMetrics>>) -> anyho
             let (generation_tx, generation_rx) = watch::channel(0u64);
             tokio::spawn(poll_startup_counts(client, merged, Some(generation_rx), stop_rx.clone()));
             let supervisor = tokio::spawn(supervise(command, child, generation_tx, stop_rx));
-            Ok(Some(HelperSlot { url, stop, supervisor: Some(supervisor) }))
+            Ok(Some(McpHelperProcess { url, stop, supervisor: Some(supervisor) }))
         }
     }
 }
@@ -282,6 +285,6 @@ async fn poll_startup_counts(
         };
         last_total = total;
         let snapshot = MetricsSnapshot { counters, gauges: Vec::new(), histograms: Vec::new() };
-        merged.lock().unwrap_or_else(PoisonError::into_inner).update(METRICS_SLOT, generation, snapshot);
+        merged.lock().unwrap_or_else(PoisonError::into_inner).update(HELPER_METRICS_KEY, generation, snapshot);
     }
 }

@@ -1,6 +1,6 @@
 //! The JSON bodies of the MCP helper's loopback API, shared by the helper (which writes them) and
-//! [`McpHelperClient`](super::McpHelperClient) (which reads them). The routes and what each answers are
-//! described in the [`mcp`](super) module doc.
+//! the workers' client, `respgw_tools::mcp::McpHelperClient` (which reads them). The routes and what
+//! each answers are described in the [crate](crate) doc.
 //!
 //! The list shapes match the gateway's public discovery routes (`{"object":"list","data":[…]}` and
 //! `{"server_label","available","tools":[…]}`), so a worker can build its replies from them without

@@ -9,7 +9,7 @@
 //! `ServerEntry::secrets`; a Remote declaration's `authorization` and `headers` values) and bounds the
 //! length.
 
-/// Longest error text reported, in characters (the seed's limit; long enough for a stack trace's head).
+/// Longest error text reported, in characters (long enough for a stack trace's head).
 pub const MAX_ERROR_CHARS: usize = 4096;
 
 /// What replaces a secret.

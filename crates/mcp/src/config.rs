@@ -40,7 +40,7 @@ use serde::Deserialize;
 use serde::de::{MapAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::wire::TransportKind;
+use crate::wire::TransportKind;
 
 /// Longest accepted server label.
 pub const MAX_LABEL_LEN: usize = 64;

@@ -1,4 +1,4 @@
-//! The legacy MCP HTTP+SSE client transport (protocol 2024-11-05), which rmcp no longer ships.
+//! The legacy MCP HTTP+SSE client transport (protocol 2024-11-05), which rmcp does not ship.
 //!
 //! The protocol: `GET <sse url>` opens an event stream; its first `endpoint` event carries the URL (often
 //! relative, with a session id in the query) to which the client POSTs each JSON-RPC message; the
@@ -24,7 +24,7 @@ use rmcp::transport::Transport;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::redact::error_chain;
+use crate::redact::error_chain;
 
 /// How long one POST of a message may take (the server only has to accept it; the reply comes on the
 /// stream).

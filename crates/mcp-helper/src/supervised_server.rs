@@ -1,8 +1,8 @@
 //! One configured server: its state, its tool cache, and the task that keeps its session alive.
 //!
-//! Life of a slot: `Starting` → (`Ready` ⇄ `Down`)*. The supervising task ([`ServerSlot::supervise`])
+//! Life of a server: `Starting` → (`Ready` ⇄ `Down`)*. The supervising task ([`SupervisedServer::supervise`])
 //! opens a session within the start-up timeout, then watches it: a closed session (stdio child exited,
-//! stream dropped), a call that hit a dead connection, or an unanswered ping mark the slot `Down` and
+//! stream dropped), a call that hit a dead connection, or an unanswered ping mark the server `Down` and
 //! it starts again after an exponential back-off (`initial`, doubling up to `max`; back to `initial`
 //! once a session has stayed up for a minute). Every start attempt counts as one
 //! `mcp_server_startup_total{status="ok"|"error"}`.
@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use respgw_tools::mcp::redact::error_chain;
-use respgw_tools::mcp::{CallOutcome, ServerEntry, ServerStatus, ToolInfo, content_to_text};
+use respgw_mcp::client::list_tools;
+use respgw_mcp::redact::{error_chain, tidy};
+use respgw_mcp::{CallOutcome, ServerEntry, ServerStatus, ToolInfo, content_to_text};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest};
 use rmcp::service::ServiceError;
 use rmcp::{Peer, RoleClient};
@@ -24,7 +25,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::HelperSettings;
-use crate::connect::{Connector, list_tools, tidy};
+use crate::connect::Connector;
 
 /// A session that lived this long before dying resets the back-off: it was not a crash loop.
 const STABLE_SESSION: Duration = Duration::from_secs(60);
@@ -34,7 +35,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Where a server stands.
 #[derive(Clone)]
-enum SlotState {
+enum ServerState {
     /// The first start attempt is under way.
     Starting,
     /// A session is up.
@@ -56,18 +57,18 @@ struct Live {
     tools: Arc<Vec<ToolInfo>>,
 }
 
-/// Why a slot refused a request.
+/// Why a request for this server was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SlotError {
+pub enum ServerError {
     /// The server is not available; its last error.
     Unavailable(String),
 }
 
 /// One configured server.
-pub struct ServerSlot {
+pub struct SupervisedServer {
     label: String,
     connector: Connector,
-    state: Mutex<SlotState>,
+    state: Mutex<ServerState>,
     /// Woken by the session handler on `notifications/tools/list_changed`.
     tools_changed: Arc<Notify>,
     /// Calls report a dead connection here: (session generation, what happened).
@@ -79,14 +80,14 @@ pub struct ServerSlot {
     first_attempt_done: AtomicBool,
 }
 
-impl ServerSlot {
-    /// A slot for one config entry (nothing is started yet).
+impl SupervisedServer {
+    /// A server for one config entry (nothing is started yet).
     pub fn new(label: &str, entry: ServerEntry) -> anyhow::Result<Self> {
         let (broken_tx, broken_rx) = mpsc::unbounded_channel();
-        Ok(ServerSlot {
+        Ok(SupervisedServer {
             label: label.to_owned(),
             connector: Connector::new(label, entry)?,
-            state: Mutex::new(SlotState::Starting),
+            state: Mutex::new(ServerState::Starting),
             tools_changed: Arc::new(Notify::new()),
             broken_tx,
             broken_rx: Mutex::new(Some(broken_rx)),
@@ -106,14 +107,14 @@ impl ServerSlot {
         self.first_attempt_done.load(Ordering::SeqCst)
     }
 
-    fn state(&self) -> SlotState {
+    fn state(&self) -> ServerState {
         match self.state.lock() {
             Ok(state) => state.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    fn set_state(&self, new: SlotState) {
+    fn set_state(&self, new: ServerState) {
         match self.state.lock() {
             Ok(mut state) => *state = new,
             Err(poisoned) => *poisoned.into_inner() = new,
@@ -123,9 +124,9 @@ impl ServerSlot {
     /// The server as `GET /servers` shows it.
     pub fn status(&self) -> ServerStatus {
         let (available, last_error, tool_count) = match self.state() {
-            SlotState::Starting => (false, Some("starting".to_owned()), 0),
-            SlotState::Ready { tools, .. } => (true, None, tools.len()),
-            SlotState::Down { error } => (false, Some(error), 0),
+            ServerState::Starting => (false, Some("starting".to_owned()), 0),
+            ServerState::Ready { tools, .. } => (true, None, tools.len()),
+            ServerState::Down { error } => (false, Some(error), 0),
         };
         ServerStatus {
             server_label: self.label.clone(),
@@ -139,16 +140,16 @@ impl ServerSlot {
     }
 
     /// The current session, or why there is none.
-    fn ready(&self) -> Result<Live, SlotError> {
+    fn ready(&self) -> Result<Live, ServerError> {
         match self.state() {
-            SlotState::Ready { generation, peer, tools } => Ok(Live { generation, peer, tools }),
-            SlotState::Starting => Err(SlotError::Unavailable("starting".into())),
-            SlotState::Down { error } => Err(SlotError::Unavailable(error)),
+            ServerState::Ready { generation, peer, tools } => Ok(Live { generation, peer, tools }),
+            ServerState::Starting => Err(ServerError::Unavailable("starting".into())),
+            ServerState::Down { error } => Err(ServerError::Unavailable(error)),
         }
     }
 
     /// The cached tool inventory.
-    pub fn tools(&self) -> Result<Arc<Vec<ToolInfo>>, SlotError> {
+    pub fn tools(&self) -> Result<Arc<Vec<ToolInfo>>, ServerError> {
         self.ready().map(|live| live.tools)
     }
 
@@ -165,7 +166,7 @@ impl ServerSlot {
             Err(_) => return Err(format!("tools/list did not answer within {}s", timeout.as_secs_f64())),
         };
         if let Ok(mut state) = self.state.lock()
-            && let SlotState::Ready { generation: current, tools: cached, .. } = &mut *state
+            && let ServerState::Ready { generation: current, tools: cached, .. } = &mut *state
             && *current == generation
         {
             *cached = tools.clone();
@@ -181,7 +182,7 @@ impl ServerSlot {
         tool: &str,
         arguments: Map<String, Value>,
         settings: &HelperSettings,
-    ) -> Result<CallOutcome, SlotError> {
+    ) -> Result<CallOutcome, ServerError> {
         let Live { generation, peer, tools } = self.ready()?;
         if !tools.iter().any(|t| t.name == tool) {
             // Maybe the server changed its tools without a notification: look again, once.
@@ -252,7 +253,7 @@ impl ServerSlot {
         }
     }
 
-    /// Keeps the server's session alive until `shutdown` turns true. Runs once per slot.
+    /// Keeps the server's session alive until `shutdown` turns true. Runs once per server.
     pub async fn supervise(self: Arc<Self>, settings: Arc<HelperSettings>, mut shutdown: watch::Receiver<bool>) {
         let Some(mut broken_rx) = self.broken_rx.lock().ok().and_then(|mut rx| rx.take()) else {
             tracing::error!(server_label = %self.label, "supervise called twice");
@@ -279,13 +280,13 @@ impl ServerSlot {
                     self.record_startup(&settings, true);
                     tracing::info!(server_label = %self.label, tools = tools.len(), "MCP server started");
                     let peer = session.peer().clone();
-                    self.set_state(SlotState::Ready { generation, peer: peer.clone(), tools: Arc::new(tools) });
+                    self.set_state(ServerState::Ready { generation, peer: peer.clone(), tools: Arc::new(tools) });
                     self.first_attempt_done.store(true, Ordering::SeqCst);
                     let ended = self.watch(generation, session, &peer, &settings, &mut broken_rx, &mut shutdown).await;
                     self.connector.kill_leftovers();
                     let Some(reason) = ended else { return };
                     tracing::warn!(server_label = %self.label, reason = %reason, "MCP server session ended");
-                    self.set_state(SlotState::Down { error: reason });
+                    self.set_state(ServerState::Down { error: reason });
                     if attempt_started.elapsed() >= STABLE_SESSION {
                         backoff = settings.restart_backoff_initial;
                     }
@@ -315,7 +316,7 @@ impl ServerSlot {
         let error = self.connector.redactor.clean(&error);
         self.record_startup(settings, false);
         tracing::warn!(server_label = %self.label, error = %error, "MCP server failed to start");
-        self.set_state(SlotState::Down { error });
+        self.set_state(ServerState::Down { error });
         self.first_attempt_done.store(true, Ordering::SeqCst);
     }
 

@@ -5,8 +5,8 @@ use rmcp::service::{ClientInitializeError, ServiceError};
 use rmcp::transport::DynamicTransportError;
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 
-use super::ToolInfo;
-use super::redact::{error_chain, tidy};
+use crate::ToolInfo;
+use crate::redact::{error_chain, tidy};
 
 /// The server's whole tool list (every page), converted to the wire shape and sorted by name.
 pub async fn list_tools(peer: &rmcp::Peer<RoleClient>) -> Result<Vec<ToolInfo>, String> {
