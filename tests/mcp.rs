@@ -450,7 +450,7 @@ async fn tool_rounds_and_tool_output_fed_to_the_model_are_capped() {
 fn spawn_helper(config: &str, port: u16) -> tokio::process::Child {
     tokio::process::Command::new(common::respgw_bin())
         .args(["mcp-helper", "--config", config, "--listen", &format!("127.0.0.1:{port}")])
-        .env("GW_MCP_HOSTED_STARTUP_TIMEOUT_SEC", "5")
+        .env("GW_MCP_BUILTIN_STARTUP_TIMEOUT_SEC", "5")
         .kill_on_drop(true)
         .spawn()
         .expect("the helper starts")

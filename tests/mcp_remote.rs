@@ -364,7 +364,7 @@ async fn with_url_checks_on_local_and_literal_hosts_are_refused() {
             assert_no_secret(&url, &body.to_string());
         }
     };
-    // Validation (spec §4.1 rule 4).
+    // Validation: the URL rules.
     refuse(server.url("/mcp"), "tools[0].server_url", "https").await;
     refuse("http://mcp.example.com/mcp".into(), "tools[0].server_url", "https").await;
     refuse(format!("https://localhost:{port}/mcp"), "tools[0].server_url", "localhost").await;

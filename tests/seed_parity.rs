@@ -1,7 +1,7 @@
-//! Parity with the Python system our spec came from, where it was right: the same scenarios,
-//! replayed from the same recordings, must give the same event sequence, the same keys on every
-//! event and item, and the same upstream request messages (`tests/fixtures/seed-captures/`).
-//! Where the seed was wrong (its §16 bugs) the test states the deliberate difference instead.
+//! Parity with the reference Python gateway (the "seed", whose output is captured in
+//! `tests/fixtures/seed-captures/`), where it was right: the same scenarios, replayed from the same
+//! recordings, must give the same event sequence, the same keys on every event and item, and the
+//! same upstream request messages. Where it was wrong, the test states the deliberate difference.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! The one error shape of the API: `{"error":{"message","type","param","code"}}` (spec §2.7, §7).
+//! The one error shape of the API: `{"error":{"message","type","param","code"}}`.
 //!
 //! Every failure a client can see, from a malformed body to an unreachable upstream, becomes an
 //! [`ApiError`]; the HTTP layer only turns it into a status line and this body.
@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::json;
 
-/// The `error.type` values of spec §7.
+/// The `error.type` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorType {
@@ -48,7 +48,7 @@ impl ApiError {
         Self::new(400, ErrorType::InvalidRequestError, message)
     }
 
-    /// 422 `bad_input`: the request parses but breaks a contract rule (spec §7).
+    /// 422 `bad_input`: the request parses but breaks a contract rule.
     pub fn bad_input(param: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(422, ErrorType::BadInput, message).with_param(param).with_code("bad_input")
     }

@@ -1,5 +1,5 @@
 //! Tool declarations and `tool_choice`: what a request may ask the model to use, the rules that
-//! make a declaration valid (spec §2.3, §2.4, §4.1 rules 1–12), and how the gateway's own tools
+//! make a declaration valid, and how the gateway's own tools
 //! are named for the model.
 //!
 //! Three kinds of tool: client `function`s (the client runs them; also grouped in a `namespace`,
@@ -776,7 +776,7 @@ fn has_userinfo(url: &str) -> bool {
     rest.split(['/', '?', '#']).next().unwrap_or_default().contains('@')
 }
 
-/// Remote MCP URL rules (spec §4.1 rule 4): https only; `localhost`, `*.localhost` and IP-literal
+/// Remote MCP URL rules: https only; `localhost`, `*.localhost` and IP-literal
 /// hosts refused. With checks off, any http(s) URL with a host is accepted. (Names that resolve
 /// to private addresses are refused later, when the URL is dialled.)
 pub fn check_remote_url(url: &str, checks: bool) -> Result<(), String> {

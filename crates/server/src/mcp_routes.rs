@@ -1,4 +1,4 @@
-//! Built-in MCP discovery (spec §4.4): `GET /v1/mcp/servers` lists the configured servers with
+//! Built-in MCP discovery: `GET /v1/mcp/servers` lists the configured servers with
 //! their availability (an empty list when Built-in MCP is disabled); `GET
 //! /v1/mcp/servers/{server_label}/tools` lists a server's tools — 404 for an unknown label, 409
 //! when the server is known but down, 503 when the MCP helper cannot be reached.

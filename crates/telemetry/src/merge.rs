@@ -1,7 +1,7 @@
 //! Cross-worker aggregation, kept by the supervisor: the latest snapshot of every live worker plus
 //! a retained accumulator of the counters and histograms of workers that have exited.
 //!
-//! Rules (DESIGN.md, seed §6.3): counters and histograms are summed per identical (name, labels)
+//! Rules: counters and histograms are summed per identical (name, labels)
 //! and never go backwards across a worker restart; gauges are summed over live workers only, so a
 //! dead worker's in-flight counts vanish.
 //!

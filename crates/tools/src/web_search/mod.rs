@@ -80,7 +80,7 @@ impl WebSearch {
     }
 }
 
-/// How the model sees the tool (the seed's description and nullable-parameter schema).
+/// How the model sees the tool: its description and a schema whose optional parameters are nullable.
 fn function_spec() -> FunctionSpec {
     let nullable = |schema: Value| json!({"default": null, "anyOf": [schema, {"type": "null"}]});
     FunctionSpec {
