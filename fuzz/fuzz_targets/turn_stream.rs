@@ -9,7 +9,7 @@
 
 use futures::StreamExt;
 use libfuzzer_sys::fuzz_target;
-use respgw_engine::HostedKind;
+use respgw_engine::GatewayKind;
 use respgw_engine::turn::{OutputLog, TurnState};
 use respgw_engine::upstream::{UpstreamError, UpstreamEvent, decode_stream};
 use respgw_protocol::ids::TurnStamp;
@@ -26,8 +26,8 @@ fn split(data: &[u8]) -> Vec<Vec<u8>> {
 fuzz_target!(|data: &[u8]| {
     let chunks = split(data);
     let roster = vec![
-        ("code_interpreter".to_owned(), HostedKind::CodeInterpreter),
-        ("mcp__docs__search".to_owned(), HostedKind::Mcp { server_label: "docs".into(), tool_name: "search".into() }),
+        ("code_interpreter".to_owned(), GatewayKind::CodeInterpreter),
+        ("mcp__docs__search".to_owned(), GatewayKind::Mcp { server_label: "docs".into(), tool_name: "search".into() }),
     ];
     let mut state = TurnState::new(TurnStamp::after(None), roster, "cntr_fuzz".into());
     let mut log = OutputLog::default();

@@ -15,7 +15,7 @@ use respgw_protocol::tools::{
     namespaced_function_name,
 };
 
-use crate::hosted::FunctionSpec;
+use crate::gateway_tool::FunctionSpec;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -125,7 +125,7 @@ pub fn function_spec(tool: &FunctionTool) -> FunctionSpec {
     }
 }
 
-/// What the model is told a hosted call returned. Derived from the finished item alone, so a
+/// What the model is told a gateway tool call returned. Derived from the finished item alone, so a
 /// live tool loop and a later continuation send the model exactly the same text. Text longer
 /// than `max_bytes` is cut at a character boundary and ends with a note telling the model so
 /// (the item the client sees keeps the whole output).
@@ -184,8 +184,8 @@ fn full_tool_result_text(item: &Item) -> Option<String> {
     }
 }
 
-/// The tool call a hosted item stands for in an assistant message.
-fn hosted_tool_call(item: &Item) -> Option<Value> {
+/// The tool call a gateway tool item stands for in an assistant message.
+fn gateway_tool_call(item: &Item) -> Option<Value> {
     let (name, arguments) = match item {
         Item::McpCall(m) => (mcp_function_name(&m.server_label, &m.name), m.arguments.clone()),
         Item::CodeInterpreterCall(c) => (CODE_INTERPRETER_FUNCTION.to_owned(), json!({"code": c.code}).to_string()),
@@ -212,7 +212,7 @@ fn web_search_arguments(action: Option<&WebSearchAction>) -> Value {
 /// What an assistant turn being assembled holds of gateway tool calls, as far as telling where
 /// the turn ends goes.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum HostedCalls {
+enum GatewayCalls {
     #[default]
     None,
     /// Calls whose ids name this model turn.
@@ -228,9 +228,9 @@ struct AssistantTurn {
     reasoning: Vec<String>,
     tool_calls: Vec<Value>,
     /// Results of the gateway's own calls in this turn, sent right after the assistant message.
-    hosted_results: Vec<Value>,
+    gateway_results: Vec<Value>,
     /// Set by the turn's first gateway tool call.
-    hosted: HostedCalls,
+    gateway: GatewayCalls,
 }
 
 impl AssistantTurn {
@@ -249,21 +249,21 @@ impl AssistantTurn {
     fn is_followed_by_turn_of(&self, item: &Item) -> bool {
         match item {
             Item::Reasoning(_) => !self.text.is_empty() || !self.tool_calls.is_empty(),
-            Item::Message(m) if m.role == MessageRole::Assistant => self.hosted != HostedCalls::None,
+            Item::Message(m) if m.role == MessageRole::Assistant => self.gateway != GatewayCalls::None,
             Item::FunctionCall(_) | Item::CustomToolCall(_) | Item::LocalShellCall(_) => {
-                self.hosted != HostedCalls::None
+                self.gateway != GatewayCalls::None
             }
-            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => match self.hosted {
-                HostedCalls::None => false,
-                HostedCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
-                HostedCalls::Unnamed => true,
+            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => match self.gateway {
+                GatewayCalls::None => false,
+                GatewayCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
+                GatewayCalls::Unnamed => true,
             },
             // Everything else ends the turn in `messages` itself.
             _ => false,
         }
     }
 
-    /// The assistant message, followed by the results of its hosted calls.
+    /// The assistant message, followed by the results of its gateway tool calls.
     fn into_messages(self, out: &mut Vec<Value>) {
         let mut m = Map::new();
         m.insert("role".into(), json!("assistant"));
@@ -276,7 +276,7 @@ impl AssistantTurn {
             m.insert("tool_calls".into(), Value::Array(self.tool_calls));
         }
         out.push(Value::Object(m));
-        out.extend(self.hosted_results);
+        out.extend(self.gateway_results);
     }
 }
 
@@ -332,12 +332,12 @@ pub fn messages<'a>(
             })),
             Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => {
                 if let (Some(call), Some(result)) =
-                    (hosted_tool_call(item), tool_result_text(item, max_tool_output_bytes))
+                    (gateway_tool_call(item), tool_result_text(item, max_tool_output_bytes))
                 {
                     turn.tool_calls.push(call);
-                    turn.hosted_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
-                    if turn.hosted == HostedCalls::None {
-                        turn.hosted = TurnStamp::of(item.id()).map_or(HostedCalls::Unnamed, HostedCalls::Named);
+                    turn.gateway_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
+                    if turn.gateway == GatewayCalls::None {
+                        turn.gateway = TurnStamp::of(item.id()).map_or(GatewayCalls::Unnamed, GatewayCalls::Named);
                     }
                 }
             }
@@ -672,13 +672,13 @@ mod tests {
 }
 
 #[cfg(test)]
-mod hosted_history_tests {
+mod gateway_history_tests {
     use super::*;
     use respgw_protocol::ids::IdKind;
     use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, McpCallItem};
 
     #[test]
-    fn hosted_calls_are_replayed_with_their_results() {
+    fn gateway_calls_are_replayed_with_their_results() {
         let turn = TurnStamp::after(None);
         let (mcp_id, ci_id) = (turn.new_id(IdKind::McpCall), turn.new_id(IdKind::CodeInterpreterCall));
         let history = vec![

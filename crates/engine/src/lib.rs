@@ -13,7 +13,7 @@ pub mod chat;
 mod cite;
 mod code_stream;
 pub mod files;
-pub mod hosted;
+pub mod gateway_tool;
 mod offer;
 mod run;
 pub mod sealed;
@@ -22,8 +22,8 @@ pub mod turn;
 pub mod upstream;
 
 pub use files::FileReader;
-pub use hosted::{
-    CitableSource, FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, ResolvedTools, ToolResolver,
+pub use gateway_tool::{
+    CitableSource, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, ResolvedTools, ToolResolver,
     WebSearchOutcome,
 };
 pub use offer::{ClientCallShape, ClientFunction};

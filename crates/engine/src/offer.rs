@@ -1,7 +1,7 @@
 //! Which functions the model is offered in each turn of the tool loop, and the `tool_choice`
 //! sent with them.
 //!
-//! The client's functions and the gateway's hosted tools are offered together. A forcing choice
+//! The client's functions and the gateway tools are offered together. A forcing choice
 //! (`required`, a named function, an MCP server or tool, `code_interpreter`) applies to the first
 //! turn only: once a gateway tool has run, the model must be free to answer, or it would call
 //! tools forever. `allowed_tools` narrows the offer in every turn. The last turn the loop allows
@@ -17,7 +17,7 @@ use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::json;
 
 use crate::chat::{ToolOffer, function_spec};
-use crate::hosted::{FunctionSpec, HostedKind, HostedTool};
+use crate::gateway_tool::{FunctionSpec, GatewayKind, GatewayTool};
 
 /// Where the loop is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,11 +38,11 @@ pub struct ToolMenu {
 #[derive(Debug, Clone, PartialEq)]
 enum Source {
     Client,
-    Hosted(HostedKind),
+    Gateway(GatewayKind),
 }
 
 impl ToolMenu {
-    pub fn new(request: &ValidatedRequest, hosted: &[Arc<dyn HostedTool>]) -> Self {
+    pub fn new(request: &ValidatedRequest, gateway: &[Arc<dyn GatewayTool>]) -> Self {
         let client = request.tools.iter().flat_map(|t| match t {
             ToolDeclaration::Function(f) => vec![(function_spec(f), Source::Client)],
             ToolDeclaration::Namespace(ns) => ns
@@ -58,8 +58,8 @@ impl ToolMenu {
             ToolDeclaration::LocalShell(_) => vec![(local_shell_spec(), Source::Client)],
             _ => Vec::new(),
         });
-        let hosted = hosted.iter().map(|t| (t.spec().clone(), Source::Hosted(t.kind().clone())));
-        ToolMenu { entries: client.chain(hosted).collect() }
+        let gateway = gateway.iter().map(|t| (t.spec().clone(), Source::Gateway(t.kind().clone())));
+        ToolMenu { entries: client.chain(gateway).collect() }
     }
 
     /// Check that a forced MCP tool exists on its server (only known once inventories are in).
@@ -203,13 +203,13 @@ fn local_shell_spec() -> FunctionSpec {
     }
 }
 
-/// Function names that belong to hosted tools, and what they are.
-pub fn roster(hosted: &[Arc<dyn HostedTool>]) -> Vec<(String, HostedKind)> {
-    hosted.iter().map(|t| (t.spec().name.clone(), t.kind().clone())).collect()
+/// Function names that belong to gateway tools, and what they are.
+pub fn roster(gateway: &[Arc<dyn GatewayTool>]) -> Vec<(String, GatewayKind)> {
+    gateway.iter().map(|t| (t.spec().name.clone(), t.kind().clone())).collect()
 }
 
 fn matches_mcp(source: &Source, label: &str, tool: Option<&str>) -> bool {
-    matches!(source, Source::Hosted(HostedKind::Mcp { server_label, tool_name })
+    matches!(source, Source::Gateway(GatewayKind::Mcp { server_label, tool_name })
         if server_label == label && tool.is_none_or(|t| t == tool_name))
 }
 
@@ -217,8 +217,8 @@ fn matches_mcp(source: &Source, label: &str, tool: Option<&str>) -> bool {
 fn allows(entry: &AllowedTool, spec: &FunctionSpec, source: &Source) -> bool {
     match entry {
         AllowedTool::Function(f) => *source == Source::Client && spec.name == f.name,
-        AllowedTool::CodeInterpreter(_) => *source == Source::Hosted(HostedKind::CodeInterpreter),
-        AllowedTool::WebSearch(_) => *source == Source::Hosted(HostedKind::WebSearch),
+        AllowedTool::CodeInterpreter(_) => *source == Source::Gateway(GatewayKind::CodeInterpreter),
+        AllowedTool::WebSearch(_) => *source == Source::Gateway(GatewayKind::WebSearch),
         AllowedTool::Mcp(m) => matches_mcp(source, &m.server_label, m.name.as_deref()),
     }
 }
@@ -230,20 +230,20 @@ mod tests {
     use respgw_protocol::{Capabilities, CreateResponseRequest};
     use serde_json::Value;
 
-    use crate::hosted::{HostedCall, HostedOutcome};
+    use crate::gateway_tool::{GatewayCall, GatewayOutcome};
 
-    struct Fake(FunctionSpec, HostedKind);
+    struct Fake(FunctionSpec, GatewayKind);
 
     #[async_trait]
-    impl HostedTool for Fake {
+    impl GatewayTool for Fake {
         fn spec(&self) -> &FunctionSpec {
             &self.0
         }
-        fn kind(&self) -> &HostedKind {
+        fn kind(&self) -> &GatewayKind {
             &self.1
         }
-        async fn call(&self, _: HostedCall<'_>) -> HostedOutcome {
-            HostedOutcome::Mcp(Ok(String::new()))
+        async fn call(&self, _: GatewayCall<'_>) -> GatewayOutcome {
+            GatewayOutcome::Mcp(Ok(String::new()))
         }
     }
 
@@ -260,18 +260,18 @@ mod tests {
             web_search: true,
         };
         let req = CreateResponseRequest::from_slice(body.to_string().as_bytes()).unwrap().validate(&caps).unwrap();
-        let hosted: Vec<Arc<dyn HostedTool>> = vec![
-            Arc::new(Fake(spec("code_interpreter"), HostedKind::CodeInterpreter)),
+        let gateway: Vec<Arc<dyn GatewayTool>> = vec![
+            Arc::new(Fake(spec("code_interpreter"), GatewayKind::CodeInterpreter)),
             Arc::new(Fake(
                 spec("mcp__docs__search"),
-                HostedKind::Mcp { server_label: "docs".into(), tool_name: "search".into() },
+                GatewayKind::Mcp { server_label: "docs".into(), tool_name: "search".into() },
             )),
             Arc::new(Fake(
                 spec("mcp__docs__fetch"),
-                HostedKind::Mcp { server_label: "docs".into(), tool_name: "fetch".into() },
+                GatewayKind::Mcp { server_label: "docs".into(), tool_name: "fetch".into() },
             )),
         ];
-        let menu = ToolMenu::new(&req, &hosted);
+        let menu = ToolMenu::new(&req, &gateway);
         (req, menu)
     }
 
@@ -287,7 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn client_and_hosted_functions_are_offered_together() {
+    fn client_and_gateway_functions_are_offered_together() {
         let (req, menu) = menu(body(json!("auto")));
         let offer = menu.offer(&req.tool_choice, TurnPhase::First);
         assert_eq!(names(&offer), ["weather", "code_interpreter", "mcp__docs__search", "mcp__docs__fetch"]);

@@ -30,10 +30,10 @@ use tokio::sync::mpsc;
 
 use crate::chat::{ChatRequest, ToolOffer};
 use crate::files::{FileReader, read_input_files};
-use crate::hosted::{CitableSource, HostedCall, HostedKind, HostedOutcome, HostedTool, ToolResolver};
+use crate::gateway_tool::{CitableSource, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, ToolResolver};
 use crate::offer::{ToolMenu, TurnPhase, client_call_shapes, roster};
 use crate::sealed::{OpenError, ReasoningSeal};
-use crate::turn::{OutputLog, PendingHostedCall, TurnEnd, TurnResult, TurnState};
+use crate::turn::{OutputLog, PendingGatewayCall, TurnEnd, TurnResult, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
 
 /// Operator caps on what one response may ask of the gateway (`GW_MAX_*`).
@@ -135,7 +135,7 @@ pub struct PreparedResponse {
     response: ResponseObject,
     /// Headers forwarded on upstream calls (e.g. `x-request-id`).
     upstream_headers: Vec<(&'static str, String)>,
-    hosted: Vec<Arc<dyn HostedTool>>,
+    gateway_tools: Vec<Arc<dyn GatewayTool>>,
     menu: ToolMenu,
     /// `mcp_list_tools` items to show first.
     listings: Vec<McpListToolsItem>,
@@ -298,7 +298,7 @@ impl Engine {
             unstored_inherited,
             response,
             upstream_headers,
-            hosted: resolved.tools,
+            gateway_tools: resolved.tools,
             menu,
             listings: resolved.listings,
             container_id,
@@ -424,7 +424,7 @@ impl PreparedResponse {
         for listing in std::mem::take(&mut self.listings) {
             self.emit_listing(sink, log, listing).await?;
         }
-        let roster = roster(&self.hosted);
+        let roster = roster(&self.gateway_tools);
         let mut phase = TurnPhase::First;
         let mut previous_turn = None;
         let max_turns = self.engine.limits.max_tool_rounds.max(1) + 1;
@@ -441,11 +441,11 @@ impl PreparedResponse {
             if let TurnEnd::Cut(_) = result.end {
                 return Ok(result.end);
             }
-            if result.hosted_calls.is_empty() {
+            if result.gateway_calls.is_empty() {
                 return Ok(TurnEnd::Finished);
             }
-            for call in result.hosted_calls {
-                self.run_hosted(sink, log, call).await?;
+            for call in result.gateway_calls {
+                self.run_gateway_call(sink, log, call).await?;
             }
             if !result.function_calls.is_empty() || !result.other_client_calls.is_empty() {
                 // The client has to run its functions before the model can go on.
@@ -461,7 +461,7 @@ impl PreparedResponse {
         for _ in 0..result.function_calls.len() + result.other_client_calls.len() {
             metrics.tool_requested(ToolType::Function);
         }
-        for call in &result.hosted_calls {
+        for call in &result.gateway_calls {
             metrics.tool_requested(tool_type(&call.kind));
         }
     }
@@ -473,7 +473,7 @@ impl PreparedResponse {
         log: &mut OutputLog,
         offer: &ToolOffer,
         turn: TurnStamp,
-        roster: Vec<(String, HostedKind)>,
+        roster: Vec<(String, GatewayKind)>,
     ) -> Result<TurnResult, Stop> {
         let history = self.history.iter().chain(&log.items);
         let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
@@ -511,36 +511,36 @@ impl PreparedResponse {
     }
 
     /// Run one gateway tool call: its "running" event, the call, its outcome on the item.
-    async fn run_hosted(
+    async fn run_gateway_call(
         &mut self,
         sink: &mut EventSink,
         log: &mut OutputLog,
-        call: PendingHostedCall,
+        call: PendingGatewayCall,
     ) -> Result<(), Stop> {
         let (item_id, output_index) = (call.item_id.clone(), call.output_index);
         let running = match call.kind {
-            HostedKind::CodeInterpreter => {
+            GatewayKind::CodeInterpreter => {
                 Some(ResponseEvent::CodeInterpreterCallInterpreting { item_id: item_id.clone(), output_index })
             }
-            HostedKind::WebSearch => {
+            GatewayKind::WebSearch => {
                 Some(ResponseEvent::WebSearchCallSearching { item_id: item_id.clone(), output_index })
             }
-            HostedKind::Mcp { .. } => None,
+            GatewayKind::Mcp { .. } => None,
         };
         if let Some(event) = running {
             sink.send(event).await.map_err(|_| Stop::ClientGone)?;
         }
-        let Some(tool) = self.hosted.iter().find(|t| t.spec().name == call.function).cloned() else {
-            // The roster only names hosted tools, so this cannot happen; fail loudly if it does.
+        let Some(tool) = self.gateway_tools.iter().find(|t| t.spec().name == call.function).cloned() else {
+            // The roster only names gateway tools, so this cannot happen; fail loudly if it does.
             return Err(Stop::Error(ApiError::internal(format!("no gateway tool named '{}'", call.function))));
         };
         let started = Instant::now();
         let outcome = tokio::select! {
-            outcome = tool.call(HostedCall { arguments: &call.arguments, container_id: &self.container_id }) => outcome,
+            outcome = tool.call(GatewayCall { arguments: &call.arguments, container_id: &self.container_id }) => outcome,
             () = sink.closed() => return Err(Stop::ClientGone),
         };
         let (item, ok, done_event) = match (outcome, &call.kind) {
-            (HostedOutcome::CodeInterpreter { outputs, ok }, _) => (
+            (GatewayOutcome::CodeInterpreter { outputs, ok }, _) => (
                 Item::CodeInterpreterCall(CodeInterpreterCallItem {
                     id: item_id.clone(),
                     status: if ok { CallStatus::Completed } else { CallStatus::Failed },
@@ -551,7 +551,7 @@ impl PreparedResponse {
                 ok,
                 ResponseEvent::CodeInterpreterCallCompleted { item_id: item_id.clone(), output_index },
             ),
-            (HostedOutcome::Mcp(result), HostedKind::Mcp { server_label, tool_name }) => {
+            (GatewayOutcome::Mcp(result), GatewayKind::Mcp { server_label, tool_name }) => {
                 let ok = result.is_ok();
                 let (output, error) = match result {
                     Ok(text) => (Some(text), None),
@@ -576,7 +576,7 @@ impl PreparedResponse {
                     event,
                 )
             }
-            (HostedOutcome::WebSearch(outcome), _) => {
+            (GatewayOutcome::WebSearch(outcome), _) => {
                 // The latest word on a page wins (an opened page's own title over a search's).
                 for source in outcome.citable {
                     match self.citable.iter_mut().find(|known| known.url == source.url) {
@@ -600,7 +600,7 @@ impl PreparedResponse {
                     ResponseEvent::WebSearchCallCompleted { item_id: item_id.clone(), output_index },
                 )
             }
-            (HostedOutcome::Mcp(_), _) => {
+            (GatewayOutcome::Mcp(_), _) => {
                 return Err(Stop::Error(ApiError::internal("a gateway tool returned another tool's outcome")));
             }
         };
@@ -743,10 +743,10 @@ impl PreparedResponse {
     }
 }
 
-fn tool_type(kind: &HostedKind) -> ToolType {
+fn tool_type(kind: &GatewayKind) -> ToolType {
     match kind {
-        HostedKind::CodeInterpreter => ToolType::CodeInterpreter,
-        HostedKind::Mcp { .. } => ToolType::Mcp,
-        HostedKind::WebSearch => ToolType::WebSearch,
+        GatewayKind::CodeInterpreter => ToolType::CodeInterpreter,
+        GatewayKind::Mcp { .. } => ToolType::Mcp,
+        GatewayKind::WebSearch => ToolType::WebSearch,
     }
 }

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::chat::{ChatChunk, ToolCallDelta};
 use crate::cite::find_citations;
 use crate::code_stream::CodeStream;
-use crate::hosted::{CitableSource, HostedKind};
+use crate::gateway_tool::{CitableSource, GatewayKind};
 use crate::offer::{ClientCallShape, ClientFunction};
 use crate::think::{Segment, ThinkSplitter};
 
@@ -64,17 +64,17 @@ pub struct TurnResult {
     /// The turn's `custom_tool_call` and `local_shell_call` items (done; the client runs them).
     pub other_client_calls: Vec<Item>,
     /// Calls to the gateway's own tools, in order; their items stay open until they have run.
-    pub hosted_calls: Vec<PendingHostedCall>,
+    pub gateway_calls: Vec<PendingGatewayCall>,
 }
 
 /// A gateway tool call whose arguments are complete and which is waiting to run.
 #[derive(Debug, Clone)]
-pub struct PendingHostedCall {
+pub struct PendingGatewayCall {
     pub item_id: String,
     pub output_index: usize,
     /// The function name the model used.
     pub function: String,
-    pub kind: HostedKind,
+    pub kind: GatewayKind,
     pub arguments: String,
     /// For code interpreter calls: the decoded code.
     pub code: String,
@@ -97,7 +97,7 @@ struct OpenMessage {
 }
 
 #[derive(Debug)]
-struct CallSlot {
+struct StreamingCall {
     /// The upstream's `tool_calls[].index`.
     upstream_index: usize,
     call_id: Option<String>,
@@ -105,7 +105,7 @@ struct CallSlot {
     arguments: String,
     /// Set once the item is announced (its name is known): item id, output index, and the
     /// gateway tool it calls (`None`: a client function).
-    opened: Option<(String, usize, Option<HostedKind>)>,
+    opened: Option<(String, usize, Option<GatewayKind>)>,
     /// Decoded code of a code interpreter call, streamed as it arrives.
     code: CodeStream,
     /// A `custom_tool_call` or `local_shell_call`: its item is announced and finished together
@@ -120,7 +120,7 @@ pub struct TurnState {
     /// of one turn together and those of different turns apart.
     turn: TurnStamp,
     /// Function names that are gateway tools.
-    roster: Vec<(String, HostedKind)>,
+    roster: Vec<(String, GatewayKind)>,
     /// Client functions whose calls are reported in another shape than a plain `function_call`.
     client_shapes: Vec<ClientFunction>,
     /// The conversation's code interpreter container.
@@ -132,7 +132,7 @@ pub struct TurnState {
     message: Option<OpenMessage>,
     /// Whitespace that arrived before any message text; a message opens only for non-blank text.
     held_whitespace: String,
-    calls: Vec<CallSlot>,
+    calls: Vec<StreamingCall>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
     saw_done: bool,
@@ -150,7 +150,7 @@ pub enum TurnError {
 impl TurnState {
     /// The model turn `turn`, in which calls to the functions of `roster` are the gateway's own
     /// tools.
-    pub fn new(turn: TurnStamp, roster: Vec<(String, HostedKind)>, container_id: String) -> Self {
+    pub fn new(turn: TurnStamp, roster: Vec<(String, GatewayKind)>, container_id: String) -> Self {
         TurnState {
             turn,
             roster,
@@ -307,7 +307,7 @@ impl TurnState {
         let pos = match self.calls.iter().position(|s| s.upstream_index == upstream_index) {
             Some(p) => p,
             None => {
-                self.calls.push(CallSlot {
+                self.calls.push(StreamingCall {
                     upstream_index,
                     call_id: None,
                     name: None,
@@ -406,7 +406,7 @@ impl TurnState {
 
         let mut function_calls = Vec::new();
         let mut other_client_calls = Vec::new();
-        let mut hosted_calls = Vec::new();
+        let mut gateway_calls = Vec::new();
         for mut slot in std::mem::take(&mut self.calls) {
             if slot.opened.is_none() {
                 if slot.name.is_none() {
@@ -417,7 +417,7 @@ impl TurnState {
             let Some((item_id, output_index, kind)) = slot.opened.take() else { continue };
             let name = slot.name.take().unwrap_or_default();
             match kind {
-                Some(HostedKind::CodeInterpreter) => {
+                Some(GatewayKind::CodeInterpreter) => {
                     let (code, rest) = std::mem::take(&mut slot.code).finish(&slot.arguments);
                     if !rest.is_empty() {
                         events.push(ResponseEvent::CodeInterpreterCallCodeDelta {
@@ -431,16 +431,16 @@ impl TurnState {
                         output_index,
                         code: code.clone(),
                     });
-                    hosted_calls.push(PendingHostedCall {
+                    gateway_calls.push(PendingGatewayCall {
                         item_id,
                         output_index,
                         function: name,
-                        kind: HostedKind::CodeInterpreter,
+                        kind: GatewayKind::CodeInterpreter,
                         arguments: slot.arguments,
                         code,
                     });
                 }
-                Some(kind @ HostedKind::Mcp { .. }) => {
+                Some(kind @ GatewayKind::Mcp { .. }) => {
                     if slot.arguments.is_empty() {
                         slot.arguments.push_str("{}");
                         events.push(ResponseEvent::McpCallArgumentsDelta {
@@ -454,7 +454,7 @@ impl TurnState {
                         output_index,
                         arguments: slot.arguments.clone(),
                     });
-                    hosted_calls.push(PendingHostedCall {
+                    gateway_calls.push(PendingGatewayCall {
                         item_id,
                         output_index,
                         function: name,
@@ -463,15 +463,15 @@ impl TurnState {
                         code: String::new(),
                     });
                 }
-                Some(HostedKind::WebSearch) => {
+                Some(GatewayKind::WebSearch) => {
                     if slot.arguments.is_empty() {
                         slot.arguments.push_str("{}");
                     }
-                    hosted_calls.push(PendingHostedCall {
+                    gateway_calls.push(PendingGatewayCall {
                         item_id,
                         output_index,
                         function: name,
-                        kind: HostedKind::WebSearch,
+                        kind: GatewayKind::WebSearch,
                         arguments: slot.arguments,
                         code: String::new(),
                     });
@@ -527,16 +527,16 @@ impl TurnState {
                 }
             }
         }
-        Ok(TurnResult { end, usage: self.usage, function_calls, other_client_calls, hosted_calls })
+        Ok(TurnResult { end, usage: self.usage, function_calls, other_client_calls, gateway_calls })
     }
 }
 
 /// Announce a call's item — a client `function_call`, or the gateway tool's own item (its id
 /// minted in `turn`) — and send the arguments gathered so far as its first delta.
 fn open_call(
-    slot: &mut CallSlot,
+    slot: &mut StreamingCall,
     turn: TurnStamp,
-    roster: &[(String, HostedKind)],
+    roster: &[(String, GatewayKind)],
     client_shapes: &[ClientFunction],
     container_id: &str,
     log: &mut OutputLog,
@@ -572,7 +572,7 @@ fn open_call(
             });
             item_id
         }
-        Some(HostedKind::CodeInterpreter) => {
+        Some(GatewayKind::CodeInterpreter) => {
             let item_id = turn.new_id(IdKind::CodeInterpreterCall);
             events.push(ResponseEvent::OutputItemAdded {
                 output_index,
@@ -587,7 +587,7 @@ fn open_call(
             events.push(ResponseEvent::CodeInterpreterCallInProgress { item_id: item_id.clone(), output_index });
             item_id
         }
-        Some(HostedKind::Mcp { server_label, tool_name }) => {
+        Some(GatewayKind::Mcp { server_label, tool_name }) => {
             let item_id = turn.new_id(IdKind::McpCall);
             events.push(ResponseEvent::OutputItemAdded {
                 output_index,
@@ -604,7 +604,7 @@ fn open_call(
             events.push(ResponseEvent::McpCallInProgress { item_id: item_id.clone(), output_index });
             item_id
         }
-        Some(HostedKind::WebSearch) => {
+        Some(GatewayKind::WebSearch) => {
             // The reference API announces the call without an action and streams no arguments.
             let item_id = turn.new_id(IdKind::WebSearchCall);
             events.push(ResponseEvent::OutputItemAdded {
@@ -673,23 +673,23 @@ fn deferred_item(shape: Option<&ClientCallShape>, id: String, call_id: String, n
 }
 
 /// The delta event for an argument fragment, in the call's own event family.
-fn argument_delta(slot: &mut CallSlot, fragment: String, events: &mut Vec<ResponseEvent>) {
+fn argument_delta(slot: &mut StreamingCall, fragment: String, events: &mut Vec<ResponseEvent>) {
     let Some((item_id, output_index, kind)) = &slot.opened else { return };
     let (item_id, output_index) = (item_id.clone(), *output_index);
     match kind {
         None if slot.deferred.is_some() => {}
         None => events.push(ResponseEvent::FunctionCallArgumentsDelta { item_id, output_index, delta: fragment }),
-        Some(HostedKind::Mcp { .. }) => {
+        Some(GatewayKind::Mcp { .. }) => {
             events.push(ResponseEvent::McpCallArgumentsDelta { item_id, output_index, delta: fragment })
         }
-        Some(HostedKind::CodeInterpreter) => {
+        Some(GatewayKind::CodeInterpreter) => {
             let delta = slot.code.push(&fragment);
             if !delta.is_empty() {
                 events.push(ResponseEvent::CodeInterpreterCallCodeDelta { item_id, output_index, delta });
             }
         }
         // No argument events: the action shows on the finished item.
-        Some(HostedKind::WebSearch) => {}
+        Some(GatewayKind::WebSearch) => {}
     }
 }
 
@@ -939,7 +939,7 @@ mod tests {
     fn a_code_interpreter_call_streams_decoded_code_and_stays_open() {
         let mut state = TurnState::new(
             TurnStamp::after(None),
-            vec![("code_interpreter".into(), HostedKind::CodeInterpreter)],
+            vec![("code_interpreter".into(), GatewayKind::CodeInterpreter)],
             "cntr_1".into(),
         );
         let mut log = OutputLog::default();
@@ -971,15 +971,18 @@ mod tests {
             .collect();
         assert_eq!(deltas, "import math\nmath.sqrt(2)");
         assert!(log.items.is_empty(), "the item is done only after it has run");
-        assert_eq!(result.hosted_calls[0].code, "import math\nmath.sqrt(2)");
+        assert_eq!(result.gateway_calls[0].code, "import math\nmath.sqrt(2)");
         let ResponseEvent::OutputItemAdded { item: Item::CodeInterpreterCall(ci), .. } = &events[0] else { panic!() };
         assert_eq!((ci.container_id.as_str(), ci.outputs.is_none()), ("cntr_1", true));
     }
 
     #[test]
     fn a_web_search_call_is_announced_without_an_action_or_argument_events() {
-        let mut state =
-            TurnState::new(TurnStamp::after(None), vec![("web_search".into(), HostedKind::WebSearch)], "cntr_1".into());
+        let mut state = TurnState::new(
+            TurnStamp::after(None),
+            vec![("web_search".into(), GatewayKind::WebSearch)],
+            "cntr_1".into(),
+        );
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         for c in [
@@ -993,7 +996,7 @@ mod tests {
         assert_eq!(kinds(&events), ["response.output_item.added", "response.web_search_call.in_progress"]);
         let ResponseEvent::OutputItemAdded { item, .. } = &events[0] else { panic!() };
         assert_eq!(serde_json::to_value(item).unwrap().as_object().unwrap().len(), 3, "id, type, status: {item:?}");
-        assert_eq!(result.hosted_calls[0].arguments, "{\"query\": \"vllm\"}");
+        assert_eq!(result.gateway_calls[0].arguments, "{\"query\": \"vllm\"}");
         assert!(log.items.is_empty(), "the item is done only after it has run");
     }
 
@@ -1001,8 +1004,8 @@ mod tests {
     fn the_gateway_calls_of_a_turn_carry_its_stamp_in_their_ids() {
         let turn = TurnStamp::after(None);
         let roster = vec![
-            ("web_search".into(), HostedKind::WebSearch),
-            ("code_interpreter".into(), HostedKind::CodeInterpreter),
+            ("web_search".into(), GatewayKind::WebSearch),
+            ("code_interpreter".into(), GatewayKind::CodeInterpreter),
         ];
         let mut state = TurnState::new(turn, roster, "cntr_1".into());
         let mut log = OutputLog::default();
@@ -1016,7 +1019,7 @@ mod tests {
             &mut events,
         );
         state.on_done();
-        let calls = state.finish(&mut log, &mut events).unwrap().hosted_calls;
+        let calls = state.finish(&mut log, &mut events).unwrap().gateway_calls;
         assert_eq!(calls.len(), 2);
         assert!(calls[0].item_id.starts_with("ws_") && calls[1].item_id.starts_with("ci_"));
         assert_ne!(calls[0].item_id, calls[1].item_id);
@@ -1025,7 +1028,7 @@ mod tests {
 
     #[test]
     fn an_mcp_call_uses_the_real_label_and_tool_name() {
-        let kind = HostedKind::Mcp { server_label: "docs".into(), tool_name: "search.v2".into() };
+        let kind = GatewayKind::Mcp { server_label: "docs".into(), tool_name: "search.v2".into() };
         let mut state =
             TurnState::new(TurnStamp::after(None), vec![("mcp__docs__search_v2_1234".into(), kind)], "cntr_1".into());
         let mut log = OutputLog::default();
@@ -1048,6 +1051,6 @@ mod tests {
         );
         let ResponseEvent::OutputItemAdded { item: Item::McpCall(m), .. } = &events[0] else { panic!() };
         assert_eq!((m.server_label.as_str(), m.name.as_str()), ("docs", "search.v2"));
-        assert_eq!(result.hosted_calls[0].arguments, "{}");
+        assert_eq!(result.gateway_calls[0].arguments, "{}");
     }
 }

@@ -1,5 +1,5 @@
 //! The engine's view of this crate: [`GatewayTools`] resolves a request's `code_interpreter`,
-//! `web_search` and `mcp` declarations into [`HostedTool`]s, and each tool turns a model call into an
+//! `web_search` and `mcp` declarations into [`GatewayTool`]s, and each tool turns a model call into an
 //! outcome on its item.
 //!
 //! Built-in MCP tools are listed through the MCP helper at resolve time (so an unknown or
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use base64::Engine as _;
-use respgw_engine::{FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, ResolvedTools, ToolResolver};
+use respgw_engine::{FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, ResolvedTools, ToolResolver};
 use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::items::{CodeInterpreterOutput, Item, McpListToolsItem, McpToolInfo};
 use respgw_protocol::tools::{CODE_INTERPRETER_FUNCTION, McpTool, mcp_function_name};
@@ -186,7 +186,7 @@ fn offer_mcp_tools<'a>(
 struct CodeInterpreterTool {
     sandbox: Sandbox,
     spec: FunctionSpec,
-    kind: HostedKind,
+    kind: GatewayKind,
 }
 
 impl CodeInterpreterTool {
@@ -208,21 +208,21 @@ impl CodeInterpreterTool {
             }),
             strict: Some(true),
         };
-        CodeInterpreterTool { sandbox, spec, kind: HostedKind::CodeInterpreter }
+        CodeInterpreterTool { sandbox, spec, kind: GatewayKind::CodeInterpreter }
     }
 }
 
 #[async_trait]
-impl HostedTool for CodeInterpreterTool {
+impl GatewayTool for CodeInterpreterTool {
     fn spec(&self) -> &FunctionSpec {
         &self.spec
     }
 
-    fn kind(&self) -> &HostedKind {
+    fn kind(&self) -> &GatewayKind {
         &self.kind
     }
 
-    async fn call(&self, call: HostedCall<'_>) -> HostedOutcome {
+    async fn call(&self, call: GatewayCall<'_>) -> GatewayOutcome {
         let code = serde_json::from_str::<Value>(call.arguments)
             .ok()
             .and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned))
@@ -253,9 +253,9 @@ impl HostedTool for CodeInterpreterTool {
                     let data = base64::engine::general_purpose::STANDARD.encode(png);
                     outputs.push(CodeInterpreterOutput::Image { url: format!("data:image/png;base64,{data}") });
                 }
-                HostedOutcome::CodeInterpreter { outputs, ok: ran }
+                GatewayOutcome::CodeInterpreter { outputs, ok: ran }
             }
-            Err(e) => HostedOutcome::CodeInterpreter {
+            Err(e) => GatewayOutcome::CodeInterpreter {
                 outputs: vec![CodeInterpreterOutput::Logs { logs: format!("[{e}]") }],
                 ok: false,
             },
@@ -267,7 +267,7 @@ impl HostedTool for CodeInterpreterTool {
 /// tools.
 struct McpToolFace {
     spec: FunctionSpec,
-    kind: HostedKind,
+    kind: GatewayKind,
     /// The tool's own input schema, to check arguments before calling.
     validator: Option<jsonschema::Validator>,
 }
@@ -288,14 +288,14 @@ impl McpToolFace {
         let validator = jsonschema::validator_for(&tool.input_schema)
             .inspect_err(|e| tracing::warn!(server_label, tool = %tool.name, error = %e, "tool input schema does not compile; arguments are not checked"))
             .ok();
-        McpToolFace { spec, kind: HostedKind::Mcp { server_label, tool_name: tool.name.clone() }, validator }
+        McpToolFace { spec, kind: GatewayKind::Mcp { server_label, tool_name: tool.name.clone() }, validator }
     }
 
     /// The real label and tool name.
     fn names(&self) -> (&str, &str) {
         match &self.kind {
-            HostedKind::Mcp { server_label, tool_name } => (server_label, tool_name),
-            HostedKind::CodeInterpreter | HostedKind::WebSearch => ("", ""),
+            GatewayKind::Mcp { server_label, tool_name } => (server_label, tool_name),
+            GatewayKind::CodeInterpreter | GatewayKind::WebSearch => ("", ""),
         }
     }
 
@@ -337,22 +337,22 @@ impl BuiltinMcpTool {
 }
 
 #[async_trait]
-impl HostedTool for BuiltinMcpTool {
+impl GatewayTool for BuiltinMcpTool {
     fn spec(&self) -> &FunctionSpec {
         &self.face.spec
     }
 
-    fn kind(&self) -> &HostedKind {
+    fn kind(&self) -> &GatewayKind {
         &self.face.kind
     }
 
-    async fn call(&self, call: HostedCall<'_>) -> HostedOutcome {
+    async fn call(&self, call: GatewayCall<'_>) -> GatewayOutcome {
         let arguments = match self.face.arguments(call.arguments) {
             Ok(arguments) => arguments,
-            Err(e) => return HostedOutcome::Mcp(Err(e)),
+            Err(e) => return GatewayOutcome::Mcp(Err(e)),
         };
         let (server_label, tool_name) = self.face.names();
-        HostedOutcome::Mcp(match self.client.call(server_label, tool_name, Value::Object(arguments)).await {
+        GatewayOutcome::Mcp(match self.client.call(server_label, tool_name, Value::Object(arguments)).await {
             Ok(outcome) if outcome.ok => Ok(outcome.output_text.unwrap_or_default()),
             Ok(outcome) => Err(outcome.error_text.unwrap_or_else(|| "The tool reported an error.".into())),
             Err(e) => Err(e.to_string()),
@@ -374,21 +374,21 @@ impl RemoteMcpTool {
 }
 
 #[async_trait]
-impl HostedTool for RemoteMcpTool {
+impl GatewayTool for RemoteMcpTool {
     fn spec(&self) -> &FunctionSpec {
         &self.face.spec
     }
 
-    fn kind(&self) -> &HostedKind {
+    fn kind(&self) -> &GatewayKind {
         &self.face.kind
     }
 
-    async fn call(&self, call: HostedCall<'_>) -> HostedOutcome {
+    async fn call(&self, call: GatewayCall<'_>) -> GatewayOutcome {
         let arguments = match self.face.arguments(call.arguments) {
             Ok(arguments) => arguments,
-            Err(e) => return HostedOutcome::Mcp(Err(e)),
+            Err(e) => return GatewayOutcome::Mcp(Err(e)),
         };
-        HostedOutcome::Mcp(self.session.call(self.face.names().1, arguments).await)
+        GatewayOutcome::Mcp(self.session.call(self.face.names().1, arguments).await)
     }
 }
 

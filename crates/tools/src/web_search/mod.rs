@@ -22,7 +22,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
-use respgw_engine::{CitableSource, FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, WebSearchOutcome};
+use respgw_engine::{
+    CitableSource, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, WebSearchOutcome,
+};
 use respgw_protocol::items::{WebSearchAction, WebSearchSource};
 use respgw_protocol::tools::{SearchContextSize, WEB_SEARCH_FUNCTION, WebSearchTool as WebSearchDeclaration};
 use serde_json::{Value, json};
@@ -70,7 +72,7 @@ impl WebSearch {
         WebSearchTool {
             search: self.clone(),
             spec: function_spec(),
-            kind: HostedKind::WebSearch,
+            kind: GatewayKind::WebSearch,
             allowed_domains: declaration.allowed_domains(),
             context: declaration.search_context_size,
             country: declaration
@@ -124,7 +126,7 @@ struct CachedPage {
 pub struct WebSearchTool {
     search: WebSearch,
     spec: FunctionSpec,
-    kind: HostedKind,
+    kind: GatewayKind,
     allowed_domains: Vec<String>,
     context: SearchContextSize,
     country: Option<String>,
@@ -304,16 +306,16 @@ impl WebSearchTool {
 }
 
 #[async_trait]
-impl HostedTool for WebSearchTool {
+impl GatewayTool for WebSearchTool {
     fn spec(&self) -> &FunctionSpec {
         &self.spec
     }
 
-    fn kind(&self) -> &HostedKind {
+    fn kind(&self) -> &GatewayKind {
         &self.kind
     }
 
-    async fn call(&self, call: HostedCall<'_>) -> HostedOutcome {
-        HostedOutcome::WebSearch(self.run(call.arguments).await)
+    async fn call(&self, call: GatewayCall<'_>) -> GatewayOutcome {
+        GatewayOutcome::WebSearch(self.run(call.arguments).await)
     }
 }

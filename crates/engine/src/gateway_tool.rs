@@ -1,9 +1,9 @@
-//! Gateway-executed ("hosted") tools as the engine sees them.
+//! Gateway tools (the tools the gateway runs itself) as the engine sees them.
 //!
 //! The engine does not know how code runs or how MCP servers are reached. It asks a
-//! [`ToolResolver`] (implemented in `respgw-tools`) for the hosted tools of a request, offers
+//! [`ToolResolver`] (implemented in `respgw-tools`) for the gateway tools of a request, offers
 //! them to the model as functions next to the client's own, and when the model calls one it
-//! calls [`HostedTool::call`] and records the outcome on the call's item. A tool failure is an
+//! calls [`GatewayTool::call`] and records the outcome on the call's item. A tool failure is an
 //! outcome the model sees, never a failed response.
 
 use std::sync::Arc;
@@ -22,9 +22,9 @@ pub struct FunctionSpec {
     pub strict: Option<bool>,
 }
 
-/// Which item family a hosted tool's calls produce.
+/// Which item family a gateway tool's calls produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostedKind {
+pub enum GatewayKind {
     /// `code_interpreter_call` items; the argument is `{"code": "…"}`.
     CodeInterpreter,
     /// `mcp_call` items showing the real label and tool name.
@@ -33,18 +33,18 @@ pub enum HostedKind {
     WebSearch,
 }
 
-/// One call to a hosted tool.
+/// One call to a gateway tool.
 #[derive(Debug)]
-pub struct HostedCall<'a> {
+pub struct GatewayCall<'a> {
     /// The arguments JSON the model produced.
     pub arguments: &'a str,
     /// For code interpreter calls: the conversation's container (files persist in it).
     pub container_id: &'a str,
 }
 
-/// What a hosted call produced.
+/// What a gateway tool call produced.
 #[derive(Debug, Clone, PartialEq)]
-pub enum HostedOutcome {
+pub enum GatewayOutcome {
     /// The code ran (successfully or not: an exception or a timeout is still an outcome, shown in
     /// the logs). `ok` is false when the code failed or the sandbox could not run it.
     CodeInterpreter { outputs: Vec<CodeInterpreterOutput>, ok: bool },
@@ -77,25 +77,25 @@ pub struct CitableSource {
 
 /// A tool the gateway runs itself.
 #[async_trait]
-pub trait HostedTool: Send + Sync {
+pub trait GatewayTool: Send + Sync {
     /// How the model sees it.
     fn spec(&self) -> &FunctionSpec;
     /// What its calls look like in the output.
-    fn kind(&self) -> &HostedKind;
+    fn kind(&self) -> &GatewayKind;
     /// Run one call. Never fails the response: failures are outcomes.
-    async fn call(&self, call: HostedCall<'_>) -> HostedOutcome;
+    async fn call(&self, call: GatewayCall<'_>) -> GatewayOutcome;
 }
 
-/// The hosted tools of one request.
+/// The gateway tools of one request.
 #[derive(Default)]
 pub struct ResolvedTools {
-    pub tools: Vec<Arc<dyn HostedTool>>,
+    pub tools: Vec<Arc<dyn GatewayTool>>,
     /// `mcp_list_tools` items to show before the first model turn (servers this conversation
     /// has not listed yet).
     pub listings: Vec<McpListToolsItem>,
 }
 
-/// Turns a request's `code_interpreter`, `web_search` and `mcp` declarations into hosted tools.
+/// Turns a request's `code_interpreter`, `web_search` and `mcp` declarations into gateway tools.
 #[async_trait]
 pub trait ToolResolver: Send + Sync {
     /// Which gateway tools requests may declare (validation rejects the others with a 400).
