@@ -11,21 +11,20 @@
 
 pub mod chat;
 mod cite;
-mod code_stream;
 pub mod files;
 pub mod gateway_tool;
 mod offer;
 mod run;
 pub mod sealed;
 pub mod think;
+pub mod tool_kinds;
 pub mod turn;
 pub mod upstream;
 
 pub use files::FileReader;
-pub use gateway_tool::{
-    CitableSource, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, ResolvedTools, ToolResolver,
-    WebSearchOutcome,
-};
-pub use offer::{ClientCallShape, ClientFunction};
+pub use gateway_tool::{FunctionSpec, GatewayCall, GatewayTool, ResolvedTools, ToolResolver};
 pub use run::{ClientGone, Engine, EventSink, Limits, LocalConversation, PreparedResponse, RunOutcome, store_error};
+pub use tool_kinds::{
+    CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, GatewayKind, GatewayOutcome, WebSearchOutcome,
+};
 pub use upstream::{Upstream, UpstreamConfig, UpstreamError};

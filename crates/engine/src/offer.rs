@@ -10,14 +10,15 @@
 use std::sync::Arc;
 
 use respgw_protocol::tools::{
-    AllowedTool, CODE_INTERPRETER_FUNCTION, CustomTool, LOCAL_SHELL_FUNCTION, McpToolChoice, ToolChoice,
-    ToolChoiceMode, ToolDeclaration, WEB_SEARCH_FUNCTION, mcp_function_name, namespaced_function_name,
+    AllowedTool, CODE_INTERPRETER_FUNCTION, McpToolChoice, ToolChoice, ToolChoiceMode, WEB_SEARCH_FUNCTION,
+    mcp_function_name,
 };
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::json;
 
-use crate::chat::{ToolOffer, function_spec};
-use crate::gateway_tool::{FunctionSpec, GatewayKind, GatewayTool};
+use crate::chat::ToolOffer;
+use crate::gateway_tool::{FunctionSpec, GatewayTool};
+use crate::tool_kinds::{CallTarget, client, mcp};
 
 /// Where the loop is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,35 +31,15 @@ pub enum TurnPhase {
     Last,
 }
 
-/// Everything the model could be offered, with where each function came from.
+/// Everything the model could be offered, with who runs each function.
 pub struct ToolMenu {
-    entries: Vec<(FunctionSpec, Source)>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Source {
-    Client,
-    Gateway(GatewayKind),
+    entries: Vec<(FunctionSpec, CallTarget)>,
 }
 
 impl ToolMenu {
     pub fn new(request: &ValidatedRequest, gateway: &[Arc<dyn GatewayTool>]) -> Self {
-        let client = request.tools.iter().flat_map(|t| match t {
-            ToolDeclaration::Function(f) => vec![(function_spec(f), Source::Client)],
-            ToolDeclaration::Namespace(ns) => ns
-                .tools
-                .iter()
-                .map(|f| {
-                    let mut spec = function_spec(f);
-                    spec.name = namespaced_function_name(&ns.name, &f.name);
-                    (spec, Source::Client)
-                })
-                .collect(),
-            ToolDeclaration::Custom(c) => vec![(custom_spec(c), Source::Client)],
-            ToolDeclaration::LocalShell(_) => vec![(local_shell_spec(), Source::Client)],
-            _ => Vec::new(),
-        });
-        let gateway = gateway.iter().map(|t| (t.spec().clone(), Source::Gateway(t.kind().clone())));
+        let client = client::offered(request).into_iter().map(|(spec, shape)| (spec, CallTarget::Client(shape)));
+        let gateway = gateway.iter().map(|t| (t.spec().clone(), CallTarget::Gateway(t.kind().clone())));
         ToolMenu { entries: client.chain(gateway).collect() }
     }
 
@@ -79,7 +60,7 @@ impl ToolMenu {
         };
         for (m, param) in mcp_choices {
             if let Some(name) = &m.name
-                && !self.entries.iter().any(|(_, source)| matches_mcp(source, &m.server_label, Some(name)))
+                && !self.entries.iter().any(|(_, target)| mcp::is_tool_of(target, &m.server_label, Some(name)))
             {
                 return Err(ApiError::bad_input(
                     param,
@@ -115,7 +96,7 @@ impl ToolMenu {
             ToolChoice::Mcp(m) if first => match &m.name {
                 Some(tool) => (all(), named(&mcp_function_name(&m.server_label, tool))),
                 // Any tool of that server: offer only its tools, and require a call.
-                None => (self.select(|_, s| matches_mcp(s, &m.server_label, None)), json!("required")),
+                None => (self.select(|_, t| mcp::is_tool_of(t, &m.server_label, None)), json!("required")),
             },
             ToolChoice::Function(_)
             | ToolChoice::CodeInterpreter(_)
@@ -127,99 +108,16 @@ impl ToolMenu {
         ToolOffer { functions, tool_choice }
     }
 
-    fn select(&self, keep: impl Fn(&FunctionSpec, &Source) -> bool) -> Vec<FunctionSpec> {
-        self.entries.iter().filter(|(f, s)| keep(f, s)).map(|(f, _)| f.clone()).collect()
+    fn select(&self, keep: impl Fn(&FunctionSpec, &CallTarget) -> bool) -> Vec<FunctionSpec> {
+        self.entries.iter().filter(|(f, t)| keep(f, t)).map(|(f, _)| f.clone()).collect()
     }
 }
 
-/// The client functions whose calls are not reported as plain `function_call`s: functions of
-/// `namespace` tools, `custom` tools and `local_shell`.
-pub fn client_call_shapes(request: &ValidatedRequest) -> Vec<ClientFunction> {
-    let mut shapes = Vec::new();
-    for tool in &request.tools {
-        match tool {
-            ToolDeclaration::Namespace(ns) => shapes.extend(ns.tools.iter().map(|f| ClientFunction {
-                flat_name: namespaced_function_name(&ns.name, &f.name),
-                shape: ClientCallShape::Namespaced { namespace: ns.name.clone(), name: f.name.clone() },
-            })),
-            ToolDeclaration::Custom(c) => {
-                shapes.push(ClientFunction { flat_name: c.name.clone(), shape: ClientCallShape::Custom })
-            }
-            ToolDeclaration::LocalShell(_) => shapes.push(ClientFunction {
-                flat_name: LOCAL_SHELL_FUNCTION.to_owned(),
-                shape: ClientCallShape::LocalShell,
-            }),
-            _ => {}
-        }
-    }
-    shapes
-}
-
-/// A client function the model calls by `flat_name`, and how its calls are reported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClientFunction {
-    pub flat_name: String,
-    pub shape: ClientCallShape,
-}
-
-/// How a call is reported to the client.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ClientCallShape {
-    /// A `function_call` with the function's own `name` and its `namespace`.
-    Namespaced { namespace: String, name: String },
-    /// A `custom_tool_call` whose `input` is the call's `input` argument.
-    Custom,
-    /// A `local_shell_call` whose `action` holds the command.
-    LocalShell,
-}
-
-/// A `custom` tool as the model sees it: a function taking the free text as `input`.
-fn custom_spec(tool: &CustomTool) -> FunctionSpec {
-    let mut description = tool.description.clone().unwrap_or_default();
-    if let Some(definition) = tool.format.as_ref().and_then(|f| f.get("definition")).and_then(|d| d.as_str()) {
-        let syntax = tool.format.as_ref().and_then(|f| f.get("syntax")).and_then(|s| s.as_str()).unwrap_or("grammar");
-        description.push_str(&format!("\n\nThe input must follow this {syntax}:\n{definition}"));
-    }
-    FunctionSpec {
-        name: tool.name.clone(),
-        description: (!description.is_empty()).then_some(description),
-        parameters: json!({"type": "object", "properties": {"input": {"type": "string",
-            "description": "The tool's input, as free text."}}, "required": ["input"], "additionalProperties": false}),
-        strict: None,
-    }
-}
-
-/// `local_shell` as the model sees it.
-fn local_shell_spec() -> FunctionSpec {
-    FunctionSpec {
-        name: LOCAL_SHELL_FUNCTION.to_owned(),
-        description: Some("Run a command on the user's machine and get its output.".to_owned()),
-        parameters: json!({"type": "object", "properties": {
-            "command": {"type": "array", "items": {"type": "string"}, "description": "The program and its arguments."},
-            "workdir": {"type": "string", "description": "Working directory."},
-            "timeout_ms": {"type": "integer", "description": "Time limit in milliseconds."}},
-            "required": ["command"], "additionalProperties": false}),
-        strict: None,
-    }
-}
-
-/// Function names that belong to gateway tools, and what they are.
-pub fn roster(gateway: &[Arc<dyn GatewayTool>]) -> Vec<(String, GatewayKind)> {
-    gateway.iter().map(|t| (t.spec().name.clone(), t.kind().clone())).collect()
-}
-
-fn matches_mcp(source: &Source, label: &str, tool: Option<&str>) -> bool {
-    matches!(source, Source::Gateway(GatewayKind::Mcp { server_label, tool_name })
-        if server_label == label && tool.is_none_or(|t| t == tool_name))
-}
-
-/// Whether an `allowed_tools` entry admits a function, given where the function came from.
-fn allows(entry: &AllowedTool, spec: &FunctionSpec, source: &Source) -> bool {
-    match entry {
-        AllowedTool::Function(f) => *source == Source::Client && spec.name == f.name,
-        AllowedTool::CodeInterpreter(_) => *source == Source::Gateway(GatewayKind::CodeInterpreter),
-        AllowedTool::WebSearch(_) => *source == Source::Gateway(GatewayKind::WebSearch),
-        AllowedTool::Mcp(m) => matches_mcp(source, &m.server_label, m.name.as_deref()),
+/// Whether an `allowed_tools` entry admits a function, given who runs it.
+fn allows(entry: &AllowedTool, spec: &FunctionSpec, target: &CallTarget) -> bool {
+    match target {
+        CallTarget::Client(_) => client::allowed_by(entry, spec),
+        CallTarget::Gateway(kind) => kind.allowed_by(entry),
     }
 }
 
@@ -230,7 +128,8 @@ mod tests {
     use respgw_protocol::{Capabilities, CreateResponseRequest};
     use serde_json::Value;
 
-    use crate::gateway_tool::{GatewayCall, GatewayOutcome};
+    use crate::gateway_tool::GatewayCall;
+    use crate::tool_kinds::{GatewayKind, GatewayOutcome};
 
     struct Fake(FunctionSpec, GatewayKind);
 

@@ -14,26 +14,24 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use respgw_protocol::events::StreamError;
-use respgw_protocol::ids::{IdKind, TurnStamp, is_own_id, new_id};
-use respgw_protocol::items::{
-    CallStatus, CodeInterpreterCallItem, McpCallItem, McpListToolsItem, ReasoningText, WebSearchAction,
-    WebSearchCallItem,
-};
+use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
+use respgw_protocol::items::{McpListToolsItem, ReasoningText};
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{
     ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
 };
 use respgw_store::{NewResponse, ResponseStore, StoreError};
-use respgw_telemetry::{Metrics, ToolType};
+use respgw_telemetry::Metrics;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::chat::{ChatRequest, ToolOffer};
 use crate::files::{FileReader, read_input_files};
-use crate::gateway_tool::{CitableSource, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, ToolResolver};
-use crate::offer::{ToolMenu, TurnPhase, client_call_shapes, roster};
+use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
+use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{OpenError, ReasoningSeal};
-use crate::turn::{OutputLog, PendingGatewayCall, TurnEnd, TurnResult, TurnState};
+use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
+use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
 
 /// Operator caps on what one response may ask of the gateway (`GW_MAX_*`).
@@ -139,12 +137,11 @@ pub struct PreparedResponse {
     menu: ToolMenu,
     /// `mcp_list_tools` items to show first.
     listings: Vec<McpListToolsItem>,
-    /// The conversation's code interpreter container (reused across turns while it exists).
-    container_id: String,
+    /// What the gateway tools keep across this response's calls (the conversation's code
+    /// interpreter container, the pages web_search showed the model).
+    tool_state: GatewayToolState,
     /// Output items as produced, unfiltered: what history and the store keep.
     output: Vec<Item>,
-    /// Pages web_search showed the model so far: links to them in answers are cited.
-    citable: Vec<CitableSource>,
 }
 
 fn unix_now() -> i64 {
@@ -278,17 +275,8 @@ impl Engine {
         let resolved = self.tools.resolve(&request, &history).await?;
         let menu = ToolMenu::new(&request, &resolved.tools);
         menu.check_choice(&request.tool_choice)?;
-        let container_id = history
-            .iter()
-            .rev()
-            .find_map(|item| match item {
-                // Only a container this gateway made can be reused; another system's id starts afresh.
-                Item::CodeInterpreterCall(c) if is_own_id(IdKind::Container, &c.container_id) => {
-                    Some(c.container_id.clone())
-                }
-                _ => None,
-            })
-            .unwrap_or_else(|| new_id(IdKind::Container));
+        let tool_state =
+            GatewayToolState { container_id: code_interpreter::container_for(&history), citable: Vec::new() };
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
         Ok(PreparedResponse {
             engine: Arc::clone(self),
@@ -301,9 +289,8 @@ impl Engine {
             gateway_tools: resolved.tools,
             menu,
             listings: resolved.listings,
-            container_id,
+            tool_state,
             output: Vec::new(),
-            citable: Vec::new(),
         })
     }
 }
@@ -424,7 +411,7 @@ impl PreparedResponse {
         for listing in std::mem::take(&mut self.listings) {
             self.emit_listing(sink, log, listing).await?;
         }
-        let roster = roster(&self.gateway_tools);
+        let targets = CallTargets::new(&self.request, &self.gateway_tools);
         let mut phase = TurnPhase::First;
         let mut previous_turn = None;
         let max_turns = self.engine.limits.max_tool_rounds.max(1) + 1;
@@ -433,7 +420,7 @@ impl PreparedResponse {
             let offer = self.menu.offer(&self.request.tool_choice, phase_now);
             let this_turn = TurnStamp::after(previous_turn);
             previous_turn = Some(this_turn);
-            let result = self.stream_turn(sink, log, &offer, this_turn, roster.clone()).await?;
+            let result = self.stream_turn(sink, log, &offer, this_turn, targets.clone()).await?;
             if let Some(u) = &result.usage {
                 usage.add(u);
             }
@@ -447,7 +434,7 @@ impl PreparedResponse {
             for call in result.gateway_calls {
                 self.run_gateway_call(sink, log, call).await?;
             }
-            if !result.function_calls.is_empty() || !result.other_client_calls.is_empty() {
+            if !result.client_calls.is_empty() {
                 // The client has to run its functions before the model can go on.
                 return Ok(TurnEnd::Finished);
             }
@@ -458,11 +445,11 @@ impl PreparedResponse {
 
     fn count_requested(&self, result: &TurnResult) {
         let metrics = &self.engine.metrics;
-        for _ in 0..result.function_calls.len() + result.other_client_calls.len() {
-            metrics.tool_requested(ToolType::Function);
+        for _ in &result.client_calls {
+            metrics.tool_requested(client::TOOL_TYPE);
         }
         for call in &result.gateway_calls {
-            metrics.tool_requested(tool_type(&call.kind));
+            metrics.tool_requested(call.tool_type());
         }
     }
 
@@ -473,7 +460,7 @@ impl PreparedResponse {
         log: &mut OutputLog,
         offer: &ToolOffer,
         turn: TurnStamp,
-        roster: Vec<(String, GatewayKind)>,
+        targets: CallTargets,
     ) -> Result<TurnResult, Stop> {
         let history = self.history.iter().chain(&log.items);
         let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
@@ -482,9 +469,8 @@ impl PreparedResponse {
             r = upstream => r.map_err(|e| Stop::Error(e.to_api_error()))?,
             () = sink.closed() => return Err(Stop::ClientGone),
         };
-        let mut state = TurnState::new(turn, roster, self.container_id.clone())
-            .with_citable(self.citable.clone())
-            .with_client_shapes(client_call_shapes(&self.request));
+        let mut state = TurnState::new(turn, targets, self.tool_state.container_id.clone())
+            .with_citable(self.tool_state.citable.clone());
         let mut events = Vec::new();
         loop {
             let next = tokio::select! {
@@ -517,97 +503,25 @@ impl PreparedResponse {
         log: &mut OutputLog,
         call: PendingGatewayCall,
     ) -> Result<(), Stop> {
-        let (item_id, output_index) = (call.item_id.clone(), call.output_index);
-        let running = match call.kind {
-            GatewayKind::CodeInterpreter => {
-                Some(ResponseEvent::CodeInterpreterCallInterpreting { item_id: item_id.clone(), output_index })
-            }
-            GatewayKind::WebSearch => {
-                Some(ResponseEvent::WebSearchCallSearching { item_id: item_id.clone(), output_index })
-            }
-            GatewayKind::Mcp { .. } => None,
-        };
-        if let Some(event) = running {
+        if let Some(event) = call.running_event() {
             sink.send(event).await.map_err(|_| Stop::ClientGone)?;
         }
         let Some(tool) = self.gateway_tools.iter().find(|t| t.spec().name == call.function).cloned() else {
-            // The roster only names gateway tools, so this cannot happen; fail loudly if it does.
+            // The call targets only name gateway tools, so this cannot happen; fail loudly if it does.
             return Err(Stop::Error(ApiError::internal(format!("no gateway tool named '{}'", call.function))));
         };
         let started = Instant::now();
+        let arguments = GatewayCall { arguments: &call.arguments, container_id: &self.tool_state.container_id };
         let outcome = tokio::select! {
-            outcome = tool.call(GatewayCall { arguments: &call.arguments, container_id: &self.container_id }) => outcome,
+            outcome = tool.call(arguments) => outcome,
             () = sink.closed() => return Err(Stop::ClientGone),
         };
-        let (item, ok, done_event) = match (outcome, &call.kind) {
-            (GatewayOutcome::CodeInterpreter { outputs, ok }, _) => (
-                Item::CodeInterpreterCall(CodeInterpreterCallItem {
-                    id: item_id.clone(),
-                    status: if ok { CallStatus::Completed } else { CallStatus::Failed },
-                    code: call.code,
-                    container_id: self.container_id.clone(),
-                    outputs: Some(outputs),
-                }),
-                ok,
-                ResponseEvent::CodeInterpreterCallCompleted { item_id: item_id.clone(), output_index },
-            ),
-            (GatewayOutcome::Mcp(result), GatewayKind::Mcp { server_label, tool_name }) => {
-                let ok = result.is_ok();
-                let (output, error) = match result {
-                    Ok(text) => (Some(text), None),
-                    Err(e) => (None, Some(e)),
-                };
-                let event = if ok {
-                    ResponseEvent::McpCallCompleted { item_id: item_id.clone(), output_index }
-                } else {
-                    ResponseEvent::McpCallFailed { item_id: item_id.clone(), output_index }
-                };
-                (
-                    Item::McpCall(McpCallItem {
-                        id: item_id.clone(),
-                        server_label: server_label.clone(),
-                        name: tool_name.clone(),
-                        arguments: call.arguments,
-                        status: if ok { CallStatus::Completed } else { CallStatus::Failed },
-                        output,
-                        error,
-                    }),
-                    ok,
-                    event,
-                )
-            }
-            (GatewayOutcome::WebSearch(outcome), _) => {
-                // The latest word on a page wins (an opened page's own title over a search's).
-                for source in outcome.citable {
-                    match self.citable.iter_mut().find(|known| known.url == source.url) {
-                        Some(known) => {
-                            if source.title.is_some() {
-                                known.title = source.title;
-                            }
-                        }
-                        None => self.citable.push(source),
-                    }
-                }
-                (
-                    Item::WebSearchCall(WebSearchCallItem {
-                        id: item_id.clone(),
-                        // A failed search is a result the model sees; the call itself completed.
-                        status: CallStatus::Completed,
-                        action: Some(outcome.action),
-                        model_result: Some(outcome.model_result),
-                    }),
-                    outcome.ok,
-                    ResponseEvent::WebSearchCallCompleted { item_id: item_id.clone(), output_index },
-                )
-            }
-            (GatewayOutcome::Mcp(_), _) => {
-                return Err(Stop::Error(ApiError::internal("a gateway tool returned another tool's outcome")));
-            }
-        };
-        self.engine.metrics.tool_executed(tool_type(&call.kind), started.elapsed(), ok);
-        let presented = self.present(&item);
-        log.items.push(item);
-        sink.send(done_event).await.map_err(|_| Stop::ClientGone)?;
+        let (tool_type, output_index) = (call.tool_type(), call.item.output_index());
+        let done = call.complete(outcome, &mut self.tool_state).map_err(Stop::Error)?;
+        self.engine.metrics.tool_executed(tool_type, started.elapsed(), done.ok);
+        let presented = self.present(&done.item);
+        log.items.push(done.item);
+        sink.send(done.done_event).await.map_err(|_| Stop::ClientGone)?;
         sink.send(ResponseEvent::OutputItemDone { output_index, item: presented }).await.map_err(|_| Stop::ClientGone)
     }
 
@@ -618,21 +532,8 @@ impl PreparedResponse {
         log: &mut OutputLog,
         listing: McpListToolsItem,
     ) -> Result<(), Stop> {
-        let output_index = log.allocate_index();
-        let item_id = listing.id.clone();
-        let announced = McpListToolsItem { tools: Vec::new(), error: None, ..listing.clone() };
-        let finished = if listing.error.is_some() {
-            ResponseEvent::McpListToolsFailed { item_id: item_id.clone(), output_index }
-        } else {
-            ResponseEvent::McpListToolsCompleted { item_id: item_id.clone(), output_index }
-        };
-        let item = Item::McpListTools(listing);
-        for event in [
-            ResponseEvent::OutputItemAdded { output_index, item: Item::McpListTools(announced) },
-            ResponseEvent::McpListToolsInProgress { item_id, output_index },
-            finished,
-            ResponseEvent::OutputItemDone { output_index, item: item.clone() },
-        ] {
+        let (events, item) = mcp::listing_events(listing, log.allocate_index());
+        for event in events {
             sink.send(event).await.map_err(|_| Stop::ClientGone)?;
         }
         log.items.push(item);
@@ -673,25 +574,9 @@ impl PreparedResponse {
         }
     }
 
-    /// An item as the client sees it: code interpreter outputs and web search sources only when
-    /// `include` asks; never the tool result kept for the model.
+    /// An item as the client sees it (see [`tool_kinds::present`]).
     fn present(&self, item: &Item) -> Item {
-        let included = |name: &str| self.request.include.iter().any(|i| i == name);
-        match item {
-            Item::CodeInterpreterCall(c) if !included("code_interpreter_call.outputs") => {
-                Item::CodeInterpreterCall(CodeInterpreterCallItem { outputs: None, ..c.clone() })
-            }
-            Item::WebSearchCall(w) => {
-                let mut shown = WebSearchCallItem { model_result: None, ..w.clone() };
-                if let Some(WebSearchAction::Search { sources, .. }) = &mut shown.action
-                    && (!included("web_search_call.action.sources") || sources.as_ref().is_some_and(Vec::is_empty))
-                {
-                    *sources = None;
-                }
-                Item::WebSearchCall(shown)
-            }
-            other => other.clone(),
-        }
+        tool_kinds::present(item, &self.request.include)
     }
 
     /// Store the response: the object as the client sees it, and the unfiltered items the
@@ -740,13 +625,5 @@ impl PreparedResponse {
             let _ = sink.send(ResponseEvent::Failed { response: Box::new(self.response.clone()) }).await;
         }
         RunOutcome::Failed { response: Box::new(self.response.clone()), error }
-    }
-}
-
-fn tool_type(kind: &GatewayKind) -> ToolType {
-    match kind {
-        GatewayKind::CodeInterpreter => ToolType::CodeInterpreter,
-        GatewayKind::Mcp { .. } => ToolType::Mcp,
-        GatewayKind::WebSearch => ToolType::WebSearch,
     }
 }

@@ -19,4 +19,4 @@ pub mod net_guard;
 mod resolver;
 pub mod web_search;
 
-pub use resolver::{GatewayTools, upstream_schema};
+pub use resolver::GatewayTools;

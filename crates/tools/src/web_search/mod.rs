@@ -22,11 +22,12 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
+use respgw_engine::tool_kinds::web_search::function_spec;
 use respgw_engine::{
     CitableSource, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, WebSearchOutcome,
 };
 use respgw_protocol::items::{WebSearchAction, WebSearchSource};
-use respgw_protocol::tools::{SearchContextSize, WEB_SEARCH_FUNCTION, WebSearchTool as WebSearchDeclaration};
+use respgw_protocol::tools::{SearchContextSize, WebSearchTool as WebSearchDeclaration};
 use serde_json::{Value, json};
 
 pub use backend::{Backend, SearchHit, parse_brave, parse_duckduckgo, parse_exa, parse_searxng};
@@ -83,35 +84,6 @@ impl WebSearch {
                 .map(str::to_owned),
             pages: Mutex::default(),
         }
-    }
-}
-
-/// How the model sees the tool (the seed's description and nullable-parameter schema).
-fn function_spec() -> FunctionSpec {
-    let nullable = |schema: Value| json!({"default": null, "anyOf": [schema, {"type": "null"}]});
-    FunctionSpec {
-        name: WEB_SEARCH_FUNCTION.to_owned(),
-        description: Some(
-            "Search the web, open a page, or find text inside an opened page.\n\nUse:\n\
-             - `action=\"search\"` with `query`\n\
-             - `action=\"open_page\"` with `url`\n\
-             - `action=\"find_in_page\"` with `url` and `pattern`\n\n\
-             The tool returns JSON containing the public action summary plus normalized\ndata for the model. \
-             Cite pages you use as markdown links: ([site](url))."
-                .to_owned(),
-        ),
-        parameters: json!({
-            "additionalProperties": false,
-            "properties": {
-                "action": nullable(json!({"enum": ["search", "open_page", "find_in_page"], "type": "string"})),
-                "query": nullable(json!({"type": "string"})),
-                "queries": nullable(json!({"items": {"type": "string"}, "type": "array"})),
-                "url": nullable(json!({"type": "string"})),
-                "pattern": nullable(json!({"type": "string"})),
-            },
-            "type": "object"
-        }),
-        strict: None,
     }
 }
 
