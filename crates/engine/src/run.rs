@@ -3,11 +3,12 @@
 //! [`Engine::prepare`] does everything that can still fail with a plain HTTP error: reading the
 //! input's files, the history lookup for `previous_response_id` and resolving the gateway's own
 //! tools (MCP inventories).
-//! [`PreparedResponse::run`] then streams: `created`, `in_progress`, MCP tool listings, then the
-//! tool loop — one upstream turn, the gateway tools it called, the next turn — until the model
-//! answers or calls a client function; then persistence, and exactly one terminal event
-//! (`completed`, `incomplete`, or `failed` preceded by an `error` event). The store write happens
-//! before the terminal event leaves, so a client that saw `completed` can always continue from it.
+//! [`PreparedResponse::run`] (or [`PreparedResponse::spawn`], `spawn.rs`, for a stream) then
+//! runs: `created`, `in_progress`, MCP tool listings, then the tool loop — one upstream turn, the
+//! gateway tools it called, the next turn — until the model answers or calls a client function;
+//! then persistence, and exactly one terminal event (`completed`, `incomplete`, or `failed`
+//! preceded by an `error` event). The store write happens before the terminal event leaves, so a
+//! client that saw `completed` can always continue from it.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -69,30 +70,50 @@ pub struct Engine {
     files: Option<Arc<dyn FileReader>>,
 }
 
-/// Where a running response sends its events.
-pub enum EventSink {
+/// Where a running response sends its events. One run path serves both: a non-stream request
+/// gets only the outcome, a streaming one every event.
+pub(crate) enum EventSink {
     /// Non-stream requests: events are not needed, only the outcome.
     Discard,
-    /// SSE requests: a bounded channel to the connection; closed when the client goes away.
-    Channel(mpsc::Sender<ResponseEvent>),
+    /// Streaming requests (SSE, WebSocket): a bounded channel to the connection; closed when the
+    /// client goes away.
+    Channel {
+        tx: mpsc::Sender<ResponseEvent>,
+        /// The terminal event was sent: nothing may follow it.
+        ended: bool,
+    },
 }
 
 /// The client disconnected; the run stops and nothing is stored.
 #[derive(Debug)]
-pub struct ClientGone;
+pub(crate) struct ClientGone;
 
 impl EventSink {
-    async fn send(&mut self, event: ResponseEvent) -> Result<(), ClientGone> {
+    pub(crate) fn channel(tx: mpsc::Sender<ResponseEvent>) -> Self {
+        EventSink::Channel { tx, ended: false }
+    }
+
+    pub(crate) async fn send(&mut self, event: ResponseEvent) -> Result<(), ClientGone> {
         match self {
             EventSink::Discard => Ok(()),
-            EventSink::Channel(tx) => tx.send(event).await.map_err(|_| ClientGone),
+            EventSink::Channel { tx, ended } => {
+                let terminal = event.terminal_response().is_some();
+                tx.send(event).await.map_err(|_| ClientGone)?;
+                *ended |= terminal;
+                Ok(())
+            }
         }
+    }
+
+    /// Whether the terminal event was sent.
+    pub(crate) fn ended(&self) -> bool {
+        matches!(self, EventSink::Channel { ended: true, .. })
     }
 
     async fn closed(&self) {
         match self {
             EventSink::Discard => std::future::pending().await,
-            EventSink::Channel(tx) => tx.closed().await,
+            EventSink::Channel { tx, .. } => tx.closed().await,
         }
     }
 }
@@ -307,10 +328,26 @@ impl PreparedResponse {
         &self.response.id
     }
 
-    /// [`PreparedResponse::run`], also giving back the conversation of a `store:false` response
-    /// that finished (`completed` or `incomplete`), for a connection to continue from.
-    pub async fn run_keeping_conversation(self, sink: EventSink) -> (RunOutcome, Option<LocalConversation>) {
-        let keep = !self.request.store;
+    /// The response as it stands before it runs (`in_progress`, no output).
+    pub(crate) fn response(&self) -> &ResponseObject {
+        &self.response
+    }
+
+    /// Run to the outcome, for a non-stream request (no events). A streaming request runs on a
+    /// task of its own instead: [`PreparedResponse::spawn`].
+    pub async fn run(self) -> RunOutcome {
+        self.run_to_end(&mut EventSink::Discard, false).await.0
+    }
+
+    /// Run, sending events to `sink`; when `keep_conversation` is set, also give back the
+    /// conversation of a `store:false` response that finished (`completed` or `incomplete`), for
+    /// a connection to continue from.
+    pub(crate) async fn run_to_end(
+        self,
+        sink: &mut EventSink,
+        keep_conversation: bool,
+    ) -> (RunOutcome, Option<LocalConversation>) {
+        let keep = keep_conversation && !self.request.store;
         let mut items = Vec::new();
         let outcome = self.run_observed(sink, keep.then_some(&mut items)).await;
         let conversation = match &outcome {
@@ -322,15 +359,10 @@ impl PreparedResponse {
         (outcome, conversation)
     }
 
-    /// Run to the terminal event, sending events to `sink`.
-    pub async fn run(self, sink: EventSink) -> RunOutcome {
-        self.run_observed(sink, None).await
-    }
-
     /// Run; when `conversation` is given, fill it with the history followed by the output.
-    async fn run_observed(mut self, mut sink: EventSink, conversation: Option<&mut Vec<Item>>) -> RunOutcome {
+    async fn run_observed(mut self, sink: &mut EventSink, conversation: Option<&mut Vec<Item>>) -> RunOutcome {
         let started = Instant::now();
-        let outcome = self.run_inner(&mut sink).await;
+        let outcome = self.run_inner(sink).await;
         match &outcome {
             RunOutcome::Finished(r) => {
                 tracing::info!(response_id = %r.id, status = ?r.status, elapsed_ms = started.elapsed().as_millis() as u64, "response finished")
@@ -605,25 +637,29 @@ impl PreparedResponse {
 
     /// End with `error` + `response.failed`. Items finished before the failure stay in `output`.
     async fn fail(&mut self, sink: &mut EventSink, error: ApiError) -> RunOutcome {
-        let presented: Vec<Item> = self.output.iter().map(|i| self.present(i)).collect();
-        let response = &mut self.response;
-        response.status = ResponseStatus::Failed;
-        response.output = presented;
-        response.usage = None;
-        response.completed_at = None;
-        response.error = Some(ResponseError {
-            code: error.code.clone().unwrap_or_else(|| "server_error".into()),
-            message: error.message.clone(),
-        });
-        let stream_error = StreamError {
-            error_type: error.error_type,
-            code: error.code.clone(),
-            message: error.message.clone(),
-            param: error.param.clone(),
-        };
-        if sink.send(ResponseEvent::error(stream_error)).await.is_ok() {
-            let _ = sink.send(ResponseEvent::Failed { response: Box::new(self.response.clone()) }).await;
-        }
+        self.response.output = self.output.iter().map(|i| self.present(i)).collect();
+        end_failed(&mut self.response, &error, sink).await;
         RunOutcome::Failed { response: Box::new(self.response.clone()), error }
+    }
+}
+
+/// Mark `response` failed with `error`, and end its stream with the `error` event and
+/// `response.failed`.
+pub(crate) async fn end_failed(response: &mut ResponseObject, error: &ApiError, sink: &mut EventSink) {
+    response.status = ResponseStatus::Failed;
+    response.usage = None;
+    response.completed_at = None;
+    response.error = Some(ResponseError {
+        code: error.code.clone().unwrap_or_else(|| "server_error".into()),
+        message: error.message.clone(),
+    });
+    let stream_error = StreamError {
+        error_type: error.error_type,
+        code: error.code.clone(),
+        message: error.message.clone(),
+        param: error.param.clone(),
+    };
+    if sink.send(ResponseEvent::error(stream_error)).await.is_ok() {
+        let _ = sink.send(ResponseEvent::Failed { response: Box::new(response.clone()) }).await;
     }
 }

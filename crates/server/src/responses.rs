@@ -2,7 +2,7 @@
 //!
 //! Handlers stay thin: parse and validate the body ([`respgw_protocol::request`]), let the engine
 //! prepare (history lookup can still fail with a plain HTTP error), then either run to the
-//! outcome (JSON) or spawn the run and stream its events (SSE).
+//! outcome (JSON) or let the engine spawn the run and frame its events (SSE).
 
 use std::sync::Arc;
 
@@ -12,12 +12,11 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use respgw_engine::{Engine, EventSink, RunOutcome, store_error};
+use respgw_engine::{Engine, RunOutcome, store_error};
 use respgw_protocol::{ApiError, CreateResponseRequest, Item};
 use respgw_store::{InputItemsOrder, InputItemsPage};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::mpsc;
 
 use crate::error::{HttpError, path_rejection};
 use crate::json_body::JsonBody;
@@ -39,7 +38,7 @@ pub async fn create(
     let prepared = engine.prepare(request, vec![("x-request-id", request_id)]).await?;
 
     if !stream {
-        return match prepared.run(EventSink::Discard).await {
+        return match prepared.run().await {
             RunOutcome::Finished(response) => Ok(Json(response).into_response()),
             RunOutcome::Failed { error, .. } => Err(HttpError(error)),
             // Unreachable for the discarding sink, which never reports a departed client.
@@ -47,11 +46,10 @@ pub async fn create(
         };
     }
 
-    let (tx, rx) = mpsc::channel(SSE_BUFFER);
     let open_stream = engine.metrics().sse_stream("/v1/responses");
-    // In the request's span: its logs keep the request id, its upstream call is a child span.
-    tokio::spawn(tracing::Instrument::in_current_span(prepared.run(EventSink::Channel(tx))));
-    let mut response = Body::from_stream(event_stream(rx, open_stream)).into_response();
+    // Spawned in the request's span: its logs keep the request id, its upstream call is a child span.
+    let events = prepared.spawn(SSE_BUFFER);
+    let mut response = Body::from_stream(event_stream(events, open_stream)).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
