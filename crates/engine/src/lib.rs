@@ -5,7 +5,8 @@
 //! ([`upstream`]), turns chunks into items and events ([`turn`]), runs the gateway tools the model
 //! called (one module per tool kind: [`tool_kinds`]), persists the result and emits the terminal
 //! event. A non-stream request awaits [`PreparedResponse::run`] for the outcome; a streaming one
-//! gets the events of [`PreparedResponse::spawn`] — the same run either way.
+//! gets the events of [`PreparedResponse::spawn`] — the same run either way. Stored responses
+//! are read and deleted through [`Engine::stored`].
 //!
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
 //! the model server through [`Upstream`] and to storage through `respgw_store::ResponseStore`.
@@ -19,6 +20,7 @@ mod offer;
 mod run;
 pub mod sealed;
 mod spawn;
+mod stored;
 pub mod think;
 pub mod tool_kinds;
 pub mod turn;
@@ -26,7 +28,8 @@ pub mod upstream;
 
 pub use files::FileReader;
 pub use gateway_tool::{FunctionSpec, GatewayCall, GatewayTool, ResolvedTools, ToolResolver};
-pub use run::{Engine, Limits, LocalConversation, PreparedResponse, RunOutcome, store_error};
+pub use run::{Engine, Limits, LocalConversation, PreparedResponse, RunOutcome};
+pub use stored::StoredResponses;
 pub use tool_kinds::{
     CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, GatewayKind, GatewayOutcome, WebSearchOutcome,
 };

@@ -31,6 +31,7 @@ use crate::files::{FileReader, read_input_files};
 use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
 use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{OpenError, ReasoningSeal};
+use crate::stored::StoredResponses;
 use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
@@ -170,7 +171,7 @@ fn unix_now() -> i64 {
 }
 
 /// Client-facing error for a store failure.
-pub fn store_error(e: &StoreError) -> ApiError {
+pub(crate) fn store_error(e: &StoreError) -> ApiError {
     match e {
         StoreError::Unavailable(detail) => ApiError::store_unavailable(detail),
         StoreError::Duplicate(_) | StoreError::Corrupt(_) | StoreError::MissingHistory(_) => {
@@ -239,8 +240,9 @@ impl Engine {
         &self.upstream
     }
 
-    pub fn store(&self) -> &Arc<dyn ResponseStore> {
-        &self.store
+    /// Reads and deletes of the responses in the store.
+    pub fn stored(&self) -> StoredResponses<'_> {
+        StoredResponses { store: self.store.as_ref() }
     }
 
     pub fn metrics(&self) -> &Metrics {
