@@ -256,10 +256,10 @@ impl TurnState {
         }
     }
 
-    fn on_tool_call(&mut self, call: ToolCallDelta, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
+    fn on_tool_call(&mut self, delta: ToolCallDelta, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
         self.close_reasoning(log, events);
         self.close_message(ItemStatus::Completed, log, events);
-        let upstream_index = call.index.unwrap_or_else(|| match &call.id {
+        let upstream_index = delta.index.unwrap_or_else(|| match &delta.id {
             // Servers that omit `index` send each call whole; a new id means a new call.
             Some(id) => self
                 .calls
@@ -281,24 +281,24 @@ impl TurnState {
                 self.calls.len() - 1
             }
         };
-        let slot = &mut self.calls[pos];
-        if slot.call_id.is_none() {
-            slot.call_id = call.id.filter(|id| !id.is_empty());
+        let call = &mut self.calls[pos];
+        if call.call_id.is_none() {
+            call.call_id = delta.id.filter(|id| !id.is_empty());
         }
-        let function = call.function.unwrap_or_default();
+        let function = delta.function.unwrap_or_default();
         if let Some(name) = function.name.filter(|n| !n.is_empty()) {
-            slot.name.get_or_insert(name);
+            call.name.get_or_insert(name);
         }
         let fragment = function.arguments.unwrap_or_default();
-        if let Some(announced) = &mut slot.announced {
+        if let Some(announced) = &mut call.announced {
             if !fragment.is_empty() {
-                slot.arguments.push_str(&fragment);
+                call.arguments.push_str(&fragment);
                 announced.on_arguments(&fragment, events);
             }
         } else {
-            slot.arguments.push_str(&fragment);
-            if slot.name.is_some() {
-                announce(slot, self.turn, &self.targets, &self.container_id, log, events);
+            call.arguments.push_str(&fragment);
+            if call.name.is_some() {
+                announce(call, self.turn, &self.targets, &self.container_id, log, events);
             }
         }
     }
@@ -368,16 +368,16 @@ impl TurnState {
 
         let mut client_calls = Vec::new();
         let mut gateway_calls = Vec::new();
-        for mut slot in std::mem::take(&mut self.calls) {
-            if slot.announced.is_none() {
-                if slot.name.is_none() {
+        for mut call in std::mem::take(&mut self.calls) {
+            if call.announced.is_none() {
+                if call.name.is_none() {
                     return Err(TurnError::NamelessToolCall);
                 }
-                announce(&mut slot, self.turn, &self.targets, &self.container_id, log, events);
+                announce(&mut call, self.turn, &self.targets, &self.container_id, log, events);
             }
-            let Some(call) = slot.announced.take() else { continue };
-            let name = slot.name.take().unwrap_or_default();
-            match call.finish(name, slot.call_id, slot.arguments, events) {
+            let Some(open) = call.announced.take() else { continue };
+            let name = call.name.take().unwrap_or_default();
+            match open.finish(name, call.call_id, call.arguments, events) {
                 FinishedCall::Client(item) => {
                     log.items.push(item.clone());
                     client_calls.push(item);
@@ -392,20 +392,20 @@ impl TurnState {
 /// Announce a call's item — in the shape of whoever runs it, a gateway tool item's id minted in
 /// `turn` — and send the arguments gathered so far as its first delta.
 fn announce(
-    slot: &mut StreamingCall,
+    call: &mut StreamingCall,
     turn: TurnStamp,
     targets: &CallTargets,
     container_id: &str,
     log: &mut OutputLog,
     events: &mut Vec<ResponseEvent>,
 ) {
-    let name = slot.name.clone().unwrap_or_default();
+    let name = call.name.clone().unwrap_or_default();
     let place = CallPlace { turn, output_index: log.allocate(), container_id };
-    let mut call = OpenCall::announce(targets.of(&name), &name, &mut slot.call_id, place, events);
-    if !slot.arguments.is_empty() {
-        call.on_arguments(&slot.arguments, events);
+    let mut open = OpenCall::announce(targets.of(&name), &name, &mut call.call_id, place, events);
+    if !call.arguments.is_empty() {
+        open.on_arguments(&call.arguments, events);
     }
-    slot.announced = Some(call);
+    call.announced = Some(open);
 }
 
 /// Announce the message's citations that became complete (all of them when `complete`).

@@ -41,7 +41,7 @@ pub async fn create(
         return match prepared.run().await {
             RunOutcome::Finished(response) => Ok(Json(response).into_response()),
             RunOutcome::Failed { error, .. } => Err(HttpError(error)),
-            // Unreachable for the discarding sink, which never reports a departed client.
+            // Unreachable: a run without a stream never learns that its client left.
             RunOutcome::ClientGone => Err(HttpError(ApiError::internal("The response was abandoned."))),
         };
     }

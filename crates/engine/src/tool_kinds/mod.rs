@@ -172,7 +172,7 @@ impl OpenCall {
         match self {
             OpenCall::Client(call) => call.on_arguments(fragment, events),
             OpenCall::Gateway(GatewayCallItem::CodeInterpreter(call)) => call.on_arguments(fragment, events),
-            OpenCall::Gateway(GatewayCallItem::WebSearch(_)) => {}
+            OpenCall::Gateway(GatewayCallItem::WebSearch(call)) => call.on_arguments(fragment, events),
             OpenCall::Gateway(GatewayCallItem::Mcp(call)) => call.on_arguments(fragment, events),
         }
     }

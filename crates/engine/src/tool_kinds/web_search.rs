@@ -100,6 +100,9 @@ impl CallItem {
     }
 
     /// No argument events: the action shows on the finished item.
+    pub(super) fn on_arguments(&self, _fragment: &str, _events: &mut [ResponseEvent]) {}
+
+    /// A call without arguments is `{}` (no events either).
     pub(super) fn arguments_done(&self, arguments: &mut String) {
         if arguments.is_empty() {
             arguments.push_str("{}");
