@@ -9,7 +9,7 @@
 
 use futures::StreamExt;
 use libfuzzer_sys::fuzz_target;
-use respgw_engine::HostedKind;
+use respgw_engine::{CallTarget, GatewayKind};
 use respgw_engine::turn::{OutputLog, TurnState};
 use respgw_engine::upstream::{UpstreamError, UpstreamEvent, decode_stream};
 use respgw_protocol::ids::TurnStamp;
@@ -25,11 +25,14 @@ fn split(data: &[u8]) -> Vec<Vec<u8>> {
 
 fuzz_target!(|data: &[u8]| {
     let chunks = split(data);
-    let roster = vec![
-        ("code_interpreter".to_owned(), HostedKind::CodeInterpreter),
-        ("mcp__docs__search".to_owned(), HostedKind::Mcp { server_label: "docs".into(), tool_name: "search".into() }),
+    let targets = [
+        ("code_interpreter".to_owned(), CallTarget::Gateway(GatewayKind::CodeInterpreter)),
+        (
+            "mcp__docs__search".to_owned(),
+            CallTarget::Gateway(GatewayKind::Mcp { server_label: "docs".into(), tool_name: "search".into() }),
+        ),
     ];
-    let mut state = TurnState::new(TurnStamp::after(None), roster, "cntr_fuzz".into());
+    let mut state = TurnState::new(TurnStamp::after(None), targets.into_iter().collect(), "cntr_fuzz".into());
     let mut log = OutputLog::default();
     let mut events = Vec::new();
     let stream = decode_stream(futures::stream::iter(chunks.into_iter().map(Ok::<_, UpstreamError>)));

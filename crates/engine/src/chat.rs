@@ -6,18 +6,13 @@
 
 use respgw_protocol::ValidatedRequest;
 use respgw_protocol::ids::TurnStamp;
-use respgw_protocol::items::{
-    CodeInterpreterOutput, ContentPart, FileContent, FunctionOutput, InputFile, Item, MessageRole, WebSearchAction,
-};
+use respgw_protocol::items::{ContentPart, FileContent, InputFile, Item, MessageRole};
 use respgw_protocol::request::TextFormat;
-use respgw_protocol::tools::{
-    CODE_INTERPRETER_FUNCTION, FunctionTool, LOCAL_SHELL_FUNCTION, WEB_SEARCH_FUNCTION, mcp_function_name,
-    namespaced_function_name,
-};
-
-use crate::hosted::FunctionSpec;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+
+use crate::gateway_tool::FunctionSpec;
+use crate::tool_kinds::{self, client};
 
 /// The JSON body of one upstream chat-completions call.
 pub struct ChatRequest;
@@ -111,26 +106,12 @@ impl ChatRequest {
     }
 }
 
-/// A client function tool as the model sees it.
-pub fn function_spec(tool: &FunctionTool) -> FunctionSpec {
-    FunctionSpec {
-        name: tool.name.clone(),
-        description: tool.description.clone(),
-        parameters: tool
-            .parameters
-            .clone()
-            .map(Value::Object)
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-        strict: tool.strict,
-    }
-}
-
-/// What the model is told a hosted call returned. Derived from the finished item alone, so a
-/// live tool loop and a later continuation send the model exactly the same text. Text longer
-/// than `max_bytes` is cut at a character boundary and ends with a note telling the model so
-/// (the item the client sees keeps the whole output).
+/// What the model is told a gateway tool call returned (each kind's text, from `tool_kinds`).
+/// Derived from the finished item alone, so a live tool loop and a later continuation send the
+/// model exactly the same text. Text longer than `max_bytes` is cut at a character boundary and
+/// ends with a note telling the model so (the item the client sees keeps the whole output).
 pub fn tool_result_text(item: &Item, max_bytes: usize) -> Option<String> {
-    full_tool_result_text(item).map(|text| truncate_for_model(text, max_bytes))
+    tool_kinds::result_text(item).map(|text| truncate_for_model(text, max_bytes))
 }
 
 fn truncate_for_model(mut text: String, max_bytes: usize) -> String {
@@ -147,72 +128,10 @@ fn truncate_for_model(mut text: String, max_bytes: usize) -> String {
     text
 }
 
-fn full_tool_result_text(item: &Item) -> Option<String> {
-    match item {
-        Item::McpCall(m) => Some(match (&m.output, &m.error) {
-            (_, Some(error)) => format!("MCP tool error: {error}"),
-            (Some(output), None) => output.clone(),
-            (None, None) => String::new(),
-        }),
-        Item::CodeInterpreterCall(c) => {
-            let outputs = c.outputs.as_deref().unwrap_or_default();
-            let mut text = String::new();
-            let mut images = 0;
-            for output in outputs {
-                match output {
-                    CodeInterpreterOutput::Logs { logs } => {
-                        if !text.is_empty() && !text.ends_with('\n') {
-                            text.push('\n');
-                        }
-                        text.push_str(logs);
-                    }
-                    CodeInterpreterOutput::Image { .. } => images += 1,
-                }
-            }
-            if images > 0 {
-                text.push_str(&format!("\n[{images} image(s) produced and shown to the user]"));
-            }
-            if text.trim().is_empty() {
-                text = "(no output)".into();
-            }
-            Some(text)
-        }
-        Item::WebSearchCall(w) => Some(w.model_result.clone().unwrap_or_else(|| {
-            json!({"error": "The result of this earlier web_search call is not available."}).to_string()
-        })),
-        _ => None,
-    }
-}
-
-/// The tool call a hosted item stands for in an assistant message.
-fn hosted_tool_call(item: &Item) -> Option<Value> {
-    let (name, arguments) = match item {
-        Item::McpCall(m) => (mcp_function_name(&m.server_label, &m.name), m.arguments.clone()),
-        Item::CodeInterpreterCall(c) => (CODE_INTERPRETER_FUNCTION.to_owned(), json!({"code": c.code}).to_string()),
-        Item::WebSearchCall(w) => (WEB_SEARCH_FUNCTION.to_owned(), web_search_arguments(w.action.as_ref()).to_string()),
-        _ => return None,
-    };
-    Some(json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}}))
-}
-
-/// The arguments a web_search call stands for, rebuilt from its action.
-fn web_search_arguments(action: Option<&WebSearchAction>) -> Value {
-    match action {
-        Some(WebSearchAction::Search { query, queries, .. }) => {
-            json!({"action": "search", "query": query, "queries": queries})
-        }
-        Some(WebSearchAction::OpenPage { url }) => json!({"action": "open_page", "url": url}),
-        Some(WebSearchAction::FindInPage { url, pattern }) => {
-            json!({"action": "find_in_page", "url": url, "pattern": pattern})
-        }
-        None => json!({}),
-    }
-}
-
 /// What an assistant turn being assembled holds of gateway tool calls, as far as telling where
 /// the turn ends goes.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum HostedCalls {
+enum GatewayCalls {
     #[default]
     None,
     /// Calls whose ids name this model turn.
@@ -228,9 +147,9 @@ struct AssistantTurn {
     reasoning: Vec<String>,
     tool_calls: Vec<Value>,
     /// Results of the gateway's own calls in this turn, sent right after the assistant message.
-    hosted_results: Vec<Value>,
+    gateway_results: Vec<Value>,
     /// Set by the turn's first gateway tool call.
-    hosted: HostedCalls,
+    gateway: GatewayCalls,
 }
 
 impl AssistantTurn {
@@ -249,21 +168,21 @@ impl AssistantTurn {
     fn is_followed_by_turn_of(&self, item: &Item) -> bool {
         match item {
             Item::Reasoning(_) => !self.text.is_empty() || !self.tool_calls.is_empty(),
-            Item::Message(m) if m.role == MessageRole::Assistant => self.hosted != HostedCalls::None,
+            Item::Message(m) if m.role == MessageRole::Assistant => self.gateway != GatewayCalls::None,
             Item::FunctionCall(_) | Item::CustomToolCall(_) | Item::LocalShellCall(_) => {
-                self.hosted != HostedCalls::None
+                self.gateway != GatewayCalls::None
             }
-            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => match self.hosted {
-                HostedCalls::None => false,
-                HostedCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
-                HostedCalls::Unnamed => true,
+            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => match self.gateway {
+                GatewayCalls::None => false,
+                GatewayCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
+                GatewayCalls::Unnamed => true,
             },
             // Everything else ends the turn in `messages` itself.
             _ => false,
         }
     }
 
-    /// The assistant message, followed by the results of its hosted calls.
+    /// The assistant message, followed by the results of its gateway tool calls.
     fn into_messages(self, out: &mut Vec<Value>) {
         let mut m = Map::new();
         m.insert("role".into(), json!("assistant"));
@@ -276,7 +195,7 @@ impl AssistantTurn {
             m.insert("tool_calls".into(), Value::Array(self.tool_calls));
         }
         out.push(Value::Object(m));
-        out.extend(self.hosted_results);
+        out.extend(self.gateway_results);
     }
 }
 
@@ -322,60 +241,25 @@ pub fn messages<'a>(
                     ContentPart::InputImage { .. } | ContentPart::InputFile(_) => None,
                 }));
             }
-            Item::FunctionCall(f) => turn.tool_calls.push(json!({
-                "id": f.call_id,
-                "type": "function",
-                "function": {"name": match &f.namespace {
-                    Some(ns) => namespaced_function_name(ns, &f.name),
-                    None => f.name.clone(),
-                }, "arguments": f.arguments},
-            })),
+            Item::FunctionCall(_) | Item::CustomToolCall(_) | Item::LocalShellCall(_) => {
+                turn.tool_calls.extend(client::replayed_call(item));
+            }
+            Item::FunctionCallOutput(_) | Item::CustomToolCallOutput(_) | Item::LocalShellCallOutput(_) => {
+                flush(&mut turn, &mut out);
+                out.extend(client::replayed_output(item));
+            }
             Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => {
                 if let (Some(call), Some(result)) =
-                    (hosted_tool_call(item), tool_result_text(item, max_tool_output_bytes))
+                    (tool_kinds::replayed_call(item), tool_result_text(item, max_tool_output_bytes))
                 {
                     turn.tool_calls.push(call);
-                    turn.hosted_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
-                    if turn.hosted == HostedCalls::None {
-                        turn.hosted = TurnStamp::of(item.id()).map_or(HostedCalls::Unnamed, HostedCalls::Named);
+                    turn.gateway_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
+                    if turn.gateway == GatewayCalls::None {
+                        turn.gateway = TurnStamp::of(item.id()).map_or(GatewayCalls::Unnamed, GatewayCalls::Named);
                     }
                 }
             }
             Item::McpListTools(_) => {}
-            Item::CustomToolCall(c) => turn.tool_calls.push(json!({
-                "id": c.call_id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": json!({"input": c.input}).to_string()},
-            })),
-            Item::LocalShellCall(c) => {
-                let mut arguments = Map::new();
-                arguments.insert("command".into(), json!(c.action.command));
-                if let Some(dir) = &c.action.working_directory {
-                    arguments.insert("workdir".into(), json!(dir));
-                }
-                if let Some(ms) = c.action.timeout_ms {
-                    arguments.insert("timeout_ms".into(), json!(ms));
-                }
-                turn.tool_calls.push(json!({
-                    "id": c.call_id.as_deref().unwrap_or(&c.id),
-                    "type": "function",
-                    "function": {"name": LOCAL_SHELL_FUNCTION, "arguments": Value::Object(arguments).to_string()},
-                }));
-            }
-            Item::CustomToolCallOutput(o) => {
-                flush(&mut turn, &mut out);
-                let content = match &o.output {
-                    FunctionOutput::Text(t) => json!(t),
-                    FunctionOutput::Parts(parts) => content_value(parts),
-                };
-                out.push(json!({"role": "tool", "tool_call_id": o.call_id, "content": content}));
-            }
-            Item::LocalShellCallOutput(o) => {
-                flush(&mut turn, &mut out);
-                out.push(
-                    json!({"role": "tool", "tool_call_id": o.call_id.as_deref().unwrap_or(&o.id), "content": o.output}),
-                );
-            }
             Item::Message(m) => {
                 flush(&mut turn, &mut out);
                 let role = match m.role {
@@ -385,14 +269,6 @@ pub fn messages<'a>(
                 };
                 out.push(json!({"role": role, "content": content_value(&m.content)}));
             }
-            Item::FunctionCallOutput(o) => {
-                flush(&mut turn, &mut out);
-                let content = match &o.output {
-                    FunctionOutput::Text(t) => json!(t),
-                    FunctionOutput::Parts(parts) => content_value(parts),
-                };
-                out.push(json!({"role": "tool", "tool_call_id": o.call_id, "content": content}));
-            }
         }
     }
     flush(&mut turn, &mut out);
@@ -401,7 +277,7 @@ pub fn messages<'a>(
 
 /// Message content: a plain string when it is only text (what every server accepts), else parts.
 /// An `input_file` is its `model_content`: text, or an image sent like an `input_image`.
-fn content_value(parts: &[ContentPart]) -> Value {
+pub(crate) fn content_value(parts: &[ContentPart]) -> Value {
     let texts: Option<Vec<&str>> = parts.iter().map(part_text).collect();
     if let Some(texts) = texts {
         return json!(texts.join("\n\n"));
@@ -672,13 +548,13 @@ mod tests {
 }
 
 #[cfg(test)]
-mod hosted_history_tests {
+mod gateway_history_tests {
     use super::*;
     use respgw_protocol::ids::IdKind;
-    use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, McpCallItem};
+    use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, CodeInterpreterOutput, McpCallItem};
 
     #[test]
-    fn hosted_calls_are_replayed_with_their_results() {
+    fn gateway_calls_are_replayed_with_their_results() {
         let turn = TurnStamp::after(None);
         let (mcp_id, ci_id) = (turn.new_id(IdKind::McpCall), turn.new_id(IdKind::CodeInterpreterCall));
         let history = vec![

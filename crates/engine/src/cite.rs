@@ -12,7 +12,7 @@
 
 use serde_json::{Value, json};
 
-use crate::hosted::CitableSource;
+use crate::tool_kinds::CitableSource;
 
 /// The `url_citation` annotations of `text`, in order of position.
 pub fn find_citations(text: &str, sources: &[CitableSource], complete: bool) -> Vec<Value> {

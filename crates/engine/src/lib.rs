@@ -2,30 +2,35 @@
 //!
 //! Data flows one way: [`Engine::prepare`] resolves history from the store →
 //! [`PreparedResponse::run`] builds the upstream chat request ([`chat`]), streams it
-//! ([`upstream`]), turns chunks into items and events ([`turn`]), persists the result and emits
-//! the terminal event. The caller chooses the [`EventSink`]: SSE connections get every event,
-//! non-stream requests only the outcome; both run the same code.
+//! ([`upstream`]), turns chunks into items and events ([`turn`]), runs the gateway tools the model
+//! called (one module per tool kind: [`tool_kinds`]), persists the result and emits the terminal
+//! event. A non-stream request awaits [`PreparedResponse::run`] for the outcome; a streaming one
+//! gets the events of [`PreparedResponse::spawn`] — the same run either way. Stored responses
+//! are read and deleted through [`Engine::stored`].
 //!
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
 //! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.
+//! It owns the end of every response stream: exactly one terminal event, even when a run panics.
 
 pub mod chat;
 mod cite;
-mod code_stream;
 pub mod files;
-pub mod hosted;
+pub mod gateway_tool;
 mod offer;
 mod run;
 pub mod sealed;
+mod spawn;
+mod stored;
 pub mod think;
+pub mod tool_kinds;
 pub mod turn;
 pub mod upstream;
 
 pub use files::FileReader;
-pub use hosted::{
-    CitableSource, FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, ResolvedTools, ToolResolver,
-    WebSearchOutcome,
+pub use gateway_tool::{FunctionSpec, GatewayCall, GatewayTool, ResolvedTools, ToolResolver};
+pub use run::{Engine, Limits, LocalConversation, PreparedResponse, RunOutcome};
+pub use stored::StoredResponses;
+pub use tool_kinds::{
+    CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, GatewayKind, GatewayOutcome, WebSearchOutcome,
 };
-pub use offer::{ClientCallShape, ClientFunction};
-pub use run::{ClientGone, Engine, EventSink, Limits, LocalConversation, PreparedResponse, RunOutcome, store_error};
 pub use upstream::{Upstream, UpstreamConfig, UpstreamError};

@@ -1,7 +1,7 @@
 //! Which functions the model is offered in each turn of the tool loop, and the `tool_choice`
 //! sent with them.
 //!
-//! The client's functions and the gateway's hosted tools are offered together. A forcing choice
+//! The client's functions and the gateway tools are offered together. A forcing choice
 //! (`required`, a named function, an MCP server or tool, `code_interpreter`) applies to the first
 //! turn only: once a gateway tool has run, the model must be free to answer, or it would call
 //! tools forever. `allowed_tools` narrows the offer in every turn. The last turn the loop allows
@@ -10,14 +10,15 @@
 use std::sync::Arc;
 
 use respgw_protocol::tools::{
-    AllowedTool, CODE_INTERPRETER_FUNCTION, CustomTool, LOCAL_SHELL_FUNCTION, McpToolChoice, ToolChoice,
-    ToolChoiceMode, ToolDeclaration, WEB_SEARCH_FUNCTION, mcp_function_name, namespaced_function_name,
+    AllowedTool, CODE_INTERPRETER_FUNCTION, McpToolChoice, ToolChoice, ToolChoiceMode, WEB_SEARCH_FUNCTION,
+    mcp_function_name,
 };
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::json;
 
-use crate::chat::{ToolOffer, function_spec};
-use crate::hosted::{FunctionSpec, HostedKind, HostedTool};
+use crate::chat::ToolOffer;
+use crate::gateway_tool::{FunctionSpec, GatewayTool};
+use crate::tool_kinds::{CallTarget, client, mcp};
 
 /// Where the loop is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,36 +31,16 @@ pub enum TurnPhase {
     Last,
 }
 
-/// Everything the model could be offered, with where each function came from.
+/// Everything the model could be offered, with who runs each function.
 pub struct ToolMenu {
-    entries: Vec<(FunctionSpec, Source)>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Source {
-    Client,
-    Hosted(HostedKind),
+    entries: Vec<(FunctionSpec, CallTarget)>,
 }
 
 impl ToolMenu {
-    pub fn new(request: &ValidatedRequest, hosted: &[Arc<dyn HostedTool>]) -> Self {
-        let client = request.tools.iter().flat_map(|t| match t {
-            ToolDeclaration::Function(f) => vec![(function_spec(f), Source::Client)],
-            ToolDeclaration::Namespace(ns) => ns
-                .tools
-                .iter()
-                .map(|f| {
-                    let mut spec = function_spec(f);
-                    spec.name = namespaced_function_name(&ns.name, &f.name);
-                    (spec, Source::Client)
-                })
-                .collect(),
-            ToolDeclaration::Custom(c) => vec![(custom_spec(c), Source::Client)],
-            ToolDeclaration::LocalShell(_) => vec![(local_shell_spec(), Source::Client)],
-            _ => Vec::new(),
-        });
-        let hosted = hosted.iter().map(|t| (t.spec().clone(), Source::Hosted(t.kind().clone())));
-        ToolMenu { entries: client.chain(hosted).collect() }
+    pub fn new(request: &ValidatedRequest, gateway: &[Arc<dyn GatewayTool>]) -> Self {
+        let client = client::offered(request).into_iter().map(|(spec, shape)| (spec, CallTarget::Client(shape)));
+        let gateway = gateway.iter().map(|t| (t.spec().clone(), CallTarget::Gateway(t.kind().clone())));
+        ToolMenu { entries: client.chain(gateway).collect() }
     }
 
     /// Check that a forced MCP tool exists on its server (only known once inventories are in).
@@ -79,7 +60,7 @@ impl ToolMenu {
         };
         for (m, param) in mcp_choices {
             if let Some(name) = &m.name
-                && !self.entries.iter().any(|(_, source)| matches_mcp(source, &m.server_label, Some(name)))
+                && !self.entries.iter().any(|(_, target)| mcp::is_tool_of(target, &m.server_label, Some(name)))
             {
                 return Err(ApiError::bad_input(
                     param,
@@ -115,7 +96,7 @@ impl ToolMenu {
             ToolChoice::Mcp(m) if first => match &m.name {
                 Some(tool) => (all(), named(&mcp_function_name(&m.server_label, tool))),
                 // Any tool of that server: offer only its tools, and require a call.
-                None => (self.select(|_, s| matches_mcp(s, &m.server_label, None)), json!("required")),
+                None => (self.select(|_, t| mcp::is_tool_of(t, &m.server_label, None)), json!("required")),
             },
             ToolChoice::Function(_)
             | ToolChoice::CodeInterpreter(_)
@@ -127,99 +108,16 @@ impl ToolMenu {
         ToolOffer { functions, tool_choice }
     }
 
-    fn select(&self, keep: impl Fn(&FunctionSpec, &Source) -> bool) -> Vec<FunctionSpec> {
-        self.entries.iter().filter(|(f, s)| keep(f, s)).map(|(f, _)| f.clone()).collect()
+    fn select(&self, keep: impl Fn(&FunctionSpec, &CallTarget) -> bool) -> Vec<FunctionSpec> {
+        self.entries.iter().filter(|(f, t)| keep(f, t)).map(|(f, _)| f.clone()).collect()
     }
 }
 
-/// The client functions whose calls are not reported as plain `function_call`s: functions of
-/// `namespace` tools, `custom` tools and `local_shell`.
-pub fn client_call_shapes(request: &ValidatedRequest) -> Vec<ClientFunction> {
-    let mut shapes = Vec::new();
-    for tool in &request.tools {
-        match tool {
-            ToolDeclaration::Namespace(ns) => shapes.extend(ns.tools.iter().map(|f| ClientFunction {
-                flat_name: namespaced_function_name(&ns.name, &f.name),
-                shape: ClientCallShape::Namespaced { namespace: ns.name.clone(), name: f.name.clone() },
-            })),
-            ToolDeclaration::Custom(c) => {
-                shapes.push(ClientFunction { flat_name: c.name.clone(), shape: ClientCallShape::Custom })
-            }
-            ToolDeclaration::LocalShell(_) => shapes.push(ClientFunction {
-                flat_name: LOCAL_SHELL_FUNCTION.to_owned(),
-                shape: ClientCallShape::LocalShell,
-            }),
-            _ => {}
-        }
-    }
-    shapes
-}
-
-/// A client function the model calls by `flat_name`, and how its calls are reported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClientFunction {
-    pub flat_name: String,
-    pub shape: ClientCallShape,
-}
-
-/// How a call is reported to the client.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ClientCallShape {
-    /// A `function_call` with the function's own `name` and its `namespace`.
-    Namespaced { namespace: String, name: String },
-    /// A `custom_tool_call` whose `input` is the call's `input` argument.
-    Custom,
-    /// A `local_shell_call` whose `action` holds the command.
-    LocalShell,
-}
-
-/// A `custom` tool as the model sees it: a function taking the free text as `input`.
-fn custom_spec(tool: &CustomTool) -> FunctionSpec {
-    let mut description = tool.description.clone().unwrap_or_default();
-    if let Some(definition) = tool.format.as_ref().and_then(|f| f.get("definition")).and_then(|d| d.as_str()) {
-        let syntax = tool.format.as_ref().and_then(|f| f.get("syntax")).and_then(|s| s.as_str()).unwrap_or("grammar");
-        description.push_str(&format!("\n\nThe input must follow this {syntax}:\n{definition}"));
-    }
-    FunctionSpec {
-        name: tool.name.clone(),
-        description: (!description.is_empty()).then_some(description),
-        parameters: json!({"type": "object", "properties": {"input": {"type": "string",
-            "description": "The tool's input, as free text."}}, "required": ["input"], "additionalProperties": false}),
-        strict: None,
-    }
-}
-
-/// `local_shell` as the model sees it.
-fn local_shell_spec() -> FunctionSpec {
-    FunctionSpec {
-        name: LOCAL_SHELL_FUNCTION.to_owned(),
-        description: Some("Run a command on the user's machine and get its output.".to_owned()),
-        parameters: json!({"type": "object", "properties": {
-            "command": {"type": "array", "items": {"type": "string"}, "description": "The program and its arguments."},
-            "workdir": {"type": "string", "description": "Working directory."},
-            "timeout_ms": {"type": "integer", "description": "Time limit in milliseconds."}},
-            "required": ["command"], "additionalProperties": false}),
-        strict: None,
-    }
-}
-
-/// Function names that belong to hosted tools, and what they are.
-pub fn roster(hosted: &[Arc<dyn HostedTool>]) -> Vec<(String, HostedKind)> {
-    hosted.iter().map(|t| (t.spec().name.clone(), t.kind().clone())).collect()
-}
-
-fn matches_mcp(source: &Source, label: &str, tool: Option<&str>) -> bool {
-    matches!(source, Source::Hosted(HostedKind::Mcp { server_label, tool_name })
-        if server_label == label && tool.is_none_or(|t| t == tool_name))
-}
-
-/// Whether an `allowed_tools` entry admits a function, given where the function came from.
-fn allows(entry: &AllowedTool, spec: &FunctionSpec, source: &Source) -> bool {
-    match entry {
-        AllowedTool::Function(f) => *source == Source::Client && spec.name == f.name,
-        AllowedTool::CodeInterpreter(_) => *source == Source::Hosted(HostedKind::CodeInterpreter),
-        AllowedTool::WebSearch(_) => *source == Source::Hosted(HostedKind::WebSearch),
-        AllowedTool::Mcp(m) => matches_mcp(source, &m.server_label, m.name.as_deref()),
+/// Whether an `allowed_tools` entry admits a function, given who runs it.
+fn allows(entry: &AllowedTool, spec: &FunctionSpec, target: &CallTarget) -> bool {
+    match target {
+        CallTarget::Client(_) => client::allowed_by(entry, spec),
+        CallTarget::Gateway(kind) => kind.allowed_by(entry),
     }
 }
 
@@ -230,20 +128,21 @@ mod tests {
     use respgw_protocol::{Capabilities, CreateResponseRequest};
     use serde_json::Value;
 
-    use crate::hosted::{HostedCall, HostedOutcome};
+    use crate::gateway_tool::GatewayCall;
+    use crate::tool_kinds::{GatewayKind, GatewayOutcome};
 
-    struct Fake(FunctionSpec, HostedKind);
+    struct Fake(FunctionSpec, GatewayKind);
 
     #[async_trait]
-    impl HostedTool for Fake {
+    impl GatewayTool for Fake {
         fn spec(&self) -> &FunctionSpec {
             &self.0
         }
-        fn kind(&self) -> &HostedKind {
+        fn kind(&self) -> &GatewayKind {
             &self.1
         }
-        async fn call(&self, _: HostedCall<'_>) -> HostedOutcome {
-            HostedOutcome::Mcp(Ok(String::new()))
+        async fn call(&self, _: GatewayCall<'_>) -> GatewayOutcome {
+            GatewayOutcome::Mcp(Ok(String::new()))
         }
     }
 
@@ -260,18 +159,18 @@ mod tests {
             web_search: true,
         };
         let req = CreateResponseRequest::from_slice(body.to_string().as_bytes()).unwrap().validate(&caps).unwrap();
-        let hosted: Vec<Arc<dyn HostedTool>> = vec![
-            Arc::new(Fake(spec("code_interpreter"), HostedKind::CodeInterpreter)),
+        let gateway: Vec<Arc<dyn GatewayTool>> = vec![
+            Arc::new(Fake(spec("code_interpreter"), GatewayKind::CodeInterpreter)),
             Arc::new(Fake(
                 spec("mcp__docs__search"),
-                HostedKind::Mcp { server_label: "docs".into(), tool_name: "search".into() },
+                GatewayKind::Mcp { server_label: "docs".into(), tool_name: "search".into() },
             )),
             Arc::new(Fake(
                 spec("mcp__docs__fetch"),
-                HostedKind::Mcp { server_label: "docs".into(), tool_name: "fetch".into() },
+                GatewayKind::Mcp { server_label: "docs".into(), tool_name: "fetch".into() },
             )),
         ];
-        let menu = ToolMenu::new(&req, &hosted);
+        let menu = ToolMenu::new(&req, &gateway);
         (req, menu)
     }
 
@@ -287,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn client_and_hosted_functions_are_offered_together() {
+    fn client_and_gateway_functions_are_offered_together() {
         let (req, menu) = menu(body(json!("auto")));
         let offer = menu.offer(&req.tool_choice, TurnPhase::First);
         assert_eq!(names(&offer), ["weather", "code_interpreter", "mcp__docs__search", "mcp__docs__fetch"]);

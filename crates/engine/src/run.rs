@@ -3,37 +3,37 @@
 //! [`Engine::prepare`] does everything that can still fail with a plain HTTP error: reading the
 //! input's files, the history lookup for `previous_response_id` and resolving the gateway's own
 //! tools (MCP inventories).
-//! [`PreparedResponse::run`] then streams: `created`, `in_progress`, MCP tool listings, then the
-//! tool loop — one upstream turn, the gateway tools it called, the next turn — until the model
-//! answers or calls a client function; then persistence, and exactly one terminal event
-//! (`completed`, `incomplete`, or `failed` preceded by an `error` event). The store write happens
-//! before the terminal event leaves, so a client that saw `completed` can always continue from it.
+//! [`PreparedResponse::run`] (or [`PreparedResponse::spawn`], `spawn.rs`, for a stream) then
+//! runs: `created`, `in_progress`, MCP tool listings, then the tool loop — one upstream turn, the
+//! gateway tools it called, the next turn — until the model answers or calls a client function;
+//! then persistence, and exactly one terminal event (`completed`, `incomplete`, or `failed`
+//! preceded by an `error` event). The store write happens before the terminal event leaves, so a
+//! client that saw `completed` can always continue from it.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use respgw_protocol::events::StreamError;
-use respgw_protocol::ids::{IdKind, TurnStamp, is_own_id, new_id};
-use respgw_protocol::items::{
-    CallStatus, CodeInterpreterCallItem, McpCallItem, McpListToolsItem, ReasoningText, WebSearchAction,
-    WebSearchCallItem,
-};
+use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
+use respgw_protocol::items::{McpListToolsItem, ReasoningText};
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{
     ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
 };
 use respgw_store_api::{NewResponse, ResponseStore, StoreError};
-use respgw_telemetry::{Metrics, ToolType};
+use respgw_telemetry::Metrics;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::chat::{ChatRequest, ToolOffer};
 use crate::files::{FileReader, read_input_files};
-use crate::hosted::{CitableSource, HostedCall, HostedKind, HostedOutcome, HostedTool, ToolResolver};
-use crate::offer::{ToolMenu, TurnPhase, client_call_shapes, roster};
+use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
+use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{OpenError, ReasoningSeal};
-use crate::turn::{OutputLog, PendingHostedCall, TurnEnd, TurnResult, TurnState};
+use crate::stored::StoredResponses;
+use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
+use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
 
 /// Operator caps on what one response may ask of the gateway (`GW_MAX_*`).
@@ -71,30 +71,50 @@ pub struct Engine {
     files: Option<Arc<dyn FileReader>>,
 }
 
-/// Where a running response sends its events.
-pub enum EventSink {
+/// Where a running response sends its events. One run path serves both: a non-stream request
+/// gets only the outcome, a streaming one every event.
+pub(crate) enum EventSink {
     /// Non-stream requests: events are not needed, only the outcome.
     Discard,
-    /// SSE requests: a bounded channel to the connection; closed when the client goes away.
-    Channel(mpsc::Sender<ResponseEvent>),
+    /// Streaming requests (SSE, WebSocket): a bounded channel to the connection; closed when the
+    /// client goes away.
+    Channel {
+        tx: mpsc::Sender<ResponseEvent>,
+        /// The terminal event was sent: nothing may follow it.
+        ended: bool,
+    },
 }
 
 /// The client disconnected; the run stops and nothing is stored.
 #[derive(Debug)]
-pub struct ClientGone;
+pub(crate) struct ClientGone;
 
 impl EventSink {
-    async fn send(&mut self, event: ResponseEvent) -> Result<(), ClientGone> {
+    pub(crate) fn channel(tx: mpsc::Sender<ResponseEvent>) -> Self {
+        EventSink::Channel { tx, ended: false }
+    }
+
+    pub(crate) async fn send(&mut self, event: ResponseEvent) -> Result<(), ClientGone> {
         match self {
             EventSink::Discard => Ok(()),
-            EventSink::Channel(tx) => tx.send(event).await.map_err(|_| ClientGone),
+            EventSink::Channel { tx, ended } => {
+                let terminal = event.terminal_response().is_some();
+                tx.send(event).await.map_err(|_| ClientGone)?;
+                *ended |= terminal;
+                Ok(())
+            }
         }
+    }
+
+    /// Whether the terminal event was sent.
+    pub(crate) fn ended(&self) -> bool {
+        matches!(self, EventSink::Channel { ended: true, .. })
     }
 
     async fn closed(&self) {
         match self {
             EventSink::Discard => std::future::pending().await,
-            EventSink::Channel(tx) => tx.closed().await,
+            EventSink::Channel { tx, .. } => tx.closed().await,
         }
     }
 }
@@ -135,16 +155,15 @@ pub struct PreparedResponse {
     response: ResponseObject,
     /// Headers forwarded on upstream calls (e.g. `x-request-id`).
     upstream_headers: Vec<(&'static str, String)>,
-    hosted: Vec<Arc<dyn HostedTool>>,
+    gateway_tools: Vec<Arc<dyn GatewayTool>>,
     menu: ToolMenu,
     /// `mcp_list_tools` items to show first.
     listings: Vec<McpListToolsItem>,
-    /// The conversation's code interpreter container (reused across turns while it exists).
-    container_id: String,
+    /// What the gateway tools keep across this response's calls (the conversation's code
+    /// interpreter container, the pages web_search showed the model).
+    tool_state: GatewayToolState,
     /// Output items as produced, unfiltered: what history and the store keep.
     output: Vec<Item>,
-    /// Pages web_search showed the model so far: links to them in answers are cited.
-    citable: Vec<CitableSource>,
 }
 
 fn unix_now() -> i64 {
@@ -152,7 +171,7 @@ fn unix_now() -> i64 {
 }
 
 /// Client-facing error for a store failure.
-pub fn store_error(e: &StoreError) -> ApiError {
+pub(crate) fn store_error(e: &StoreError) -> ApiError {
     match e {
         StoreError::Unavailable(detail) => ApiError::store_unavailable(detail),
         StoreError::Duplicate(_) | StoreError::Corrupt(_) | StoreError::MissingHistory(_) => {
@@ -221,8 +240,9 @@ impl Engine {
         &self.upstream
     }
 
-    pub fn store(&self) -> &Arc<dyn ResponseStore> {
-        &self.store
+    /// Reads and deletes of the responses in the store.
+    pub fn stored(&self) -> StoredResponses<'_> {
+        StoredResponses { store: self.store.as_ref() }
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -278,17 +298,8 @@ impl Engine {
         let resolved = self.tools.resolve(&request, &history).await?;
         let menu = ToolMenu::new(&request, &resolved.tools);
         menu.check_choice(&request.tool_choice)?;
-        let container_id = history
-            .iter()
-            .rev()
-            .find_map(|item| match item {
-                // Only a container this gateway made can be reused; another system's id starts afresh.
-                Item::CodeInterpreterCall(c) if is_own_id(IdKind::Container, &c.container_id) => {
-                    Some(c.container_id.clone())
-                }
-                _ => None,
-            })
-            .unwrap_or_else(|| new_id(IdKind::Container));
+        let tool_state =
+            GatewayToolState { container_id: code_interpreter::container_for(&history), citable: Vec::new() };
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
         Ok(PreparedResponse {
             engine: Arc::clone(self),
@@ -298,12 +309,11 @@ impl Engine {
             unstored_inherited,
             response,
             upstream_headers,
-            hosted: resolved.tools,
+            gateway_tools: resolved.tools,
             menu,
             listings: resolved.listings,
-            container_id,
+            tool_state,
             output: Vec::new(),
-            citable: Vec::new(),
         })
     }
 }
@@ -320,10 +330,26 @@ impl PreparedResponse {
         &self.response.id
     }
 
-    /// [`PreparedResponse::run`], also giving back the conversation of a `store:false` response
-    /// that finished (`completed` or `incomplete`), for a connection to continue from.
-    pub async fn run_keeping_conversation(self, sink: EventSink) -> (RunOutcome, Option<LocalConversation>) {
-        let keep = !self.request.store;
+    /// The response as it stands before it runs (`in_progress`, no output).
+    pub(crate) fn response(&self) -> &ResponseObject {
+        &self.response
+    }
+
+    /// Run to the outcome, for a non-stream request (no events). A streaming request runs on a
+    /// task of its own instead: [`PreparedResponse::spawn`].
+    pub async fn run(self) -> RunOutcome {
+        self.run_to_end(&mut EventSink::Discard, false).await.0
+    }
+
+    /// Run, sending events to `sink`; when `keep_conversation` is set, also give back the
+    /// conversation of a `store:false` response that finished (`completed` or `incomplete`), for
+    /// a connection to continue from.
+    pub(crate) async fn run_to_end(
+        self,
+        sink: &mut EventSink,
+        keep_conversation: bool,
+    ) -> (RunOutcome, Option<LocalConversation>) {
+        let keep = keep_conversation && !self.request.store;
         let mut items = Vec::new();
         let outcome = self.run_observed(sink, keep.then_some(&mut items)).await;
         let conversation = match &outcome {
@@ -335,15 +361,10 @@ impl PreparedResponse {
         (outcome, conversation)
     }
 
-    /// Run to the terminal event, sending events to `sink`.
-    pub async fn run(self, sink: EventSink) -> RunOutcome {
-        self.run_observed(sink, None).await
-    }
-
     /// Run; when `conversation` is given, fill it with the history followed by the output.
-    async fn run_observed(mut self, mut sink: EventSink, conversation: Option<&mut Vec<Item>>) -> RunOutcome {
+    async fn run_observed(mut self, sink: &mut EventSink, conversation: Option<&mut Vec<Item>>) -> RunOutcome {
         let started = Instant::now();
-        let outcome = self.run_inner(&mut sink).await;
+        let outcome = self.run_inner(sink).await;
         match &outcome {
             RunOutcome::Finished(r) => {
                 tracing::info!(response_id = %r.id, status = ?r.status, elapsed_ms = started.elapsed().as_millis() as u64, "response finished")
@@ -424,7 +445,7 @@ impl PreparedResponse {
         for listing in std::mem::take(&mut self.listings) {
             self.emit_listing(sink, log, listing).await?;
         }
-        let roster = roster(&self.hosted);
+        let targets = CallTargets::new(&self.request, &self.gateway_tools);
         let mut phase = TurnPhase::First;
         let mut previous_turn = None;
         let max_turns = self.engine.limits.max_tool_rounds.max(1) + 1;
@@ -433,7 +454,7 @@ impl PreparedResponse {
             let offer = self.menu.offer(&self.request.tool_choice, phase_now);
             let this_turn = TurnStamp::after(previous_turn);
             previous_turn = Some(this_turn);
-            let result = self.stream_turn(sink, log, &offer, this_turn, roster.clone()).await?;
+            let result = self.stream_turn(sink, log, &offer, this_turn, targets.clone()).await?;
             if let Some(u) = &result.usage {
                 usage.add(u);
             }
@@ -441,13 +462,13 @@ impl PreparedResponse {
             if let TurnEnd::Cut(_) = result.end {
                 return Ok(result.end);
             }
-            if result.hosted_calls.is_empty() {
+            if result.gateway_calls.is_empty() {
                 return Ok(TurnEnd::Finished);
             }
-            for call in result.hosted_calls {
-                self.run_hosted(sink, log, call).await?;
+            for call in result.gateway_calls {
+                self.run_gateway_call(sink, log, call).await?;
             }
-            if !result.function_calls.is_empty() || !result.other_client_calls.is_empty() {
+            if !result.client_calls.is_empty() {
                 // The client has to run its functions before the model can go on.
                 return Ok(TurnEnd::Finished);
             }
@@ -458,11 +479,11 @@ impl PreparedResponse {
 
     fn count_requested(&self, result: &TurnResult) {
         let metrics = &self.engine.metrics;
-        for _ in 0..result.function_calls.len() + result.other_client_calls.len() {
-            metrics.tool_requested(ToolType::Function);
+        for _ in &result.client_calls {
+            metrics.tool_requested(client::TOOL_TYPE);
         }
-        for call in &result.hosted_calls {
-            metrics.tool_requested(tool_type(&call.kind));
+        for call in &result.gateway_calls {
+            metrics.tool_requested(call.tool_type());
         }
     }
 
@@ -473,7 +494,7 @@ impl PreparedResponse {
         log: &mut OutputLog,
         offer: &ToolOffer,
         turn: TurnStamp,
-        roster: Vec<(String, HostedKind)>,
+        targets: CallTargets,
     ) -> Result<TurnResult, Stop> {
         let history = self.history.iter().chain(&log.items);
         let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
@@ -482,9 +503,8 @@ impl PreparedResponse {
             r = upstream => r.map_err(|e| Stop::Error(e.to_api_error()))?,
             () = sink.closed() => return Err(Stop::ClientGone),
         };
-        let mut state = TurnState::new(turn, roster, self.container_id.clone())
-            .with_citable(self.citable.clone())
-            .with_client_shapes(client_call_shapes(&self.request));
+        let mut state = TurnState::new(turn, targets, self.tool_state.container_id.clone())
+            .with_citable(self.tool_state.citable.clone());
         let mut events = Vec::new();
         loop {
             let next = tokio::select! {
@@ -511,103 +531,31 @@ impl PreparedResponse {
     }
 
     /// Run one gateway tool call: its "running" event, the call, its outcome on the item.
-    async fn run_hosted(
+    async fn run_gateway_call(
         &mut self,
         sink: &mut EventSink,
         log: &mut OutputLog,
-        call: PendingHostedCall,
+        call: PendingGatewayCall,
     ) -> Result<(), Stop> {
-        let (item_id, output_index) = (call.item_id.clone(), call.output_index);
-        let running = match call.kind {
-            HostedKind::CodeInterpreter => {
-                Some(ResponseEvent::CodeInterpreterCallInterpreting { item_id: item_id.clone(), output_index })
-            }
-            HostedKind::WebSearch => {
-                Some(ResponseEvent::WebSearchCallSearching { item_id: item_id.clone(), output_index })
-            }
-            HostedKind::Mcp { .. } => None,
-        };
-        if let Some(event) = running {
+        if let Some(event) = call.running_event() {
             sink.send(event).await.map_err(|_| Stop::ClientGone)?;
         }
-        let Some(tool) = self.hosted.iter().find(|t| t.spec().name == call.function).cloned() else {
-            // The roster only names hosted tools, so this cannot happen; fail loudly if it does.
+        let Some(tool) = self.gateway_tools.iter().find(|t| t.spec().name == call.function).cloned() else {
+            // The call targets only name gateway tools, so this cannot happen; fail loudly if it does.
             return Err(Stop::Error(ApiError::internal(format!("no gateway tool named '{}'", call.function))));
         };
         let started = Instant::now();
+        let arguments = GatewayCall { arguments: &call.arguments, container_id: &self.tool_state.container_id };
         let outcome = tokio::select! {
-            outcome = tool.call(HostedCall { arguments: &call.arguments, container_id: &self.container_id }) => outcome,
+            outcome = tool.call(arguments) => outcome,
             () = sink.closed() => return Err(Stop::ClientGone),
         };
-        let (item, ok, done_event) = match (outcome, &call.kind) {
-            (HostedOutcome::CodeInterpreter { outputs, ok }, _) => (
-                Item::CodeInterpreterCall(CodeInterpreterCallItem {
-                    id: item_id.clone(),
-                    status: if ok { CallStatus::Completed } else { CallStatus::Failed },
-                    code: call.code,
-                    container_id: self.container_id.clone(),
-                    outputs: Some(outputs),
-                }),
-                ok,
-                ResponseEvent::CodeInterpreterCallCompleted { item_id: item_id.clone(), output_index },
-            ),
-            (HostedOutcome::Mcp(result), HostedKind::Mcp { server_label, tool_name }) => {
-                let ok = result.is_ok();
-                let (output, error) = match result {
-                    Ok(text) => (Some(text), None),
-                    Err(e) => (None, Some(e)),
-                };
-                let event = if ok {
-                    ResponseEvent::McpCallCompleted { item_id: item_id.clone(), output_index }
-                } else {
-                    ResponseEvent::McpCallFailed { item_id: item_id.clone(), output_index }
-                };
-                (
-                    Item::McpCall(McpCallItem {
-                        id: item_id.clone(),
-                        server_label: server_label.clone(),
-                        name: tool_name.clone(),
-                        arguments: call.arguments,
-                        status: if ok { CallStatus::Completed } else { CallStatus::Failed },
-                        output,
-                        error,
-                    }),
-                    ok,
-                    event,
-                )
-            }
-            (HostedOutcome::WebSearch(outcome), _) => {
-                // The latest word on a page wins (an opened page's own title over a search's).
-                for source in outcome.citable {
-                    match self.citable.iter_mut().find(|known| known.url == source.url) {
-                        Some(known) => {
-                            if source.title.is_some() {
-                                known.title = source.title;
-                            }
-                        }
-                        None => self.citable.push(source),
-                    }
-                }
-                (
-                    Item::WebSearchCall(WebSearchCallItem {
-                        id: item_id.clone(),
-                        // A failed search is a result the model sees; the call itself completed.
-                        status: CallStatus::Completed,
-                        action: Some(outcome.action),
-                        model_result: Some(outcome.model_result),
-                    }),
-                    outcome.ok,
-                    ResponseEvent::WebSearchCallCompleted { item_id: item_id.clone(), output_index },
-                )
-            }
-            (HostedOutcome::Mcp(_), _) => {
-                return Err(Stop::Error(ApiError::internal("a gateway tool returned another tool's outcome")));
-            }
-        };
-        self.engine.metrics.tool_executed(tool_type(&call.kind), started.elapsed(), ok);
-        let presented = self.present(&item);
-        log.items.push(item);
-        sink.send(done_event).await.map_err(|_| Stop::ClientGone)?;
+        let (tool_type, output_index) = (call.tool_type(), call.item.output_index());
+        let done = call.complete(outcome, &mut self.tool_state).map_err(Stop::Error)?;
+        self.engine.metrics.tool_executed(tool_type, started.elapsed(), done.ok);
+        let presented = self.present(&done.item);
+        log.items.push(done.item);
+        sink.send(done.done_event).await.map_err(|_| Stop::ClientGone)?;
         sink.send(ResponseEvent::OutputItemDone { output_index, item: presented }).await.map_err(|_| Stop::ClientGone)
     }
 
@@ -618,21 +566,8 @@ impl PreparedResponse {
         log: &mut OutputLog,
         listing: McpListToolsItem,
     ) -> Result<(), Stop> {
-        let output_index = log.allocate_index();
-        let item_id = listing.id.clone();
-        let announced = McpListToolsItem { tools: Vec::new(), error: None, ..listing.clone() };
-        let finished = if listing.error.is_some() {
-            ResponseEvent::McpListToolsFailed { item_id: item_id.clone(), output_index }
-        } else {
-            ResponseEvent::McpListToolsCompleted { item_id: item_id.clone(), output_index }
-        };
-        let item = Item::McpListTools(listing);
-        for event in [
-            ResponseEvent::OutputItemAdded { output_index, item: Item::McpListTools(announced) },
-            ResponseEvent::McpListToolsInProgress { item_id, output_index },
-            finished,
-            ResponseEvent::OutputItemDone { output_index, item: item.clone() },
-        ] {
+        let (events, item) = mcp::listing_events(listing, log.allocate_index());
+        for event in events {
             sink.send(event).await.map_err(|_| Stop::ClientGone)?;
         }
         log.items.push(item);
@@ -673,25 +608,9 @@ impl PreparedResponse {
         }
     }
 
-    /// An item as the client sees it: code interpreter outputs and web search sources only when
-    /// `include` asks; never the tool result kept for the model.
+    /// An item as the client sees it (see [`tool_kinds::present`]).
     fn present(&self, item: &Item) -> Item {
-        let included = |name: &str| self.request.include.iter().any(|i| i == name);
-        match item {
-            Item::CodeInterpreterCall(c) if !included("code_interpreter_call.outputs") => {
-                Item::CodeInterpreterCall(CodeInterpreterCallItem { outputs: None, ..c.clone() })
-            }
-            Item::WebSearchCall(w) => {
-                let mut shown = WebSearchCallItem { model_result: None, ..w.clone() };
-                if let Some(WebSearchAction::Search { sources, .. }) = &mut shown.action
-                    && (!included("web_search_call.action.sources") || sources.as_ref().is_some_and(Vec::is_empty))
-                {
-                    *sources = None;
-                }
-                Item::WebSearchCall(shown)
-            }
-            other => other.clone(),
-        }
+        tool_kinds::present(item, &self.request.include)
     }
 
     /// Store the response: the object as the client sees it, and the unfiltered items the
@@ -720,33 +639,29 @@ impl PreparedResponse {
 
     /// End with `error` + `response.failed`. Items finished before the failure stay in `output`.
     async fn fail(&mut self, sink: &mut EventSink, error: ApiError) -> RunOutcome {
-        let presented: Vec<Item> = self.output.iter().map(|i| self.present(i)).collect();
-        let response = &mut self.response;
-        response.status = ResponseStatus::Failed;
-        response.output = presented;
-        response.usage = None;
-        response.completed_at = None;
-        response.error = Some(ResponseError {
-            code: error.code.clone().unwrap_or_else(|| "server_error".into()),
-            message: error.message.clone(),
-        });
-        let stream_error = StreamError {
-            error_type: error.error_type,
-            code: error.code.clone(),
-            message: error.message.clone(),
-            param: error.param.clone(),
-        };
-        if sink.send(ResponseEvent::error(stream_error)).await.is_ok() {
-            let _ = sink.send(ResponseEvent::Failed { response: Box::new(self.response.clone()) }).await;
-        }
+        self.response.output = self.output.iter().map(|i| self.present(i)).collect();
+        end_failed(&mut self.response, &error, sink).await;
         RunOutcome::Failed { response: Box::new(self.response.clone()), error }
     }
 }
 
-fn tool_type(kind: &HostedKind) -> ToolType {
-    match kind {
-        HostedKind::CodeInterpreter => ToolType::CodeInterpreter,
-        HostedKind::Mcp { .. } => ToolType::Mcp,
-        HostedKind::WebSearch => ToolType::WebSearch,
+/// Mark `response` failed with `error`, and end its stream with the `error` event and
+/// `response.failed`.
+pub(crate) async fn end_failed(response: &mut ResponseObject, error: &ApiError, sink: &mut EventSink) {
+    response.status = ResponseStatus::Failed;
+    response.usage = None;
+    response.completed_at = None;
+    response.error = Some(ResponseError {
+        code: error.code.clone().unwrap_or_else(|| "server_error".into()),
+        message: error.message.clone(),
+    });
+    let stream_error = StreamError {
+        error_type: error.error_type,
+        code: error.code.clone(),
+        message: error.message.clone(),
+        param: error.param.clone(),
+    };
+    if sink.send(ResponseEvent::error(stream_error)).await.is_ok() {
+        let _ = sink.send(ResponseEvent::Failed { response: Box::new(response.clone()) }).await;
     }
 }

@@ -9,20 +9,14 @@
 use respgw_protocol::ResponseEvent;
 use respgw_protocol::Usage;
 use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
-use respgw_protocol::items::{
-    CallStatus, CodeInterpreterCallItem, ContentPart, CustomToolCallItem, FunctionCallItem, Item, ItemStatus,
-    LocalShellAction, LocalShellCallItem, McpCallItem, MessageItem, MessageRole, ReasoningItem, ReasoningText,
-    WebSearchCallItem,
-};
+use respgw_protocol::items::{ContentPart, Item, ItemStatus, MessageItem, MessageRole, ReasoningItem, ReasoningText};
 use respgw_protocol::response::IncompleteReason;
 use serde_json::Value;
 
 use crate::chat::{ChatChunk, ToolCallDelta};
 use crate::cite::find_citations;
-use crate::code_stream::CodeStream;
-use crate::hosted::{CitableSource, HostedKind};
-use crate::offer::{ClientCallShape, ClientFunction};
 use crate::think::{Segment, ThinkSplitter};
+use crate::tool_kinds::{CallPlace, CallTargets, CitableSource, FinishedCall, OpenCall, PendingGatewayCall};
 
 /// The response-wide record of output: index allocation and finished items in completion order.
 #[derive(Debug, Default)]
@@ -58,26 +52,11 @@ pub enum TurnEnd {
 pub struct TurnResult {
     pub end: TurnEnd,
     pub usage: Option<Usage>,
-    /// Client function calls of this turn, in the order the model made them (their items are
-    /// done).
-    pub function_calls: Vec<FunctionCallItem>,
-    /// The turn's `custom_tool_call` and `local_shell_call` items (done; the client runs them).
-    pub other_client_calls: Vec<Item>,
+    /// The calls of this turn that the client runs, in the order the model made them (their
+    /// items are done).
+    pub client_calls: Vec<Item>,
     /// Calls to the gateway's own tools, in order; their items stay open until they have run.
-    pub hosted_calls: Vec<PendingHostedCall>,
-}
-
-/// A gateway tool call whose arguments are complete and which is waiting to run.
-#[derive(Debug, Clone)]
-pub struct PendingHostedCall {
-    pub item_id: String,
-    pub output_index: usize,
-    /// The function name the model used.
-    pub function: String,
-    pub kind: HostedKind,
-    pub arguments: String,
-    /// For code interpreter calls: the decoded code.
-    pub code: String,
+    pub gateway_calls: Vec<PendingGatewayCall>,
 }
 
 #[derive(Debug)]
@@ -96,21 +75,16 @@ struct OpenMessage {
     annotations: Vec<Value>,
 }
 
+/// A tool call of this turn whose arguments are streaming.
 #[derive(Debug)]
-struct CallSlot {
+struct StreamingCall {
     /// The upstream's `tool_calls[].index`.
     upstream_index: usize,
     call_id: Option<String>,
     name: Option<String>,
     arguments: String,
-    /// Set once the item is announced (its name is known): item id, output index, and the
-    /// gateway tool it calls (`None`: a client function).
-    opened: Option<(String, usize, Option<HostedKind>)>,
-    /// Decoded code of a code interpreter call, streamed as it arrives.
-    code: CodeStream,
-    /// A `custom_tool_call` or `local_shell_call`: its item is announced and finished together
-    /// once the arguments are complete (its fields are decoded from them).
-    deferred: Option<ClientCallShape>,
+    /// Set once its item is announced (its name is known).
+    announced: Option<OpenCall>,
 }
 
 /// The state of one upstream model turn.
@@ -119,10 +93,8 @@ pub struct TurnState {
     /// Minted into the ids of this turn's gateway tool calls, so that history keeps the calls
     /// of one turn together and those of different turns apart.
     turn: TurnStamp,
-    /// Function names that are gateway tools.
-    roster: Vec<(String, HostedKind)>,
-    /// Client functions whose calls are reported in another shape than a plain `function_call`.
-    client_shapes: Vec<ClientFunction>,
+    /// Who runs the functions the model may call, and so how their calls are reported.
+    targets: CallTargets,
     /// The conversation's code interpreter container.
     container_id: String,
     /// Pages web_search showed the model in this response: links to them are cited.
@@ -132,7 +104,7 @@ pub struct TurnState {
     message: Option<OpenMessage>,
     /// Whitespace that arrived before any message text; a message opens only for non-blank text.
     held_whitespace: String,
-    calls: Vec<CallSlot>,
+    calls: Vec<StreamingCall>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
     saw_done: bool,
@@ -148,13 +120,12 @@ pub enum TurnError {
 }
 
 impl TurnState {
-    /// The model turn `turn`, in which calls to the functions of `roster` are the gateway's own
-    /// tools.
-    pub fn new(turn: TurnStamp, roster: Vec<(String, HostedKind)>, container_id: String) -> Self {
+    /// The model turn `turn`, whose calls go to `targets`; `container_id` is the conversation's
+    /// code interpreter container.
+    pub fn new(turn: TurnStamp, targets: CallTargets, container_id: String) -> Self {
         TurnState {
             turn,
-            roster,
-            client_shapes: Vec::new(),
+            targets,
             container_id,
             citable: Vec::new(),
             splitter: ThinkSplitter::default(),
@@ -171,13 +142,6 @@ impl TurnState {
     /// Links to these pages in the answer become `url_citation` annotations.
     pub fn with_citable(mut self, citable: Vec<CitableSource>) -> Self {
         self.citable = citable;
-        self
-    }
-
-    /// Calls to these functions are reported in their own shape (a namespaced `function_call`,
-    /// a `custom_tool_call`, a `local_shell_call`).
-    pub fn with_client_shapes(mut self, client_shapes: Vec<ClientFunction>) -> Self {
-        self.client_shapes = client_shapes;
         self
     }
 
@@ -292,10 +256,10 @@ impl TurnState {
         }
     }
 
-    fn on_tool_call(&mut self, call: ToolCallDelta, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
+    fn on_tool_call(&mut self, delta: ToolCallDelta, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
         self.close_reasoning(log, events);
         self.close_message(ItemStatus::Completed, log, events);
-        let upstream_index = call.index.unwrap_or_else(|| match &call.id {
+        let upstream_index = delta.index.unwrap_or_else(|| match &delta.id {
             // Servers that omit `index` send each call whole; a new id means a new call.
             Some(id) => self
                 .calls
@@ -307,36 +271,34 @@ impl TurnState {
         let pos = match self.calls.iter().position(|s| s.upstream_index == upstream_index) {
             Some(p) => p,
             None => {
-                self.calls.push(CallSlot {
+                self.calls.push(StreamingCall {
                     upstream_index,
                     call_id: None,
                     name: None,
                     arguments: String::new(),
-                    opened: None,
-                    code: CodeStream::default(),
-                    deferred: None,
+                    announced: None,
                 });
                 self.calls.len() - 1
             }
         };
-        let slot = &mut self.calls[pos];
-        if slot.call_id.is_none() {
-            slot.call_id = call.id.filter(|id| !id.is_empty());
+        let call = &mut self.calls[pos];
+        if call.call_id.is_none() {
+            call.call_id = delta.id.filter(|id| !id.is_empty());
         }
-        let function = call.function.unwrap_or_default();
+        let function = delta.function.unwrap_or_default();
         if let Some(name) = function.name.filter(|n| !n.is_empty()) {
-            slot.name.get_or_insert(name);
+            call.name.get_or_insert(name);
         }
         let fragment = function.arguments.unwrap_or_default();
-        if slot.opened.is_some() {
+        if let Some(announced) = &mut call.announced {
             if !fragment.is_empty() {
-                slot.arguments.push_str(&fragment);
-                argument_delta(slot, fragment, events);
+                call.arguments.push_str(&fragment);
+                announced.on_arguments(&fragment, events);
             }
         } else {
-            slot.arguments.push_str(&fragment);
-            if slot.name.is_some() {
-                open_call(slot, self.turn, &self.roster, &self.client_shapes, &self.container_id, log, events);
+            call.arguments.push_str(&fragment);
+            if call.name.is_some() {
+                announce(call, self.turn, &self.targets, &self.container_id, log, events);
             }
         }
     }
@@ -404,293 +366,46 @@ impl TurnState {
         };
         self.close_message(message_status, log, events);
 
-        let mut function_calls = Vec::new();
-        let mut other_client_calls = Vec::new();
-        let mut hosted_calls = Vec::new();
-        for mut slot in std::mem::take(&mut self.calls) {
-            if slot.opened.is_none() {
-                if slot.name.is_none() {
+        let mut client_calls = Vec::new();
+        let mut gateway_calls = Vec::new();
+        for mut call in std::mem::take(&mut self.calls) {
+            if call.announced.is_none() {
+                if call.name.is_none() {
                     return Err(TurnError::NamelessToolCall);
                 }
-                open_call(&mut slot, self.turn, &self.roster, &self.client_shapes, &self.container_id, log, events);
+                announce(&mut call, self.turn, &self.targets, &self.container_id, log, events);
             }
-            let Some((item_id, output_index, kind)) = slot.opened.take() else { continue };
-            let name = slot.name.take().unwrap_or_default();
-            match kind {
-                Some(HostedKind::CodeInterpreter) => {
-                    let (code, rest) = std::mem::take(&mut slot.code).finish(&slot.arguments);
-                    if !rest.is_empty() {
-                        events.push(ResponseEvent::CodeInterpreterCallCodeDelta {
-                            item_id: item_id.clone(),
-                            output_index,
-                            delta: rest,
-                        });
-                    }
-                    events.push(ResponseEvent::CodeInterpreterCallCodeDone {
-                        item_id: item_id.clone(),
-                        output_index,
-                        code: code.clone(),
-                    });
-                    hosted_calls.push(PendingHostedCall {
-                        item_id,
-                        output_index,
-                        function: name,
-                        kind: HostedKind::CodeInterpreter,
-                        arguments: slot.arguments,
-                        code,
-                    });
-                }
-                Some(kind @ HostedKind::Mcp { .. }) => {
-                    if slot.arguments.is_empty() {
-                        slot.arguments.push_str("{}");
-                        events.push(ResponseEvent::McpCallArgumentsDelta {
-                            item_id: item_id.clone(),
-                            output_index,
-                            delta: slot.arguments.clone(),
-                        });
-                    }
-                    events.push(ResponseEvent::McpCallArgumentsDone {
-                        item_id: item_id.clone(),
-                        output_index,
-                        arguments: slot.arguments.clone(),
-                    });
-                    hosted_calls.push(PendingHostedCall {
-                        item_id,
-                        output_index,
-                        function: name,
-                        kind,
-                        arguments: slot.arguments,
-                        code: String::new(),
-                    });
-                }
-                Some(HostedKind::WebSearch) => {
-                    if slot.arguments.is_empty() {
-                        slot.arguments.push_str("{}");
-                    }
-                    hosted_calls.push(PendingHostedCall {
-                        item_id,
-                        output_index,
-                        function: name,
-                        kind: HostedKind::WebSearch,
-                        arguments: slot.arguments,
-                        code: String::new(),
-                    });
-                }
-                None if slot.deferred.is_some() => {
-                    let call_id = slot.call_id.take().unwrap_or_else(|| format!("call_{}", uuid_tail(&item_id)));
-                    let item = deferred_item(slot.deferred.as_ref(), item_id, call_id, name, &slot.arguments);
-                    let announced = match &item {
-                        Item::CustomToolCall(c) => Item::CustomToolCall(CustomToolCallItem {
-                            input: String::new(),
-                            status: ItemStatus::InProgress,
-                            ..c.clone()
-                        }),
-                        Item::LocalShellCall(c) => {
-                            Item::LocalShellCall(LocalShellCallItem { status: ItemStatus::InProgress, ..c.clone() })
-                        }
-                        other => other.clone(),
-                    };
-                    events.push(ResponseEvent::OutputItemAdded { output_index, item: announced });
-                    events.push(ResponseEvent::OutputItemDone { output_index, item: item.clone() });
+            let Some(open) = call.announced.take() else { continue };
+            let name = call.name.take().unwrap_or_default();
+            match open.finish(name, call.call_id, call.arguments, events) {
+                FinishedCall::Client(item) => {
                     log.items.push(item.clone());
-                    other_client_calls.push(item);
+                    client_calls.push(item);
                 }
-                None => {
-                    if slot.arguments.is_empty() {
-                        // A call without arguments is `{}`; say so in a delta too, so deltas add up.
-                        slot.arguments.push_str("{}");
-                        events.push(ResponseEvent::FunctionCallArgumentsDelta {
-                            item_id: item_id.clone(),
-                            output_index,
-                            delta: slot.arguments.clone(),
-                        });
-                    }
-                    let (name, namespace) = client_name(&self.client_shapes, name);
-                    events.push(ResponseEvent::FunctionCallArgumentsDone {
-                        item_id: item_id.clone(),
-                        output_index,
-                        name: name.clone(),
-                        arguments: slot.arguments.clone(),
-                    });
-                    let call = FunctionCallItem {
-                        id: item_id,
-                        call_id: slot.call_id.unwrap_or_else(|| format!("call_{}", new_id(IdKind::FunctionCall))),
-                        name,
-                        namespace,
-                        arguments: slot.arguments,
-                        status: ItemStatus::Completed,
-                    };
-                    let item = Item::FunctionCall(call.clone());
-                    events.push(ResponseEvent::OutputItemDone { output_index, item: item.clone() });
-                    log.items.push(item);
-                    function_calls.push(call);
-                }
+                FinishedCall::Gateway(pending) => gateway_calls.push(pending),
             }
         }
-        Ok(TurnResult { end, usage: self.usage, function_calls, other_client_calls, hosted_calls })
+        Ok(TurnResult { end, usage: self.usage, client_calls, gateway_calls })
     }
 }
 
-/// Announce a call's item — a client `function_call`, or the gateway tool's own item (its id
-/// minted in `turn`) — and send the arguments gathered so far as its first delta.
-fn open_call(
-    slot: &mut CallSlot,
+/// Announce a call's item — in the shape of whoever runs it, a gateway tool item's id minted in
+/// `turn` — and send the arguments gathered so far as its first delta.
+fn announce(
+    call: &mut StreamingCall,
     turn: TurnStamp,
-    roster: &[(String, HostedKind)],
-    client_shapes: &[ClientFunction],
+    targets: &CallTargets,
     container_id: &str,
     log: &mut OutputLog,
     events: &mut Vec<ResponseEvent>,
 ) {
-    let name = slot.name.clone().unwrap_or_default();
-    let kind = roster.iter().find(|(n, _)| *n == name).map(|(_, k)| k.clone());
-    let output_index = log.allocate();
-    let shape = client_shapes.iter().find(|f| f.flat_name == name).map(|f| &f.shape);
-    let item_id = match &kind {
-        None if matches!(shape, Some(ClientCallShape::Custom | ClientCallShape::LocalShell)) => {
-            // Announced with its decoded fields when the arguments are complete.
-            slot.deferred = shape.cloned();
-            let prefix =
-                if shape == Some(&ClientCallShape::Custom) { IdKind::CustomToolCall } else { IdKind::LocalShellCall };
-            new_id(prefix)
-        }
-        None => {
-            let item_id = new_id(IdKind::FunctionCall);
-            // The call id must be stable from the first event on: mint one now if the server sent none.
-            let call_id = slot.call_id.get_or_insert_with(|| format!("call_{}", uuid_tail(&item_id))).clone();
-            let (name, namespace) = client_name(client_shapes, name);
-            events.push(ResponseEvent::OutputItemAdded {
-                output_index,
-                item: Item::FunctionCall(FunctionCallItem {
-                    id: item_id.clone(),
-                    call_id,
-                    name,
-                    namespace,
-                    arguments: String::new(),
-                    status: ItemStatus::InProgress,
-                }),
-            });
-            item_id
-        }
-        Some(HostedKind::CodeInterpreter) => {
-            let item_id = turn.new_id(IdKind::CodeInterpreterCall);
-            events.push(ResponseEvent::OutputItemAdded {
-                output_index,
-                item: Item::CodeInterpreterCall(CodeInterpreterCallItem {
-                    id: item_id.clone(),
-                    status: CallStatus::InProgress,
-                    code: String::new(),
-                    container_id: container_id.to_owned(),
-                    outputs: None,
-                }),
-            });
-            events.push(ResponseEvent::CodeInterpreterCallInProgress { item_id: item_id.clone(), output_index });
-            item_id
-        }
-        Some(HostedKind::Mcp { server_label, tool_name }) => {
-            let item_id = turn.new_id(IdKind::McpCall);
-            events.push(ResponseEvent::OutputItemAdded {
-                output_index,
-                item: Item::McpCall(McpCallItem {
-                    id: item_id.clone(),
-                    server_label: server_label.clone(),
-                    name: tool_name.clone(),
-                    arguments: String::new(),
-                    status: CallStatus::InProgress,
-                    output: None,
-                    error: None,
-                }),
-            });
-            events.push(ResponseEvent::McpCallInProgress { item_id: item_id.clone(), output_index });
-            item_id
-        }
-        Some(HostedKind::WebSearch) => {
-            // The reference API announces the call without an action and streams no arguments.
-            let item_id = turn.new_id(IdKind::WebSearchCall);
-            events.push(ResponseEvent::OutputItemAdded {
-                output_index,
-                item: Item::WebSearchCall(WebSearchCallItem {
-                    id: item_id.clone(),
-                    status: CallStatus::InProgress,
-                    action: None,
-                    model_result: None,
-                }),
-            });
-            events.push(ResponseEvent::WebSearchCallInProgress { item_id: item_id.clone(), output_index });
-            item_id
-        }
-    };
-    slot.opened = Some((item_id, output_index, kind));
-    if !slot.arguments.is_empty() {
-        let gathered = slot.arguments.clone();
-        argument_delta(slot, gathered, events);
+    let name = call.name.clone().unwrap_or_default();
+    let place = CallPlace { turn, output_index: log.allocate(), container_id };
+    let mut open = OpenCall::announce(targets.of(&name), &name, &mut call.call_id, place, events);
+    if !call.arguments.is_empty() {
+        open.on_arguments(&call.arguments, events);
     }
-}
-
-/// A client function's name as the client declared it, and its namespace if it has one.
-fn client_name(client_shapes: &[ClientFunction], flat_name: String) -> (String, Option<String>) {
-    match client_shapes.iter().find(|f| f.flat_name == flat_name).map(|f| &f.shape) {
-        Some(ClientCallShape::Namespaced { namespace, name }) => (name.clone(), Some(namespace.clone())),
-        _ => (flat_name, None),
-    }
-}
-
-/// The finished item of a `custom` or `local_shell` call, decoded from the JSON arguments the
-/// model wrote. Arguments that do not decode are passed on as they are (the client decides).
-fn deferred_item(shape: Option<&ClientCallShape>, id: String, call_id: String, name: String, arguments: &str) -> Item {
-    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or(serde_json::Value::Null);
-    match shape {
-        Some(ClientCallShape::LocalShell) => {
-            let command = match &args["command"] {
-                serde_json::Value::Array(parts) => {
-                    parts.iter().map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_owned)).collect()
-                }
-                serde_json::Value::String(line) => vec![line.clone()],
-                _ => vec![arguments.to_owned()],
-            };
-            Item::LocalShellCall(LocalShellCallItem {
-                id,
-                call_id: Some(call_id),
-                status: ItemStatus::Completed,
-                action: Box::new(LocalShellAction {
-                    kind: "exec".to_owned(),
-                    command,
-                    env: serde_json::Map::new(),
-                    timeout_ms: args["timeout_ms"].as_u64(),
-                    working_directory: args["workdir"].as_str().map(str::to_owned),
-                    user: None,
-                }),
-            })
-        }
-        _ => Item::CustomToolCall(CustomToolCallItem {
-            id,
-            call_id,
-            name,
-            input: args["input"].as_str().map_or_else(|| arguments.to_owned(), str::to_owned),
-            status: ItemStatus::Completed,
-        }),
-    }
-}
-
-/// The delta event for an argument fragment, in the call's own event family.
-fn argument_delta(slot: &mut CallSlot, fragment: String, events: &mut Vec<ResponseEvent>) {
-    let Some((item_id, output_index, kind)) = &slot.opened else { return };
-    let (item_id, output_index) = (item_id.clone(), *output_index);
-    match kind {
-        None if slot.deferred.is_some() => {}
-        None => events.push(ResponseEvent::FunctionCallArgumentsDelta { item_id, output_index, delta: fragment }),
-        Some(HostedKind::Mcp { .. }) => {
-            events.push(ResponseEvent::McpCallArgumentsDelta { item_id, output_index, delta: fragment })
-        }
-        Some(HostedKind::CodeInterpreter) => {
-            let delta = slot.code.push(&fragment);
-            if !delta.is_empty() {
-                events.push(ResponseEvent::CodeInterpreterCallCodeDelta { item_id, output_index, delta });
-            }
-        }
-        // No argument events: the action shows on the finished item.
-        Some(HostedKind::WebSearch) => {}
-    }
+    call.announced = Some(open);
 }
 
 /// Announce the message's citations that became complete (all of them when `complete`).
@@ -710,13 +425,11 @@ fn announce_citations(m: &mut OpenMessage, citable: &[CitableSource], complete: 
     }
 }
 
-fn uuid_tail(id: &str) -> &str {
-    id.split_once('_').map_or(id, |(_, tail)| tail)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tool_kinds::{CallTarget, ClientCallShape, GatewayCallItem, GatewayKind};
+    use respgw_protocol::items::FunctionCallItem;
     use serde_json::{Value, json};
 
     fn chunk(v: Value) -> ChatChunk {
@@ -725,7 +438,25 @@ mod tests {
 
     /// A turn without gateway tools.
     fn plain_turn() -> TurnState {
-        TurnState::new(TurnStamp::after(None), Vec::new(), String::new())
+        TurnState::new(TurnStamp::after(None), CallTargets::default(), String::new())
+    }
+
+    /// A turn in which calls to these functions go to these targets.
+    fn turn_calling(targets: Vec<(&str, CallTarget)>) -> TurnState {
+        let targets = targets.into_iter().map(|(name, target)| (name.to_owned(), target)).collect();
+        TurnState::new(TurnStamp::after(None), targets, "cntr_1".into())
+    }
+
+    /// The turn's `function_call` items.
+    fn function_calls(result: &TurnResult) -> Vec<FunctionCallItem> {
+        result
+            .client_calls
+            .iter()
+            .filter_map(|item| match item {
+                Item::FunctionCall(f) => Some(f.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     fn run(chunks: Vec<Value>) -> (Vec<ResponseEvent>, OutputLog, Result<TurnResult, TurnError>) {
@@ -802,10 +533,13 @@ mod tests {
 
     #[test]
     fn a_namespaced_call_comes_back_with_its_namespace() {
-        let mut state = plain_turn().with_client_shapes(vec![ClientFunction {
-            flat_name: "multi_agent_v1__close_agent".into(),
-            shape: ClientCallShape::Namespaced { namespace: "multi_agent_v1".into(), name: "close_agent".into() },
-        }]);
+        let mut state = turn_calling(vec![(
+            "multi_agent_v1__close_agent",
+            CallTarget::Client(ClientCallShape::Namespaced {
+                namespace: "multi_agent_v1".into(),
+                name: "close_agent".into(),
+            }),
+        )]);
         let (mut log, mut events) = (OutputLog::default(), Vec::new());
         state.on_chunk(
             chunk(json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_9","type":"function",
@@ -814,7 +548,7 @@ mod tests {
             &mut events,
         );
         state.on_done();
-        let calls = state.finish(&mut log, &mut events).unwrap().function_calls;
+        let calls = function_calls(&state.finish(&mut log, &mut events).unwrap());
         assert_eq!((calls[0].name.as_str(), calls[0].namespace.as_deref()), ("close_agent", Some("multi_agent_v1")));
         let added = events.iter().find_map(|e| match e {
             ResponseEvent::OutputItemAdded { item: Item::FunctionCall(f), .. } => Some(f.clone()),
@@ -825,9 +559,9 @@ mod tests {
 
     #[test]
     fn custom_and_local_shell_calls_come_back_in_their_own_shapes() {
-        let mut state = plain_turn().with_client_shapes(vec![
-            ClientFunction { flat_name: "apply_patch".into(), shape: ClientCallShape::Custom },
-            ClientFunction { flat_name: "local_shell".into(), shape: ClientCallShape::LocalShell },
+        let mut state = turn_calling(vec![
+            ("apply_patch", CallTarget::Client(ClientCallShape::Custom)),
+            ("local_shell", CallTarget::Client(ClientCallShape::LocalShell)),
         ]);
         let (mut log, mut events) = (OutputLog::default(), Vec::new());
         for c in [
@@ -842,7 +576,7 @@ mod tests {
         }
         state.on_done();
         let result = state.finish(&mut log, &mut events).unwrap();
-        assert!(result.function_calls.is_empty());
+        assert!(function_calls(&result).is_empty());
         assert_eq!(
             kinds(&events),
             [
@@ -852,12 +586,12 @@ mod tests {
                 "response.output_item.done"
             ]
         );
-        let Item::CustomToolCall(c) = &result.other_client_calls[0] else { panic!("{result:?}") };
+        let Item::CustomToolCall(c) = &result.client_calls[0] else { panic!("{result:?}") };
         assert_eq!(
             (c.name.as_str(), c.input.as_str(), c.call_id.as_str()),
             ("apply_patch", "*** Begin Patch", "call_a")
         );
-        let Item::LocalShellCall(l) = &result.other_client_calls[1] else { panic!("{result:?}") };
+        let Item::LocalShellCall(l) = &result.client_calls[1] else { panic!("{result:?}") };
         assert_eq!(l.action.command, ["ls", "-l"]);
         assert_eq!(l.action.working_directory.as_deref(), Some("/w"));
         assert_eq!(log.items.len(), 2);
@@ -878,7 +612,7 @@ mod tests {
             })
             .collect();
         assert_eq!(deltas.concat(), "{\"city\":\"Paris\"}");
-        let calls = result.unwrap().function_calls;
+        let calls = function_calls(&result.unwrap());
         assert_eq!(calls[0].call_id, "call_1");
         assert_eq!(calls[0].arguments, "{\"city\":\"Paris\"}");
     }
@@ -929,7 +663,7 @@ mod tests {
         let (_, log, result) = run(vec![json!({"choices":[{"index":0,"delta":{"tool_calls":[
                 {"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":1}"}},
                 {"index":1,"id":"b","function":{"name":"g","arguments":""}}]},"finish_reason":"tool_calls"}]})]);
-        let calls = result.unwrap().function_calls;
+        let calls = function_calls(&result.unwrap());
         assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["f", "g"]);
         assert_eq!(calls[1].arguments, "{}");
         assert_eq!(log.items.len(), 2);
@@ -937,11 +671,7 @@ mod tests {
 
     #[test]
     fn a_code_interpreter_call_streams_decoded_code_and_stays_open() {
-        let mut state = TurnState::new(
-            TurnStamp::after(None),
-            vec![("code_interpreter".into(), HostedKind::CodeInterpreter)],
-            "cntr_1".into(),
-        );
+        let mut state = turn_calling(vec![("code_interpreter", CallTarget::Gateway(GatewayKind::CodeInterpreter))]);
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         for c in [
@@ -971,15 +701,15 @@ mod tests {
             .collect();
         assert_eq!(deltas, "import math\nmath.sqrt(2)");
         assert!(log.items.is_empty(), "the item is done only after it has run");
-        assert_eq!(result.hosted_calls[0].code, "import math\nmath.sqrt(2)");
+        let GatewayCallItem::CodeInterpreter(call) = &result.gateway_calls[0].item else { panic!("{result:?}") };
+        assert_eq!(call.code(), "import math\nmath.sqrt(2)");
         let ResponseEvent::OutputItemAdded { item: Item::CodeInterpreterCall(ci), .. } = &events[0] else { panic!() };
         assert_eq!((ci.container_id.as_str(), ci.outputs.is_none()), ("cntr_1", true));
     }
 
     #[test]
     fn a_web_search_call_is_announced_without_an_action_or_argument_events() {
-        let mut state =
-            TurnState::new(TurnStamp::after(None), vec![("web_search".into(), HostedKind::WebSearch)], "cntr_1".into());
+        let mut state = turn_calling(vec![("web_search", CallTarget::Gateway(GatewayKind::WebSearch))]);
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         for c in [
@@ -993,18 +723,18 @@ mod tests {
         assert_eq!(kinds(&events), ["response.output_item.added", "response.web_search_call.in_progress"]);
         let ResponseEvent::OutputItemAdded { item, .. } = &events[0] else { panic!() };
         assert_eq!(serde_json::to_value(item).unwrap().as_object().unwrap().len(), 3, "id, type, status: {item:?}");
-        assert_eq!(result.hosted_calls[0].arguments, "{\"query\": \"vllm\"}");
+        assert_eq!(result.gateway_calls[0].arguments, "{\"query\": \"vllm\"}");
         assert!(log.items.is_empty(), "the item is done only after it has run");
     }
 
     #[test]
     fn the_gateway_calls_of_a_turn_carry_its_stamp_in_their_ids() {
         let turn = TurnStamp::after(None);
-        let roster = vec![
-            ("web_search".into(), HostedKind::WebSearch),
-            ("code_interpreter".into(), HostedKind::CodeInterpreter),
+        let targets = [
+            ("web_search".to_owned(), CallTarget::Gateway(GatewayKind::WebSearch)),
+            ("code_interpreter".to_owned(), CallTarget::Gateway(GatewayKind::CodeInterpreter)),
         ];
-        let mut state = TurnState::new(turn, roster, "cntr_1".into());
+        let mut state = TurnState::new(turn, targets.into_iter().collect(), "cntr_1".into());
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         state.on_chunk(
@@ -1016,18 +746,17 @@ mod tests {
             &mut events,
         );
         state.on_done();
-        let calls = state.finish(&mut log, &mut events).unwrap().hosted_calls;
+        let calls = state.finish(&mut log, &mut events).unwrap().gateway_calls;
         assert_eq!(calls.len(), 2);
-        assert!(calls[0].item_id.starts_with("ws_") && calls[1].item_id.starts_with("ci_"));
-        assert_ne!(calls[0].item_id, calls[1].item_id);
-        assert!(calls.iter().all(|c| TurnStamp::of(&c.item_id) == Some(turn)), "{calls:?}");
+        assert!(calls[0].item.item_id().starts_with("ws_") && calls[1].item.item_id().starts_with("ci_"));
+        assert_ne!(calls[0].item.item_id(), calls[1].item.item_id());
+        assert!(calls.iter().all(|c| TurnStamp::of(c.item.item_id()) == Some(turn)), "{calls:?}");
     }
 
     #[test]
     fn an_mcp_call_uses_the_real_label_and_tool_name() {
-        let kind = HostedKind::Mcp { server_label: "docs".into(), tool_name: "search.v2".into() };
-        let mut state =
-            TurnState::new(TurnStamp::after(None), vec![("mcp__docs__search_v2_1234".into(), kind)], "cntr_1".into());
+        let kind = GatewayKind::Mcp { server_label: "docs".into(), tool_name: "search.v2".into() };
+        let mut state = turn_calling(vec![("mcp__docs__search_v2_1234", CallTarget::Gateway(kind))]);
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         state.on_chunk(
@@ -1048,6 +777,6 @@ mod tests {
         );
         let ResponseEvent::OutputItemAdded { item: Item::McpCall(m), .. } = &events[0] else { panic!() };
         assert_eq!((m.server_label.as_str(), m.name.as_str()), ("docs", "search.v2"));
-        assert_eq!(result.hosted_calls[0].arguments, "{}");
+        assert_eq!(result.gateway_calls[0].arguments, "{}");
     }
 }

@@ -17,7 +17,7 @@ const PATIENCE: Duration = Duration::from_secs(10);
 fn sample_snapshot() -> MetricsSnapshot {
     let metrics = Metrics::new();
     metrics.record_request("POST", "/v1/responses", 200, Duration::from_millis(12));
-    metrics.tool_executed(ToolType::Mcp, Duration::from_secs(2), false);
+    metrics.tool_executed(ToolType::new("mcp"), Duration::from_secs(2), false);
     metrics.mcp_server_startup("label \"with\" quotes", true);
     let _stream = metrics.sse_stream("/v1/responses");
     metrics.snapshot()

@@ -3,7 +3,8 @@
 //! Everything a client or the store sees is defined here: the create-response request and its
 //! validation ([`request`]), the items that make up history and output ([`items`]), the response
 //! object ([`response`]), the stream events ([`events`]), WebSocket mode's frames ([`websocket`]),
-//! the rules of `input_file` parts ([`input_file`]) and the one error shape ([`error`]).
+//! the rules of `input_file` parts ([`input_file`]), the queries and bodies of reading stored
+//! objects ([`listing`]) and the one error shape ([`error`]).
 //!
 //! Architecture invariant: this crate does no I/O and knows nothing of HTTP servers, upstreams
 //! or storage engines; it is pure data plus the rules that make data valid.
@@ -14,6 +15,7 @@ pub mod ids;
 pub mod input_file;
 pub mod items;
 pub mod limits;
+pub mod listing;
 pub mod request;
 pub mod response;
 pub mod tools;

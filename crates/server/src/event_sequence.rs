@@ -1,16 +1,11 @@
 //! One response's events as a client sees them, whatever the transport (SSE or WebSocket).
 //!
 //! Events arrive from the engine's run over a channel; [`EventSequence`] numbers them
-//! (`sequence_number` from 0) and ends after the terminal event. If the channel closes without a
-//! terminal event (the run task died), it still ends the response properly with an `error` and a
-//! `response.failed` built from the last response snapshot: a client never sees a response that
-//! just stops. Dropping the sequence closes the channel, which cancels the run.
+//! (`sequence_number` from 0) and ends after the terminal event. It adds nothing: the engine
+//! ends every stream with exactly one terminal event, even when a run dies
+//! (`PreparedResponse::spawn`). Dropping the sequence closes the channel, which cancels the run.
 
-use std::collections::VecDeque;
-
-use respgw_protocol::events::StreamError;
-use respgw_protocol::response::ResponseError;
-use respgw_protocol::{ErrorType, ResponseEvent, ResponseObject, ResponseStatus};
+use respgw_protocol::ResponseEvent;
 use tokio::sync::mpsc;
 
 /// The numbered events of one response.
@@ -18,17 +13,13 @@ pub struct EventSequence {
     rx: mpsc::Receiver<ResponseEvent>,
     /// The number the next event gets.
     next_number: u64,
-    /// The latest lifecycle snapshot, to build a `response.failed` if the run dies.
-    snapshot: Option<ResponseObject>,
-    /// Events decided but not yet handed out (the closing events of a run that died).
-    closing: VecDeque<ResponseEvent>,
-    /// No event follows: the terminal event, or the last closing event, was handed out.
+    /// No event follows: the terminal event was handed out, or the channel closed.
     finished: bool,
 }
 
 impl EventSequence {
     pub fn new(rx: mpsc::Receiver<ResponseEvent>) -> Self {
-        EventSequence { rx, next_number: 0, snapshot: None, closing: VecDeque::new(), finished: false }
+        EventSequence { rx, next_number: 0, finished: false }
     }
 
     /// Whether the sequence is over (its terminal event was handed out).
@@ -38,76 +29,49 @@ impl EventSequence {
 
     /// The next event and its number, waiting for the run; `None` once the sequence is over.
     pub async fn next(&mut self) -> Option<(ResponseEvent, u64)> {
-        if self.closing.is_empty() && !self.finished {
-            match self.rx.recv().await {
-                Some(event) => return Some(self.accept(event)),
-                None => self.close_abandoned(),
-            }
+        if self.finished {
+            return None;
         }
-        self.next_closing()
+        match self.rx.recv().await {
+            Some(event) => Some(self.accept(event)),
+            None => self.closed(),
+        }
     }
 
     /// The next event only if one is already waiting (to batch a burst into one write).
     pub fn next_ready(&mut self) -> Option<(ResponseEvent, u64)> {
-        if !self.closing.is_empty() || self.finished {
-            return self.next_closing();
+        if self.finished {
+            return None;
         }
         match self.rx.try_recv() {
             Ok(event) => Some(self.accept(event)),
             Err(mpsc::error::TryRecvError::Empty) => None,
-            Err(mpsc::error::TryRecvError::Disconnected) => {
-                self.close_abandoned();
-                self.next_closing()
-            }
+            Err(mpsc::error::TryRecvError::Disconnected) => self.closed(),
         }
     }
 
     fn accept(&mut self, event: ResponseEvent) -> (ResponseEvent, u64) {
-        if let ResponseEvent::Created { response } = &event {
-            self.snapshot = Some((**response).clone());
-        }
         if event.terminal_response().is_some() {
             self.finished = true;
         }
-        self.number(event)
-    }
-
-    fn number(&mut self, event: ResponseEvent) -> (ResponseEvent, u64) {
         let number = self.next_number;
         self.next_number += 1;
         (event, number)
     }
 
-    fn next_closing(&mut self) -> Option<(ResponseEvent, u64)> {
-        let event = self.closing.pop_front()?;
-        if self.closing.is_empty() {
-            self.finished = true;
-        }
-        Some(self.number(event))
-    }
-
-    /// Queue the end of a response whose run stopped without a terminal event.
-    fn close_abandoned(&mut self) {
-        tracing::error!("response stream ended without a terminal event; closing it as failed");
-        let message = "The gateway stopped producing this response unexpectedly.".to_owned();
-        self.closing.push_back(ResponseEvent::error(StreamError {
-            error_type: ErrorType::ApiError,
-            code: Some("internal_error".into()),
-            message: message.clone(),
-            param: None,
-        }));
-        if let Some(mut response) = self.snapshot.take() {
-            response.status = ResponseStatus::Failed;
-            response.error = Some(ResponseError { code: "internal_error".into(), message });
-            self.closing.push_back(ResponseEvent::Failed { response: Box::new(response) });
-        }
+    /// The channel closed before a terminal event: the run's task was stopped from outside (the
+    /// runtime is shutting down). There is nothing more to send.
+    fn closed(&mut self) -> Option<(ResponseEvent, u64)> {
+        tracing::error!("response stream ended without a terminal event");
+        self.finished = true;
+        None
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use respgw_protocol::CreateResponseRequest;
+    use respgw_protocol::{CreateResponseRequest, ResponseObject};
 
     /// An in-progress response to frame events of (shared with the SSE framer's tests).
     pub(crate) fn response() -> ResponseObject {
@@ -139,12 +103,14 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn a_run_that_dies_still_ends_with_error_and_failed() {
+    async fn a_channel_closed_early_ends_the_sequence_with_nothing_made_up() {
+        // The engine closes every stream itself; a channel that closes early (its task stopped
+        // from outside) just ends the sequence.
         let (tx, rx) = mpsc::channel(8);
         tx.send(ResponseEvent::Created { response: Box::new(response()) }).await.unwrap();
         drop(tx);
         let seen = drain(EventSequence::new(rx)).await;
-        assert_eq!(seen, [("response.created", 0), ("error", 1), ("response.failed", 2)]);
+        assert_eq!(seen, [("response.created", 0)]);
     }
 
     #[tokio::test]
@@ -154,9 +120,8 @@ pub(crate) mod tests {
         assert!(sequence.next_ready().is_none());
         tx.send(ResponseEvent::Created { response: Box::new(response()) }).await.unwrap();
         assert_eq!(sequence.next_ready().map(|(e, n)| (e.kind(), n)), Some(("response.created", 0)));
-        drop(tx);
-        assert_eq!(sequence.next_ready().map(|(e, n)| (e.kind(), n)), Some(("error", 1)));
-        assert_eq!(sequence.next_ready().map(|(e, n)| (e.kind(), n)), Some(("response.failed", 2)));
+        tx.send(ResponseEvent::Completed { response: Box::new(response()) }).await.unwrap();
+        assert_eq!(sequence.next_ready().map(|(e, n)| (e.kind(), n)), Some(("response.completed", 1)));
         assert!(sequence.next_ready().is_none() && sequence.is_finished());
     }
 }

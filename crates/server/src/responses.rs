@@ -1,8 +1,10 @@
 //! The `/v1/responses` routes: create (JSON or SSE), retrieve, delete, list input items.
 //!
-//! Handlers stay thin: parse and validate the body ([`respgw_protocol::request`]), let the engine
-//! prepare (history lookup can still fail with a plain HTTP error), then either run to the
-//! outcome (JSON) or spawn the run and stream its events (SSE).
+//! Handlers stay thin: parse and validate the body ([`respgw_protocol::request`]) or the query
+//! ([`respgw_protocol::listing`]), let the engine prepare (history lookup can still fail with a
+//! plain HTTP error), then either run to the outcome (JSON) or let the engine spawn the run and
+//! frame its events (SSE). Stored responses are read through the engine too
+//! ([`Engine::stored`]).
 
 use std::sync::Arc;
 
@@ -12,12 +14,9 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use respgw_engine::{Engine, EventSink, RunOutcome, store_error};
-use respgw_protocol::{ApiError, CreateResponseRequest, Item};
-use respgw_store::{InputItemsOrder, InputItemsPage};
-use serde::Deserialize;
-use serde_json::json;
-use tokio::sync::mpsc;
+use respgw_engine::{Engine, RunOutcome};
+use respgw_protocol::listing::{ListQuery, ListQueryParams};
+use respgw_protocol::{ApiError, CreateResponseRequest};
 
 use crate::error::{HttpError, path_rejection};
 use crate::json_body::JsonBody;
@@ -39,19 +38,18 @@ pub async fn create(
     let prepared = engine.prepare(request, vec![("x-request-id", request_id)]).await?;
 
     if !stream {
-        return match prepared.run(EventSink::Discard).await {
+        return match prepared.run().await {
             RunOutcome::Finished(response) => Ok(Json(response).into_response()),
             RunOutcome::Failed { error, .. } => Err(HttpError(error)),
-            // Unreachable for the discarding sink, which never reports a departed client.
+            // Unreachable: a run without a stream never learns that its client left.
             RunOutcome::ClientGone => Err(HttpError(ApiError::internal("The response was abandoned."))),
         };
     }
 
-    let (tx, rx) = mpsc::channel(SSE_BUFFER);
     let open_stream = engine.metrics().sse_stream("/v1/responses");
-    // In the request's span: its logs keep the request id, its upstream call is a child span.
-    tokio::spawn(tracing::Instrument::in_current_span(prepared.run(EventSink::Channel(tx))));
-    let mut response = Body::from_stream(event_stream(rx, open_stream)).into_response();
+    // Spawned in the request's span: its logs keep the request id, its upstream call is a child span.
+    let events = prepared.spawn(SSE_BUFFER);
+    let mut response = Body::from_stream(event_stream(events, open_stream)).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -65,10 +63,7 @@ pub async fn retrieve(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
-    match engine.store().response(&id).await.map_err(|e| store_error(&e))? {
-        Some(body) => Ok(Json(body).into_response()),
-        None => Err(ApiError::response_not_found(&id).into()),
-    }
+    Ok(Json(engine.stored().retrieve(&id).await?).into_response())
 }
 
 /// `DELETE /v1/responses/{response_id}`.
@@ -77,61 +72,18 @@ pub async fn delete(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
-    if engine.store().delete(&id).await.map_err(|e| store_error(&e))? {
-        Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
-    } else {
-        Err(ApiError::response_not_found(&id).into())
-    }
-}
-
-/// Query of `GET /v1/responses/{id}/input_items`.
-#[derive(Deserialize)]
-pub struct InputItemsQuery {
-    after: Option<String>,
-    limit: Option<String>,
-    order: Option<String>,
+    Ok(Json(engine.stored().delete(&id).await?).into_response())
 }
 
 /// `GET /v1/responses/{response_id}/input_items`: this response's own input, OpenAI's list shape.
 pub async fn input_items(
     State(engine): State<Arc<Engine>>,
     id: Result<Path<String>, PathRejection>,
-    query: Result<Query<InputItemsQuery>, axum::extract::rejection::QueryRejection>,
+    params: Result<Query<ListQueryParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
-    let Query(query) = query.map_err(|e| ApiError::invalid_body(format!("Invalid query string: {}", e.body_text())))?;
-    let limit = match query.limit.as_deref() {
-        None => 20,
-        Some(raw) => match raw.parse::<usize>() {
-            Ok(n) if (1..=100).contains(&n) => n,
-            _ => {
-                return Err(ApiError::invalid("limit", "'limit' must be an integer between 1 and 100.").into());
-            }
-        },
-    };
-    let order = match query.order.as_deref() {
-        None | Some("desc") => InputItemsOrder::Desc,
-        Some("asc") => InputItemsOrder::Asc,
-        Some(_) => {
-            return Err(ApiError::invalid("order", "'order' must be 'asc' or 'desc'.").into());
-        }
-    };
-    let page = InputItemsPage { after: query.after, limit, order };
-    let list = engine
-        .store()
-        .input_items(&id, page)
-        .await
-        .map_err(|e| store_error(&e))?
-        .ok_or_else(|| ApiError::response_not_found(&id))?;
-    let first_id = list.items.first().map(|i| i.id().to_owned());
-    let last_id = list.items.last().map(|i| i.id().to_owned());
-    let data: Vec<Item> = list.items.into_iter().map(Item::client_view).collect();
-    Ok(Json(json!({
-        "object": "list",
-        "data": data,
-        "first_id": first_id,
-        "last_id": last_id,
-        "has_more": list.has_more,
-    }))
-    .into_response())
+    let Query(params) =
+        params.map_err(|e| ApiError::invalid_body(format!("Invalid query string: {}", e.body_text())))?;
+    let query = ListQuery::parse(params)?;
+    Ok(Json(engine.stored().input_items(&id, query).await?).into_response())
 }

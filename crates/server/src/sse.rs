@@ -1,8 +1,7 @@
 //! The SSE body of a streaming response.
 //!
-//! The numbered events of the response ([`EventSequence`], which also closes a run that died
-//! with `error` + `response.failed`) are framed as `event:`/`data:` pairs, and `data: [DONE]`
-//! follows the last one.
+//! The numbered events of the response ([`EventSequence`]) are framed as `event:`/`data:` pairs,
+//! and `data: [DONE]` follows the last one.
 
 use std::convert::Infallible;
 
@@ -78,6 +77,8 @@ mod tests {
     use super::*;
     use crate::event_sequence::tests::response;
     use futures::StreamExt;
+    use respgw_protocol::events::StreamError;
+    use respgw_protocol::{ErrorType, ResponseObject, ResponseStatus};
 
     async fn collect(rx: mpsc::Receiver<ResponseEvent>) -> String {
         let metrics = respgw_telemetry::Metrics::new();
@@ -100,10 +101,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_run_that_dies_still_gets_error_and_failed() {
+    async fn a_failed_run_ends_with_error_failed_and_done() {
+        // What the engine sends when a run dies: `error`, then `response.failed`.
         let (tx, rx) = mpsc::channel(8);
         tx.send(ResponseEvent::Created { response: Box::new(response()) }).await.unwrap();
-        drop(tx);
+        let error = StreamError {
+            error_type: ErrorType::ApiError,
+            code: Some("internal_error".into()),
+            message: "The gateway stopped producing this response unexpectedly.".into(),
+            param: None,
+        };
+        tx.send(ResponseEvent::error(error)).await.unwrap();
+        let failed = ResponseObject { status: ResponseStatus::Failed, ..response() };
+        tx.send(ResponseEvent::Failed { response: Box::new(failed) }).await.unwrap();
         let text = collect(rx).await;
         let kinds: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
         assert_eq!(kinds, ["response.created", "error", "response.failed"]);

@@ -35,12 +35,13 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
-use respgw_engine::{Engine, EventSink, LocalConversation};
+use respgw_engine::{Engine, LocalConversation};
 use respgw_protocol::events::numbered_json;
 use respgw_protocol::websocket::{error_frame, parse_response_create};
 use respgw_protocol::{ApiError, ErrorType, ResponseEvent};
 use respgw_telemetry::SseStreamGuard;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::error::HttpError;
@@ -133,8 +134,9 @@ struct Connection {
 /// A response in progress on a connection.
 struct RunningResponse {
     events: EventSequence,
-    /// The run's conversation, sent when it ends (a `store:false` response that finished).
-    conversation: oneshot::Receiver<Option<LocalConversation>>,
+    /// The run's task, which gives back its conversation when it ends (a `store:false` response
+    /// that finished).
+    conversation: JoinHandle<Option<LocalConversation>>,
     /// Counts the response as an open stream, and times it, until it ends or the client leaves.
     _open_stream: SseStreamGuard,
 }
@@ -239,7 +241,7 @@ impl Connection {
         }
     }
 
-    /// Validate and prepare the frame's request, then spawn its run.
+    /// Validate and prepare the frame's request, then let the engine spawn its run.
     async fn start(&mut self, frame: &[u8]) -> Result<(), ApiError> {
         let engine = &self.mode.engine;
         let request = parse_response_create(frame)?.validate(&engine.capabilities())?;
@@ -247,16 +249,10 @@ impl Connection {
         let request_id = format!("{}.{}", self.request_id, self.started);
         let prepared =
             engine.prepare_continuing(request, vec![("x-request-id", request_id)], self.local.as_ref()).await?;
-        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let (conversation_tx, conversation) = oneshot::channel();
         let open_stream = engine.metrics().sse_stream(ROUTE);
-        let run = async move {
-            let (_, kept) = prepared.run_keeping_conversation(EventSink::Channel(tx)).await;
-            let _ = conversation_tx.send(kept);
-        };
-        tokio::spawn(run.in_current_span());
+        let (events, conversation) = prepared.spawn_keeping_conversation(EVENT_BUFFER);
         self.running =
-            Some(RunningResponse { events: EventSequence::new(rx), conversation, _open_stream: open_stream });
+            Some(RunningResponse { events: EventSequence::new(events), conversation, _open_stream: open_stream });
         Ok(())
     }
 }

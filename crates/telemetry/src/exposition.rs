@@ -156,9 +156,9 @@ mod tests {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
         first.record_request("GET", "/v1/responses/{response_id}", 404, Duration::from_millis(2));
-        first.tool_requested(ToolType::Function);
-        first.tool_requested(ToolType::CodeInterpreter);
-        first.tool_executed(ToolType::CodeInterpreter, Duration::from_millis(1500), true);
+        first.tool_requested(ToolType::new("function"));
+        first.tool_requested(ToolType::new("code_interpreter"));
+        first.tool_executed(ToolType::new("code_interpreter"), Duration::from_millis(1500), true);
         first.mcp_server_startup("files", true);
         first.mcp_server_startup("weird \"label\" \\ with\nnewline", false);
         drop(first.sse_stream("/v1/responses"));
@@ -166,10 +166,10 @@ mod tests {
 
         let second = Metrics::new();
         second.record_request("POST", "/v1/responses", 200, Duration::from_secs(3));
-        second.tool_requested(ToolType::WebSearch);
-        second.tool_executed(ToolType::WebSearch, Duration::from_secs(200), false);
-        second.tool_requested(ToolType::Mcp);
-        second.tool_executed(ToolType::Mcp, Duration::from_millis(80), true);
+        second.tool_requested(ToolType::new("web_search"));
+        second.tool_executed(ToolType::new("web_search"), Duration::from_secs(200), false);
+        second.tool_requested(ToolType::new("mcp"));
+        second.tool_executed(ToolType::new("mcp"), Duration::from_millis(80), true);
         let _second_stream = second.sse_stream("/v1/responses");
 
         let exited = Metrics::new();

@@ -3,7 +3,7 @@
 //! - [`code_interpreter`]: the sandbox that runs model-written Python (bubblewrap, rlimits, a
 //!   wall-clock timeout), with bounded concurrency and per-conversation containers.
 //! - [`GatewayTools`]: the engine's `ToolResolver` — turns a request's declarations into the
-//!   hosted tools above.
+//!   gateway tools above.
 //! - [`web_search`]: search backends (DuckDuckGo, SearXNG, Brave, Exa over MCP), guarded page
 //!   opening and find-in-page, chosen by a start-up profile.
 //! - [`input_files`]: the engine's `FileReader` — `input_file` parts decoded or fetched (guarded),
@@ -19,4 +19,4 @@ pub mod net_guard;
 mod resolver;
 pub mod web_search;
 
-pub use resolver::{GatewayTools, upstream_schema};
+pub use resolver::GatewayTools;

@@ -22,9 +22,12 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
-use respgw_engine::{CitableSource, FunctionSpec, HostedCall, HostedKind, HostedOutcome, HostedTool, WebSearchOutcome};
+use respgw_engine::tool_kinds::web_search::function_spec;
+use respgw_engine::{
+    CitableSource, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, WebSearchOutcome,
+};
 use respgw_protocol::items::{WebSearchAction, WebSearchSource};
-use respgw_protocol::tools::{SearchContextSize, WEB_SEARCH_FUNCTION, WebSearchTool as WebSearchDeclaration};
+use respgw_protocol::tools::{SearchContextSize, WebSearchTool as WebSearchDeclaration};
 use serde_json::{Value, json};
 
 pub use backend::{Backend, SearchHit, parse_brave, parse_duckduckgo, parse_exa, parse_searxng};
@@ -66,7 +69,7 @@ impl WebSearch {
         WebSearchTool {
             search: self.clone(),
             spec: function_spec(),
-            kind: HostedKind::WebSearch,
+            kind: GatewayKind::WebSearch,
             allowed_domains: declaration.allowed_domains(),
             context: declaration.search_context_size,
             country: declaration
@@ -77,35 +80,6 @@ impl WebSearch {
                 .map(str::to_owned),
             pages: Mutex::default(),
         }
-    }
-}
-
-/// How the model sees the tool: its description and a schema whose optional parameters are nullable.
-fn function_spec() -> FunctionSpec {
-    let nullable = |schema: Value| json!({"default": null, "anyOf": [schema, {"type": "null"}]});
-    FunctionSpec {
-        name: WEB_SEARCH_FUNCTION.to_owned(),
-        description: Some(
-            "Search the web, open a page, or find text inside an opened page.\n\nUse:\n\
-             - `action=\"search\"` with `query`\n\
-             - `action=\"open_page\"` with `url`\n\
-             - `action=\"find_in_page\"` with `url` and `pattern`\n\n\
-             The tool returns JSON containing the public action summary plus normalized\ndata for the model. \
-             Cite pages you use as markdown links: ([site](url))."
-                .to_owned(),
-        ),
-        parameters: json!({
-            "additionalProperties": false,
-            "properties": {
-                "action": nullable(json!({"enum": ["search", "open_page", "find_in_page"], "type": "string"})),
-                "query": nullable(json!({"type": "string"})),
-                "queries": nullable(json!({"items": {"type": "string"}, "type": "array"})),
-                "url": nullable(json!({"type": "string"})),
-                "pattern": nullable(json!({"type": "string"})),
-            },
-            "type": "object"
-        }),
-        strict: None,
     }
 }
 
@@ -120,7 +94,7 @@ struct CachedPage {
 pub struct WebSearchTool {
     search: WebSearch,
     spec: FunctionSpec,
-    kind: HostedKind,
+    kind: GatewayKind,
     allowed_domains: Vec<String>,
     context: SearchContextSize,
     country: Option<String>,
@@ -300,16 +274,16 @@ impl WebSearchTool {
 }
 
 #[async_trait]
-impl HostedTool for WebSearchTool {
+impl GatewayTool for WebSearchTool {
     fn spec(&self) -> &FunctionSpec {
         &self.spec
     }
 
-    fn kind(&self) -> &HostedKind {
+    fn kind(&self) -> &GatewayKind {
         &self.kind
     }
 
-    async fn call(&self, call: HostedCall<'_>) -> HostedOutcome {
-        HostedOutcome::WebSearch(self.run(call.arguments).await)
+    async fn call(&self, call: GatewayCall<'_>) -> GatewayOutcome {
+        GatewayOutcome::WebSearch(self.run(call.arguments).await)
     }
 }

@@ -1,0 +1,67 @@
+//! Gateway tools (the tools the gateway runs itself) as the engine sees them: the executor
+//! interface that `respgw-tools` implements.
+//!
+//! The engine does not know how code runs, how pages are searched or how MCP servers are
+//! reached. It asks a [`ToolResolver`] for the gateway tools of a request, offers them to the
+//! model next to the client's own functions, and when the model calls one it calls
+//! [`GatewayTool::call`]; the call's kind module (`tool_kinds`) records the outcome on the call's
+//! item. A tool failure is an outcome the model sees, never a failed response.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use respgw_protocol::items::{Item, McpListToolsItem};
+use respgw_protocol::{ApiError, ValidatedRequest};
+use serde_json::Value;
+
+use crate::tool_kinds::{GatewayKind, GatewayOutcome};
+
+/// What the model sees of one function: its name, description and parameter schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionSpec {
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Value,
+    pub strict: Option<bool>,
+}
+
+/// One call to a gateway tool.
+#[derive(Debug)]
+pub struct GatewayCall<'a> {
+    /// The arguments JSON the model produced.
+    pub arguments: &'a str,
+    /// For code interpreter calls: the conversation's container (files persist in it).
+    pub container_id: &'a str,
+}
+
+/// A tool the gateway runs itself.
+#[async_trait]
+pub trait GatewayTool: Send + Sync {
+    /// How the model sees it.
+    fn spec(&self) -> &FunctionSpec;
+    /// Which kind of tool it is: the item family its calls produce.
+    fn kind(&self) -> &GatewayKind;
+    /// Run one call. Never fails the response: failures are outcomes.
+    async fn call(&self, call: GatewayCall<'_>) -> GatewayOutcome;
+}
+
+/// The gateway tools of one request.
+#[derive(Default)]
+pub struct ResolvedTools {
+    pub tools: Vec<Arc<dyn GatewayTool>>,
+    /// `mcp_list_tools` items to show before the first model turn (servers this conversation
+    /// has not listed yet).
+    pub listings: Vec<McpListToolsItem>,
+}
+
+/// Turns a request's `code_interpreter`, `web_search` and `mcp` declarations into gateway tools.
+#[async_trait]
+pub trait ToolResolver: Send + Sync {
+    /// Which gateway tools requests may declare (validation rejects the others with a 400).
+    fn capabilities(&self) -> respgw_protocol::Capabilities;
+
+    /// Resolve the declarations of `request`. May do network I/O (MCP inventories); a failure
+    /// here is a request error (e.g. 422 `bad_input` for an unknown or unreachable server).
+    /// `history` is the conversation so far (to skip servers already listed).
+    async fn resolve(&self, request: &ValidatedRequest, history: &[Item]) -> Result<ResolvedTools, ApiError>;
+}

@@ -1,0 +1,329 @@
+//! One module per kind of tool call. Each owns, for its kind: what the model is offered, the
+//! call's item and its stream events (announced, arguments, running, done), the item built from
+//! the outcome, what a client is shown of it, and how the item is replayed to the model in later
+//! turns (the call, and its result as text).
+//!
+//! - [`client`]: tools the client runs — `function`, `namespace` members, `custom`,
+//!   `local_shell`. Their items are done once the model's arguments are complete; the client
+//!   runs them.
+//! - [`code_interpreter`], [`web_search`], [`mcp`]: gateway tools, which the gateway runs itself.
+//!   Their items open while the arguments stream, stay open while the tool runs, and are done
+//!   with its outcome. The executors live in `respgw-tools` behind
+//!   [`GatewayTool`](crate::GatewayTool); each module names its adapter there.
+//!
+//! The turn state machine (`turn.rs`) and the run loop (`run.rs`) handle one generic call: a
+//! [`CallTarget`] says who runs it, an [`OpenCall`] follows it while its arguments stream, a
+//! [`PendingGatewayCall`] waits to run and [`PendingGatewayCall::complete`] turns the outcome
+//! into its item. Every difference between kinds is a `match` in this file handing over to the
+//! kind's module.
+
+pub mod client;
+pub mod code_interpreter;
+pub mod mcp;
+pub mod web_search;
+
+use std::sync::Arc;
+
+use respgw_protocol::ids::TurnStamp;
+use respgw_protocol::items::Item;
+use respgw_protocol::tools::AllowedTool;
+use respgw_protocol::{ApiError, ResponseEvent, ValidatedRequest};
+use respgw_telemetry::ToolType;
+use serde_json::{Value, json};
+
+use crate::gateway_tool::GatewayTool;
+pub use client::ClientCallShape;
+pub use code_interpreter::CodeInterpreterOutcome;
+pub use web_search::{CitableSource, WebSearchOutcome};
+
+/// Which gateway tool a call goes to, and so which item family its calls produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayKind {
+    /// `code_interpreter_call` items; the argument is `{"code": "…"}`.
+    CodeInterpreter,
+    /// `web_search_call` items; the arguments name an action (search, open_page, find_in_page).
+    WebSearch,
+    /// `mcp_call` items showing the real label and tool name.
+    Mcp { server_label: String, tool_name: String },
+}
+
+/// What a gateway tool call produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GatewayOutcome {
+    CodeInterpreter(CodeInterpreterOutcome),
+    WebSearch(WebSearchOutcome),
+    /// The MCP tool's output text, or why the call failed.
+    Mcp(Result<String, String>),
+}
+
+impl GatewayKind {
+    /// Whether an `allowed_tools` entry admits this tool.
+    pub(crate) fn allowed_by(&self, entry: &AllowedTool) -> bool {
+        match self {
+            GatewayKind::CodeInterpreter => code_interpreter::allowed_by(entry),
+            GatewayKind::WebSearch => web_search::allowed_by(entry),
+            GatewayKind::Mcp { server_label, tool_name } => mcp::allowed_by(entry, server_label, tool_name),
+        }
+    }
+}
+
+/// Who runs a call the model made, and so how it is reported.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallTarget {
+    /// The client runs it; the shape says which item reports it.
+    Client(ClientCallShape),
+    /// The gateway runs it.
+    Gateway(GatewayKind),
+}
+
+/// The function names the model may call in one response, and who runs each.
+#[derive(Debug, Clone, Default)]
+pub struct CallTargets(Vec<(String, CallTarget)>);
+
+impl CallTargets {
+    /// The response's gateway tools, and the client tools `request` declares.
+    pub fn new(request: &ValidatedRequest, gateway_tools: &[Arc<dyn GatewayTool>]) -> Self {
+        let gateway = gateway_tools.iter().map(|t| (t.spec().name.clone(), CallTarget::Gateway(t.kind().clone())));
+        let client = client::offered(request).into_iter().map(|(spec, shape)| (spec.name, CallTarget::Client(shape)));
+        CallTargets(gateway.chain(client).collect())
+    }
+
+    /// Who runs calls to `name`. A name nothing declared is reported as a plain function call
+    /// (the client decides what to make of it).
+    pub fn of(&self, name: &str) -> CallTarget {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(CallTarget::Client(ClientCallShape::Function), |(_, target)| target.clone())
+    }
+}
+
+impl FromIterator<(String, CallTarget)> for CallTargets {
+    fn from_iter<I: IntoIterator<Item = (String, CallTarget)>>(targets: I) -> Self {
+        CallTargets(targets.into_iter().collect())
+    }
+}
+
+/// What the gateway tool kinds keep across the calls of one response.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayToolState {
+    /// The conversation's code interpreter container (files persist in it).
+    pub container_id: String,
+    /// Pages web_search showed the model so far: links to them in answers are cited.
+    pub citable: Vec<CitableSource>,
+}
+
+/// Where a call's item goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallPlace<'a> {
+    /// The model turn that made the call, minted into gateway tool items' ids so that history
+    /// keeps the calls of one turn together.
+    pub turn: TurnStamp,
+    pub output_index: usize,
+    /// The conversation's code interpreter container.
+    pub container_id: &'a str,
+}
+
+/// A call whose item is announced, while its arguments stream.
+#[derive(Debug)]
+pub(crate) enum OpenCall {
+    Client(client::OpenCall),
+    Gateway(GatewayCallItem),
+}
+
+/// What a call became once its arguments were complete.
+#[derive(Debug)]
+pub(crate) enum FinishedCall {
+    /// A client call's item, done.
+    Client(Item),
+    /// A gateway tool call, waiting to run.
+    Gateway(PendingGatewayCall),
+}
+
+impl OpenCall {
+    /// Announce the item of a call to `target` that the model named `name`. `call_id` is the
+    /// upstream's id for the call, if it sent one yet (a client function's is minted here when
+    /// missing, so it is stable from the first event on).
+    pub fn announce(
+        target: CallTarget,
+        name: &str,
+        call_id: &mut Option<String>,
+        place: CallPlace<'_>,
+        events: &mut Vec<ResponseEvent>,
+    ) -> Self {
+        match target {
+            CallTarget::Client(shape) => {
+                OpenCall::Client(client::OpenCall::announce(shape, name, call_id, place.output_index, events))
+            }
+            CallTarget::Gateway(GatewayKind::CodeInterpreter) => {
+                OpenCall::Gateway(GatewayCallItem::CodeInterpreter(code_interpreter::CallItem::announce(place, events)))
+            }
+            CallTarget::Gateway(GatewayKind::WebSearch) => {
+                OpenCall::Gateway(GatewayCallItem::WebSearch(web_search::CallItem::announce(place, events)))
+            }
+            CallTarget::Gateway(GatewayKind::Mcp { server_label, tool_name }) => {
+                OpenCall::Gateway(GatewayCallItem::Mcp(mcp::CallItem::announce(server_label, tool_name, place, events)))
+            }
+        }
+    }
+
+    /// A fragment of the arguments arrived.
+    pub fn on_arguments(&mut self, fragment: &str, events: &mut Vec<ResponseEvent>) {
+        match self {
+            OpenCall::Client(call) => call.on_arguments(fragment, events),
+            OpenCall::Gateway(GatewayCallItem::CodeInterpreter(call)) => call.on_arguments(fragment, events),
+            OpenCall::Gateway(GatewayCallItem::WebSearch(call)) => call.on_arguments(fragment, events),
+            OpenCall::Gateway(GatewayCallItem::Mcp(call)) => call.on_arguments(fragment, events),
+        }
+    }
+
+    /// The arguments are complete.
+    pub fn finish(
+        self,
+        name: String,
+        call_id: Option<String>,
+        mut arguments: String,
+        events: &mut Vec<ResponseEvent>,
+    ) -> FinishedCall {
+        let mut item = match self {
+            OpenCall::Client(call) => return FinishedCall::Client(call.finish(name, call_id, arguments, events)),
+            OpenCall::Gateway(item) => item,
+        };
+        match &mut item {
+            GatewayCallItem::CodeInterpreter(call) => call.arguments_done(&arguments, events),
+            GatewayCallItem::WebSearch(call) => call.arguments_done(&mut arguments),
+            GatewayCallItem::Mcp(call) => call.arguments_done(&mut arguments, events),
+        }
+        FinishedCall::Gateway(PendingGatewayCall { function: name, arguments, item })
+    }
+}
+
+/// The open item of a gateway tool call, from its announcement until its outcome is in.
+#[derive(Debug)]
+pub enum GatewayCallItem {
+    CodeInterpreter(code_interpreter::CallItem),
+    WebSearch(web_search::CallItem),
+    Mcp(mcp::CallItem),
+}
+
+impl GatewayCallItem {
+    pub fn item_id(&self) -> &str {
+        match self {
+            GatewayCallItem::CodeInterpreter(call) => &call.item.id,
+            GatewayCallItem::WebSearch(call) => &call.item.id,
+            GatewayCallItem::Mcp(call) => &call.item.id,
+        }
+    }
+
+    pub fn output_index(&self) -> usize {
+        match self {
+            GatewayCallItem::CodeInterpreter(call) => call.output_index,
+            GatewayCallItem::WebSearch(call) => call.output_index,
+            GatewayCallItem::Mcp(call) => call.output_index,
+        }
+    }
+}
+
+/// A gateway tool call whose arguments are complete, waiting to run; its item stays open until
+/// it has.
+#[derive(Debug)]
+pub struct PendingGatewayCall {
+    /// The function name the model used: which of the response's gateway tools runs the call.
+    pub function: String,
+    /// The arguments JSON the model produced.
+    pub arguments: String,
+    pub item: GatewayCallItem,
+}
+
+/// A gateway tool call that has run: its finished item and the event saying how it ended.
+#[derive(Debug)]
+pub(crate) struct CompletedCall {
+    pub item: Item,
+    /// False when the call failed (counted as a tool error).
+    pub ok: bool,
+    pub done_event: ResponseEvent,
+}
+
+impl PendingGatewayCall {
+    /// The `tool_type` the call is counted under.
+    pub fn tool_type(&self) -> ToolType {
+        match &self.item {
+            GatewayCallItem::CodeInterpreter(_) => code_interpreter::TOOL_TYPE,
+            GatewayCallItem::WebSearch(_) => web_search::TOOL_TYPE,
+            GatewayCallItem::Mcp(_) => mcp::TOOL_TYPE,
+        }
+    }
+
+    /// The event saying the tool is running, for kinds that have one.
+    pub(crate) fn running_event(&self) -> Option<ResponseEvent> {
+        match &self.item {
+            GatewayCallItem::CodeInterpreter(call) => Some(call.running_event()),
+            GatewayCallItem::WebSearch(call) => Some(call.running_event()),
+            GatewayCallItem::Mcp(_) => None,
+        }
+    }
+
+    /// The call's item with the tool's outcome on it.
+    pub(crate) fn complete(
+        self,
+        outcome: GatewayOutcome,
+        state: &mut GatewayToolState,
+    ) -> Result<CompletedCall, ApiError> {
+        match (self.item, outcome) {
+            (GatewayCallItem::CodeInterpreter(call), GatewayOutcome::CodeInterpreter(outcome)) => {
+                Ok(call.complete(outcome))
+            }
+            (GatewayCallItem::WebSearch(call), GatewayOutcome::WebSearch(outcome)) => {
+                Ok(call.complete(outcome, &mut state.citable))
+            }
+            (GatewayCallItem::Mcp(call), GatewayOutcome::Mcp(outcome)) => Ok(call.complete(outcome)),
+            _ => Err(ApiError::internal("a gateway tool returned another tool's outcome")),
+        }
+    }
+}
+
+/// An item as the client sees it: what each kind keeps for the model only, or shows only when
+/// `include` asks, is left out.
+pub(crate) fn present(item: &Item, include: &[String]) -> Item {
+    match item {
+        Item::CodeInterpreterCall(c) => Item::CodeInterpreterCall(code_interpreter::present(c, include)),
+        Item::WebSearchCall(w) => Item::WebSearchCall(web_search::present(w, include)),
+        other => other.clone(),
+    }
+}
+
+/// The tool call a gateway tool item stands for in an assistant message; `None` for other items.
+pub(crate) fn replayed_call(item: &Item) -> Option<Value> {
+    let (name, arguments) = match item {
+        Item::CodeInterpreterCall(c) => code_interpreter::replayed_call(c),
+        Item::WebSearchCall(w) => web_search::replayed_call(w),
+        Item::McpCall(m) => mcp::replayed_call(m),
+        _ => return None,
+    };
+    Some(json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}}))
+}
+
+/// The whole text the model is told a gateway tool call returned; `None` for other items.
+/// Derived from the finished item alone, so a live tool loop and a later continuation send the
+/// model the same text.
+pub(crate) fn result_text(item: &Item) -> Option<String> {
+    match item {
+        Item::CodeInterpreterCall(c) => Some(code_interpreter::result_text(c)),
+        Item::WebSearchCall(w) => Some(web_search::result_text(w)),
+        Item::McpCall(m) => Some(mcp::result_text(m)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_type_label_values() {
+        let values: Vec<_> = [client::TOOL_TYPE, code_interpreter::TOOL_TYPE, web_search::TOOL_TYPE, mcp::TOOL_TYPE]
+            .map(ToolType::as_str)
+            .into();
+        assert_eq!(values, ["function", "code_interpreter", "web_search", "mcp"]);
+    }
+}

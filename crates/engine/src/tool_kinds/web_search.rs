@@ -1,0 +1,175 @@
+//! `web_search`: searches, page opening and find-in-page, run by the gateway for the model.
+//!
+//! The model sees one function, `web_search` ([`function_spec`]), whose arguments name an action.
+//! A call's `web_search_call` item is announced without an action (with `…call.in_progress`)
+//! and streams no arguments, as in the reference API; it is `…call.searching` while the action
+//! runs and done with the action and the result the model was given (`model_result`, kept for
+//! the conversation, never shown to clients) — `completed` even when the search failed, since a
+//! failure is a result the model sees. The pages a call showed the model become
+//! [`CitableSource`]s: links to them in the answer are cited (`cite.rs`). Clients see an action's
+//! `sources` only with `include: ["web_search_call.action.sources"]`.
+//!
+//! Executor: `respgw_tools::web_search::WebSearchTool` (`crates/tools/src/web_search/mod.rs`),
+//! which implements the engine's `GatewayTool` itself.
+
+use respgw_protocol::ResponseEvent;
+use respgw_protocol::ids::IdKind;
+use respgw_protocol::items::{CallStatus, Item, WebSearchAction, WebSearchCallItem};
+use respgw_protocol::tools::{AllowedTool, WEB_SEARCH_FUNCTION};
+use respgw_telemetry::ToolType;
+use serde_json::{Value, json};
+
+use super::{CallPlace, CompletedCall};
+use crate::gateway_tool::FunctionSpec;
+
+pub const TOOL_TYPE: ToolType = ToolType::new("web_search");
+
+/// What one `web_search` action did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebSearchOutcome {
+    /// The public action, `sources` included (dropped from what clients see unless `include`
+    /// asks).
+    pub action: WebSearchAction,
+    /// The JSON text the model is given as the tool result.
+    pub model_result: String,
+    /// Pages the model may cite from now on (search results, opened pages).
+    pub citable: Vec<CitableSource>,
+    /// False when the backend or the page fetch failed (counted as a tool error).
+    pub ok: bool,
+}
+
+/// A URL the model saw, and the title a `url_citation` of it carries (its host when unknown).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CitableSource {
+    pub url: String,
+    pub title: Option<String>,
+}
+
+/// How the model sees the tool: one function whose nullable parameters name the action.
+pub fn function_spec() -> FunctionSpec {
+    let nullable = |schema: Value| json!({"default": null, "anyOf": [schema, {"type": "null"}]});
+    FunctionSpec {
+        name: WEB_SEARCH_FUNCTION.to_owned(),
+        description: Some(
+            "Search the web, open a page, or find text inside an opened page.\n\nUse:\n\
+             - `action=\"search\"` with `query`\n\
+             - `action=\"open_page\"` with `url`\n\
+             - `action=\"find_in_page\"` with `url` and `pattern`\n\n\
+             The tool returns JSON containing the public action summary plus normalized\ndata for the model. \
+             Cite pages you use as markdown links: ([site](url))."
+                .to_owned(),
+        ),
+        parameters: json!({
+            "additionalProperties": false,
+            "properties": {
+                "action": nullable(json!({"enum": ["search", "open_page", "find_in_page"], "type": "string"})),
+                "query": nullable(json!({"type": "string"})),
+                "queries": nullable(json!({"items": {"type": "string"}, "type": "array"})),
+                "url": nullable(json!({"type": "string"})),
+                "pattern": nullable(json!({"type": "string"})),
+            },
+            "type": "object"
+        }),
+        strict: None,
+    }
+}
+
+pub(crate) fn allowed_by(entry: &AllowedTool) -> bool {
+    matches!(entry, AllowedTool::WebSearch(_))
+}
+
+/// A `web_search_call` from its announcement until the action has run.
+#[derive(Debug)]
+pub struct CallItem {
+    pub(super) item: WebSearchCallItem,
+    pub(super) output_index: usize,
+}
+
+impl CallItem {
+    pub(super) fn announce(place: CallPlace<'_>, events: &mut Vec<ResponseEvent>) -> Self {
+        let item = WebSearchCallItem {
+            id: place.turn.new_id(IdKind::WebSearchCall),
+            status: CallStatus::InProgress,
+            action: None,
+            model_result: None,
+        };
+        let output_index = place.output_index;
+        events.push(ResponseEvent::OutputItemAdded { output_index, item: Item::WebSearchCall(item.clone()) });
+        events.push(ResponseEvent::WebSearchCallInProgress { item_id: item.id.clone(), output_index });
+        CallItem { item, output_index }
+    }
+
+    /// No argument events: the action shows on the finished item.
+    pub(super) fn on_arguments(&self, _fragment: &str, _events: &mut [ResponseEvent]) {}
+
+    /// A call without arguments is `{}` (no events either).
+    pub(super) fn arguments_done(&self, arguments: &mut String) {
+        if arguments.is_empty() {
+            arguments.push_str("{}");
+        }
+    }
+
+    pub(super) fn running_event(&self) -> ResponseEvent {
+        ResponseEvent::WebSearchCallSearching { item_id: self.item.id.clone(), output_index: self.output_index }
+    }
+
+    /// The item with the action and its result; the pages it showed join `citable`.
+    pub(super) fn complete(self, outcome: WebSearchOutcome, citable: &mut Vec<CitableSource>) -> CompletedCall {
+        // The latest word on a page wins (an opened page's own title over a search's).
+        for source in outcome.citable {
+            match citable.iter_mut().find(|known| known.url == source.url) {
+                Some(known) => {
+                    if source.title.is_some() {
+                        known.title = source.title;
+                    }
+                }
+                None => citable.push(source),
+            }
+        }
+        let done_event =
+            ResponseEvent::WebSearchCallCompleted { item_id: self.item.id.clone(), output_index: self.output_index };
+        let item = WebSearchCallItem {
+            // A failed search is a result the model sees; the call itself completed.
+            status: CallStatus::Completed,
+            action: Some(outcome.action),
+            model_result: Some(outcome.model_result),
+            ..self.item
+        };
+        CompletedCall { item: Item::WebSearchCall(item), ok: outcome.ok, done_event }
+    }
+}
+
+/// The item as a client sees it: never the result kept for the model; search `sources` only
+/// when `include` asks (and never an empty list).
+pub(crate) fn present(item: &WebSearchCallItem, include: &[String]) -> WebSearchCallItem {
+    let mut shown = WebSearchCallItem { model_result: None, ..item.clone() };
+    if let Some(WebSearchAction::Search { sources, .. }) = &mut shown.action
+        && (!include.iter().any(|i| i == "web_search_call.action.sources")
+            || sources.as_ref().is_some_and(Vec::is_empty))
+    {
+        *sources = None;
+    }
+    shown
+}
+
+/// The function call the item stands for: its name, and the arguments rebuilt from its action.
+pub(crate) fn replayed_call(item: &WebSearchCallItem) -> (String, String) {
+    let arguments = match &item.action {
+        Some(WebSearchAction::Search { query, queries, .. }) => {
+            json!({"action": "search", "query": query, "queries": queries})
+        }
+        Some(WebSearchAction::OpenPage { url }) => json!({"action": "open_page", "url": url}),
+        Some(WebSearchAction::FindInPage { url, pattern }) => {
+            json!({"action": "find_in_page", "url": url, "pattern": pattern})
+        }
+        None => json!({}),
+    };
+    (WEB_SEARCH_FUNCTION.to_owned(), arguments.to_string())
+}
+
+/// The result the model was given (an earlier call's from another system may lack it).
+pub(crate) fn result_text(item: &WebSearchCallItem) -> String {
+    item.model_result
+        .clone()
+        .unwrap_or_else(|| json!({"error": "The result of this earlier web_search call is not available."}).to_string())
+}
