@@ -14,9 +14,12 @@ use respgw_telemetry::tracing_otlp::{self, TracingConfig};
 use config::{Cli, Command};
 
 fn main() -> ExitCode {
-    // Before anything reads the environment, and before any thread starts.
-    let renamed = config::apply_renamed_variables();
-    config::unset_blank_values();
+    // Before anything reads the environment.
+    // SAFETY: these are the first statements of `main`: the Rust runtime starts no thread before
+    // it, and no crate in the tree registers a constructor that could, so this is the only thread.
+    let renamed = unsafe { config::apply_renamed_variables() };
+    // SAFETY: still the only thread: nothing since the call above starts one.
+    unsafe { config::unset_blank_values() };
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli_command = Cli::command();
     let cli = match cli_command.clone().try_get_matches_from(&args).and_then(|m| Cli::from_arg_matches(&m)) {

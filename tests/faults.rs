@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::Harness;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use respgw_testkit::sse::check_stream;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
@@ -173,8 +175,7 @@ async fn a_worker_killed_under_streaming_load_spares_the_other_worker_and_loses_
         open.push((pid, rest));
     }
     let victim: String = per_pid.keys().next().unwrap().clone();
-    // SAFETY: kill(2) on a worker process of the gateway this test started.
-    assert_eq!(unsafe { libc::kill(victim.parse::<libc::pid_t>().unwrap(), libc::SIGKILL) }, 0);
+    kill(Pid::from_raw(victim.parse::<libc::pid_t>().unwrap()), Signal::SIGKILL).expect("SIGKILL to a worker");
     // New streams keep arriving while the worker is down and restarted.
     let mut after_kill = Vec::new();
     for _ in 0..6 {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{Harness, assert_error_shape};
 use futures::{SinkExt, StreamExt};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use reqwest::Method;
 use respgw_testkit::gateway::http_client;
 use respgw_testkit::upstream::Step;
@@ -49,14 +50,10 @@ fn address(h: &Harness) -> SocketAddr {
 
 /// This test process opens thousands of sockets: raise its soft open-files limit to the hard one.
 fn raise_open_files_limit() {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit only read or write the `rlimit` struct passed by pointer, which
-    // lives for the duration of each call.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
-            libc::setrlimit(libc::RLIMIT_NOFILE, &raised);
-        }
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
 }
 

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Harness, assert_append_only, assert_results_follow_their_calls, final_response, kinds, tool_turn, turns};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
@@ -367,8 +369,7 @@ async fn a_killed_helper_fails_calls_as_items_then_comes_back() {
     }
     assert!(dispatched, "the model's slow call was never requested");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // SAFETY: kill(2) on a process of this test.
-    unsafe { libc::kill(helper[0] as libc::pid_t, libc::SIGKILL) };
+    let _ = kill(Pid::from_raw(helper[0] as libc::pid_t), Signal::SIGKILL);
     let (status, _, during) = during.await.unwrap();
     assert_eq!(status, 200, "{during}");
     let call = item(&during, "mcp_call");

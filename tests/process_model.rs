@@ -9,6 +9,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{Harness, respgw_bin, serve_args};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use respgw_testkit::gateway::{GatewayProcess, http_client};
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
@@ -18,8 +20,8 @@ fn workers(gateway: &GatewayProcess) -> Vec<u32> {
 }
 
 fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) on a process this test started.
-    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0, "kill({pid}, {sig})");
+    let signal = Signal::try_from(sig).expect("a signal number");
+    kill(Pid::from_raw(pid as libc::pid_t), signal).unwrap_or_else(|e| panic!("kill({pid}, {sig}): {e}"));
 }
 
 /// Wait (bounded) until `condition` holds.
@@ -115,7 +117,8 @@ async fn sigterm_lets_open_streams_finish_then_exits_zero() {
     let pid = h.gateway.pid();
     let mut status = 0;
     eventually("the supervisor exits", Duration::from_secs(15), || {
-        // SAFETY: waitpid on our own child.
+        // SAFETY: `status` is a live local c_int, the one place waitpid writes to; WNOHANG makes
+        // the call return at once.
         unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) == pid as libc::pid_t }
     })
     .await;
@@ -378,7 +381,8 @@ async fn integrated_mode_serves_responses_and_forwards_everything_else() {
     let pid = gw.pid();
     let mut status = 0;
     eventually("respgw exits after its model server", Duration::from_secs(20), || {
-        // SAFETY: waitpid on our own child.
+        // SAFETY: `status` is a live local c_int, the one place waitpid writes to; WNOHANG makes
+        // the call return at once.
         unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) == pid as libc::pid_t }
     })
     .await;

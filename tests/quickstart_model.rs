@@ -14,6 +14,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{assert_valid_event, assert_valid_response, final_response, respgw_bin};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use respgw_testkit::gateway::{GatewayProcess, http_client, post_json, post_sse};
 use respgw_testkit::sse::check_stream;
 use serde_json::{Value, json};
@@ -182,8 +184,7 @@ async fn integrated_mode_serves_a_real_local_model() {
     // Stopping respgw stops the model server it started.
     let model_server = common::children(gw.pid(), "llama-server");
     assert_eq!(model_server.len(), 1, "{model_server:?}");
-    // SAFETY: kill(2) on the respgw process this test started.
-    assert_eq!(unsafe { libc::kill(gw.pid() as libc::pid_t, libc::SIGTERM) }, 0);
+    kill(Pid::from_raw(gw.pid() as libc::pid_t), Signal::SIGTERM).expect("SIGTERM to respgw");
     let started = Instant::now();
     while Path::new(&format!("/proc/{}", model_server[0])).exists() {
         assert!(started.elapsed() < Duration::from_secs(60), "llama-server still runs after respgw stopped\n{}", log());

@@ -8,6 +8,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::respgw_bin;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use respgw_testkit::gateway::http_client;
 use respgw_testkit::upstream::{ReplayUpstream, Step};
 use serde_json::json;
@@ -99,8 +101,7 @@ async fn socket_activation_serves_on_the_socket_systemd_passes() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(served, Some(reqwest::StatusCode::OK), "no answer on the activated socket: {last_error}");
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id().unwrap() as libc::pid_t, libc::SIGTERM) };
+    let _ = kill(Pid::from_raw(child.id().unwrap() as libc::pid_t), Signal::SIGTERM);
     let out = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("exits").unwrap();
     assert!(out.success(), "{out}");
     let mut stderr = String::new();

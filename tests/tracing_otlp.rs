@@ -12,6 +12,8 @@
 mod common;
 
 use common::{Harness, respgw_bin, serve_args};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use respgw_testkit::gateway::http_client;
 use respgw_testkit::upstream::{ReplayUpstream, Step};
 use serde_json::{Value, json};
@@ -378,8 +380,8 @@ mod exported {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(collector.spans().is_empty(), "nothing is exported before the batch delay or a shutdown");
 
-        // SAFETY: plain kill(2) on our own child's pid; the harness reaps it when dropped.
-        assert_eq!(unsafe { libc::kill(h.gateway.pid() as libc::pid_t, libc::SIGTERM) }, 0);
+        // Our own child's pid; the harness reaps it when dropped.
+        kill(Pid::from_raw(h.gateway.pid() as libc::pid_t), Signal::SIGTERM).expect("SIGTERM to the gateway");
         collector
             .wait_for("the spans flushed on shutdown", |spans| {
                 find(spans, trace_id, "HTTP POST /v1/responses").is_some()

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{Harness, assert_error_shape, assert_valid_event, kinds};
 use futures::{SinkExt, StreamExt};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use respgw_testkit::sse::check_sequence;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
@@ -364,8 +366,7 @@ async fn sigterm_lets_the_running_response_finish_then_closes_going_away() {
     let created = next_frame(&mut busy).await;
     assert_eq!(created["type"], "response.created");
 
-    // SAFETY: kill(2) on the gateway process this test started.
-    assert_eq!(unsafe { libc::kill(h.gateway.pid() as libc::pid_t, libc::SIGTERM) }, 0);
+    kill(Pid::from_raw(h.gateway.pid() as libc::pid_t), Signal::SIGTERM).expect("SIGTERM to the gateway");
     let (events, _) = read_rest_of_response(&mut busy, vec![created]).await;
     assert_eq!(terminal(&events)["status"], "completed");
     assert!(terminal(&events)["output"][0]["content"][0]["text"].as_str().unwrap().contains("part5"));

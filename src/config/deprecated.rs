@@ -39,11 +39,15 @@ pub fn renames(lookup: impl Fn(&str) -> Option<String>) -> Vec<Rename> {
 }
 
 /// Applies the renames to this process's environment (children inherit only the new names), and
-/// returns the warnings to log once logging is set up. Call before any thread starts.
-pub fn apply_to_environment() -> Vec<String> {
+/// returns the warnings to log once logging is set up.
+///
+/// # Safety
+///
+/// No other thread may exist: changing the environment races with any thread that reads it.
+pub unsafe fn apply_to_environment() -> Vec<String> {
     let renames = renames(|name| std::env::var(name).ok());
     for rename in &renames {
-        // SAFETY: called at the start of `main`, before any other thread exists.
+        // SAFETY: this process has no other thread (the function's contract).
         unsafe {
             if let Some(value) = &rename.value {
                 std::env::set_var(rename.new, value);

@@ -23,11 +23,15 @@ const EMPTY_MEANS_UNSET: [&str; 12] = [
     "GW_MCP_BUILTIN_TOOL_TIMEOUT_SEC",
 ];
 
-/// Removes the [`EMPTY_MEANS_UNSET`] variables that are blank. Call before any thread starts.
-pub fn unset_blank_values() {
+/// Removes the [`EMPTY_MEANS_UNSET`] variables that are blank.
+///
+/// # Safety
+///
+/// No other thread may exist: changing the environment races with any thread that reads it.
+pub unsafe fn unset_blank_values() {
     for name in EMPTY_MEANS_UNSET {
         if std::env::var_os(name).is_some_and(|value| value.to_string_lossy().trim().is_empty()) {
-            // SAFETY: called at the start of `main`, before any other thread exists.
+            // SAFETY: this process has no other thread (the function's contract).
             unsafe { std::env::remove_var(name) };
         }
     }

@@ -11,6 +11,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::{Pid, SysconfVar, sysconf};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -232,9 +235,8 @@ impl Gateway {
     /// SIGTERM, wait for a graceful exit (bounded), SIGKILL if it did not come; reap.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let pid = libc::pid_t::try_from(self.pid).context("pid out of range")?;
-        // SAFETY: kill(2) has no memory-safety preconditions; `pid` is our own unreaped child,
-        // so it cannot have been recycled for another process.
-        let sent = unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
+        // `pid` is our own unreaped child, so it cannot have been recycled for another process.
+        let sent = kill(Pid::from_raw(pid), Signal::SIGTERM).is_ok();
         if !sent || tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await.is_err() {
             self.child.start_kill().ok();
         }
@@ -320,9 +322,8 @@ pub fn stat_cpu_ns(pid: u32) -> u64 {
 /// The sum of some clock-tick fields of `/proc/<pid>/stat`, in nanoseconds; `fields` index the
 /// fields after `pid (comm)` (0 is the state). 0 if the process is gone.
 fn stat_ticks_ns(pid: u32, fields: &[usize]) -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_s = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
-        t if t > 0 => t as u64,
+    let ticks_per_s = match sysconf(SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as u64,
         _ => 100,
     };
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -346,20 +347,13 @@ fn tree_cpu_ns(pid: u32) -> u64 {
 /// Raise this process's soft open-files limit towards its hard limit, up to 65,536 (children
 /// inherit it), and return the soft limit now in force.
 pub fn raise_open_files_limit() -> anyhow::Result<u64> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit only read or write the `rlimit` struct passed by pointer,
-    // which lives for the duration of the call.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            bail!("getrlimit(RLIMIT_NOFILE) failed: {}", std::io::Error::last_os_error());
-        }
-        let wanted = limit.rlim_max.min(65_536);
-        if limit.rlim_cur < wanted {
-            let raised = libc::rlimit { rlim_cur: wanted, rlim_max: limit.rlim_max };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit = raised;
-            }
-        }
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(limit) => limit,
+        Err(errno) => bail!("getrlimit(RLIMIT_NOFILE) failed: {}", std::io::Error::from(errno)),
+    };
+    let wanted = hard.min(65_536);
+    if soft < wanted && setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).is_ok() {
+        return Ok(wanted);
     }
-    Ok(limit.rlim_cur)
+    Ok(soft)
 }

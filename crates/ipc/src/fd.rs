@@ -56,14 +56,16 @@ fn set_cloexec(fd: RawFd) -> io::Result<()> {
 }
 
 fn update_fd_flags(fd: RawFd, change: impl FnOnce(libc::c_int) -> libc::c_int) -> io::Result<()> {
-    // SAFETY: F_GETFD/F_SETFD only read and write the descriptor's flags; an invalid fd yields EBADF.
+    // SAFETY: fcntl(F_GETFD) takes no pointer and touches no memory: it returns the flags of
+    // whatever `fd` names, or fails with EBADF when nothing is open there.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
     if flags < 0 {
         return Err(io::Error::last_os_error());
     }
     let wanted = change(flags);
     if wanted != flags {
-        // SAFETY: as above.
+        // SAFETY: fcntl(F_SETFD) takes an integer argument, no pointer: it only changes the
+        // descriptor flags of `fd` (nothing but `FD_CLOEXEC` is defined), or fails with EBADF.
         if unsafe { libc::fcntl(fd, libc::F_SETFD, wanted) } < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -79,8 +81,9 @@ fn update_fd_flags(fd: RawFd, change: impl FnOnce(libc::c_int) -> libc::c_int) -
 pub fn inherit_in_child(command: &mut Command, child_end: &StdUnixStream) {
     let fd = child_end.as_raw_fd();
     command.env(IPC_FD_ENV, fd.to_string());
-    // SAFETY: the hook runs between fork and exec and only calls fcntl (async-signal-safe); it
-    // allocates nothing and takes no locks.
+    // SAFETY: the hook runs in the forked child between fork and exec, where only async-signal-safe
+    // calls are allowed: `clear_cloexec` makes at most two fcntl(2) system calls, builds its error
+    // from errno, and allocates nothing and takes no locks.
     unsafe {
         command.pre_exec(move || clear_cloexec(fd));
     }
@@ -95,7 +98,11 @@ pub fn inherited_from_env() -> io::Result<Option<UnixStream>> {
     let fd = value.to_str().and_then(|text| text.trim().parse::<RawFd>().ok()).ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, format!("{IPC_FD_ENV}={value:?} is not a file descriptor number"))
     })?;
-    from_inherited_fd(fd).map(Some)
+    // SAFETY: the supervisor set `IPC_FD_ENV` to the number of the socketpair end it left open
+    // across this process's exec (`inherit_in_child`), so no file opened since can have received
+    // that number; no other code reads the variable to wrap that descriptor, and a second call
+    // is refused (`ADOPTED_FDS`).
+    unsafe { from_inherited_fd(fd) }.map(Some)
 }
 
 /// Takes ownership of the inherited socket `fd` and registers it with tokio (call inside a tokio
@@ -106,11 +113,13 @@ pub fn inherited_from_env() -> io::Result<Option<UnixStream>> {
 /// not already adopted through this function in this process; otherwise an error is returned
 /// and `fd` is left untouched.
 ///
-/// Ownership: internally this uses `unsafe` `FromRawFd`, and the returned stream closes `fd` when
-/// dropped. The caller must make sure nothing else in the process owns `fd` — true for a
-/// descriptor received across exec whose number came from [`IPC_FD_ENV`] and that no other code
-/// has wrapped. Double adoption through this function is refused.
-pub fn from_inherited_fd(fd: RawFd) -> io::Result<UnixStream> {
+/// # Safety
+///
+/// If `fd` passes those checks, nothing else in the process may own it: the returned stream takes
+/// ownership and closes `fd` when dropped. A descriptor received across exec whose number came
+/// from [`IPC_FD_ENV`] and that no other code has wrapped qualifies. A descriptor that fails the
+/// checks (including one adopted before) is left alone, whoever owns it.
+pub unsafe fn from_inherited_fd(fd: RawFd) -> io::Result<UnixStream> {
     if fd <= libc::STDERR_FILENO {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("fd {fd} is stdio, not an IPC socket")));
     }
@@ -122,8 +131,9 @@ pub fn from_inherited_fd(fd: RawFd) -> io::Result<UnixStream> {
     set_cloexec(fd)?;
     adopted.insert(fd);
     drop(adopted);
-    // SAFETY: `fd` is open and a Unix stream socket (checked above); per this function's contract
-    // nothing else owns it, and the set above prevents adopting it twice through this function.
+    // SAFETY: `fd` is an open Unix stream socket not adopted before (checked above), so by this
+    // function's contract nothing else owns it; `ADOPTED_FDS` keeps a later call from taking it
+    // a second time.
     let stream = unsafe { StdUnixStream::from_raw_fd(fd) };
     into_tokio(stream)
 }
@@ -132,9 +142,10 @@ pub fn from_inherited_fd(fd: RawFd) -> io::Result<UnixStream> {
 fn ensure_unix_stream_socket(fd: RawFd) -> io::Result<()> {
     let not_ipc = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("fd {fd} is {what}"));
 
-    // SAFETY: an all-zero `stat` is a valid value; fstat writes into it or fails with EBADF.
+    // SAFETY: `libc::stat` is a C struct of integers, for which all-zero bytes are a valid value.
     let mut status: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `status` is a valid, writable `stat`.
+    // SAFETY: `status` is a live, writable local `stat`; fstat writes one `stat` into it or fails
+    // (EBADF when `fd` is not open) without writing.
     if unsafe { libc::fstat(fd, &mut status) } < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -144,7 +155,8 @@ fn ensure_unix_stream_socket(fd: RawFd) -> io::Result<()> {
 
     let mut socket_type: libc::c_int = 0;
     let mut option_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: SO_TYPE writes one c_int into `socket_type`; `option_len` holds its size.
+    // SAFETY: `socket_type` is a live local c_int and `option_len` holds its size, so SO_TYPE's
+    // value (one c_int) fits; getsockopt writes no more than `option_len` bytes.
     let result = unsafe {
         libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&raw mut socket_type).cast(), &mut option_len)
     };
@@ -155,10 +167,11 @@ fn ensure_unix_stream_socket(fd: RawFd) -> io::Result<()> {
         return Err(not_ipc("not a stream socket"));
     }
 
-    // SAFETY: an all-zero `sockaddr_storage` is a valid value.
+    // SAFETY: `sockaddr_storage` is a C struct of integers, for which all-zero bytes are valid.
     let mut address: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut address_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: getsockname writes at most `address_len` bytes into `address`.
+    // SAFETY: `address` is a live local `sockaddr_storage` and `address_len` holds its size;
+    // getsockname writes at most that many bytes (it truncates a longer address).
     if unsafe { libc::getsockname(fd, (&raw mut address).cast(), &mut address_len) } < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -176,7 +189,7 @@ mod tests {
     use super::*;
 
     fn has_cloexec(fd: RawFd) -> bool {
-        // SAFETY: reading descriptor flags.
+        // SAFETY: fcntl(F_GETFD) takes no pointer: it returns the flags of `fd` or fails (EBADF).
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
         flags >= 0 && flags & libc::FD_CLOEXEC != 0
     }
@@ -201,27 +214,36 @@ mod tests {
         assert!(has_cloexec(child_end.as_raw_fd()), "parent's copy stays close-on-exec");
     }
 
+    /// The kind of error `from_inherited_fd` refuses `fd` with; for descriptors that fail its checks.
+    fn refused(fd: RawFd, what: &str) -> io::ErrorKind {
+        // SAFETY: every caller passes a descriptor that fails a check (stdio, not open, not a Unix
+        // stream socket, adopted already), and a refused descriptor is left alone.
+        let result = unsafe { from_inherited_fd(fd) };
+        result.expect_err(what).kind()
+    }
+
     #[tokio::test]
     async fn adopting_checks_the_descriptor_and_refuses_twice() {
         let (own_end, child_end) = socketpair().expect("pair");
         let fd = child_end.into_raw_fd();
         clear_cloexec(fd).expect("clear");
-        let adopted = from_inherited_fd(fd).expect("adopt");
+        // SAFETY: `into_raw_fd` gave up the socketpair end, so nothing else owns `fd`.
+        let adopted = unsafe { from_inherited_fd(fd) }.expect("adopt");
         assert!(has_cloexec(fd), "adopted fd is close-on-exec again");
-        assert_eq!(from_inherited_fd(fd).expect_err("second adoption").kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(refused(fd, "second adoption"), io::ErrorKind::AlreadyExists);
 
-        assert_eq!(from_inherited_fd(1).expect_err("stdout").kind(), io::ErrorKind::InvalidInput);
-        assert!(from_inherited_fd(1_000_000_000).is_err(), "not open");
+        assert_eq!(refused(1, "stdout"), io::ErrorKind::InvalidInput);
+        let _ = refused(1_000_000_000, "not open");
 
         let file = std::fs::File::open("/proc/self/exe").or_else(|_| std::fs::File::open("/")).expect("some file");
-        assert_eq!(from_inherited_fd(file.as_raw_fd()).expect_err("file").kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(refused(file.as_raw_fd(), "file"), io::ErrorKind::InvalidInput);
 
         let (datagram, _other) = UnixDatagram::pair().expect("datagram pair");
-        assert_eq!(from_inherited_fd(datagram.as_raw_fd()).expect_err("datagram").kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(refused(datagram.as_raw_fd(), "datagram"), io::ErrorKind::InvalidInput);
 
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
         let tcp = std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("tcp connect");
-        assert_eq!(from_inherited_fd(tcp.as_raw_fd()).expect_err("tcp").kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(refused(tcp.as_raw_fd(), "tcp"), io::ErrorKind::InvalidInput);
         drop((adopted, own_end));
     }
 }

@@ -226,11 +226,9 @@ impl Connector {
         #[cfg(unix)]
         {
             let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
-            // SAFETY: killpg only sends a signal. The group id is the one our child led; a group id
-            // cannot be reused while any member is alive, and ESRCH (none left) is ignored.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
+            // The group id is the one our child led; a group id cannot be reused while any member
+            // is alive, and ESRCH (none left) is ignored.
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
@@ -241,17 +239,19 @@ impl Connector {
 fn die_with_parent(command: &mut tokio::process::Command) {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-        // system calls (getppid, prctl); it touches no memory shared with the parent.
         let parent = std::process::id();
+        // SAFETY: the hook runs in the forked child between fork and exec, where only
+        // async-signal-safe calls are allowed: it makes two system calls (prctl, getppid), compares
+        // with `parent`, a copy taken before the fork, and builds its errors without allocating.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 // The parent may have died between fork and prctl; then nothing would ever signal us.
+                // (No message: it would allocate, and only an errno reaches the parent, EINVAL here.)
                 if libc::getppid() as u32 != parent {
-                    return Err(std::io::Error::other("the MCP helper exited while starting this server"));
+                    return Err(std::io::Error::from(std::io::ErrorKind::Other));
                 }
                 Ok(())
             });

@@ -9,6 +9,8 @@ use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use respgw_server::GatewayOptions;
 use std::sync::{Arc, Mutex};
 
@@ -116,7 +118,9 @@ fn spawn_model_server(args: &[String]) -> anyhow::Result<(u32, watch::Receiver<O
     // respgw's stdout carries one line, its own `listening on …`; the model server logs to stderr.
     let stderr = std::io::stderr().as_fd().try_clone_to_owned().context("cannot duplicate stderr")?;
     command.args(rest).stdin(std::process::Stdio::null()).stdout(stderr).process_group(0);
-    // SAFETY: runs between fork and exec; prctl is async-signal-safe.
+    // SAFETY: the hook runs in the forked child between fork and exec, where only async-signal-safe
+    // calls are allowed: it makes one prctl(2) system call and builds its error from errno, without
+    // allocating, locking or touching memory shared with other threads.
     unsafe {
         command.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
@@ -188,8 +192,9 @@ async fn stop_model_server(pid: u32, model_exit: &mut watch::Receiver<Option<i32
         return;
     }
     tracing::info!(pid, "stopping the model server");
-    // SAFETY: kill(2) on the process group we created for the child.
-    unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGTERM) };
+    // The model server leads its own process group (`process_group(0)`): signal all of it.
+    let group = Pid::from_raw(pid as libc::pid_t);
+    let _ = killpg(group, Signal::SIGTERM);
     let exited = tokio::time::timeout(MODEL_STOP_GRACE, async {
         while model_exit.borrow().is_none() {
             if model_exit.changed().await.is_err() {
@@ -200,7 +205,6 @@ async fn stop_model_server(pid: u32, model_exit: &mut watch::Receiver<Option<i32
     .await;
     if exited.is_err() {
         tracing::warn!(pid, "the model server did not stop in time; killing it");
-        // SAFETY: as above.
-        unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+        let _ = killpg(group, Signal::SIGKILL);
     }
 }

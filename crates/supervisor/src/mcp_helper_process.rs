@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use respgw_mcp::{McpConfig, McpTimeouts};
 use respgw_telemetry::{CounterSample, MergedMetrics, MetricsSnapshot};
 use respgw_tools::mcp::McpHelperClient;
@@ -229,8 +231,7 @@ async fn supervise(
             }
             _ = stop.changed() => {
                 if let Some(pid) = child.id() {
-                    // SAFETY: kill(2) on our own child.
-                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                    let _ = kill(Pid::from_raw(pid as libc::pid_t), Signal::SIGTERM);
                 }
                 if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
                     let _ = child.kill().await;

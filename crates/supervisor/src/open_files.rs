@@ -1,6 +1,8 @@
 //! The open-files limit: raised to its hard limit at start (supervisor and workers alike; the
 //! processes they start inherit it), and the client-connection cap a worker can hold under it.
 
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+
 /// Descriptors a worker keeps for everything but client connections and their upstream calls:
 /// the store, IPC, the listener, MCP and web-search connections, sandbox pipes.
 const RESERVED_DESCRIPTORS: u64 = 256;
@@ -8,28 +10,27 @@ const RESERVED_DESCRIPTORS: u64 = 256;
 /// Raise this process's soft `RLIMIT_NOFILE` to its hard limit and return the soft limit now in
 /// force (`None` if it cannot be read). A failure to raise it is logged; the old limit stays.
 pub fn raise_to_hard_limit() -> Option<u64> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit only writes the `rlimit` struct passed by pointer, which outlives the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot read the open-files limit");
-        return None;
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(limit) => limit,
+        Err(errno) => {
+            tracing::warn!(error = %std::io::Error::from(errno), "cannot read the open-files limit");
+            return None;
+        }
+    };
+    if soft >= hard {
+        return Some(soft);
     }
-    if limit.rlim_cur >= limit.rlim_max {
-        return Some(limit.rlim_cur);
-    }
-    let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
-    // SAFETY: setrlimit only reads the `rlimit` struct passed by pointer, which outlives the call.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+    if let Err(errno) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
         tracing::warn!(
-            error = %std::io::Error::last_os_error(),
-            soft = limit.rlim_cur,
-            hard = limit.rlim_max,
+            error = %std::io::Error::from(errno),
+            soft,
+            hard,
             "cannot raise the open-files limit to its hard limit"
         );
-        return Some(limit.rlim_cur);
+        return Some(soft);
     }
-    tracing::debug!(from = limit.rlim_cur, to = raised.rlim_cur, "raised the open-files limit");
-    Some(raised.rlim_cur)
+    tracing::debug!(from = soft, to = hard, "raised the open-files limit");
+    Some(hard)
 }
 
 /// The client-connection cap that fits under `open_files`: each connection may hold two
@@ -54,10 +55,8 @@ mod tests {
     #[test]
     fn raising_leaves_the_soft_limit_at_the_hard_limit() {
         let soft = raise_to_hard_limit().expect("the limit is readable");
-        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) }, 0);
-        assert_eq!(soft, limit.rlim_cur);
-        assert_eq!(limit.rlim_cur, limit.rlim_max);
+        let (now_soft, now_hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("the limit is readable");
+        assert_eq!(soft, now_soft);
+        assert_eq!(now_soft, now_hard);
     }
 }

@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use respgw_ipc::Frame;
 use respgw_telemetry::MergedMetrics;
 use tokio::signal::unix::{SignalKind, signal};
@@ -185,8 +187,7 @@ pub async fn run(
             () = kill_deadline => {
                 for worker in pool.workers.values() {
                     tracing::warn!(slot = worker.slot, pid = worker.pid, "worker did not drain in time; killing it");
-                    // SAFETY: kill(2) with a pid we spawned and have not reaped yet.
-                    unsafe { libc::kill(worker.pid as libc::pid_t, libc::SIGKILL) };
+                    let _ = nix::sys::signal::kill(Pid::from_raw(worker.pid as libc::pid_t), Signal::SIGKILL);
                 }
                 kill_at = None;
             }
@@ -376,7 +377,9 @@ impl Pool {
 /// supervisor runs a single-threaded runtime: the death signal follows the forking thread.)
 pub(crate) fn die_with_parent(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: runs between fork and exec; prctl is async-signal-safe.
+    // SAFETY: the hook runs in the forked child between fork and exec, where only async-signal-safe
+    // calls are allowed: it makes one prctl(2) system call and builds its error from errno, without
+    // allocating, locking or touching memory shared with other threads.
     unsafe {
         command.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {

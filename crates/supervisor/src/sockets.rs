@@ -84,7 +84,10 @@ fn from_systemd(slots: usize) -> anyhow::Result<Option<PublicSockets>> {
     if count > 1 {
         tracing::warn!(count, "systemd passed several sockets; serving on the first one");
     }
-    // SAFETY: systemd hands this process ownership of fds 3..3+LISTEN_FDS; we take the first.
+    // SAFETY: `LISTEN_PID` is this process and `LISTEN_FDS` ≥ 1, so by the socket-activation
+    // protocol systemd passed fd 3 (`SD_LISTEN_FDS_START`) open across exec for this process to
+    // own: no file opened since can have received that number, and the supervisor opens its
+    // sockets once, so nothing else wraps it.
     let fd = unsafe { OwnedFd::from_raw_fd(SD_LISTEN_FDS_START) };
     let socket = Socket::from(fd);
     if socket.r#type()? != Type::STREAM {
@@ -102,7 +105,9 @@ fn from_systemd(slots: usize) -> anyhow::Result<Option<PublicSockets>> {
 pub fn inherit_listener(command: &mut std::process::Command, socket: &OwnedFd) {
     let fd = socket.as_raw_fd();
     command.env(LISTEN_FD_ENV, fd.to_string());
-    // SAFETY: runs between fork and exec; only calls fcntl, which is async-signal-safe.
+    // SAFETY: the hook runs in the forked child between fork and exec, where only async-signal-safe
+    // calls are allowed: `clear_cloexec` makes at most two fcntl(2) system calls, builds its error
+    // from errno and allocates nothing.
     unsafe {
         command.pre_exec(move || respgw_ipc::clear_cloexec(fd));
     }
@@ -115,8 +120,10 @@ pub fn inherited_listener() -> anyhow::Result<TcpListener> {
     if fd <= libc::STDERR_FILENO {
         bail!("{LISTEN_FD_ENV}={fd} names a standard stream, not a socket");
     }
-    // SAFETY: the supervisor passed this fd to this process alone and nothing else in the worker
-    // wraps it; it is adopted once at start-up.
+    // SAFETY: the supervisor set `LISTEN_FD_ENV` to the number of the socket it left open across
+    // this worker's exec (`inherit_listener`), so no file opened since can have received that
+    // number; this function is the only code that wraps it, and the worker calls it once, at
+    // start-up. The socket is owned from here on and closed when the listener is dropped.
     let socket = unsafe { Socket::from_raw_fd(fd) };
     if socket.r#type()? != Type::STREAM {
         bail!("{LISTEN_FD_ENV}={fd} is not a stream socket");

@@ -192,8 +192,7 @@ async fn files_persist_within_a_container_and_are_invisible_to_others() {
     assert_eq!(e.result.as_deref(), Some("'hello from c1'"));
 
     let note = sb.container_data_dir(&c1).unwrap().join("note.txt");
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if nix::unistd::geteuid().is_root() {
         // The gateway is root, the sandbox is not: its files belong to the sandbox uid.
         assert_eq!(std::fs::metadata(&note).unwrap().uid(), 65534);
     }
@@ -724,8 +723,7 @@ async fn containers_live_under_the_instance_directory() {
     let dir = work_root().with_extension("instance");
     let claim = WorkRootClaim::take(&dir).unwrap();
     let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(mode, if unsafe { libc::geteuid() } == 0 { 0o711 } else { 0o700 });
+    assert_eq!(mode, if nix::unistd::geteuid().is_root() { 0o711 } else { 0o700 });
     match WorkRootClaim::take(&dir) {
         Err(msg) => assert!(msg.contains("in use by another respgw"), "{msg}"),
         Ok(_) => panic!("two instances claimed one directory"),

@@ -202,8 +202,7 @@ pub fn default_venv(xdg_cache_home: Option<std::ffi::OsString>, home: Option<std
 }
 
 fn default_work_root() -> PathBuf {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = nix::unistd::geteuid();
     std::env::temp_dir().join(format!("respgw-containers-{uid}"))
 }
 

@@ -22,10 +22,10 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use nix::unistd::{getegid, geteuid};
 use sha2::{Digest, Sha256};
 
 /// The in-sandbox runner (see its docstring).
@@ -124,8 +124,7 @@ impl Layout {
     /// was written by the sandbox uid; from now on it belongs to the gateway and is read-only to
     /// everyone else, keeping only the plain files matplotlib wrote.
     pub fn publish_mplcache(&self, staging: &Path) {
-        // SAFETY: geteuid/getegid have no preconditions.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
         let seal = || -> std::io::Result<()> {
             for entry in fs::read_dir(staging)? {
                 let path = entry?.path();
@@ -199,8 +198,7 @@ impl Layout {
                 .open(&path)
                 .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
             loop {
-                // SAFETY: flock on a descriptor we own.
-                if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                if file.try_lock().is_ok() {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -334,8 +332,7 @@ fn try_lock(lock_path: &Path) -> Option<File> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(lock_path)
         .ok()?;
-    // SAFETY: flock on a descriptor we own.
-    (unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0).then_some(lock)
+    lock.try_lock().is_ok().then_some(lock)
 }
 
 /// A gateway instance's hold on its work root: while it lives no other instance can use the
@@ -352,8 +349,7 @@ impl WorkRootClaim {
     /// instance, and empties it of containers. Fails when another live instance has it.
     pub fn take(work_root: &Path) -> Result<WorkRootClaim, String> {
         let work_root = absolute(work_root)?;
-        // SAFETY: geteuid has no preconditions.
-        let mode = if unsafe { libc::geteuid() } == 0 { 0o711 } else { 0o700 };
+        let mode = if geteuid().is_root() { 0o711 } else { 0o700 };
         create_dir_checked(&work_root, mode)?;
         let lock = try_lock(&work_root.join(".instance.lock")).ok_or_else(|| {
             format!(
@@ -448,8 +444,7 @@ fn create_dir_checked(dir: &Path, mode: u32) -> Result<(), String> {
         Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
     }
     let meta = fs::symlink_metadata(dir).map_err(|e| format!("cannot stat {}: {e}", dir.display()))?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = geteuid().as_raw();
     if !meta.is_dir() || meta.uid() != me {
         return Err(format!(
             "{} exists but is not a directory owned by uid {me} (remove it or choose another work root)",

@@ -224,8 +224,7 @@ impl Sandbox {
         }
         let venv = std::fs::canonicalize(&config.venv)
             .map_err(|e| unavailable(format!("cannot resolve the venv path {}: {e}", config.venv.display())))?;
-        // SAFETY: geteuid has no preconditions.
-        let drop_to = if unsafe { libc::geteuid() } == 0 {
+        let drop_to = if nix::unistd::geteuid().is_root() {
             if config.sandbox_uid == 0 {
                 return Err(unavailable("sandbox_uid must not be 0: the sandbox never runs as root".into()));
             }

@@ -24,7 +24,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
@@ -32,6 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -200,11 +202,9 @@ struct GroupGuard {
 impl GroupGuard {
     fn kill(&self) {
         if let Some(pgid) = self.pgid {
-            // SAFETY: plain syscall. The group leader is our unreaped child, so the id cannot have
-            // been reused by another group yet.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
+            // The group leader is our unreaped child, so the id cannot have been reused by
+            // another group yet.
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
         }
     }
 }
@@ -219,14 +219,10 @@ fn cstring(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains a NUL byte"))
 }
 
+/// A pipe, both ends close-on-exec (`std::io::pipe` sets `O_CLOEXEC`).
 fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two descriptors into the array on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are fresh and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let (reader, writer) = io::pipe()?;
+    Ok((reader.into(), writer.into()))
 }
 
 impl Launcher {
@@ -370,8 +366,7 @@ impl Launcher {
             }
             None => None,
         };
-        // SAFETY: getpid has no preconditions.
-        let parent_pid = unsafe { libc::getpid() };
+        let parent_pid = std::process::id() as libc::pid_t;
 
         let mut cmd = tokio::process::Command::new(&self.bwrap);
         cmd.args(&args)
@@ -380,7 +375,10 @@ impl Launcher {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        // SAFETY: the closure only makes raw syscalls on memory allocated before the fork.
+        // SAFETY: the hook runs in the forked child between fork and exec, where only
+        // async-signal-safe calls are allowed: `child_setup` makes only system calls, passes them
+        // pointers into `rlimits` and `privileged`, which the closure owns and which were built
+        // before the fork, and builds its errors without allocating.
         unsafe {
             cmd.pre_exec(move || child_setup(&rlimits, privileged.as_ref(), fds, parent_pid));
         }
@@ -515,7 +513,13 @@ fn child_setup(
     fds: RunnerFds,
     parent_pid: libc::pid_t,
 ) -> io::Result<()> {
-    // SAFETY: raw syscalls on valid pointers to memory allocated before fork.
+    // SAFETY: this runs in the forked child (a `pre_exec` hook), which has only this thread: each
+    // call is libc's thin wrapper of one system call, needing no lock or allocation (std's own
+    // `Command::uid` makes setgroups/setuid calls there the same way), and errors are built from
+    // errno or from a kind, never allocated. The pointers passed are null where the call allows it
+    // (mount's source when changing propagation, its filesystem type and data; setgroups' list
+    // with a count of 0), or point to a local `rlimit` or to NUL-terminated strings (`c"/"`, the
+    // `CString`s of `p.binds`) that outlive the call.
     unsafe {
         // Own session and process group: the timeout kills the whole group with one kill(-pgid).
         if libc::setsid() < 0 {
@@ -558,7 +562,8 @@ fn child_setup(
                 return Err(io::Error::last_os_error());
             }
             if libc::getuid() != p.uid || libc::geteuid() != p.uid {
-                return Err(io::Error::other("failed to drop privileges"));
+                // The privileges were not dropped.
+                return Err(failed_in_child());
             }
         }
         // If the gateway dies, bubblewrap dies, and with it (--die-with-parent) the sandbox.
@@ -568,7 +573,8 @@ fn child_setup(
             return Err(io::Error::last_os_error());
         }
         if libc::getppid() != parent_pid {
-            return Err(io::Error::other("the gateway exited"));
+            // The gateway exited before the death signal was set: nothing would kill the sandbox.
+            return Err(failed_in_child());
         }
         // The report pipe and the container's directory are the descriptors (besides 0, 1, 2)
         // the sandbox inherits; the runner closes the latter before any model code runs.
@@ -579,6 +585,13 @@ fn child_setup(
         }
     }
     Ok(())
+}
+
+/// The error of a check that failed in the forked child. It carries no message: building one
+/// would allocate, which is not allowed between fork and exec, and only an errno reaches the
+/// parent anyway (the spawn fails with EINVAL for an error that has none).
+fn failed_in_child() -> io::Error {
+    io::Error::from(io::ErrorKind::Other)
 }
 
 /// Human-readable size for messages.
