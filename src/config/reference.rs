@@ -35,7 +35,7 @@ fn intro() -> String {
         "# Configuration reference
 
 <!-- Generated from the command-line declarations (src/config/) by `respgw config-reference`;
-`RESPGW_UPDATE_DOCS=1 cargo test --test configuration` rewrites it. Do not edit by hand. -->
+`RESPGW_UPDATE_DOCS=1 cargo test --test e2e configuration::` rewrites it. Do not edit by hand. -->
 
 Every setting of respgw is a command-line flag, and nearly every one also an environment variable;
 they are listed below by command with their defaults (`respgw <command> --help` shows the same). A

@@ -1,6 +1,6 @@
 //! API-key authentication and the pass-through routes (`/v1/models`, `/v1/chat/completions`).
 
-mod common;
+use crate::common;
 
 use common::{Harness, assert_error_shape};
 use respgw_testkit::cassette::Cassette;

@@ -1,7 +1,7 @@
 //! Malformed requests: each gets the right 4xx in the one error shape, naming the field at fault
 //! where there is one — never a 5xx, never a dropped connection.
 
-mod common;
+use crate::common;
 
 use common::{Harness, assert_error_shape};
 use respgw_testkit::gateway::http_client;

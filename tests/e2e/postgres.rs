@@ -2,7 +2,7 @@
 //! unreachable at start and for a moment while serving, and the SQLite counterpart of the latter
 //! (a lock held by another connection). tests/store.rs runs the store behaviour on both backends.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

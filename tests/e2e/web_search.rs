@@ -4,7 +4,7 @@
 //! to private addresses). The replay upstream drives the tool calls with scripted steps shaped
 //! like recorded streams; items and events are compared with the reference API's cassettes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};

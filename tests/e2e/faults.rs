@@ -2,7 +2,7 @@
 //! a client leaving mid-stream, an upstream going silent mid-stream. (The upstream dropping the
 //! connection mid-stream is in `responses.rs`, the MCP helper killed in `mcp.rs`.)
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

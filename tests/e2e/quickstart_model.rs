@@ -8,7 +8,7 @@
 //! Needs llama-server and the model built/downloaded by `scripts/setup-local-model` (which
 //! `scripts/test` runs; the cache is reused between runs).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

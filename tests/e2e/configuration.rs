@@ -158,7 +158,7 @@ fn the_configuration_reference_is_current() {
     assert!(
         committed == rendered,
         "docs/configuration.md is not what `respgw config-reference` renders; \
-         run `RESPGW_UPDATE_DOCS=1 cargo test --test configuration` and commit the result"
+         run `RESPGW_UPDATE_DOCS=1 cargo test --test e2e configuration::` and commit the result"
     );
     for name in flags(&help("serve")).into_values().flatten() {
         assert!(rendered.contains(&format!("`{name}`")), "{name} is missing from the reference");

@@ -3,8 +3,6 @@
 //! at run time. Every response object and event the tests see is validated against the Open
 //! Responses schema, and every stream against the gateway's framing contract.
 
-#![allow(dead_code)] // Each test binary uses a different subset of these helpers.
-
 use std::path::{Path, PathBuf};
 
 use respgw_testkit::gateway::{GatewayProcess, http_client};
@@ -101,7 +99,8 @@ pub enum Backend {
 /// A [`Harness`] on a chosen [`Backend`]; the PostgreSQL schema is dropped after the gateway.
 pub struct BackendHarness {
     pub harness: Harness,
-    pub schema: Option<TestSchema>,
+    /// Held, never read: dropping it drops the schema, after the gateway (fields drop in order).
+    _schema: Option<TestSchema>,
 }
 
 impl std::ops::Deref for BackendHarness {
@@ -140,11 +139,11 @@ impl Harness {
     /// [`Harness::start`] on `backend`.
     pub async fn start_on(backend: Backend) -> BackendHarness {
         match backend {
-            Backend::Sqlite => BackendHarness { harness: Self::start().await, schema: None },
+            Backend::Sqlite => BackendHarness { harness: Self::start().await, _schema: None },
             Backend::Postgres => {
                 let schema = TestSchema::create().await.expect("a test schema on the PostgreSQL server");
                 let harness = Self::start_with(&["--db-path", &schema.url()], &[]).await;
-                BackendHarness { harness, schema: Some(schema) }
+                BackendHarness { harness, _schema: Some(schema) }
             }
         }
     }

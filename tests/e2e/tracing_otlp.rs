@@ -9,7 +9,7 @@
 //! Pass-through routes forward the client's headers as they are, so there the client's own
 //! `traceparent` is relayed unchanged; with tracing on it is replaced by the gateway's.
 
-mod common;
+use crate::common;
 
 use common::{Harness, respgw_bin, serve_args};
 use nix::sys::signal::{Signal, kill};

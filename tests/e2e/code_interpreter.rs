@@ -5,7 +5,7 @@
 //! Needs bubblewrap and the sandbox's Python environment (`scripts/setup-code-interpreter`,
 //! which `scripts/test` runs).
 
-mod common;
+use crate::common;
 
 use common::{Harness, assert_append_only, assert_results_follow_their_calls, final_response, kinds, turns};
 use respgw_testkit::upstream::Step;

@@ -3,7 +3,7 @@
 //! recordings, must give the same event sequence, the same keys on every event and item, and the
 //! same upstream request messages. Where it was wrong, the test states the deliberate difference.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

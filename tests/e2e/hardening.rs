@@ -5,7 +5,7 @@
 //! left alone; metric labels stay within a fixed set; every error reply of the gateway's own has
 //! the error shape, 405s list the route's methods, and non-JSON bodies get 415.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! real: `systemd-socket-activate` hands respgw a listening socket (`LISTEN_FDS`), which all its
 //! workers then serve.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

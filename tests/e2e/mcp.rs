@@ -2,7 +2,7 @@
 //! project's own rmcp test servers (stdio) and the ecosystem `@modelcontextprotocol/server-everything`
 //! (npm, `scripts/setup-mcp-test-servers`); the replay upstream makes the model call their tools.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

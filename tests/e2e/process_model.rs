@@ -2,7 +2,7 @@
 //! over `SO_REUSEPORT` slots, a killed worker restarted with nothing stored lost, SIGTERM drain,
 //! SIGHUP rolling restart, merged metrics, upstream readiness, and integrated mode.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -5,7 +5,7 @@
 //! records what the SDK sent, compared here with what the replay upstream received; both are
 //! written to `$CARGO_TARGET_TMPDIR/client-logs/agents_sdk.json`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! The SDK lives in the project's virtualenv, which `scripts/test` creates from
 //! `tests/sdk/requirements.txt`; `RESPGW_PYTHON` may point at another interpreter.
 
-mod common;
+use crate::common;
 
 use common::Harness;
 use respgw_testkit::upstream::Step;

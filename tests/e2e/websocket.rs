@@ -3,7 +3,7 @@
 //! frame against the Open Responses schema and the framing rules of one response (numbers from 0
 //! per response, exactly one terminal event, the last).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

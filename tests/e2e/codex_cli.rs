@@ -11,7 +11,7 @@
 //! `scripts/test` installs Codex (scripts/setup-test-clients); `RESPGW_CODEX` may point at another
 //! `codex` binary.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,14 +1,14 @@
 //! Stored responses end to end: retrieval, `store:false`, `previous_response_id` continuation,
 //! delete, input items, and durability before the terminal event and across restarts.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Harness, assert_append_only, assert_valid_response, final_response, tool_turn, turns};
 use respgw_testkit::gateway::GatewayProcess;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
-on_both_backends!(
+crate::on_both_backends!(
     a_stored_response_is_retrievable_with_every_key,
     the_terminal_event_is_sent_only_after_the_response_is_stored,
     store_false_is_not_retrievable_nor_continuable,

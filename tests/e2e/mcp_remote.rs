@@ -5,7 +5,7 @@
 //! checks themselves are tested with the default (on). The TLS test puts an HTTPS front with a
 //! certificate made at test time (rcgen) before the test server.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! `POST /v1/responses` end to end: real recorded upstream streams through the real binary,
 //! checked event by event against the Open Responses schema and the reference sequences.
 
-mod common;
+use crate::common;
 
 use common::{Harness, final_response, kinds};
 use respgw_testkit::upstream::Step;

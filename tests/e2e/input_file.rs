@@ -4,7 +4,7 @@
 //! continuation shows the model the same file again without fetching it; the stored input keeps
 //! the part as the client sent it.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

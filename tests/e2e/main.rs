@@ -1,0 +1,29 @@
+//! respgw's end-to-end tests, one module per area, linked into one test binary. Each test starts
+//! the real `respgw` binary (or several) on loopback ports chosen at run time, in front of the
+//! scripted upstream (`respgw_testkit::upstream`), and asserts on what clients get and on what the
+//! upstream received. Run one area with `cargo test --test e2e <module>::`.
+
+mod common;
+
+mod agents_sdk;
+mod auth_and_passthrough;
+mod bad_input;
+mod code_interpreter;
+mod codex_cli;
+mod configuration;
+mod faults;
+mod hardening;
+mod input_file;
+mod mcp;
+mod mcp_remote;
+mod openai_sdk;
+mod postgres;
+mod process_model;
+mod quickstart_model;
+mod responses;
+mod seed_parity;
+mod store;
+mod systemd;
+mod tracing_otlp;
+mod web_search;
+mod websocket;
