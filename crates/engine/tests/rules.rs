@@ -90,15 +90,31 @@ impl ToolResolver for FakeResolver {
     }
 }
 
-/// A store whose `save` fails as an unreachable database would; reads go to the real store.
-struct SaveFailsStore {
+/// How the engine's store saves: the real store's way, failing, or late.
+#[derive(Clone, Copy, PartialEq)]
+enum Saves {
+    Normally,
+    /// As an unreachable database would: `Unavailable`.
+    Fail,
+    /// After a pause, so a terminal event sent before the save finished would be seen early.
+    Late,
+}
+
+/// The real store, its `save` changed as [`Saves`] says; reads go to the real store.
+struct WrappedStore {
     inner: Arc<dyn ResponseStore>,
+    saves: Saves,
 }
 
 #[async_trait]
-impl ResponseStore for SaveFailsStore {
-    async fn save(&self, _: NewResponse) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("the disk is full".into()))
+impl ResponseStore for WrappedStore {
+    async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
+        match self.saves {
+            Saves::Normally => {}
+            Saves::Fail => return Err(StoreError::Unavailable("the disk is full".into())),
+            Saves::Late => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+        self.inner.save(response).await
     }
     async fn response(&self, id: &str) -> Result<Option<Value>, StoreError> {
         self.inner.response(id).await
@@ -119,17 +135,17 @@ struct Fixture {
     engine: Arc<Engine>,
     upstream: ReplayUpstream,
     tool: Arc<RecordingTool>,
-    /// The real store under the engine (also under a failing wrapper).
+    /// The real store under the engine's [`WrappedStore`].
     store: Arc<dyn ResponseStore>,
     _dir: TempDir,
 }
 
 impl Fixture {
     async fn new() -> Fixture {
-        Fixture::build(Limits::default(), false).await
+        Fixture::build(Limits::default(), Saves::Normally).await
     }
 
-    async fn build(limits: Limits, save_fails: bool) -> Fixture {
+    async fn build(limits: Limits, saves: Saves) -> Fixture {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("responses.db");
@@ -145,8 +161,7 @@ impl Fixture {
         })
         .expect("the upstream client");
         let tool = Arc::new(RecordingTool::new());
-        let engine_store: Arc<dyn ResponseStore> =
-            if save_fails { Arc::new(SaveFailsStore { inner: store.clone() }) } else { store.clone() };
+        let engine_store = Arc::new(WrappedStore { inner: store.clone(), saves });
         let engine = Engine::new(client, engine_store, Arc::new(FakeResolver { tool: tool.clone() }), Metrics::new())
             .with_limits(limits);
         Fixture { engine: Arc::new(engine), upstream, tool, store, _dir: dir }
@@ -316,7 +331,7 @@ async fn client_function_call_ends_the_response_without_another_turn() {
 
 #[tokio::test]
 async fn response_is_stored_before_the_terminal_event_is_sent() {
-    let f = Fixture::new().await;
+    let f = Fixture::build(Limits::default(), Saves::Late).await;
     f.upstream.add_scenario("stored", vec![Step::text(&["Hello."], "stop", None)]);
     let prepared = f
         .engine
@@ -381,7 +396,7 @@ async fn upstream_cut_mid_stream_ends_with_one_terminal_failure_and_stores_nothi
 
 #[tokio::test]
 async fn store_failure_ends_with_one_terminal_failure() {
-    let f = Fixture::build(Limits::default(), true).await;
+    let f = Fixture::build(Limits::default(), Saves::Fail).await;
     f.upstream.add_scenario("nosave", vec![Step::text(&["Hello."], "stop", None)]);
 
     let events = f.stream(json!({"model":"nosave","input":"hi","stream":true})).await;
@@ -393,7 +408,7 @@ async fn store_failure_ends_with_one_terminal_failure() {
 
 #[tokio::test]
 async fn store_failure_fails_a_non_stream_run() {
-    let f = Fixture::build(Limits::default(), true).await;
+    let f = Fixture::build(Limits::default(), Saves::Fail).await;
     f.upstream.add_scenario("nosave", vec![Step::text(&["Hello."], "stop", None)]);
     let prepared = f.engine.prepare(f.request(json!({"model":"nosave","input":"hi"})), Vec::new()).await.unwrap();
 
@@ -453,7 +468,7 @@ async fn continuation_sends_the_previous_conversation_before_the_new_input() {
 
 #[tokio::test]
 async fn max_tool_rounds_forces_a_last_turn_without_tools() {
-    let f = Fixture::build(Limits { max_tool_rounds: 1, ..Limits::default() }, false).await;
+    let f = Fixture::build(Limits { max_tool_rounds: 1, ..Limits::default() }, Saves::Normally).await;
     f.upstream.add_scenario(
         "greedy",
         vec![tool_call_turn(json!({"a":1,"b":1})), Step::text(&["Enough tools: 2."], "stop", None)],
