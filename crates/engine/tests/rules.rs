@@ -291,7 +291,8 @@ fn assert_ends_failed(events: &[ResponseEvent]) -> Value {
 #[tokio::test]
 async fn tool_loop_runs_the_gateway_tool_and_sends_its_result_to_the_next_turn() {
     let f = Fixture::new().await;
-    f.upstream.add_scenario("loop", vec![tool_call_turn(json!({"a":2,"b":3})), Step::text(&["It is 5."], "stop", None)]);
+    f.upstream
+        .add_scenario("loop", vec![tool_call_turn(json!({"a":2,"b":3})), Step::text(&["It is 5."], "stop", None)]);
 
     let events = f.stream(json!({"model":"loop","input":"What is 2+3?","tools":[calc_tool()],"stream":true})).await;
 
