@@ -223,7 +223,6 @@ async fn two_sandbox_rounds_are_two_assistant_turns_in_every_later_request() {
 
 #[tokio::test]
 async fn a_disabled_code_interpreter_is_not_offered_and_is_refused() {
-    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::code_interpreter_sandbox());
     let h = Harness::start_with(&["--code-interpreter", "disabled"], &[]).await;
     let (status, body) = h.create(json!({"model":"m","input":"x","tools":[ci_tool()]})).await;
     assert_eq!((status, body["error"]["param"].as_str()), (400, Some("tools[0].type")));

@@ -1,0 +1,488 @@
+//! The engine's rules, one test each, in process: a real [`Engine`] over a SQLite store in a
+//! temporary directory, the replay upstream on loopback (what it received is asserted on), and a
+//! fake gateway tool standing in for an MCP tool, whose calls are recorded. Every stream is checked
+//! against the sequence rules (numbered from 0, one terminal event, last), and every event and
+//! response object against the Open Responses schema — except those of responses with gateway
+//! tools, whose `mcp` declarations and `mcp_call` items the schema does not define.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use respgw_engine::{
+    Engine, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, Limits, ResolvedTools, RunOutcome,
+    ToolResolver, Upstream, UpstreamConfig,
+};
+use respgw_protocol::events::numbered_json;
+use respgw_protocol::tools::ToolDeclaration;
+use respgw_protocol::{ApiError, Capabilities, CreateResponseRequest, Item, ResponseEvent, ValidatedRequest};
+use respgw_store::StoreOptions;
+use respgw_store_api::{InputItemsList, InputItemsPage, NewResponse, ResponseStore, StoreError};
+use respgw_telemetry::Metrics;
+use respgw_testkit::sse::check_sequence;
+use respgw_testkit::{ReplayUpstream, SchemaValidator, Step};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::mpsc;
+
+/// The fake tool's function name, as the model sees and calls it (`mcp__<server>__<tool>`, as the
+/// real MCP tools are named: replayed calls are named from the item's label and tool).
+const TOOL_FUNCTION: &str = "mcp__calc__add";
+
+/// A gateway tool that adds two numbers and records the arguments of every call; asked to
+/// (`"explode": true`), it panics, standing in for a tool with a bug.
+struct RecordingTool {
+    spec: FunctionSpec,
+    kind: GatewayKind,
+    calls: Mutex<Vec<String>>,
+}
+
+impl RecordingTool {
+    fn new() -> Self {
+        RecordingTool {
+            spec: FunctionSpec {
+                name: TOOL_FUNCTION.into(),
+                description: Some("Adds a and b.".into()),
+                parameters: json!({"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}}}),
+                strict: None,
+            },
+            kind: GatewayKind::Mcp { server_label: "calc".into(), tool_name: "add".into() },
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+#[async_trait]
+impl GatewayTool for RecordingTool {
+    fn spec(&self) -> &FunctionSpec {
+        &self.spec
+    }
+    fn kind(&self) -> &GatewayKind {
+        &self.kind
+    }
+    async fn call(&self, call: GatewayCall<'_>) -> GatewayOutcome {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call.arguments.to_owned());
+        let args: Value = serde_json::from_str(call.arguments).unwrap_or_default();
+        assert!(args["explode"] != true, "the calculator exploded");
+        let sum = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
+        GatewayOutcome::Mcp(Ok(format!("{sum}")))
+    }
+}
+
+/// Resolves any `mcp` declaration to the recording tool.
+struct FakeResolver {
+    tool: Arc<RecordingTool>,
+}
+
+#[async_trait]
+impl ToolResolver for FakeResolver {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { builtin_mcp: true, ..Capabilities::default() }
+    }
+    async fn resolve(&self, request: &ValidatedRequest, _: &[Item]) -> Result<ResolvedTools, ApiError> {
+        let declared = request.tools.iter().any(|t| matches!(t, ToolDeclaration::Mcp(_)));
+        let tools: Vec<Arc<dyn GatewayTool>> = if declared { vec![self.tool.clone()] } else { Vec::new() };
+        Ok(ResolvedTools { tools, listings: Vec::new() })
+    }
+}
+
+/// How the engine's store saves: the real store's way, failing, or late.
+#[derive(Clone, Copy, PartialEq)]
+enum Saves {
+    Normally,
+    /// As an unreachable database would: `Unavailable`.
+    Fail,
+    /// After a pause, so a terminal event sent before the save finished would be seen early.
+    Late,
+}
+
+/// The real store, its `save` changed as [`Saves`] says; reads go to the real store.
+struct WrappedStore {
+    inner: Arc<dyn ResponseStore>,
+    saves: Saves,
+}
+
+#[async_trait]
+impl ResponseStore for WrappedStore {
+    async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
+        match self.saves {
+            Saves::Normally => {}
+            Saves::Fail => return Err(StoreError::Unavailable("the disk is full".into())),
+            Saves::Late => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+        self.inner.save(response).await
+    }
+    async fn response(&self, id: &str) -> Result<Option<Value>, StoreError> {
+        self.inner.response(id).await
+    }
+    async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+        self.inner.conversation(id).await
+    }
+    async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+        self.inner.input_items(id, page).await
+    }
+    async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        self.inner.delete(id).await
+    }
+}
+
+/// One engine and everything around it.
+struct Fixture {
+    engine: Arc<Engine>,
+    upstream: ReplayUpstream,
+    tool: Arc<RecordingTool>,
+    /// The real store under the engine's [`WrappedStore`].
+    store: Arc<dyn ResponseStore>,
+    _dir: TempDir,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        Fixture::build(Limits::default(), Saves::Normally).await
+    }
+
+    async fn build(limits: Limits, saves: Saves) -> Fixture {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("responses.db");
+        let store = respgw_store::open_with(path.to_str().expect("a UTF-8 path"), StoreOptions { pool_size: 2 })
+            .await
+            .expect("the SQLite store opens");
+        let upstream = ReplayUpstream::start().await.expect("the replay upstream starts");
+        let client = Upstream::new(UpstreamConfig {
+            base_url: upstream.base_url(),
+            api_key: None,
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+        })
+        .expect("the upstream client");
+        let tool = Arc::new(RecordingTool::new());
+        let engine_store = Arc::new(WrappedStore { inner: store.clone(), saves });
+        let engine = Engine::new(client, engine_store, Arc::new(FakeResolver { tool: tool.clone() }), Metrics::new())
+            .with_limits(limits);
+        Fixture { engine: Arc::new(engine), upstream, tool, store, _dir: dir }
+    }
+
+    fn request(&self, body: Value) -> ValidatedRequest {
+        CreateResponseRequest::from_slice(body.to_string().as_bytes())
+            .expect("the request parses")
+            .validate(&self.engine.capabilities())
+            .expect("the request is valid")
+    }
+
+    /// Run `body` streaming, to the closed channel; the events, checked.
+    async fn stream(&self, body: Value) -> Vec<ResponseEvent> {
+        let schema = if declares_gateway_tools(&body) { Schema::Skip } else { Schema::Check };
+        let prepared = self.engine.prepare(self.request(body), Vec::new()).await.expect("the request prepares");
+        let events = collect(prepared.spawn(16)).await;
+        check_events(&events, schema);
+        events
+    }
+
+    /// The chat request bodies the upstream received for `model`.
+    fn upstream_bodies(&self, model: &str) -> Vec<Value> {
+        self.upstream.requests(model).into_iter().map(|r| r.body).collect()
+    }
+}
+
+/// Every event of a stream, until the engine closes it.
+async fn collect(mut events: mpsc::Receiver<ResponseEvent>) -> Vec<ResponseEvent> {
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.recv()).await {
+            Ok(Some(event)) => seen.push(event),
+            Ok(None) => return seen,
+            Err(_) => panic!("the stream did not end within 10 s; so far: {:?}", kinds(&seen)),
+        }
+    }
+}
+
+fn kinds(events: &[ResponseEvent]) -> Vec<&'static str> {
+    events.iter().map(ResponseEvent::kind).collect()
+}
+
+/// Whether events are checked against the Open Responses schema.
+#[derive(Clone, Copy, PartialEq)]
+enum Schema {
+    Check,
+    /// The response has gateway tools, which the schema does not define.
+    Skip,
+}
+
+fn declares_gateway_tools(body: &Value) -> bool {
+    body["tools"].as_array().is_some_and(|tools| tools.iter().any(|t| t["type"] != "function"))
+}
+
+/// The events as a client receives them (numbered), the sequence well formed (one terminal
+/// event, and it is the last) and, with [`Schema::Check`], each valid against the schema (the
+/// lifecycle events carry the whole response object, so it is checked too).
+fn check_events(events: &[ResponseEvent], check_schema: Schema) {
+    let numbered: Vec<Value> = events
+        .iter()
+        .enumerate()
+        .map(|(i, event)| {
+            let text = numbered_json(event, i as u64).expect("the event serializes");
+            serde_json::from_str(&text).expect("the event is JSON")
+        })
+        .collect();
+    if check_schema == Schema::Check {
+        let schema = SchemaValidator::load().expect("the Open Responses schema loads");
+        for event in &numbered {
+            if let Err(e) = schema.validate_event(event) {
+                panic!("{e}\n{event:#}");
+            }
+        }
+    }
+    if let Err(e) = check_sequence(&numbered) {
+        panic!("{e:#}: {:?}", kinds(events));
+    }
+}
+
+/// The response object of the stream's terminal event.
+fn terminal(events: &[ResponseEvent]) -> Value {
+    let response = events.last().and_then(ResponseEvent::terminal_response).expect("a terminal event last");
+    serde_json::to_value(response).expect("the response serializes")
+}
+
+fn validate_response(response: &Value) {
+    let schema = SchemaValidator::load().expect("the Open Responses schema loads");
+    if let Err(e) = schema.validate_response(response) {
+        panic!("{e}\n{response:#}");
+    }
+}
+
+/// A model turn that calls the fake tool with `arguments`.
+fn tool_call_turn(arguments: Value) -> Step {
+    let call = json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",
+        "function":{"name":TOOL_FUNCTION,"arguments":arguments.to_string()}}]},"finish_reason":"tool_calls"}]});
+    Step::Sse(vec![format!("data: {call}\n\n"), "data: [DONE]\n\n".into()])
+}
+
+/// A model turn that calls the client's function `get_weather`.
+fn client_call_turn() -> Step {
+    let call = json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_9","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}]});
+    Step::Sse(vec![format!("data: {call}\n\n"), "data: [DONE]\n\n".into()])
+}
+
+fn calc_tool() -> Value {
+    json!({"type":"mcp","server_label":"calc","require_approval":"never"})
+}
+
+fn output_types(response: &Value) -> Vec<&str> {
+    response["output"].as_array().map(|o| o.iter().filter_map(|i| i["type"].as_str()).collect()).unwrap_or_default()
+}
+
+/// The terminal failure's shape: `error` then `response.failed`, nothing after it.
+fn assert_ends_failed(events: &[ResponseEvent]) -> Value {
+    let kinds = kinds(events);
+    assert_eq!(kinds.first(), Some(&"response.created"), "{kinds:?}");
+    assert_eq!(kinds[kinds.len().saturating_sub(2)..], ["error", "response.failed"], "{kinds:?}");
+    assert_eq!(events.iter().filter(|e| e.terminal_response().is_some()).count(), 1, "{kinds:?}");
+    let response = terminal(events);
+    assert_eq!(response["status"], "failed");
+    response
+}
+
+#[tokio::test]
+async fn tool_loop_runs_the_gateway_tool_and_sends_its_result_to_the_next_turn() {
+    let f = Fixture::new().await;
+    f.upstream
+        .add_scenario("loop", vec![tool_call_turn(json!({"a":2,"b":3})), Step::text(&["It is 5."], "stop", None)]);
+
+    let events = f.stream(json!({"model":"loop","input":"What is 2+3?","tools":[calc_tool()],"stream":true})).await;
+
+    assert_eq!(f.tool.calls(), [r#"{"a":2,"b":3}"#]);
+    let bodies = f.upstream_bodies("loop");
+    assert_eq!(bodies.len(), 2, "one turn to call the tool, one to answer");
+    let messages = bodies[1]["messages"].as_array().expect("messages");
+    let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool"], "{messages:#?}");
+    assert_eq!(messages[1]["tool_calls"][0]["function"]["name"], TOOL_FUNCTION);
+    assert_eq!(messages[2]["tool_call_id"], messages[1]["tool_calls"][0]["id"]);
+    assert_eq!(messages[2]["content"], "5");
+
+    let response = terminal(&events);
+    assert_eq!(response["status"], "completed");
+    assert_eq!(output_types(&response), ["mcp_call", "message"]);
+    assert_eq!(response["output"][0]["output"], "5");
+    assert_eq!(response["output"][1]["content"][0]["text"], "It is 5.");
+}
+
+#[tokio::test]
+async fn client_function_call_ends_the_response_without_another_turn() {
+    let f = Fixture::new().await;
+    f.upstream.add_scenario("client", vec![client_call_turn()]);
+    let weather = json!({"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}});
+
+    let events = f.stream(json!({"model":"client","input":"Weather in Paris?","tools":[weather],"stream":true})).await;
+
+    let response = terminal(&events);
+    assert_eq!(response["status"], "completed");
+    assert_eq!(output_types(&response), ["function_call"]);
+    assert_eq!(response["output"][0]["name"], "get_weather");
+    assert_eq!(response["output"][0]["arguments"], r#"{"city":"Paris"}"#);
+    assert_eq!(f.upstream_bodies("client").len(), 1, "the client runs its function before the model goes on");
+    assert!(f.tool.calls().is_empty());
+}
+
+#[tokio::test]
+async fn response_is_stored_before_the_terminal_event_is_sent() {
+    let f = Fixture::build(Limits::default(), Saves::Late).await;
+    f.upstream.add_scenario("stored", vec![Step::text(&["Hello."], "stop", None)]);
+    let prepared = f
+        .engine
+        .prepare(f.request(json!({"model":"stored","input":"hi","stream":true})), Vec::new())
+        .await
+        .expect("the request prepares");
+    let id = prepared.id().to_owned();
+    let mut events = prepared.spawn(1);
+
+    // Read the store the moment the terminal event arrives, before anything else can happen.
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("the stream goes on")
+            .expect("the stream has a terminal event");
+        if event.terminal_response().is_some() {
+            let stored = f.store.response(&id).await.expect("the store reads");
+            assert!(stored.is_some(), "response.completed arrived before the response was stored");
+            break;
+        }
+    }
+    let retrieved = f.engine.stored().retrieve(&id).await.expect("the stored response is retrievable");
+    validate_response(&retrieved);
+    assert_eq!(retrieved["status"], "completed");
+    assert_eq!(retrieved["output"][0]["content"][0]["text"], "Hello.");
+}
+
+#[tokio::test]
+async fn upstream_error_ends_with_one_terminal_failure_and_stores_nothing() {
+    let f = Fixture::new().await;
+    f.upstream.add_scenario(
+        "down",
+        vec![Step::Status { status: 500, body: json!({"error":{"message":"the GPU caught fire"}}) }],
+    );
+    let prepared =
+        f.engine.prepare(f.request(json!({"model":"down","input":"hi","stream":true})), Vec::new()).await.unwrap();
+    let id = prepared.id().to_owned();
+    let events = collect(prepared.spawn(16)).await;
+    check_events(&events, Schema::Check);
+
+    let response = assert_ends_failed(&events);
+    assert!(response["error"]["code"].is_string(), "{response:#}");
+    assert_eq!(f.store.response(&id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn upstream_cut_mid_stream_ends_with_one_terminal_failure_and_stores_nothing() {
+    let f = Fixture::new().await;
+    let Step::Sse(mut chunks) = Step::text(&["Half ", "an ", "answer"], "stop", None) else { unreachable!() };
+    chunks.truncate(3);
+    f.upstream.add_scenario("cut", vec![Step::SseThenDrop { chunks }]);
+    let prepared =
+        f.engine.prepare(f.request(json!({"model":"cut","input":"hi","stream":true})), Vec::new()).await.unwrap();
+    let id = prepared.id().to_owned();
+    let events = collect(prepared.spawn(16)).await;
+    check_events(&events, Schema::Check);
+
+    assert_ends_failed(&events);
+    assert!(kinds(&events).contains(&"response.output_text.delta"), "the answer had begun: {:?}", kinds(&events));
+    assert_eq!(f.store.response(&id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn store_failure_ends_with_one_terminal_failure() {
+    let f = Fixture::build(Limits::default(), Saves::Fail).await;
+    f.upstream.add_scenario("nosave", vec![Step::text(&["Hello."], "stop", None)]);
+
+    let events = f.stream(json!({"model":"nosave","input":"hi","stream":true})).await;
+
+    let response = assert_ends_failed(&events);
+    assert!(!kinds(&events).contains(&"response.completed"), "{:?}", kinds(&events));
+    assert_eq!(response["error"]["code"], "store_unavailable", "{response:#}");
+}
+
+#[tokio::test]
+async fn store_failure_fails_a_non_stream_run() {
+    let f = Fixture::build(Limits::default(), Saves::Fail).await;
+    f.upstream.add_scenario("nosave", vec![Step::text(&["Hello."], "stop", None)]);
+    let prepared = f.engine.prepare(f.request(json!({"model":"nosave","input":"hi"})), Vec::new()).await.unwrap();
+
+    match prepared.run().await {
+        RunOutcome::Failed { response, error } => {
+            assert_eq!(error.status, 503, "{error:?}");
+            validate_response(&serde_json::to_value(&response).unwrap());
+        }
+        other => panic!("expected a failed run, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn panicking_tool_ends_with_one_terminal_failure_and_stores_nothing() {
+    let f = Fixture::new().await;
+    f.upstream.add_scenario("bug", vec![tool_call_turn(json!({"explode":true}))]);
+    let request = f.request(json!({"model":"bug","input":"hi","tools":[calc_tool()],"stream":true}));
+    let prepared = f.engine.prepare(request, Vec::new()).await.unwrap();
+    let id = prepared.id().to_owned();
+    let events = collect(prepared.spawn(16)).await;
+    check_events(&events, Schema::Skip);
+
+    let response = assert_ends_failed(&events);
+    assert_eq!(response["error"]["code"], "internal_error", "{response:#}");
+    assert_eq!(f.tool.calls().len(), 1);
+    assert_eq!(f.store.response(&id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn continuation_sends_the_previous_conversation_before_the_new_input() {
+    let f = Fixture::new().await;
+    f.upstream.add_scenario(
+        "chat",
+        vec![Step::text(&["Hi, Ada."], "stop", None), Step::text(&["Your name is Ada."], "stop", None)],
+    );
+    let first = f.stream(json!({"model":"chat","input":"My name is Ada.","stream":true})).await;
+    let first_id = terminal(&first)["id"].as_str().expect("an id").to_owned();
+
+    let second = f
+        .stream(json!({"model":"chat","input":"What is my name?","previous_response_id":first_id,"stream":true}))
+        .await;
+
+    assert_eq!(terminal(&second)["previous_response_id"], first_id.as_str());
+    let bodies = f.upstream_bodies("chat");
+    let messages: Vec<(&str, &str)> = bodies[1]["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap_or_default(), m["content"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        messages,
+        [("user", "My name is Ada."), ("assistant", "Hi, Ada."), ("user", "What is my name?")],
+        "{bodies:#?}"
+    );
+}
+
+#[tokio::test]
+async fn max_tool_rounds_forces_a_last_turn_without_tools() {
+    let f = Fixture::build(Limits { max_tool_rounds: 1, ..Limits::default() }, Saves::Normally).await;
+    f.upstream.add_scenario(
+        "greedy",
+        vec![tool_call_turn(json!({"a":1,"b":1})), Step::text(&["Enough tools: 2."], "stop", None)],
+    );
+
+    let events = f.stream(json!({"model":"greedy","input":"Add forever.","tools":[calc_tool()],"stream":true})).await;
+
+    let bodies = f.upstream_bodies("greedy");
+    assert_eq!(bodies.len(), 2, "one round of tools, then the last turn");
+    assert_ne!(bodies[0]["tool_choice"], "none");
+    assert_eq!(bodies[1]["tool_choice"], "none", "{:#}", bodies[1]);
+    assert_eq!(f.tool.calls().len(), 1);
+    let response = terminal(&events);
+    assert_eq!(response["status"], "completed");
+    assert_eq!(output_types(&response), ["mcp_call", "message"]);
+}
