@@ -206,6 +206,7 @@ fn extract_pdf(bytes: &[u8], max_pages: usize, max_bytes: usize) -> Result<PdfTe
     if document.is_encrypted() && document.decrypt("").is_err() {
         return Err(FileError::Invalid("the PDF is encrypted with a password".to_owned()));
     }
+    check_inflated_size(&document, MAX_PDF_INFLATED_BYTES)?;
     let pages: Vec<u32> = document.get_pages().keys().copied().collect();
     let mut text = String::new();
     let mut pages_read = 0;
@@ -220,6 +221,59 @@ fn extract_pdf(bytes: &[u8], max_pages: usize, max_bytes: usize) -> Result<PdfTe
         }
     }
     Ok(PdfText { text, pages_read, total_pages: pages.len() })
+}
+
+/// Most bytes the streams of one PDF may decompress to, all together. pdf-extract decompresses
+/// each stream it reads whole, in memory, so a small file of highly compressed streams (a
+/// "decompression bomb") is refused here first, by decompressing into a bounded buffer.
+const MAX_PDF_INFLATED_BYTES: usize = 128 << 20;
+
+/// Longest output one LZW code can produce: 12-bit codes, so at most 4,096 entries, each one byte
+/// longer than the entry it extends. Bounds an LZW stream's size without decoding it.
+const LZW_MAX_EXPANSION: usize = 4096;
+
+/// Refuse `document` when its streams (images aside: their pixels are never decoded for text)
+/// would decompress to more than `limit` bytes together.
+fn check_inflated_size(document: &pdf_extract::Document, limit: usize) -> Result<(), FileError> {
+    let too_large = || {
+        FileError::Invalid(format!(
+            "the PDF's compressed content expands to more than {} MiB, more than the gateway reads",
+            limit >> 20
+        ))
+    };
+    let mut budget = limit;
+    for object in document.objects.values() {
+        let Ok(stream) = object.as_stream() else { continue };
+        let is_image = stream.dict.get(b"Subtype").and_then(pdf_extract::Object::as_name).is_ok_and(|n| n == b"Image");
+        if is_image {
+            continue;
+        }
+        let filters = stream.filters().unwrap_or_default();
+        let mut data = std::borrow::Cow::Borrowed(stream.content.as_slice());
+        for filter in filters {
+            data = match filter {
+                b"FlateDecode" => std::borrow::Cow::Owned(inflate_at_most(&data, budget).ok_or_else(too_large)?),
+                b"LZWDecode" if data.len().saturating_mul(LZW_MAX_EXPANSION) > budget => return Err(too_large()),
+                // Bounded above: decoded by pdf-extract as usual. ASCII85 shrinks its input.
+                _ => break,
+            };
+        }
+        budget = budget.checked_sub(data.len()).ok_or_else(too_large)?;
+    }
+    Ok(())
+}
+
+/// `input` inflated (zlib, else raw deflate as pdf-extract retries), or `None` when it would be
+/// longer than `limit`. Corrupt data gives what decoded before the error, as pdf-extract reads it.
+fn inflate_at_most(input: &[u8], limit: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    let mut output = Vec::new();
+    let zlib = flate2::read::ZlibDecoder::new(input).take(cap).read_to_end(&mut output);
+    if zlib.is_err() && output.is_empty() && input.len() > 2 {
+        let _ = flate2::read::DeflateDecoder::new(&input[2..]).take(cap).read_to_end(&mut output);
+    }
+    (output.len() <= limit).then_some(output)
 }
 
 #[cfg(test)]
@@ -260,6 +314,56 @@ mod tests {
         assert_eq!(display_name(&file(None, Some("https://x.org/docs/r.pdf?sig=1"))), "r.pdf");
         assert_eq!(display_name(&file(Some("mine.pdf"), Some("https://x.org/r.pdf"))), "mine.pdf");
         assert_eq!(display_name(&file(None, None)), "file");
+    }
+
+    /// A one-page PDF whose page content is `content` compressed with FlateDecode.
+    fn pdf_with_deflated_content(content: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(content).expect("compress");
+        let stream = encoder.finish().expect("compress");
+        let mut objects: Vec<Vec<u8>> = vec![
+            b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>".to_vec(),
+        ];
+        let mut body = format!("<< /Length {} /Filter /FlateDecode >>\nstream\n", stream.len()).into_bytes();
+        body.extend_from_slice(&stream);
+        body.extend_from_slice(b"\nendstream");
+        objects.push(body);
+        let mut out = b"%PDF-1.4\n".to_vec();
+        let mut offsets = Vec::new();
+        for (i, object) in objects.iter().enumerate() {
+            offsets.push(out.len());
+            out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+            out.extend_from_slice(object);
+            out.extend_from_slice(b"\nendobj\n");
+        }
+        let xref = out.len();
+        out.extend_from_slice(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
+        for offset in offsets {
+            out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+        }
+        out.extend_from_slice(
+            format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).as_bytes(),
+        );
+        out
+    }
+
+    #[test]
+    fn a_pdf_whose_streams_inflate_past_the_limit_is_refused_before_extraction() {
+        // 64 MiB of spaces compress to about 64 KiB: small on the wire, large in memory.
+        let bomb = pdf_with_deflated_content(&vec![b' '; 64 << 20]);
+        assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+        let document = pdf_extract::Document::load_mem(&bomb).expect("a valid PDF");
+        match check_inflated_size(&document, 16 << 20) {
+            Err(FileError::Invalid(message)) => assert!(message.contains("more than 16 MiB"), "{message}"),
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(check_inflated_size(&document, 128 << 20).is_ok(), "within the limit it is read");
+        let small = pdf_with_deflated_content(b"BT /F1 12 Tf 72 712 Td (Hello) Tj ET");
+        let document = pdf_extract::Document::load_mem(&small).expect("a valid PDF");
+        assert!(check_inflated_size(&document, 1024).is_ok());
     }
 
     #[test]
