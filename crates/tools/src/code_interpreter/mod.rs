@@ -175,7 +175,12 @@ struct Inner {
     run_permits: tokio::sync::Semaphore,
     /// Executions inside `execute` (running or waiting).
     admitted: AtomicUsize,
+    /// Executions past admission: they have their container's room and are running.
     running: AtomicUsize,
+    /// Held while one execution decides whether its container fits under the total disk cap,
+    /// and, when it does not, until its container's lock is released: so that another execution
+    /// of this process never counts a container that is about to be refused as in use.
+    room: tokio::sync::Mutex<()>,
     /// One async mutex per container in use in this process (the flock serialises across
     /// processes; this avoids polling it within one).
     containers: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
@@ -240,6 +245,7 @@ impl Sandbox {
                 run_permits: tokio::sync::Semaphore::new(config.max_concurrency),
                 admitted: AtomicUsize::new(0),
                 running: AtomicUsize::new(0),
+                room: tokio::sync::Mutex::new(()),
                 containers: Mutex::new(HashMap::new()),
                 launcher: Launcher { bwrap, venv, layout, features, config },
             }),
@@ -411,13 +417,19 @@ impl Sandbox {
             self.forget_container_mutex(container_id, &container_mutex);
             return Err(SandboxError::Busy);
         };
-        let (_container, _permit, _lock) = waited?;
-        inner.running.fetch_add(1, Ordering::SeqCst);
-        let _running = CountGuard(&inner.running);
-
+        let (_container, _permit, lock) = waited?;
         let data = layout.ensure_container(container_id).map_err(SandboxError::Internal)?;
         layout.touch(container_id);
-        self.make_room(container_id).await?;
+        let room = inner.room.lock().await;
+        if let Err(refused) = self.make_room(container_id).await {
+            drop(lock);
+            drop(room);
+            return Err(refused);
+        }
+        drop(room);
+        let _lock = lock;
+        inner.running.fetch_add(1, Ordering::SeqCst);
+        let _running = CountGuard(&inner.running);
 
         let before = blocking({
             let data = data.clone();
