@@ -444,6 +444,22 @@ fn camel_case_word(text: &str) -> Option<&str> {
     })
 }
 
+/// POST `body` as JSON to `url`; the reply's status and its body, which must have the error shape.
+async fn post_body(url: &str, what: &str, body: String) -> (u16, Value) {
+    let response = http_client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: connection failed: {e}"));
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    let json: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: non-JSON reply {text}"));
+    assert_error_shape(&json);
+    (status, json)
+}
+
 #[tokio::test]
 async fn replies_name_the_field_in_our_words_never_the_parsers() {
     let h = Harness::start().await;
@@ -451,17 +467,7 @@ async fn replies_name_the_field_in_our_words_never_the_parsers() {
     let mut failures = Vec::new();
     let all: Vec<_> = cases().into_iter().chain(union_cases()).collect();
     for (what, body, status, param) in all {
-        let response = http_client()
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{what}: connection failed: {e}"));
-        let got_status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        let json: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: non-JSON reply {text}"));
-        assert_error_shape(&json);
+        let (got_status, json) = post_body(&url, what, body).await;
         let message = json["error"]["message"].as_str().unwrap_or_default();
         let got_param = json["error"]["param"].as_str();
         let lower = message.to_ascii_lowercase();
@@ -516,17 +522,7 @@ async fn malformed_requests_get_a_precise_4xx() {
     let all = cases();
     assert!(all.len() >= 50, "the table covers dozens of cases");
     for (what, body, status, param) in all {
-        let response = http_client()
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{what}: connection failed: {e}"));
-        let got_status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        let json: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: non-JSON reply {text}"));
-        assert_error_shape(&json);
+        let (got_status, json) = post_body(&url, what, body).await;
         let got_param = json["error"]["param"].as_str();
         if got_status != status || got_param != param {
             failures.push(format!(

@@ -39,21 +39,8 @@ fn pdf(pages: &[&str]) -> Vec<u8> {
         ));
         objects.push(format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()));
     }
-    let mut out = b"%PDF-1.4\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, object) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", i + 1).as_bytes());
-    }
-    let xref = out.len();
-    out.extend_from_slice(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
-    for offset in offsets {
-        out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1).as_bytes(),
-    );
-    out
+    let objects: Vec<Vec<u8>> = objects.into_iter().map(String::into_bytes).collect();
+    respgw_testkit::pdf::document(&objects)
 }
 
 /// A 1×1 PNG.

@@ -7,6 +7,7 @@
 //! * [`schema`]: validation of gateway output against the Open Responses OpenAPI document.
 //! * [`client_log`]: [`ClientLog`], a recording pass-through between a real client and the gateway.
 //! * [`gateway`]: starts the real `respgw` binary as a child process, plus small HTTP client helpers.
+//! * [`pdf`]: minimal PDF files written by hand.
 //! * [`postgres`]: a fresh PostgreSQL schema per test, and a TCP proxy that can cut the database off.
 //! * [`prerequisites`]: what tests need from outside the repository, and skipping (or, under
 //!   `scripts/test`, failing) a test when it is missing.
@@ -14,6 +15,7 @@
 pub mod cassette;
 pub mod client_log;
 pub mod gateway;
+pub mod pdf;
 pub mod postgres;
 pub mod prerequisites;
 pub mod schema;
