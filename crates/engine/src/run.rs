@@ -286,7 +286,7 @@ impl Engine {
             Some(prev) => {
                 let mut stored = self
                     .store
-                    .conversation(prev)
+                    .history(prev)
                     .await
                     .map_err(|e| store_error(&e))?
                     .ok_or_else(|| ApiError::previous_response_not_found(prev))?;

@@ -94,7 +94,7 @@ mod tests {
         async fn response(&self, _: &str) -> Result<Option<serde_json::Value>, StoreError> {
             Ok(None)
         }
-        async fn conversation(&self, _: &str) -> Result<Option<Vec<Item>>, StoreError> {
+        async fn history(&self, _: &str) -> Result<Option<Vec<Item>>, StoreError> {
             Ok(None)
         }
         async fn input_items(&self, _: &str, _: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {

@@ -119,8 +119,8 @@ impl ResponseStore for WrappedStore {
     async fn response(&self, id: &str) -> Result<Option<Value>, StoreError> {
         self.inner.response(id).await
     }
-    async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
-        self.inner.conversation(id).await
+    async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+        self.inner.history(id).await
     }
     async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
         self.inner.input_items(id, page).await

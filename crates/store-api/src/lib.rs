@@ -1,5 +1,10 @@
-//! The response store's interface: [`ResponseStore`], what a caller hands it ([`NewResponse`],
-//! [`InputItemsPage`]), what it returns ([`InputItemsList`]) and how it fails ([`StoreError`]).
+//! The store's interface: [`ResponseStore`], what a caller hands it ([`NewResponse`],
+//! [`NewConversation`], [`InputItemsPage`]), what it returns ([`InputItemsList`],
+//! [`ConversationRecord`], [`ConversationHistory`]) and how it fails ([`StoreError`]).
+//!
+//! Two kinds of state live in it: stored responses, each with the ordered history it continues
+//! (its *history*), and conversations (`conv_…`), ordered item lists that clients edit and that
+//! responses created in them extend.
 //!
 //! The engine and the server's handlers need only this; the backends (SQLite, PostgreSQL) and
 //! choosing one from a location are in `respgw-store`, so a crate that never opens a database
@@ -32,6 +37,63 @@ pub struct NewResponse {
     pub input: Vec<Item>,
     /// This response's output items (new rows).
     pub output: Vec<Item>,
+    /// The conversation this response was created in: the save appends `input` then `output` to
+    /// it in the same transaction, and the response's history is the conversation's items as they
+    /// were (`history_from` is then `None`).
+    pub conversation: Option<ConversationAppend>,
+}
+
+/// Which conversation a response extends, and the state of it the response was computed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationAppend {
+    /// The conversation id (`conv_…`).
+    pub id: String,
+    /// [`ConversationHistory::version`] as read when the response started. If the conversation
+    /// changed since (another response or an items call), the save fails with
+    /// [`StoreError::ConversationChanged`] and writes nothing.
+    pub version: i64,
+}
+
+/// A conversation to create.
+#[derive(Debug, Clone)]
+pub struct NewConversation {
+    /// `conv_…`; must not be stored yet.
+    pub id: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// The metadata object (validated by the caller: at most 16 string pairs).
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// Initial items, in order (new rows).
+    pub items: Vec<Item>,
+}
+
+/// A stored conversation, without its items.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationRecord {
+    pub id: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What a response created in a conversation starts from: all its items, oldest first, and the
+/// version they are at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationHistory {
+    pub items: Vec<Item>,
+    /// Changes with every change of the item list (append or delete); metadata updates do not
+    /// change it.
+    pub version: i64,
+}
+
+/// The outcome of looking up or deleting one item of a conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConversationItemLookup<T> {
+    /// No conversation with that id (or it was deleted).
+    NoConversation,
+    /// The conversation exists but holds no item with that id.
+    NoItem,
+    Found(T),
 }
 
 /// Sort order of an input-items listing (OpenAI's `order` parameter; its default is `desc`).
@@ -82,6 +144,12 @@ pub enum StoreError {
     /// one ran).
     #[error("inherited history is gone: {0}")]
     MissingHistory(String),
+    /// The conversation of [`NewResponse::conversation`] was deleted while the response ran.
+    #[error("conversation {0} is gone")]
+    ConversationGone(String),
+    /// The conversation of [`NewResponse::conversation`] changed since the response read it.
+    #[error("conversation {0} changed while the response ran")]
+    ConversationChanged(String),
 }
 
 /// Where responses and their conversations are kept.
@@ -94,9 +162,9 @@ pub trait ResponseStore: Send + Sync + 'static {
     /// The stored response object JSON, or None.
     async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError>;
 
-    /// The full ordered conversation to continue from `id`: inherited items ++ its input ++ its
-    /// output. One query. None if `id` is not stored (or was deleted).
-    async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError>;
+    /// The full ordered history to continue from response `id`: inherited items ++ its input ++
+    /// its output. One query. None if `id` is not stored (or was deleted).
+    async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError>;
 
     /// This response's own input items (not inherited ones), paginated like OpenAI's input_items
     /// list (`after` is an item id; the cursor is exclusive). None if `id` is not stored.
@@ -106,4 +174,44 @@ pub trait ResponseStore: Send + Sync + 'static {
     /// transaction unless a continuation shares them, in which case they go with the last such
     /// continuation; continuations of the deleted response keep working.
     async fn delete(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Create a conversation with its initial items, atomically.
+    async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError>;
+
+    /// The conversation's record, or None when it does not exist (or was deleted).
+    async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError>;
+
+    /// Replace the conversation's metadata; the updated record, or None when it does not exist.
+    async fn update_conversation(
+        &self,
+        id: &str,
+        metadata: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Option<ConversationRecord>, StoreError>;
+
+    /// Delete a conversation; false when it does not exist. Stored responses created in it keep
+    /// their whole history.
+    async fn delete_conversation(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Every item of the conversation, oldest first, with its version: what a response created in
+    /// it continues. One consistent snapshot. None when it does not exist.
+    async fn conversation_history(&self, id: &str) -> Result<Option<ConversationHistory>, StoreError>;
+
+    /// One page of the conversation's items (`after` is an item id, exclusive; an id not in the
+    /// conversation yields an empty page). None when the conversation does not exist.
+    async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError>;
+
+    /// Append items to the conversation, atomically, after everything already in it. None when
+    /// the conversation does not exist.
+    async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError>;
+
+    /// The first item with id `item_id` in the conversation.
+    async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError>;
+
+    /// Remove the first item with id `item_id` from the conversation; the conversation's record
+    /// when it was removed. Stored responses whose history holds the item keep it.
+    async fn delete_conversation_item(
+        &self,
+        id: &str,
+        item_id: &str,
+    ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError>;
 }

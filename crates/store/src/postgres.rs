@@ -453,7 +453,7 @@ impl ResponseStore for PostgresStore {
         serde_json::from_str(&body).map(Some).map_err(|e| StoreError::Corrupt(format!("response {id}: {e}")))
     }
 
-    async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+    async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
         let id = &*lookup_key(id);
         let rows = sqlx::query(SELECT_CONVERSATION).bind(id).fetch_all(&self.pool).await.map_err(map_err)?;
         if rows.is_empty() {

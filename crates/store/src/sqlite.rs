@@ -522,7 +522,7 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn conversation(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+    async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
         let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
         self.read(move |conn| query_items(conn, &cache, SELECT_CONVERSATION, [&id])).await
     }

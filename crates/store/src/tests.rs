@@ -88,7 +88,7 @@ impl TestStore {
     }
 
     /// The key list a response's row keeps (tombstones included).
-    async fn history(&self, id: &str) -> Vec<i64> {
+    async fn history_keys(&self, id: &str) -> Vec<i64> {
         match self {
             TestStore::Sqlite(store) => {
                 let id = id.to_owned();
@@ -177,7 +177,7 @@ async fn deletes_racing_continuations_never_leave_dangling_history(backend: Back
             let (id, saved) = save.await.unwrap();
             match saved {
                 Ok(()) => {
-                    let conv = store.conversation(&id).await.unwrap().unwrap();
+                    let conv = store.history(&id).await.unwrap().unwrap();
                     assert_eq!(ids(&conv), [a.clone(), b.clone(), format!("{id}_in")]);
                 }
                 Err(StoreError::MissingHistory(_)) => assert!(store.response(&id).await.unwrap().is_none()),
@@ -253,7 +253,7 @@ async fn save_then_response_round_trips(backend: Backend) {
     assert!(raw[0].starts_with('{'));
 
     assert!(store.response("resp_nope").await.unwrap().is_none());
-    assert!(store.conversation("resp_nope").await.unwrap().is_none());
+    assert!(store.history("resp_nope").await.unwrap().is_none());
     let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
     assert!(store.input_items("resp_nope", page).await.unwrap().is_none());
 }
@@ -267,14 +267,14 @@ async fn chain_of_three_reads_in_one_conversation_and_stores_items_once(backend:
         .unwrap();
     store.save(new_response("r3", Some("r2"), vec![user("i3")], vec![assistant("o3")])).await.unwrap();
 
-    let c3 = store.conversation("r3").await.unwrap().unwrap();
+    let c3 = store.history("r3").await.unwrap().unwrap();
     assert_eq!(
         c3,
         vec![user("i1"), assistant("o1"), user("i2"), assistant("o2a"), assistant("o2b"), user("i3"), assistant("o3")]
     );
     // The inherited prefix is the very same rows: each item is stored once, and each response has
     // one row per item of its own.
-    let (h2, h3) = (store.history("r2").await, store.history("r3").await);
+    let (h2, h3) = (store.history_keys("r2").await, store.history_keys("r3").await);
     assert_eq!(&h3[..5], &h2[..]);
     assert_eq!(count(&store, "items").await, 7);
     assert_eq!(count(&store, "response_items").await, 2 + 3 + 2);
@@ -344,9 +344,9 @@ async fn delete_keeps_continuations_and_collects_orphans(backend: Backend) {
     assert!(store.delete("r1").await.unwrap());
     assert!(!store.delete("r1").await.unwrap());
     assert!(store.response("r1").await.unwrap().is_none());
-    assert!(store.conversation("r1").await.unwrap().is_none());
+    assert!(store.history("r1").await.unwrap().is_none());
     assert!(store.input_items("r1", page.clone()).await.unwrap().is_none());
-    let c2 = store.conversation("r2").await.unwrap().unwrap();
+    let c2 = store.history("r2").await.unwrap().unwrap();
     assert_eq!(c2, vec![user("a"), assistant("b"), user("e"), assistant("f")]);
     assert_eq!(items_left(&store).await, ["a", "b", "c", "d", "e", "f"]);
 
@@ -355,7 +355,7 @@ async fn delete_keeps_continuations_and_collects_orphans(backend: Backend) {
     assert_eq!(items_left(&store).await, ["c", "d"]);
     assert_eq!(count(&store, "responses").await, 1);
     assert_eq!(count(&store, "response_items").await, 2);
-    assert_eq!(store.conversation("other").await.unwrap().unwrap().len(), 2);
+    assert_eq!(store.history("other").await.unwrap().unwrap().len(), 2);
     assert!(!store.delete("never").await.unwrap());
 
     // A chain deleted from the middle: x2 and then x1 become tombstones, and deleting the leaf
@@ -366,7 +366,7 @@ async fn delete_keeps_continuations_and_collects_orphans(backend: Backend) {
     store.save(new_response("x2b", Some("x2"), vec![user("x2b_in")], vec![])).await.unwrap();
     assert!(store.delete("x2").await.unwrap());
     assert!(store.delete("x1").await.unwrap());
-    assert_eq!(store.conversation("x3").await.unwrap().unwrap(), vec![user("x1_in"), user("x2_in"), user("x3_in")]);
+    assert_eq!(store.history("x3").await.unwrap().unwrap(), vec![user("x1_in"), user("x2_in"), user("x3_in")]);
     assert!(store.delete("x2b").await.unwrap());
     assert_eq!(items_left(&store).await, ["c", "d", "x1_in", "x2_in", "x3_in"]);
     assert!(store.delete("x3").await.unwrap());
@@ -405,9 +405,9 @@ async fn continuing_a_response_deleted_meanwhile(backend: Backend) {
     store.save(new_response("k2", Some("k1"), vec![user("k2_in")], vec![])).await.unwrap();
     assert!(store.delete("k1").await.unwrap());
     store.save(new_response("k3", Some("k1"), vec![user("k3_in")], vec![])).await.unwrap();
-    assert_eq!(store.conversation("k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
+    assert_eq!(store.history("k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
     assert!(store.delete("k2").await.unwrap());
-    assert_eq!(store.conversation("k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
+    assert_eq!(store.history("k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
     assert!(store.delete("k3").await.unwrap());
     assert_eq!(items_left(&store).await, ["x", "y"]);
 }
@@ -451,17 +451,17 @@ async fn a_version_1_database_is_migrated(backend: Backend) {
     }
     let store = backend.open().await;
     assert_eq!(
-        store.conversation("r2").await.unwrap().unwrap(),
+        store.history("r2").await.unwrap().unwrap(),
         vec![user("a"), assistant("b"), user("c"), assistant("d")]
     );
-    assert_eq!(store.conversation("r3").await.unwrap().unwrap(), vec![user("e"), user("f")]);
+    assert_eq!(store.history("r3").await.unwrap().unwrap(), vec![user("e"), user("f")]);
     let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
     assert_eq!(store.input_items("r2", page).await.unwrap().unwrap().items, vec![user("c")]);
     // r1 is continued by r2 (its history_from), so deleting it keeps its items until r2 goes.
     assert!(store.delete("r1").await.unwrap());
     assert_eq!(items_left(&store).await, ["a", "b", "c", "d", "e", "f"]);
     store.save(new_response("r4", Some("r2"), vec![user("g")], vec![])).await.unwrap();
-    assert_eq!(store.conversation("r4").await.unwrap().unwrap().len(), 5);
+    assert_eq!(store.history("r4").await.unwrap().unwrap().len(), 5);
     assert!(store.delete("r4").await.unwrap());
     assert!(store.delete("r2").await.unwrap());
     // `e` belonged to a response deleted under version 1: it stays (never collected).
@@ -499,7 +499,7 @@ async fn two_stores_on_one_database_write_concurrently(backend: Backend) {
             for n in 0..50 {
                 let id = format!("r{s}_{n}");
                 assert!(store.response(&id).await.unwrap().is_some(), "{id}");
-                let conv = store.conversation(&id).await.unwrap().unwrap();
+                let conv = store.history(&id).await.unwrap().unwrap();
                 assert_eq!(ids(&conv), [format!("{id}_in"), format!("{id}_out")]);
             }
         }
@@ -529,7 +529,7 @@ async fn open_dispatches_on_location() {
         if store.response("r1").await.unwrap().is_none() {
             store.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
         }
-        assert_eq!(store.conversation("r1").await.unwrap().unwrap().len(), 1);
+        assert_eq!(store.history("r1").await.unwrap().unwrap().len(), 1);
     }
 
     let a = format!("sqlite://{}", dir.path().join("a.db").display());
@@ -549,7 +549,7 @@ async fn open_dispatches_on_location() {
 
     let mem = open(":memory:").await.unwrap();
     mem.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
-    assert_eq!(mem.conversation("r1").await.unwrap().unwrap().len(), 1);
+    assert_eq!(mem.history("r1").await.unwrap().unwrap().len(), 1);
 }
 
 #[test]
@@ -603,7 +603,7 @@ async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     // A store opened afterwards (another process) has decoded nothing yet.
     drop(store);
     let store = backend.open().await;
-    let err = store.conversation("r1").await.unwrap_err();
+    let err = store.history("r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
     let err = store.response("r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
@@ -664,7 +664,7 @@ async fn two_processes_on_one_file_write_concurrently() {
     for tag in ["p0", "p1"] {
         for n in 0..50 {
             let id = format!("{tag}_{n}");
-            let conv = store.conversation(&id).await.unwrap().unwrap();
+            let conv = store.history(&id).await.unwrap().unwrap();
             assert_eq!(ids(&conv), [id.as_str()]);
         }
     }
