@@ -11,6 +11,8 @@ mod bad_input;
 mod code_interpreter;
 mod codex_cli;
 mod configuration;
+mod conversations;
+mod conversations_sdk;
 mod faults;
 mod hardening;
 mod input_file;

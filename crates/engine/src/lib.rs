@@ -14,6 +14,7 @@
 
 pub mod chat;
 mod cite;
+mod conversations;
 pub mod files;
 pub mod gateway_tool;
 mod offer;
@@ -26,6 +27,7 @@ pub mod tool_kinds;
 pub mod turn;
 pub mod upstream;
 
+pub use conversations::Conversations;
 pub use files::FileReader;
 pub use gateway_tool::{FunctionSpec, GatewayCall, GatewayTool, ResolvedTools, ToolResolver};
 pub use run::{Engine, Limits, LocalConversation, PreparedResponse, RunOutcome};

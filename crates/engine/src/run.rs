@@ -21,12 +21,13 @@ use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{
     ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
 };
-use respgw_store_api::{NewResponse, ResponseStore, StoreError};
+use respgw_store_api::{ConversationAppend, NewResponse, ResponseStore, StoreError};
 use respgw_telemetry::Metrics;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::chat::{ChatRequest, ToolOffer};
+use crate::conversations::Conversations;
 use crate::files::{FileReader, read_input_files};
 use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
 use crate::offer::{ToolMenu, TurnPhase};
@@ -152,6 +153,9 @@ pub struct PreparedResponse {
     /// Inherited items that are in no store (continued from a [`LocalConversation`]): a
     /// `store:true` response saves them as part of its input.
     unstored_inherited: Vec<Item>,
+    /// The conversation this response was created in, at the version its history was read at:
+    /// the save appends to it only if nothing changed it meanwhile.
+    conversation: Option<ConversationAppend>,
     response: ResponseObject,
     /// Headers forwarded on upstream calls (e.g. `x-request-id`).
     upstream_headers: Vec<(&'static str, String)>,
@@ -174,6 +178,8 @@ fn unix_now() -> i64 {
 pub(crate) fn store_error(e: &StoreError) -> ApiError {
     match e {
         StoreError::Unavailable(detail) => ApiError::store_unavailable(detail),
+        StoreError::ConversationGone(id) => ApiError::conversation_not_found(id, "conversation"),
+        StoreError::ConversationChanged(id) => ApiError::conversation_conflict(id),
         StoreError::Duplicate(_) | StoreError::Corrupt(_) | StoreError::MissingHistory(_) => {
             ApiError::internal(format!("The response store failed: {e}"))
         }
@@ -245,6 +251,11 @@ impl Engine {
         StoredResponses { store: self.store.as_ref() }
     }
 
+    /// Reads and writes of conversations and their items.
+    pub fn conversations(&self) -> Conversations<'_> {
+        Conversations { store: self.store.as_ref() }
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
@@ -276,14 +287,27 @@ impl Engine {
         self.open_sealed_reasoning(&mut request.input)?;
         read_input_files(self.files.as_deref(), &mut request.input).await?;
         let mut unstored_inherited = Vec::new();
-        let (mut history, history_from) = match &request.previous_response_id {
-            None => (Vec::with_capacity(request.input.len()), None),
-            Some(prev) if local.is_some_and(|l| &l.response_id == prev) => {
+        let mut conversation = None;
+        let (mut history, history_from) = match (&request.conversation, &request.previous_response_id) {
+            (Some(id), _) => {
+                let stored = self
+                    .store
+                    .conversation_history(id)
+                    .await
+                    .map_err(|e| store_error(&e))?
+                    .ok_or_else(|| ApiError::conversation_not_found(id, "conversation"))?;
+                conversation = Some(ConversationAppend { id: id.clone(), version: stored.version });
+                let mut items = stored.items;
+                items.reserve(request.input.len());
+                (items, None)
+            }
+            (None, None) => (Vec::with_capacity(request.input.len()), None),
+            (None, Some(prev)) if local.is_some_and(|l| &l.response_id == prev) => {
                 let items = local.map(|l| l.items.clone()).unwrap_or_default();
                 unstored_inherited.clone_from(&items);
                 (items, None)
             }
-            Some(prev) => {
+            (None, Some(prev)) => {
                 let mut stored = self
                     .store
                     .history(prev)
@@ -294,6 +318,9 @@ impl Engine {
                 (stored, Some(prev.clone()))
             }
         };
+        if history.is_empty() && request.input.is_empty() {
+            return Err(ApiError::invalid("input", "'input' must not be empty: the conversation holds no items yet."));
+        }
         history.extend(request.input.iter().cloned());
         let resolved = self.tools.resolve(&request, &history).await?;
         let menu = ToolMenu::new(&request, &resolved.tools);
@@ -307,6 +334,7 @@ impl Engine {
             history,
             history_from,
             unstored_inherited,
+            conversation,
             response,
             upstream_headers,
             gateway_tools: resolved.tools,
@@ -633,6 +661,7 @@ impl PreparedResponse {
                 history_from: self.history_from.clone(),
                 input: self.unstored_inherited.iter().chain(&self.request.input).cloned().collect(),
                 output: self.output.clone(),
+                conversation: self.conversation.clone(),
             })
             .await
     }

@@ -67,6 +67,40 @@ impl ApiError {
             .with_code("previous_response_not_found")
     }
 
+    /// 404 for a conversation that does not exist (or was deleted); `param` names where the id
+    /// came from (`conversation` in a create-response body, `conversation_id` in a path).
+    pub fn conversation_not_found(id: &str, param: &str) -> Self {
+        Self::new(404, ErrorType::InvalidRequestError, format!("No conversation found with id '{id}'."))
+            .with_param(param)
+            .with_code("conversation_not_found")
+    }
+
+    /// 404 for an item id that is not in the conversation.
+    pub fn conversation_item_not_found(conversation_id: &str, item_id: &str) -> Self {
+        Self::new(
+            404,
+            ErrorType::InvalidRequestError,
+            format!("No item with id '{item_id}' found in conversation '{conversation_id}'."),
+        )
+        .with_param("item_id")
+        .with_code("item_not_found")
+    }
+
+    /// 409 `conversation_conflict`: the conversation changed while a response created in it ran
+    /// (another response finished first, or items were added or deleted); nothing was stored.
+    pub fn conversation_conflict(id: &str) -> Self {
+        Self::new(
+            409,
+            ErrorType::InvalidRequestError,
+            format!(
+                "Conversation '{id}' changed while this response ran (another response or an items call \
+                 updated it first), so the response was not added to it. Retry the request."
+            ),
+        )
+        .with_param("conversation")
+        .with_code("conversation_conflict")
+    }
+
     /// 401 `authentication_error`.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(401, ErrorType::AuthenticationError, message).with_code("invalid_api_key")

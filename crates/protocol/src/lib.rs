@@ -9,6 +9,7 @@
 //! Architecture invariant: this crate does no I/O and knows nothing of HTTP servers, upstreams
 //! or storage engines; it is pure data plus the rules that make data valid.
 
+pub mod conversations;
 pub mod error;
 pub mod events;
 pub mod ids;

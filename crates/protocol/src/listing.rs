@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ApiError;
+use crate::request::KNOWN_INCLUDES;
 
 /// Items per page when the query names no `limit`.
 const DEFAULT_LIMIT: usize = 20;
@@ -19,6 +20,39 @@ pub struct ListQueryParams {
     pub after: Option<String>,
     pub limit: Option<String>,
     pub order: Option<String>,
+}
+
+impl ListQueryParams {
+    /// A raw query string's list parameters and its `include` values, which may repeat
+    /// (`include=a&include=b`, or `include[]=a&include[]=b` as the official SDKs write them).
+    /// Each `include` value must be one the gateway knows (400 naming `include[i]`); other
+    /// parameters are ignored.
+    pub fn with_include(raw: Option<&str>) -> Result<(ListQueryParams, Vec<String>), ApiError> {
+        let mut params = ListQueryParams::default();
+        let mut include = Vec::new();
+        for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+            match key.as_ref() {
+                "after" => params.after = Some(value.into_owned()),
+                "limit" => params.limit = Some(value.into_owned()),
+                "order" => params.order = Some(value.into_owned()),
+                "include" | "include[]" => include.push(value.into_owned()),
+                _ => {}
+            }
+        }
+        check_include(&include)?;
+        Ok((params, include))
+    }
+}
+
+/// Every `include` value is one the gateway knows; otherwise a 400 naming the first unknown one.
+pub fn check_include(include: &[String]) -> Result<(), ApiError> {
+    match include.iter().enumerate().find(|(_, v)| !KNOWN_INCLUDES.contains(&v.as_str())) {
+        Some((i, bad)) => Err(ApiError::invalid(
+            format!("include[{i}]"),
+            format!("Unknown include value '{bad}'. Accepted values: {}.", KNOWN_INCLUDES.join(", ")),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Which end of a list comes first.
@@ -122,6 +156,18 @@ mod tests {
         assert_eq!(ListQuery::parse(params(None, Some("asc"))).unwrap().order, ListOrder::Asc);
         let e = ListQuery::parse(params(None, Some("newest"))).unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (400, Some("order")));
+    }
+
+    #[test]
+    fn include_may_repeat_in_either_spelling() {
+        let raw = "limit=5&include[]=reasoning.encrypted_content&include=code_interpreter_call.outputs&x=1";
+        let (params, include) = ListQueryParams::with_include(Some(raw)).unwrap();
+        assert_eq!(params.limit.as_deref(), Some("5"));
+        assert_eq!(include, ["reasoning.encrypted_content", "code_interpreter_call.outputs"]);
+        let e =
+            ListQueryParams::with_include(Some("include[]=web_search_call.action.sources&include[]=nope")).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("include[1]")));
+        assert!(ListQueryParams::with_include(None).unwrap().1.is_empty());
     }
 
     #[test]

@@ -239,6 +239,9 @@ pub struct ValidatedRequest {
     pub safety_identifier: Option<String>,
     pub prompt_cache_key: Option<String>,
     pub prompt_cache_retention: Option<String>,
+    /// The conversation (`conv_…`) whose items come before `input`, and which this response's
+    /// input and output are appended to when it finishes.
+    pub conversation: Option<String>,
 }
 
 impl CreateResponseRequest {
@@ -317,7 +320,10 @@ impl CreateResponseRequest {
                 .collect::<Result<Vec<_>, _>>()?,
         };
         check_input_files(&input, limits)?;
-        if input.is_empty() && self.previous_response_id.is_none() {
+        if input.is_empty()
+            && self.previous_response_id.is_none()
+            && self.conversation.as_ref().is_none_or(Value::is_null)
+        {
             return Err(ApiError::invalid("input", "'input' must not be empty."));
         }
         if let Some(id) = &self.previous_response_id
@@ -328,10 +334,17 @@ impl CreateResponseRequest {
         if self.background == Some(true) {
             return Err(ApiError::invalid("background", "Background mode is not supported by this gateway."));
         }
-        if self.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+        let conversation = parse_conversation(self.conversation)?;
+        if conversation.is_some() && self.previous_response_id.is_some() {
             return Err(ApiError::invalid(
                 "conversation",
-                "Conversations are not supported by this gateway; use previous_response_id.",
+                "'conversation' and 'previous_response_id' cannot be used together: a response continues either a conversation or a previous response.",
+            ));
+        }
+        if conversation.is_some() && self.store == Some(false) {
+            return Err(ApiError::invalid(
+                "store",
+                "A response created in a conversation is stored with it; 'store' must not be false when 'conversation' is set.",
             ));
         }
         if self.prompt.as_ref().is_some_and(|p| !p.is_null()) {
@@ -359,12 +372,7 @@ impl CreateResponseRequest {
         check_short("prompt_cache_key", self.prompt_cache_key.as_deref())?;
 
         let include = self.include.unwrap_or_default();
-        if let Some((i, bad)) = include.iter().enumerate().find(|(_, v)| !KNOWN_INCLUDES.contains(&v.as_str())) {
-            return Err(ApiError::invalid(
-                format!("include[{i}]"),
-                format!("Unknown include value '{bad}'. Accepted values: {}.", KNOWN_INCLUDES.join(", ")),
-            ));
-        }
+        crate::listing::check_include(&include)?;
 
         let tools = parse_tools(self.tools.unwrap_or_default(), caps)?;
         let tool_choice = match self.tool_choice {
@@ -415,8 +423,36 @@ impl CreateResponseRequest {
             safety_identifier: self.safety_identifier,
             prompt_cache_key: self.prompt_cache_key,
             prompt_cache_retention: self.prompt_cache_retention,
+            conversation,
         })
     }
+}
+
+/// `conversation`: an id, or `{"id": …}`; null means none.
+fn parse_conversation(value: Option<Value>) -> Result<Option<String>, ApiError> {
+    let id = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(id)) => id,
+        Some(Value::Object(mut object)) => match object.remove("id") {
+            Some(Value::String(id)) => id,
+            _ => {
+                return Err(ApiError::invalid(
+                    "conversation.id",
+                    "'conversation.id' must be the id of a conversation (a string).",
+                ));
+            }
+        },
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "conversation",
+                "'conversation' must be a conversation id or an object with its 'id'.",
+            ));
+        }
+    };
+    if id.trim().is_empty() {
+        return Err(ApiError::invalid("conversation", "'conversation' must not be empty."));
+    }
+    Ok(Some(id))
 }
 
 /// The `input_file` parts of this request's input pass the checks that need no I/O: one source,
@@ -459,7 +495,9 @@ fn check_short(field: &str, value: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-fn check_metadata(metadata: &Map<String, Value>) -> Result<(), ApiError> {
+/// The reference API's metadata limits: at most 16 pairs, keys up to 64 characters, string values
+/// up to 512 characters.
+pub fn check_metadata(metadata: &Map<String, Value>) -> Result<(), ApiError> {
     if metadata.len() > 16 {
         return Err(ApiError::invalid("metadata", "'metadata' may hold at most 16 keys."));
     }
@@ -594,6 +632,31 @@ mod tests {
         assert_eq!(e.status, 400);
         let e = CreateResponseRequest::from_slice(br#"{"model":"m","input":"x","max_output_tokens":-1}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("max_output_tokens"));
+    }
+
+    #[test]
+    fn conversation_is_an_id_or_an_object_with_one() {
+        let r = validate(json!({"model":"m","input":"x","conversation":"conv_1"})).unwrap();
+        assert_eq!(r.conversation.as_deref(), Some("conv_1"));
+        let r = validate(json!({"model":"m","input":"x","conversation":{"id":"conv_2"}})).unwrap();
+        assert_eq!(r.conversation.as_deref(), Some("conv_2"));
+        assert_eq!(validate(json!({"model":"m","input":"x","conversation":null})).unwrap().conversation, None);
+        for (bad, param) in
+            [(json!(7), "conversation"), (json!({"id": 7}), "conversation.id"), (json!(" "), "conversation")]
+        {
+            let e = validate(json!({"model":"m","input":"x","conversation":bad})).unwrap_err();
+            assert_eq!((e.status, e.param.as_deref()), (400, Some(param)), "{bad}");
+        }
+    }
+
+    #[test]
+    fn conversation_excludes_previous_response_id_and_unstored_responses() {
+        let e = validate(json!({"model":"m","input":"x","conversation":"c","previous_response_id":"r"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("conversation"));
+        let e = validate(json!({"model":"m","input":"x","conversation":"c","store":false})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("store"));
+        // The conversation may already hold what the model is to answer.
+        assert!(validate(json!({"model":"m","input":[],"conversation":"c"})).is_ok());
     }
 
     #[test]

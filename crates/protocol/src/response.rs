@@ -2,7 +2,7 @@
 //! `GET /v1/responses/{id}` return. Every key of the Open Responses schema is always present,
 //! nullable ones as `null`, so strict clients never meet a missing key.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::items::Item;
@@ -113,6 +113,15 @@ pub struct ResponseObject {
     pub usage: Option<Usage>,
     pub user: Option<String>,
     pub metadata: Map<String, Value>,
+    /// The conversation this response was created in (sent only when there is one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationRef>,
+}
+
+/// `{"id": "conv_…"}`: the conversation a response belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationRef {
+    pub id: String,
 }
 
 impl ResponseObject {
@@ -156,6 +165,7 @@ impl ResponseObject {
             usage: None,
             user: req.user.clone(),
             metadata: req.metadata.clone(),
+            conversation: req.conversation.clone().map(|id| ConversationRef { id }),
         }
     }
 }

@@ -9,6 +9,7 @@
 mod app;
 mod auth;
 mod connections;
+mod conversations;
 mod error;
 mod event_sequence;
 mod json_body;

@@ -450,10 +450,7 @@ async fn a_version_1_database_is_migrated(backend: Backend) {
         }
     }
     let store = backend.open().await;
-    assert_eq!(
-        store.history("r2").await.unwrap().unwrap(),
-        vec![user("a"), assistant("b"), user("c"), assistant("d")]
-    );
+    assert_eq!(store.history("r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c"), assistant("d")]);
     assert_eq!(store.history("r3").await.unwrap().unwrap(), vec![user("e"), user("f")]);
     let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
     assert_eq!(store.input_items("r2", page).await.unwrap().unwrap().items, vec![user("c")]);

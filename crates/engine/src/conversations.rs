@@ -1,0 +1,122 @@
+//! Conversations as clients manage them — `/v1/conversations` and its items: create, retrieve,
+//! update and delete a conversation; list, add, retrieve and delete its items. Responses created
+//! in a conversation read and extend it in `run.rs`; this is the rest of what the engine does
+//! with conversations, so a handler never reaches past the engine into the store.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use respgw_protocol::conversations::{AddItems, ConversationObject, CreateConversation, UpdateConversation};
+use respgw_protocol::ids::{IdKind, new_id};
+use respgw_protocol::listing::{Deleted, ListOrder, ListPage, ListQuery};
+use respgw_protocol::{ApiError, Item};
+use respgw_store_api::{
+    ConversationItemLookup, ConversationRecord, InputItemsOrder, InputItemsPage, NewConversation, ResponseStore,
+};
+
+use crate::run::store_error;
+use crate::tool_kinds;
+
+/// Reads and writes of conversations (see [`crate::Engine::conversations`]).
+pub struct Conversations<'a> {
+    pub(crate) store: &'a dyn ResponseStore,
+}
+
+/// Where a conversation id came from, for the `param` of a 404.
+const PATH_PARAM: &str = "conversation_id";
+
+fn object(record: ConversationRecord) -> ConversationObject {
+    ConversationObject::new(record.id, record.created_at, record.metadata)
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// An item as a client sees it in a conversation listing: what a response's output shows with
+/// the same `include`.
+fn present(item: Item, include: &[String]) -> Item {
+    tool_kinds::present(&item, include)
+}
+
+impl Conversations<'_> {
+    /// Create a conversation with its initial items.
+    pub async fn create(&self, request: CreateConversation) -> Result<ConversationObject, ApiError> {
+        let conversation = NewConversation {
+            id: new_id(IdKind::Conversation),
+            created_at: unix_now(),
+            metadata: request.metadata,
+            items: request.items,
+        };
+        let created =
+            ConversationObject::new(conversation.id.clone(), conversation.created_at, conversation.metadata.clone());
+        self.store.create_conversation(conversation).await.map_err(|e| store_error(&e))?;
+        Ok(created)
+    }
+
+    /// The conversation `id`; 404 when it does not exist.
+    pub async fn retrieve(&self, id: &str) -> Result<ConversationObject, ApiError> {
+        let record = self.store.conversation(id).await.map_err(|e| store_error(&e))?;
+        record.map(object).ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))
+    }
+
+    /// Replace the metadata of conversation `id`.
+    pub async fn update(&self, id: &str, request: UpdateConversation) -> Result<ConversationObject, ApiError> {
+        let record = self.store.update_conversation(id, request.metadata).await.map_err(|e| store_error(&e))?;
+        record.map(object).ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))
+    }
+
+    /// Delete conversation `id`; responses created in it stay readable and continuable.
+    pub async fn delete(&self, id: &str) -> Result<Deleted, ApiError> {
+        if self.store.delete_conversation(id).await.map_err(|e| store_error(&e))? {
+            Ok(Deleted::new(id.to_owned(), "conversation.deleted"))
+        } else {
+            Err(ApiError::conversation_not_found(id, PATH_PARAM))
+        }
+    }
+
+    /// One page of the conversation's items, as clients see them.
+    pub async fn items(&self, id: &str, query: ListQuery, include: &[String]) -> Result<ListPage<Item>, ApiError> {
+        let order = match query.order {
+            ListOrder::Asc => InputItemsOrder::Asc,
+            ListOrder::Desc => InputItemsOrder::Desc,
+        };
+        let page = InputItemsPage { after: query.after, limit: query.limit, order };
+        let list = self
+            .store
+            .conversation_items(id, page)
+            .await
+            .map_err(|e| store_error(&e))?
+            .ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))?;
+        let items = list.items.into_iter().map(|item| present(item, include)).collect();
+        Ok(ListPage::new(items, list.has_more, Item::id))
+    }
+
+    /// Append items to the conversation; the page of what was added, in order.
+    pub async fn add_items(&self, id: &str, request: AddItems, include: &[String]) -> Result<ListPage<Item>, ApiError> {
+        let added: Vec<Item> = request.items.iter().map(|item| present(item.clone(), include)).collect();
+        self.store
+            .append_conversation_items(id, request.items)
+            .await
+            .map_err(|e| store_error(&e))?
+            .ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))?;
+        Ok(ListPage::new(added, false, Item::id))
+    }
+
+    /// One item of the conversation.
+    pub async fn item(&self, id: &str, item_id: &str, include: &[String]) -> Result<Item, ApiError> {
+        match self.store.conversation_item(id, item_id).await.map_err(|e| store_error(&e))? {
+            ConversationItemLookup::Found(item) => Ok(present(item, include)),
+            ConversationItemLookup::NoConversation => Err(ApiError::conversation_not_found(id, PATH_PARAM)),
+            ConversationItemLookup::NoItem => Err(ApiError::conversation_item_not_found(id, item_id)),
+        }
+    }
+
+    /// Remove one item from the conversation; the conversation afterwards.
+    pub async fn delete_item(&self, id: &str, item_id: &str) -> Result<ConversationObject, ApiError> {
+        match self.store.delete_conversation_item(id, item_id).await.map_err(|e| store_error(&e))? {
+            ConversationItemLookup::Found(record) => Ok(object(record)),
+            ConversationItemLookup::NoConversation => Err(ApiError::conversation_not_found(id, PATH_PARAM)),
+            ConversationItemLookup::NoItem => Err(ApiError::conversation_item_not_found(id, item_id)),
+        }
+    }
+}
