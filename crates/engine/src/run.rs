@@ -174,9 +174,11 @@ fn unix_now() -> i64 {
 pub(crate) fn store_error(e: &StoreError) -> ApiError {
     match e {
         StoreError::Unavailable(detail) => ApiError::store_unavailable(detail),
-        StoreError::Duplicate(_) | StoreError::Corrupt(_) | StoreError::MissingHistory(_) => {
-            ApiError::internal(format!("The response store failed: {e}"))
-        }
+        StoreError::Duplicate(_)
+        | StoreError::Corrupt(_)
+        | StoreError::MissingHistory(_)
+        | StoreError::ConversationGone(_)
+        | StoreError::ConversationChanged(_) => ApiError::internal(format!("The response store failed: {e}")),
     }
 }
 
@@ -633,6 +635,7 @@ impl PreparedResponse {
                 history_from: self.history_from.clone(),
                 input: self.unstored_inherited.iter().chain(&self.request.input).cloned().collect(),
                 output: self.output.clone(),
+                conversation: None,
             })
             .await
     }

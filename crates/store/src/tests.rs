@@ -110,9 +110,9 @@ impl TestStore {
     /// Record a schema version newer than this code's.
     async fn bump_schema_version(&self) {
         match self {
-            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 3").await,
+            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 4").await,
             TestStore::Postgres(store) => {
-                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (3)")
+                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (4)")
                     .execute(store.pool())
                     .await
                     .unwrap();
@@ -222,6 +222,7 @@ fn new_response(id: &str, prev: Option<&str>, input: Vec<Item>, output: Vec<Item
         history_from: prev.map(Into::into),
         input,
         output,
+        conversation: None,
     }
 }
 
@@ -450,10 +451,7 @@ async fn a_version_1_database_is_migrated(backend: Backend) {
         }
     }
     let store = backend.open().await;
-    assert_eq!(
-        store.history("r2").await.unwrap().unwrap(),
-        vec![user("a"), assistant("b"), user("c"), assistant("d")]
-    );
+    assert_eq!(store.history("r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c"), assistant("d")]);
     assert_eq!(store.history("r3").await.unwrap().unwrap(), vec![user("e"), user("f")]);
     let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
     assert_eq!(store.input_items("r2", page).await.unwrap().unwrap().items, vec![user("c")]);
@@ -611,7 +609,7 @@ async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     store.bump_schema_version().await;
     drop(store);
     let err = backend.try_open().await.err().unwrap();
-    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 3")), "{err:?}");
+    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 4")), "{err:?}");
 }
 
 /// Not a test on its own: the body of one writer process for
