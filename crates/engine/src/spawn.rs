@@ -75,7 +75,10 @@ mod tests {
 
     use async_trait::async_trait;
     use respgw_protocol::{CreateResponseRequest, Item, ValidatedRequest};
-    use respgw_store_api::{InputItemsList, InputItemsPage, NewResponse, ResponseStore, StoreError};
+    use respgw_store_api::{
+        ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsPage,
+        NewConversation, NewResponse, ResponseStore, StoreError,
+    };
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -102,6 +105,41 @@ mod tests {
         }
         async fn delete(&self, _: &str) -> Result<bool, StoreError> {
             Ok(false)
+        }
+        async fn create_conversation(&self, _: NewConversation) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn conversation(&self, _: &str) -> Result<Option<ConversationRecord>, StoreError> {
+            Ok(None)
+        }
+        async fn update_conversation(
+            &self,
+            _: &str,
+            _: serde_json::Map<String, serde_json::Value>,
+        ) -> Result<Option<ConversationRecord>, StoreError> {
+            Ok(None)
+        }
+        async fn delete_conversation(&self, _: &str) -> Result<bool, StoreError> {
+            Ok(false)
+        }
+        async fn conversation_history(&self, _: &str) -> Result<Option<ConversationHistory>, StoreError> {
+            Ok(None)
+        }
+        async fn conversation_items(&self, _: &str, _: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+            Ok(None)
+        }
+        async fn append_conversation_items(&self, _: &str, _: Vec<Item>) -> Result<Option<()>, StoreError> {
+            Ok(None)
+        }
+        async fn conversation_item(&self, _: &str, _: &str) -> Result<ConversationItemLookup<Item>, StoreError> {
+            Ok(ConversationItemLookup::NoConversation)
+        }
+        async fn delete_conversation_item(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
+            Ok(ConversationItemLookup::NoConversation)
         }
     }
 

@@ -17,7 +17,10 @@ use respgw_protocol::events::numbered_json;
 use respgw_protocol::tools::ToolDeclaration;
 use respgw_protocol::{ApiError, Capabilities, CreateResponseRequest, Item, ResponseEvent, ValidatedRequest};
 use respgw_store::StoreOptions;
-use respgw_store_api::{InputItemsList, InputItemsPage, NewResponse, ResponseStore, StoreError};
+use respgw_store_api::{
+    ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsPage, NewConversation,
+    NewResponse, ResponseStore, StoreError,
+};
 use respgw_telemetry::Metrics;
 use respgw_testkit::sse::check_sequence;
 use respgw_testkit::{ReplayUpstream, SchemaValidator, Step};
@@ -127,6 +130,41 @@ impl ResponseStore for WrappedStore {
     }
     async fn delete(&self, id: &str) -> Result<bool, StoreError> {
         self.inner.delete(id).await
+    }
+    async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError> {
+        self.inner.create_conversation(conversation).await
+    }
+    async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
+        self.inner.conversation(id).await
+    }
+    async fn update_conversation(
+        &self,
+        id: &str,
+        metadata: serde_json::Map<String, Value>,
+    ) -> Result<Option<ConversationRecord>, StoreError> {
+        self.inner.update_conversation(id, metadata).await
+    }
+    async fn delete_conversation(&self, id: &str) -> Result<bool, StoreError> {
+        self.inner.delete_conversation(id).await
+    }
+    async fn conversation_history(&self, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
+        self.inner.conversation_history(id).await
+    }
+    async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+        self.inner.conversation_items(id, page).await
+    }
+    async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError> {
+        self.inner.append_conversation_items(id, items).await
+    }
+    async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError> {
+        self.inner.conversation_item(id, item_id).await
+    }
+    async fn delete_conversation_item(
+        &self,
+        id: &str,
+        item_id: &str,
+    ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
+        self.inner.delete_conversation_item(id, item_id).await
     }
 }
 

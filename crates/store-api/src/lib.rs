@@ -134,8 +134,10 @@ pub enum StoreError {
     /// Also returned when a store is opened at a location no backend serves.
     #[error("store unavailable: {0}")]
     Unavailable(String),
-    /// A response with this id already exists.
-    #[error("response {0} already exists")]
+    /// A response (on [`ResponseStore::save`]) or a conversation (on
+    /// [`ResponseStore::create_conversation`]) with this id already exists; a deleted conversation
+    /// may keep its id taken while responses created in it are stored.
+    #[error("{0} already exists")]
     Duplicate(String),
     /// Stored data could not be decoded.
     #[error("stored data is corrupt: {0}")]

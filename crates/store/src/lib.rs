@@ -37,7 +37,10 @@ pub mod sqlite;
 use std::sync::Arc;
 
 pub use postgres::PostgresStore;
-pub use respgw_store_api::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError};
+pub use respgw_store_api::{
+    ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList,
+    InputItemsOrder, InputItemsPage, NewConversation, NewResponse, ResponseStore, StoreError,
+};
 pub use sqlite::SqliteStore;
 
 /// The locations [`open`] understands, for error messages.

@@ -52,10 +52,13 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Row};
 
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
-use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError};
+use crate::{
+    ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsOrder, InputItemsPage,
+    NewConversation, NewResponse, ResponseStore, StoreError,
+};
 
 /// The schema version this code reads and writes (the highest row of `respgw_schema_migrations`).
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The advisory lock key that serializes migrations ("respgw" in ASCII, then 1).
 const MIGRATION_LOCK: i64 = 0x7265_7370_6777_0001;
@@ -116,6 +119,24 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     AND EXISTS (SELECT 1 FROM responses p WHERE p.id = r.previous_response_id);
     DELETE FROM response_items WHERE role = 0;
     CREATE INDEX responses_history_from ON responses (history_from);",
+    "
+    CREATE TABLE conversations (
+        id text PRIMARY KEY,
+        created_at bigint NOT NULL,
+        metadata text NOT NULL,
+        version bigint NOT NULL DEFAULT 0,
+        deleted boolean NOT NULL DEFAULT false
+    );
+    CREATE TABLE conversation_items (
+        conversation_id text NOT NULL REFERENCES conversations(id),
+        position integer NOT NULL,
+        item_key bigint NOT NULL REFERENCES items(key),
+        removed boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (conversation_id, position)
+    );
+    CREATE INDEX conversation_items_item_key ON conversation_items (item_key);
+    ALTER TABLE responses ADD COLUMN conversation_id text REFERENCES conversations(id);
+    CREATE INDEX responses_conversation_id ON responses (conversation_id);",
 ];
 
 /// The whole save as one statement. The new items (`$8` ids, `$9` bodies), each drawing its key
@@ -143,11 +164,184 @@ const SAVE: &str = "
     FROM new_items n
     RETURNING position, item_key";
 
+/// The save of a response created in a conversation (`$7`), run once the conversation's row is
+/// locked and its version checked: the new items (`$8` ids, `$9` bodies, the first `$10` being
+/// input); the response row, whose key list is the conversation's visible keys followed by the new
+/// ones; its own items' rows; the same keys appended to the conversation after its last position;
+/// and the conversation's next version (when anything was appended). Returns each new item's
+/// position and key, as [`SAVE`] does.
+const SAVE_IN_CONVERSATION: &str = "
+    WITH new_items AS MATERIALIZED (
+        SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
+        FROM unnest($8::text[], $9::text[]) WITH ORDINALITY AS n(item_id, body, ord)
+    ),
+    stored_items AS (
+        INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
+    ),
+    response AS (
+        INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
+            conversation_id)
+        VALUES ($1, $2, $3, $4, $5, $6, NULL,
+            ARRAY(SELECT ci.item_key FROM conversation_items ci
+                  WHERE ci.conversation_id = $7 AND NOT ci.removed ORDER BY ci.position)
+            || ARRAY(SELECT key FROM new_items ORDER BY ord),
+            $7)
+        RETURNING id
+    ),
+    appended AS (
+        INSERT INTO conversation_items (conversation_id, position, item_key)
+        SELECT $7, (SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = $7)
+            + n.ord - 1, n.key
+        FROM new_items n
+    ),
+    bumped AS (
+        UPDATE conversations SET version = version + 1 WHERE id = $7 AND EXISTS (SELECT 1 FROM new_items)
+    )
+    INSERT INTO response_items (response_id, position, item_key, role)
+    SELECT (SELECT id FROM response), n.ord - 1, n.key, CASE WHEN n.ord <= $10 THEN 1 ELSE 2 END
+    FROM new_items n
+    RETURNING position, item_key";
+
+/// Lock a conversation's row for a write (every write of a conversation takes it first, so they
+/// run one after the other, each seeing the one before); its tombstone flag and version.
+const LOCK_CONVERSATION: &str = "SELECT deleted, version FROM conversations WHERE id = $1 FOR UPDATE";
+
+/// A new conversation (`$1` id, `$2` created_at, `$3` metadata) with its items (`$4` ids, `$5`
+/// bodies), in one statement; returns each new item's index and key.
+const CREATE_CONVERSATION: &str = "
+    WITH new_items AS MATERIALIZED (
+        SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
+        FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS n(item_id, body, ord)
+    ),
+    stored_items AS (
+        INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
+    ),
+    conversation AS (
+        INSERT INTO conversations (id, created_at, metadata) VALUES ($1, $2, $3) RETURNING id
+    ),
+    rows AS (
+        INSERT INTO conversation_items (conversation_id, position, item_key)
+        SELECT (SELECT id FROM conversation), n.ord - 1, n.key FROM new_items n
+    )
+    SELECT (n.ord - 1)::integer, n.key FROM new_items n";
+
+/// Append items (`$2` ids, `$3` bodies) to the locked conversation `$1` after its last position
+/// and bump its version; returns each new item's index and key.
+const APPEND_CONVERSATION_ITEMS: &str = "
+    WITH new_items AS MATERIALIZED (
+        SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
+        FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS n(item_id, body, ord)
+    ),
+    stored_items AS (
+        INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
+    ),
+    rows AS (
+        INSERT INTO conversation_items (conversation_id, position, item_key)
+        SELECT $1, (SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = $1)
+            + n.ord - 1, n.key
+        FROM new_items n
+    ),
+    bumped AS (
+        UPDATE conversations SET version = version + 1 WHERE id = $1
+    )
+    SELECT (n.ord - 1)::integer, n.key FROM new_items n";
+
+const SELECT_CONVERSATION: &str = "SELECT created_at, metadata FROM conversations WHERE id = $1 AND NOT deleted";
+
+const UPDATE_CONVERSATION: &str =
+    "UPDATE conversations SET metadata = $2 WHERE id = $1 AND NOT deleted RETURNING created_at, metadata";
+
+const BUMP_VERSION: &str =
+    "UPDATE conversations SET version = version + 1 WHERE id = $1 RETURNING created_at, metadata";
+
+/// Every visible item of a conversation with its version, in one statement: no row when the
+/// conversation does not exist, one all-NULL item when it is empty.
+const CONVERSATION_HISTORY: &str = "
+    SELECT ci.item_key, i.body, c.version
+    FROM conversations c
+    LEFT JOIN conversation_items ci ON ci.conversation_id = c.id AND NOT ci.removed
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = $1 AND NOT c.deleted
+    ORDER BY ci.position";
+
+/// A page of a conversation's visible items from an exclusive cursor (`$2`, an item id, NULL for
+/// none), oldest first; shaped like [`INPUT_ITEMS_ASC`].
+const CONVERSATION_ITEMS_ASC: &str = "
+    SELECT ci.item_key, i.body
+    FROM conversations c
+    LEFT JOIN conversation_items ci
+        ON ci.conversation_id = c.id AND NOT ci.removed
+        AND ($2::text IS NULL OR ci.position > (
+            SELECT MIN(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
+            WHERE x.conversation_id = $1 AND NOT x.removed AND xi.item_id = $2))
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = $1 AND NOT c.deleted
+    ORDER BY ci.position ASC
+    LIMIT $3";
+
+/// [`CONVERSATION_ITEMS_ASC`], newest first.
+const CONVERSATION_ITEMS_DESC: &str = "
+    SELECT ci.item_key, i.body
+    FROM conversations c
+    LEFT JOIN conversation_items ci
+        ON ci.conversation_id = c.id AND NOT ci.removed
+        AND ($2::text IS NULL OR ci.position < (
+            SELECT MAX(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
+            WHERE x.conversation_id = $1 AND NOT x.removed AND xi.item_id = $2))
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = $1 AND NOT c.deleted
+    ORDER BY ci.position DESC
+    LIMIT $3";
+
+/// The first visible item with id `$2` of conversation `$1`: no row when the conversation does
+/// not exist, an all-NULL row when it holds no such item.
+const CONVERSATION_ITEM: &str = "
+    SELECT f.item_key, i.body
+    FROM (
+        SELECT (SELECT ci.item_key FROM conversation_items ci JOIN items x ON x.key = ci.item_key
+                WHERE ci.conversation_id = c.id AND NOT ci.removed AND x.item_id = $2
+                ORDER BY ci.position LIMIT 1) AS item_key
+        FROM conversations c WHERE c.id = $1 AND NOT c.deleted
+    ) f
+    LEFT JOIN items i ON i.key = f.item_key";
+
+/// The position of the first visible item with id `$2` of conversation `$1`.
+const FIND_CONVERSATION_ITEM: &str = "
+    SELECT ci.position FROM conversation_items ci JOIN items i ON i.key = ci.item_key
+    WHERE ci.conversation_id = $1 AND NOT ci.removed AND i.item_id = $2
+    ORDER BY ci.position LIMIT 1";
+
+/// Whether a stored response (or tombstone) was created in conversation `$1`.
+const CONVERSATION_REFERENCED: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE conversation_id = $1)";
+
+const FLAG_REMOVED: &str = "UPDATE conversation_items SET removed = true WHERE conversation_id = $1 AND position = $2";
+
+const DELETE_CONVERSATION_ROW: &str =
+    "DELETE FROM conversation_items WHERE conversation_id = $1 AND position = $2 RETURNING item_key";
+
+/// Hide a conversation that stored responses were created in; its rows stay for them.
+const MAKE_CONVERSATION_TOMBSTONE: &str =
+    "UPDATE conversations SET deleted = true, metadata = '{}', version = version + 1 WHERE id = $1";
+
+const DELETE_CONVERSATION_ROWS: &str = "DELETE FROM conversation_items WHERE conversation_id = $1 RETURNING item_key";
+
+const DELETE_REMOVED_ROWS: &str =
+    "DELETE FROM conversation_items WHERE conversation_id = $1 AND removed RETURNING item_key";
+
+const DELETE_CONVERSATION: &str = "DELETE FROM conversations WHERE id = $1";
+
+/// Of the items under the keys `$1`, delete those that no response's own items and no
+/// conversation (removed rows included) hold any more.
+const DELETE_ORPHAN_ITEMS: &str = "
+    DELETE FROM items WHERE key = ANY($1)
+    AND NOT EXISTS (SELECT 1 FROM response_items r WHERE r.item_key = items.key)
+    AND NOT EXISTS (SELECT 1 FROM conversation_items c WHERE c.item_key = items.key)";
+
 const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = $1 AND NOT deleted";
 
 /// The key list joined to the items, in list order. LEFT JOINs from `responses`: no row at all
 /// means "not stored", one all-NULL row means "stored, empty conversation".
-const SELECT_CONVERSATION: &str = "
+const SELECT_RESPONSE_HISTORY: &str = "
     SELECT h.key, i.body
     FROM responses r
     LEFT JOIN LATERAL unnest(r.history) WITH ORDINALITY AS h(key, ord) ON true
@@ -194,15 +388,20 @@ const HAS_CONTINUATIONS: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE hi
 /// Hide a continued response; its own items stay for its continuations. The body is dropped.
 const MAKE_TOMBSTONE: &str = "UPDATE responses SET deleted = true, body = '' WHERE id = $1";
 
-/// Remove a response that nothing continues, with its own items, in one statement.
+/// Remove a response that nothing continues, with those of its own items that no conversation
+/// holds, in one statement; returns the conversation it was created in (one row, NULL for none).
 const REMOVE: &str = "
     WITH own AS (
         DELETE FROM response_items WHERE response_id = $1 RETURNING item_key
     ),
     response AS (
-        DELETE FROM responses WHERE id = $1
+        DELETE FROM responses WHERE id = $1 RETURNING conversation_id
+    ),
+    gone AS (
+        DELETE FROM items WHERE key IN (SELECT item_key FROM own)
+        AND NOT EXISTS (SELECT 1 FROM conversation_items c WHERE c.item_key = items.key)
     )
-    DELETE FROM items WHERE key IN (SELECT item_key FROM own)";
+    SELECT conversation_id FROM response";
 
 /// A [`ResponseStore`] on a PostgreSQL database. Clones share the pool.
 #[derive(Clone)]
@@ -396,8 +595,18 @@ fn decode_rows(rows: Vec<sqlx::postgres::PgRow>, cache: &ItemCache) -> Result<Ve
 #[async_trait::async_trait]
 impl ResponseStore for PostgresStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
-        let NewResponse { id, previous_response_id, model, created_at, status, response, history_from, input, output } =
-            response;
+        let NewResponse {
+            id,
+            previous_response_id,
+            model,
+            created_at,
+            status,
+            response,
+            history_from,
+            input,
+            output,
+            conversation,
+        } = response;
         let body = encode(&response, "response")?;
         let inputs = input.len() as i64;
         let (mut item_ids, mut bodies) = (Vec::with_capacity(input.len() + output.len()), Vec::new());
@@ -405,6 +614,37 @@ impl ResponseStore for PostgresStore {
             // The id column is for lookups (`after`); the body keeps the id as given.
             item_ids.push(lookup_key(item.id()).into_owned());
             bodies.push(encode(item, "item")?);
+        }
+        if let Some(append) = conversation {
+            let conversation_id = lookup_key(&append.id).into_owned();
+            let mut tx = self.pool.begin().await.map_err(map_err)?;
+            match lock_conversation(&mut tx, &conversation_id).await? {
+                Some((false, version)) if version == append.version => {}
+                // Dropping `tx` rolls back.
+                Some((false, _)) => return Err(StoreError::ConversationChanged(append.id)),
+                Some((true, _)) | None => return Err(StoreError::ConversationGone(append.id)),
+            }
+            let saved = sqlx::query(SAVE_IN_CONVERSATION)
+                .bind(&id)
+                .bind(&previous_response_id)
+                .bind(&model)
+                .bind(created_at)
+                .bind(&status)
+                .bind(&body)
+                .bind(&conversation_id)
+                .bind(&item_ids)
+                .bind(&bodies)
+                .bind(inputs)
+                .fetch_all(&mut *tx)
+                .await;
+            let rows = match saved {
+                Ok(rows) => rows,
+                Err(e) if sqlstate(&e).as_deref() == Some("23505") => return Err(StoreError::Duplicate(id)),
+                Err(e) => return Err(map_err(e)),
+            };
+            tx.commit().await.map_err(map_err)?;
+            keep_saved(&self.items, input.into_iter().chain(output), &bodies, rows);
+            return Ok(());
         }
         let saved = sqlx::query(SAVE)
             .bind(&id)
@@ -421,19 +661,7 @@ impl ResponseStore for PostgresStore {
             .await;
         match saved {
             Ok(rows) => {
-                // The next continuation of this conversation need not decode what it just wrote.
-                let mut new_items: Vec<Option<(Item, usize)>> =
-                    input.into_iter().chain(output).zip(&bodies).map(|(item, body)| Some((item, body.len()))).collect();
-                for row in rows {
-                    // The save is committed: a row that does not decode only goes uncached.
-                    let (Ok(position), Ok(key)) = (row.try_get::<i32, _>(0), row.try_get::<i64, _>(1)) else {
-                        continue;
-                    };
-                    let slot = usize::try_from(position).ok().and_then(|p| new_items.get_mut(p));
-                    if let Some((item, bytes)) = slot.and_then(Option::take) {
-                        self.items.keep(key, item, bytes);
-                    }
-                }
+                keep_saved(&self.items, input.into_iter().chain(output), &bodies, rows);
                 Ok(())
             }
             Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
@@ -455,7 +683,7 @@ impl ResponseStore for PostgresStore {
 
     async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
         let id = &*lookup_key(id);
-        let rows = sqlx::query(SELECT_CONVERSATION).bind(id).fetch_all(&self.pool).await.map_err(map_err)?;
+        let rows = sqlx::query(SELECT_RESPONSE_HISTORY).bind(id).fetch_all(&self.pool).await.map_err(map_err)?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -500,7 +728,7 @@ impl ResponseStore for PostgresStore {
         if has_continuations(&mut tx, id).await? {
             sqlx::query(MAKE_TOMBSTONE).bind(id).execute(&mut *tx).await.map_err(map_err)?;
         } else {
-            sqlx::query(REMOVE).bind(id).execute(&mut *tx).await.map_err(map_err)?;
+            remove(&mut tx, id).await?;
             // Up the chain: each tombstone whose last continuation just went goes too.
             let mut parent = history_from;
             while let Some(p) = parent.take() {
@@ -509,13 +737,181 @@ impl ResponseStore for PostgresStore {
                 if let Some((true, next)) = row
                     && !has_continuations(&mut tx, &p).await?
                 {
-                    sqlx::query(REMOVE).bind(&p).execute(&mut *tx).await.map_err(map_err)?;
+                    remove(&mut tx, &p).await?;
                     parent = next;
                 }
             }
         }
         tx.commit().await.map_err(map_err)?;
         Ok(true)
+    }
+
+    async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError> {
+        let NewConversation { id, created_at, metadata, items } = conversation;
+        let metadata = encode(&metadata, "metadata")?;
+        let (item_ids, bodies) = encode_items(&items)?;
+        let created = sqlx::query(CREATE_CONVERSATION)
+            .bind(&*lookup_key(&id))
+            .bind(created_at)
+            .bind(&metadata)
+            .bind(&item_ids)
+            .bind(&bodies)
+            .fetch_all(&self.pool)
+            .await;
+        match created {
+            Ok(rows) => {
+                keep_saved(&self.items, items.into_iter(), &bodies, rows);
+                Ok(())
+            }
+            Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
+        let id = &*lookup_key(id);
+        let row: Option<(i64, String)> =
+            sqlx::query_as(SELECT_CONVERSATION).bind(id).fetch_optional(&self.pool).await.map_err(map_err)?;
+        row.map(|(created_at, metadata)| record(id, created_at, &metadata)).transpose()
+    }
+
+    async fn update_conversation(
+        &self,
+        id: &str,
+        metadata: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Option<ConversationRecord>, StoreError> {
+        let id = &*lookup_key(id);
+        let metadata = encode(&metadata, "metadata")?;
+        let row: Option<(i64, String)> = sqlx::query_as(UPDATE_CONVERSATION)
+            .bind(id)
+            .bind(&metadata)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        row.map(|(created_at, metadata)| record(id, created_at, &metadata)).transpose()
+    }
+
+    async fn delete_conversation(&self, id: &str) -> Result<bool, StoreError> {
+        let id = &*lookup_key(id);
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        match lock_conversation(&mut tx, id).await? {
+            Some((false, _)) => {}
+            // Not stored, or already deleted; dropping `tx` rolls back.
+            Some((true, _)) | None => return Ok(false),
+        }
+        if conversation_referenced(&mut tx, id).await? {
+            sqlx::query(MAKE_CONVERSATION_TOMBSTONE).bind(id).execute(&mut *tx).await.map_err(map_err)?;
+        } else {
+            collect_conversation(&mut tx, id).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(true)
+    }
+
+    async fn conversation_history(&self, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
+        let id = &*lookup_key(id);
+        let rows = sqlx::query(CONVERSATION_HISTORY).bind(id).fetch_all(&self.pool).await.map_err(map_err)?;
+        let Some(first) = rows.first() else { return Ok(None) };
+        let version: i64 = first.try_get(2).map_err(map_err)?;
+        let items = decode_rows(rows, &self.items)?;
+        Ok(Some(ConversationHistory { items, version }))
+    }
+
+    async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+        let id = &*lookup_key(id);
+        let after = page.after.as_deref().map(lookup_key);
+        let sql = match page.order {
+            InputItemsOrder::Asc => CONVERSATION_ITEMS_ASC,
+            InputItemsOrder::Desc => CONVERSATION_ITEMS_DESC,
+        };
+        let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sql)
+            .bind(id)
+            .bind(after.as_deref())
+            .bind(fetch)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut items = decode_rows(rows, &self.items)?;
+        let has_more = items.len() > page.limit;
+        items.truncate(page.limit);
+        Ok(Some(InputItemsList { items, has_more }))
+    }
+
+    async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError> {
+        let id = &*lookup_key(id);
+        let (item_ids, bodies) = encode_items(&items)?;
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        match lock_conversation(&mut tx, id).await? {
+            Some((false, _)) => {}
+            Some((true, _)) | None => return Ok(None),
+        }
+        if items.is_empty() {
+            return Ok(Some(()));
+        }
+        let rows = sqlx::query(APPEND_CONVERSATION_ITEMS)
+            .bind(id)
+            .bind(&item_ids)
+            .bind(&bodies)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        keep_saved(&self.items, items.into_iter(), &bodies, rows);
+        Ok(Some(()))
+    }
+
+    async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError> {
+        let (id, item_id) = (lookup_key(id), lookup_key(item_id));
+        let rows =
+            sqlx::query(CONVERSATION_ITEM).bind(&*id).bind(&*item_id).fetch_all(&self.pool).await.map_err(map_err)?;
+        if rows.is_empty() {
+            return Ok(ConversationItemLookup::NoConversation);
+        }
+        Ok(match decode_rows(rows, &self.items)?.into_iter().next() {
+            None => ConversationItemLookup::NoItem,
+            Some(item) => ConversationItemLookup::Found(item),
+        })
+    }
+
+    async fn delete_conversation_item(
+        &self,
+        id: &str,
+        item_id: &str,
+    ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
+        let (id, item_id) = (lookup_key(id), lookup_key(item_id));
+        let id = &*id;
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        match lock_conversation(&mut tx, id).await? {
+            Some((false, _)) => {}
+            Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
+        }
+        let position: Option<i32> = sqlx::query_scalar(FIND_CONVERSATION_ITEM)
+            .bind(id)
+            .bind(&*item_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let Some(position) = position else { return Ok(ConversationItemLookup::NoItem) };
+        if conversation_referenced(&mut tx, id).await? {
+            // A stored response's history may hold it: only hidden.
+            sqlx::query(FLAG_REMOVED).bind(id).bind(position).execute(&mut *tx).await.map_err(map_err)?;
+        } else {
+            let keys: Vec<i64> = sqlx::query_scalar(DELETE_CONVERSATION_ROW)
+                .bind(id)
+                .bind(position)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            delete_orphans(&mut tx, &keys).await?;
+        }
+        let (created_at, metadata): (i64, String) =
+            sqlx::query_as(BUMP_VERSION).bind(id).fetch_one(&mut *tx).await.map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        record(id, created_at, &metadata).map(ConversationItemLookup::Found)
     }
 }
 
@@ -529,4 +925,99 @@ fn lookup_key(id: &str) -> std::borrow::Cow<'_, str> {
 /// Whether a stored response (or tombstone) continues `id`.
 async fn has_continuations(tx: &mut sqlx::PgConnection, id: &str) -> Result<bool, StoreError> {
     sqlx::query_scalar(HAS_CONTINUATIONS).bind(id).fetch_one(&mut *tx).await.map_err(map_err)
+}
+
+/// Keep items just written (with their encoded `bodies`) in the cache, from the committed
+/// statement's `(index, key)` rows: the next read of them need not decode them.
+fn keep_saved(
+    cache: &ItemCache,
+    items: impl Iterator<Item = Item>,
+    bodies: &[String],
+    rows: Vec<sqlx::postgres::PgRow>,
+) {
+    let mut new_items: Vec<Option<(Item, usize)>> =
+        items.zip(bodies).map(|(item, body)| Some((item, body.len()))).collect();
+    for row in rows {
+        // The write is committed: a row that does not decode only goes uncached.
+        let (Ok(index), Ok(key)) = (row.try_get::<i32, _>(0), row.try_get::<i64, _>(1)) else {
+            continue;
+        };
+        let slot = usize::try_from(index).ok().and_then(|p| new_items.get_mut(p));
+        if let Some((item, bytes)) = slot.and_then(Option::take) {
+            cache.keep(key, item, bytes);
+        }
+    }
+}
+
+/// Lookup ids and encoded bodies of new items.
+fn encode_items(items: &[Item]) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    let (mut ids, mut bodies) = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
+    for item in items {
+        ids.push(lookup_key(item.id()).into_owned());
+        bodies.push(encode(item, "item")?);
+    }
+    Ok((ids, bodies))
+}
+
+/// A conversation record from its stored columns.
+fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecord, StoreError> {
+    let metadata = serde_json::from_str(metadata)
+        .map_err(|e| StoreError::Corrupt(format!("metadata of conversation {id}: {e}")))?;
+    Ok(ConversationRecord { id: id.to_owned(), created_at, metadata })
+}
+
+/// Lock a conversation's row; its tombstone flag and version, or None when it is not stored.
+async fn lock_conversation(tx: &mut sqlx::PgConnection, id: &str) -> Result<Option<(bool, i64)>, StoreError> {
+    sqlx::query_as(LOCK_CONVERSATION).bind(id).fetch_optional(&mut *tx).await.map_err(map_err)
+}
+
+/// Whether a stored response (or tombstone) was created in the conversation.
+async fn conversation_referenced(tx: &mut sqlx::PgConnection, id: &str) -> Result<bool, StoreError> {
+    sqlx::query_scalar(CONVERSATION_REFERENCED).bind(id).fetch_one(&mut *tx).await.map_err(map_err)
+}
+
+/// Delete the items under `keys` that nothing holds any more.
+async fn delete_orphans(tx: &mut sqlx::PgConnection, keys: &[i64]) -> Result<(), StoreError> {
+    if !keys.is_empty() {
+        sqlx::query(DELETE_ORPHAN_ITEMS).bind(keys).execute(&mut *tx).await.map_err(map_err)?;
+    }
+    Ok(())
+}
+
+/// Remove a conversation (its row locked) with its rows and the items no response holds.
+async fn collect_conversation(tx: &mut sqlx::PgConnection, id: &str) -> Result<(), StoreError> {
+    let keys: Vec<i64> =
+        sqlx::query_scalar(DELETE_CONVERSATION_ROWS).bind(id).fetch_all(&mut *tx).await.map_err(map_err)?;
+    sqlx::query(DELETE_CONVERSATION).bind(id).execute(&mut *tx).await.map_err(map_err)?;
+    delete_orphans(tx, &keys).await
+}
+
+/// Remove a response that nothing continues, with its own items that nothing else holds, then
+/// release the conversation it was created in, if any.
+async fn remove(tx: &mut sqlx::PgConnection, id: &str) -> Result<(), StoreError> {
+    let conversation: Option<Option<String>> =
+        sqlx::query_scalar(REMOVE).bind(id).fetch_optional(&mut *tx).await.map_err(map_err)?;
+    if let Some(conversation) = conversation.flatten() {
+        release_conversation(tx, &conversation).await?;
+    }
+    Ok(())
+}
+
+/// After a response created in conversation `id` was removed: if no stored response names the
+/// conversation any more, what was kept only for such responses goes — the whole conversation if
+/// it is a tombstone, else its removed rows (and their items, unless held elsewhere). Locks the
+/// conversation's row first, so a save into it either committed before (and is seen here) or
+/// waits for this transaction.
+async fn release_conversation(tx: &mut sqlx::PgConnection, id: &str) -> Result<(), StoreError> {
+    let Some((deleted, _)) = lock_conversation(tx, id).await? else { return Ok(()) };
+    if conversation_referenced(tx, id).await? {
+        return Ok(());
+    }
+    if deleted {
+        collect_conversation(tx, id).await
+    } else {
+        let keys: Vec<i64> =
+            sqlx::query_scalar(DELETE_REMOVED_ROWS).bind(id).fetch_all(&mut *tx).await.map_err(map_err)?;
+        delete_orphans(tx, &keys).await
+    }
 }

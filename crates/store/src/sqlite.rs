@@ -52,10 +52,13 @@ pub(crate) use self::connection::Config;
 pub(crate) use self::connection::SCHEMA_V1;
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
-use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError};
+use crate::{
+    ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsOrder, InputItemsPage,
+    NewConversation, NewResponse, ResponseStore, StoreError,
+};
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).
@@ -65,8 +68,9 @@ const ROLE_INPUT: i64 = 1;
 const ROLE_OUTPUT: i64 = 2;
 
 const INSERT_RESPONSE: &str = "
-    INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+    INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
+        conversation_id)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
 /// The key list of the response a save continues; tombstones included (a continuation that read
 /// the conversation before the delete still saves whole).
@@ -95,7 +99,7 @@ const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = ?1 AND dele
 /// The key list joined to the items, in list order (json_each's `key` is the array index). LEFT
 /// JOINs from `responses`: no row at all means "not stored", one all-NULL row means "stored, empty
 /// conversation"; one statement, so one consistent snapshot.
-const SELECT_CONVERSATION: &str = "
+const SELECT_RESPONSE_HISTORY: &str = "
     SELECT h.value, i.body
     FROM responses r
     LEFT JOIN json_each(r.history) AS h
@@ -145,9 +149,118 @@ const MAKE_TOMBSTONE: &str = "UPDATE responses SET deleted = 1, body = '' WHERE 
 /// Its own items' rows, returning their keys (the items go after the response row).
 const DELETE_OWN_ITEMS: &str = "DELETE FROM response_items WHERE response_id = ?1 RETURNING item_key";
 
-const DELETE_RESPONSE: &str = "DELETE FROM responses WHERE id = ?1";
+/// Remove a response row, returning the conversation it was created in (NULL for none).
+const DELETE_RESPONSE: &str = "DELETE FROM responses WHERE id = ?1 RETURNING conversation_id";
 
-const DELETE_ITEMS: &str = "DELETE FROM items WHERE key IN (SELECT value FROM json_each(?1))";
+/// Of the items under the keys in the JSON array `?1`, delete those that no response's own items
+/// and no conversation (removed rows included) hold any more.
+const DELETE_ORPHAN_ITEMS: &str = "
+    DELETE FROM items WHERE key IN (SELECT value FROM json_each(?1))
+    AND NOT EXISTS (SELECT 1 FROM response_items r WHERE r.item_key = items.key)
+    AND NOT EXISTS (SELECT 1 FROM conversation_items c WHERE c.item_key = items.key)";
+
+const INSERT_CONVERSATION: &str = "INSERT INTO conversations (id, created_at, metadata) VALUES (?1, ?2, ?3)";
+
+/// A conversation's state for a write: tombstone or not, and its version.
+const SELECT_CONVERSATION_STATE: &str = "SELECT deleted, version FROM conversations WHERE id = ?1";
+
+const SELECT_CONVERSATION: &str = "SELECT created_at, metadata FROM conversations WHERE id = ?1 AND deleted = 0";
+
+const UPDATE_CONVERSATION: &str =
+    "UPDATE conversations SET metadata = ?2 WHERE id = ?1 AND deleted = 0 RETURNING created_at, metadata";
+
+/// The visible item keys of a conversation, in order.
+const CONVERSATION_KEYS: &str =
+    "SELECT item_key FROM conversation_items WHERE conversation_id = ?1 AND removed = 0 ORDER BY position";
+
+/// The position after every row of a conversation (removed ones included).
+const NEXT_POSITION: &str = "SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = ?1";
+
+/// Rows for `?3` new items whose keys start at `?2`, at positions from `?4` (the keys are
+/// contiguous, see [`insert_items`]).
+const APPEND_CONVERSATION_ITEMS: &str = "
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?3)
+    INSERT INTO conversation_items (conversation_id, position, item_key)
+    SELECT ?1, ?4 + i, ?2 + i FROM n";
+
+const BUMP_VERSION: &str =
+    "UPDATE conversations SET version = version + 1 WHERE id = ?1 RETURNING created_at, metadata";
+
+/// Every visible item of a conversation with its version, in one statement (one snapshot): no
+/// row when the conversation does not exist, one all-NULL item when it is empty.
+const CONVERSATION_HISTORY: &str = "
+    SELECT ci.item_key, i.body, c.version
+    FROM conversations c
+    LEFT JOIN conversation_items ci ON ci.conversation_id = c.id AND ci.removed = 0
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = ?1 AND c.deleted = 0
+    ORDER BY ci.position";
+
+/// A page of a conversation's visible items from an exclusive cursor (`?2`, an item id, NULL for
+/// none), oldest first; shaped like [`INPUT_ITEMS_ASC`].
+const CONVERSATION_ITEMS_ASC: &str = "
+    SELECT ci.item_key, i.body
+    FROM conversations c
+    LEFT JOIN conversation_items ci
+        ON ci.conversation_id = c.id AND ci.removed = 0
+        AND (?2 IS NULL OR ci.position > (
+            SELECT MIN(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
+            WHERE x.conversation_id = ?1 AND x.removed = 0 AND xi.item_id = ?2))
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = ?1 AND c.deleted = 0
+    ORDER BY ci.position ASC
+    LIMIT ?3";
+
+/// [`CONVERSATION_ITEMS_ASC`], newest first.
+const CONVERSATION_ITEMS_DESC: &str = "
+    SELECT ci.item_key, i.body
+    FROM conversations c
+    LEFT JOIN conversation_items ci
+        ON ci.conversation_id = c.id AND ci.removed = 0
+        AND (?2 IS NULL OR ci.position < (
+            SELECT MAX(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
+            WHERE x.conversation_id = ?1 AND x.removed = 0 AND xi.item_id = ?2))
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = ?1 AND c.deleted = 0
+    ORDER BY ci.position DESC
+    LIMIT ?3";
+
+/// The first visible item with id `?2` of conversation `?1`: no row when the conversation does
+/// not exist, an all-NULL row when it holds no such item.
+const CONVERSATION_ITEM: &str = "
+    SELECT f.item_key, i.body
+    FROM (
+        SELECT (SELECT ci.item_key FROM conversation_items ci JOIN items x ON x.key = ci.item_key
+                WHERE ci.conversation_id = c.id AND ci.removed = 0 AND x.item_id = ?2
+                ORDER BY ci.position LIMIT 1) AS item_key
+        FROM conversations c WHERE c.id = ?1 AND c.deleted = 0
+    ) f
+    LEFT JOIN items i ON i.key = f.item_key";
+
+/// The row of the first visible item with id `?2` of conversation `?1`.
+const FIND_CONVERSATION_ITEM: &str = "
+    SELECT ci.position, ci.item_key FROM conversation_items ci JOIN items i ON i.key = ci.item_key
+    WHERE ci.conversation_id = ?1 AND ci.removed = 0 AND i.item_id = ?2
+    ORDER BY ci.position LIMIT 1";
+
+/// Whether a stored response (or tombstone) was created in conversation `?1`.
+const CONVERSATION_REFERENCED: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE conversation_id = ?1)";
+
+const FLAG_REMOVED: &str = "UPDATE conversation_items SET removed = 1 WHERE conversation_id = ?1 AND position = ?2";
+
+const DELETE_CONVERSATION_ROW: &str =
+    "DELETE FROM conversation_items WHERE conversation_id = ?1 AND position = ?2 RETURNING item_key";
+
+/// Hide a conversation that stored responses were created in; its rows stay for them.
+const MAKE_CONVERSATION_TOMBSTONE: &str =
+    "UPDATE conversations SET deleted = 1, metadata = '{}', version = version + 1 WHERE id = ?1";
+
+const DELETE_CONVERSATION_ROWS: &str = "DELETE FROM conversation_items WHERE conversation_id = ?1 RETURNING item_key";
+
+const DELETE_REMOVED_ROWS: &str =
+    "DELETE FROM conversation_items WHERE conversation_id = ?1 AND removed = 1 RETURNING item_key";
+
+const DELETE_CONVERSATION: &str = "DELETE FROM conversations WHERE id = ?1";
 
 /// A [`ResponseStore`] on a SQLite database (a file shared by processes, or private in memory).
 /// Clones share the same connections; the last one dropped closes them and stops the
@@ -382,12 +495,26 @@ fn query_items(
     sql: &str,
     params: impl rusqlite::Params,
 ) -> Result<Option<Vec<Item>>, StoreError> {
+    Ok(query_items_and_version(conn, cache, sql, params, false)?.map(|(items, _)| items))
+}
+
+/// [`query_items`], also returning the third column of the first row when `version` is set (a
+/// conversation's version, for [`CONVERSATION_HISTORY`]).
+fn query_items_and_version(
+    conn: &Connection,
+    cache: &ItemCache,
+    sql: &str,
+    params: impl rusqlite::Params,
+    version: bool,
+) -> Result<Option<(Vec<Item>, i64)>, StoreError> {
     let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
     let mut rows = stmt.query(params).map_err(map_err)?;
     let mut items = Vec::new();
-    let mut found = false;
+    let mut found = None;
     while let Some(row) = rows.next().map_err(map_err)? {
-        found = true;
+        if found.is_none() {
+            found = Some(if version { row.get::<_, i64>(2).map_err(map_err)? } else { 0 });
+        }
         let Some(key) = row.get::<_, Option<i64>>(0).map_err(map_err)? else { continue };
         if let Some(item) = cache.get(key) {
             items.push(item);
@@ -403,7 +530,7 @@ fn query_items(
             _ => return Err(StoreError::Corrupt(format!("item {key} is not text"))),
         }
     }
-    Ok(found.then_some(items))
+    Ok(found.map(|version| (items, version)))
 }
 
 /// Insert the new items (`(item_id, body)`, in order) with as few statements as possible; returns
@@ -446,8 +573,20 @@ fn insert_items(tx: &Transaction<'_>, items: &[(String, String)]) -> Result<i64,
 #[async_trait::async_trait]
 impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
-        let NewResponse { id, previous_response_id, model, created_at, status, response, history_from, input, output } =
-            response;
+        let NewResponse {
+            id,
+            previous_response_id,
+            model,
+            created_at,
+            status,
+            response,
+            history_from,
+            input,
+            output,
+            conversation,
+        } = response;
+        // A response created in a conversation continues the conversation, nothing else.
+        let history_from = if conversation.is_some() { None } else { history_from };
         // Encode everything before taking the writer, to hold it as briefly as possible.
         let body = encode(&response, "response")?;
         let inputs = input.len() as i64;
@@ -460,9 +599,19 @@ impl ResponseStore for SqliteStore {
         self.write(move |conn| {
             // Dropping `tx` on any error path below rolls everything back.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let mut history = match &history_from {
-                None => Vec::with_capacity(new_items.len()),
-                Some(parent) => {
+            let mut history = match (&conversation, &history_from) {
+                (Some(append), _) => {
+                    match conversation_state(&tx, &append.id)? {
+                        Some((false, version)) if version == append.version => {}
+                        Some((false, _)) => return Err(StoreError::ConversationChanged(append.id.clone())),
+                        Some((true, _)) | None => return Err(StoreError::ConversationGone(append.id.clone())),
+                    }
+                    let mut keys = query_keys(&tx, CONVERSATION_KEYS, [&append.id])?;
+                    keys.reserve(new_items.len());
+                    keys
+                }
+                (None, None) => Vec::with_capacity(new_items.len()),
+                (None, Some(parent)) => {
                     let list = tx
                         .prepare_cached(SELECT_HISTORY)
                         .and_then(|mut s| s.query_row([parent], |row| row.get::<_, String>(0)))
@@ -484,7 +633,18 @@ impl ResponseStore for SqliteStore {
             }
             let history = encode(&history, "history")?;
             let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
-                s.execute(params![id, previous_response_id, model, created_at, status, body, history_from, history])
+                let conversation_id = conversation.as_ref().map(|c| &c.id);
+                s.execute(params![
+                    id,
+                    previous_response_id,
+                    model,
+                    created_at,
+                    status,
+                    body,
+                    history_from,
+                    history,
+                    conversation_id
+                ])
             });
             match inserted {
                 Ok(_) => {}
@@ -497,6 +657,9 @@ impl ResponseStore for SqliteStore {
                         s.execute(params![id, first, inputs, new_items.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
                     })
                     .map_err(map_err)?;
+                if let Some(append) = &conversation {
+                    append_rows(&tx, &append.id, first, new_items.len())?;
+                }
             }
             tx.commit().map_err(map_err)?;
             // The next continuation of this conversation need not decode what it just wrote.
@@ -524,7 +687,7 @@ impl ResponseStore for SqliteStore {
 
     async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
         let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
-        self.read(move |conn| query_items(conn, &cache, SELECT_CONVERSATION, [&id])).await
+        self.read(move |conn| query_items(conn, &cache, SELECT_RESPONSE_HISTORY, [&id])).await
     }
 
     async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
@@ -584,6 +747,190 @@ impl ResponseStore for SqliteStore {
         })
         .await
     }
+
+    async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError> {
+        let NewConversation { id, created_at, metadata, items } = conversation;
+        let metadata = encode(&metadata, "metadata")?;
+        let new_items = encode_items(&items)?;
+        let cache = Arc::clone(&self.inner.items);
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+            let inserted =
+                tx.prepare_cached(INSERT_CONVERSATION).and_then(|mut s| s.execute(params![id, created_at, metadata]));
+            match inserted {
+                Ok(_) => {}
+                Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
+                Err(e) => return Err(map_err(e)),
+            }
+            let first = if new_items.is_empty() {
+                None
+            } else {
+                let first = insert_items(&tx, &new_items)?;
+                tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
+                    .and_then(|mut s| s.execute(params![id, first, new_items.len() as i64, 0]))
+                    .map_err(map_err)?;
+                Some(first)
+            };
+            tx.commit().map_err(map_err)?;
+            if let Some(first) = first {
+                keep_items(&cache, items, &new_items, first);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let row = conn
+                .prepare_cached(SELECT_CONVERSATION)
+                .and_then(|mut s| s.query_row([&id], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))));
+            match row {
+                Ok((created_at, metadata)) => record(&id, created_at, &metadata).map(Some),
+                Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+                Err(e) => Err(map_err(e)),
+            }
+        })
+        .await
+    }
+
+    async fn update_conversation(
+        &self,
+        id: &str,
+        metadata: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Option<ConversationRecord>, StoreError> {
+        let id = id.to_owned();
+        let metadata = encode(&metadata, "metadata")?;
+        self.write(move |conn| {
+            let row = conn.prepare_cached(UPDATE_CONVERSATION).and_then(|mut s| {
+                s.query_row(params![id, metadata], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
+            });
+            match row {
+                Ok((created_at, metadata)) => record(&id, created_at, &metadata).map(Some),
+                Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+                Err(e) => Err(map_err(e)),
+            }
+        })
+        .await
+    }
+
+    async fn delete_conversation(&self, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+            match conversation_state(&tx, &id)? {
+                Some((false, _)) => {}
+                // Not stored, or already deleted: nothing changes.
+                Some((true, _)) | None => return Ok(false),
+            }
+            if conversation_referenced(&tx, &id)? {
+                tx.prepare_cached(MAKE_CONVERSATION_TOMBSTONE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
+            } else {
+                collect_conversation(&tx, &id)?;
+            }
+            tx.commit().map_err(map_err)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn conversation_history(&self, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
+        let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
+        self.read(move |conn| {
+            let found = query_items_and_version(conn, &cache, CONVERSATION_HISTORY, [&id], true)?;
+            Ok(found.map(|(items, version)| ConversationHistory { items, version }))
+        })
+        .await
+    }
+
+    async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+        let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
+        self.read(move |conn| {
+            let sql = match page.order {
+                InputItemsOrder::Asc => CONVERSATION_ITEMS_ASC,
+                InputItemsOrder::Desc => CONVERSATION_ITEMS_DESC,
+            };
+            let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
+            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch])? else {
+                return Ok(None);
+            };
+            let has_more = items.len() > page.limit;
+            items.truncate(page.limit);
+            Ok(Some(InputItemsList { items, has_more }))
+        })
+        .await
+    }
+
+    async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError> {
+        let id = id.to_owned();
+        let new_items = encode_items(&items)?;
+        let cache = Arc::clone(&self.inner.items);
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+            match conversation_state(&tx, &id)? {
+                Some((false, _)) => {}
+                Some((true, _)) | None => return Ok(None),
+            }
+            if new_items.is_empty() {
+                return Ok(Some(()));
+            }
+            let first = insert_items(&tx, &new_items)?;
+            append_rows(&tx, &id, first, new_items.len())?;
+            tx.commit().map_err(map_err)?;
+            keep_items(&cache, items, &new_items, first);
+            Ok(Some(()))
+        })
+        .await
+    }
+
+    async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError> {
+        let (id, item_id, cache) = (id.to_owned(), item_id.to_owned(), Arc::clone(&self.inner.items));
+        self.read(move |conn| {
+            Ok(match query_items(conn, &cache, CONVERSATION_ITEM, [&id, &item_id])? {
+                None => ConversationItemLookup::NoConversation,
+                Some(items) => match items.into_iter().next() {
+                    None => ConversationItemLookup::NoItem,
+                    Some(item) => ConversationItemLookup::Found(item),
+                },
+            })
+        })
+        .await
+    }
+
+    async fn delete_conversation_item(
+        &self,
+        id: &str,
+        item_id: &str,
+    ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
+        let (id, item_id) = (id.to_owned(), item_id.to_owned());
+        self.write(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+            match conversation_state(&tx, &id)? {
+                Some((false, _)) => {}
+                Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
+            }
+            let found = tx.prepare_cached(FIND_CONVERSATION_ITEM).and_then(|mut s| {
+                s.query_row([&id, &item_id], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))
+            });
+            let position = match found {
+                Ok((position, _)) => position,
+                Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(ConversationItemLookup::NoItem),
+                Err(e) => return Err(map_err(e)),
+            };
+            if conversation_referenced(&tx, &id)? {
+                // A stored response's history may hold it: only hidden.
+                tx.prepare_cached(FLAG_REMOVED).and_then(|mut s| s.execute(params![id, position])).map_err(map_err)?;
+            } else {
+                let keys = query_keys(&tx, DELETE_CONVERSATION_ROW, params![id, position])?;
+                delete_orphans(&tx, &keys)?;
+            }
+            let record = bump_version(&tx, &id)?;
+            tx.commit().map_err(map_err)?;
+            Ok(ConversationItemLookup::Found(record))
+        })
+        .await
+    }
 }
 
 /// Whether a stored response (or tombstone) continues `id`.
@@ -591,19 +938,113 @@ fn has_continuations(tx: &Transaction<'_>, id: &str) -> Result<bool, StoreError>
     tx.prepare_cached(HAS_CONTINUATIONS).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)
 }
 
-/// Remove a response that nothing continues, with its own items.
+/// Remove a response that nothing continues, with those of its own items that no conversation
+/// holds; then release the conversation it was created in, if any.
 fn remove(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
-    let keys = {
-        let mut stmt = tx.prepare_cached(DELETE_OWN_ITEMS).map_err(map_err)?;
-        let keys = stmt.query_map([id], |row| row.get::<_, i64>(0)).map_err(map_err)?;
-        keys.collect::<Result<Vec<i64>, _>>().map_err(map_err)?
-    };
-    tx.prepare_cached(DELETE_RESPONSE).and_then(|mut s| s.execute([id])).map_err(map_err)?;
-    if !keys.is_empty() {
-        let keys = encode(&keys, "keys")?;
-        tx.prepare_cached(DELETE_ITEMS).and_then(|mut s| s.execute([&keys])).map_err(map_err)?;
+    let keys = query_keys(tx, DELETE_OWN_ITEMS, [id])?;
+    let conversation: Option<String> =
+        tx.prepare_cached(DELETE_RESPONSE).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)?;
+    delete_orphans(tx, &keys)?;
+    if let Some(conversation) = conversation {
+        release_conversation(tx, &conversation)?;
     }
     Ok(())
+}
+
+/// The `i64`s of a one-column query (item keys).
+fn query_keys(tx: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<i64>, StoreError> {
+    let mut stmt = tx.prepare_cached(sql).map_err(map_err)?;
+    let keys = stmt.query_map(params, |row| row.get::<_, i64>(0)).map_err(map_err)?;
+    keys.collect::<Result<Vec<i64>, _>>().map_err(map_err)
+}
+
+/// Delete the items under `keys` that nothing holds any more.
+fn delete_orphans(tx: &Transaction<'_>, keys: &[i64]) -> Result<(), StoreError> {
+    if !keys.is_empty() {
+        let keys = encode(keys, "keys")?;
+        tx.prepare_cached(DELETE_ORPHAN_ITEMS).and_then(|mut s| s.execute([&keys])).map_err(map_err)?;
+    }
+    Ok(())
+}
+
+/// Tombstone or not, and the version, of a stored conversation.
+fn conversation_state(tx: &Transaction<'_>, id: &str) -> Result<Option<(bool, i64)>, StoreError> {
+    let row = tx
+        .prepare_cached(SELECT_CONVERSATION_STATE)
+        .and_then(|mut s| s.query_row([id], |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?))));
+    match row {
+        Ok(state) => Ok(Some(state)),
+        Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+        Err(e) => Err(map_err(e)),
+    }
+}
+
+/// Whether a stored response (or tombstone) was created in the conversation.
+fn conversation_referenced(tx: &Transaction<'_>, id: &str) -> Result<bool, StoreError> {
+    tx.prepare_cached(CONVERSATION_REFERENCED).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)
+}
+
+/// Append `count` new items, whose keys start at `first`, to the conversation and bump its
+/// version; the conversation's record.
+fn append_rows(tx: &Transaction<'_>, id: &str, first: i64, count: usize) -> Result<ConversationRecord, StoreError> {
+    let next: i64 =
+        tx.prepare_cached(NEXT_POSITION).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)?;
+    tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
+        .and_then(|mut s| s.execute(params![id, first, count as i64, next]))
+        .map_err(map_err)?;
+    bump_version(tx, id)
+}
+
+/// Move the conversation to its next version; its record.
+fn bump_version(tx: &Transaction<'_>, id: &str) -> Result<ConversationRecord, StoreError> {
+    let (created_at, metadata): (i64, String) = tx
+        .prepare_cached(BUMP_VERSION)
+        .and_then(|mut s| s.query_row([id], |row| Ok((row.get(0)?, row.get(1)?))))
+        .map_err(map_err)?;
+    record(id, created_at, &metadata)
+}
+
+/// Remove a conversation with its rows and the items no response holds.
+fn collect_conversation(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+    let keys = query_keys(tx, DELETE_CONVERSATION_ROWS, [id])?;
+    tx.prepare_cached(DELETE_CONVERSATION).and_then(|mut s| s.execute([id])).map_err(map_err)?;
+    delete_orphans(tx, &keys)
+}
+
+/// After a response created in conversation `id` was removed: if no stored response names the
+/// conversation any more, what was kept only for such responses goes — the whole conversation if
+/// it is a tombstone, else its removed rows (and their items, unless held elsewhere).
+fn release_conversation(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+    if conversation_referenced(tx, id)? {
+        return Ok(());
+    }
+    match conversation_state(tx, id)? {
+        Some((true, _)) => collect_conversation(tx, id),
+        Some((false, _)) => {
+            let keys = query_keys(tx, DELETE_REMOVED_ROWS, [id])?;
+            delete_orphans(tx, &keys)
+        }
+        None => Ok(()),
+    }
+}
+
+/// A conversation record from its stored columns.
+fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecord, StoreError> {
+    let metadata = serde_json::from_str(metadata)
+        .map_err(|e| StoreError::Corrupt(format!("metadata of conversation {id}: {e}")))?;
+    Ok(ConversationRecord { id: id.to_owned(), created_at, metadata })
+}
+
+/// Encode new items for [`insert_items`].
+fn encode_items(items: &[Item]) -> Result<Vec<(String, String)>, StoreError> {
+    items.iter().map(|item| Ok((item.id().to_owned(), encode(item, "item")?))).collect()
+}
+
+/// Keep new items, just stored from `first` on, in the cache.
+fn keep_items(cache: &ItemCache, items: Vec<Item>, encoded: &[(String, String)], first: i64) {
+    for ((item, (_, body)), key) in items.into_iter().zip(encoded).zip(first..) {
+        cache.keep(key, item, body.len());
+    }
 }
 
 /// Access for tests: raw SQL on the writer connection, and the internal counters.

@@ -110,9 +110,9 @@ impl TestStore {
     /// Record a schema version newer than this code's.
     async fn bump_schema_version(&self) {
         match self {
-            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 3").await,
+            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 4").await,
             TestStore::Postgres(store) => {
-                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (3)")
+                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (4)")
                     .execute(store.pool())
                     .await
                     .unwrap();
@@ -222,6 +222,7 @@ fn new_response(id: &str, prev: Option<&str>, input: Vec<Item>, output: Vec<Item
         history_from: prev.map(Into::into),
         input,
         output,
+        conversation: None,
     }
 }
 
@@ -608,7 +609,7 @@ async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     store.bump_schema_version().await;
     drop(store);
     let err = backend.try_open().await.err().unwrap();
-    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 3")), "{err:?}");
+    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 4")), "{err:?}");
 }
 
 /// Not a test on its own: the body of one writer process for

@@ -44,7 +44,7 @@ pub(crate) const SCHEMA_V1: &str = "
 /// (`history_from`), and can be a tombstone (`deleted`). The lists are built from the version-1
 /// rows; items that version 1 kept for continuations of an already deleted response are left as
 /// they are (still readable, never collected).
-const SCHEMA_V2: &str = "
+pub(crate) const SCHEMA_V2: &str = "
     ALTER TABLE responses ADD COLUMN history TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE responses ADD COLUMN history_from TEXT REFERENCES responses(id);
     ALTER TABLE responses ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
@@ -58,8 +58,32 @@ const SCHEMA_V2: &str = "
     CREATE INDEX responses_history_from ON responses(history_from);
     PRAGMA user_version = 2;";
 
+/// Version 3: conversations. `conversations` holds each one's record and version (`deleted` marks
+/// a tombstone kept for the responses created in it), `conversation_items` its item keys in order
+/// (`removed` marks an item taken out of the conversation but kept for those responses), and a
+/// response created in a conversation names it (`conversation_id`).
+pub(crate) const SCHEMA_V3: &str = "
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        created_at INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        version INTEGER NOT NULL DEFAULT 0,
+        deleted INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE conversation_items (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id),
+        position INTEGER NOT NULL,
+        item_key INTEGER NOT NULL REFERENCES items(key),
+        removed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (conversation_id, position)
+    );
+    CREATE INDEX conversation_items_item_key ON conversation_items(item_key);
+    ALTER TABLE responses ADD COLUMN conversation_id TEXT REFERENCES conversations(id);
+    CREATE INDEX responses_conversation_id ON responses(conversation_id);
+    PRAGMA user_version = 3;";
+
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
 /// Prepared statements kept per connection. The store uses about a dozen fixed statements plus one
 /// multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in the parent module); this
