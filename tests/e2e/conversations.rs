@@ -257,7 +257,8 @@ async fn racing_responses_on_one_conversation_never_interleave(backend: Backend)
 
     let body = |input: &str| json!({"model": "m", "input": input, "conversation": id});
     let url = h.url("/v1/responses");
-    let (a, b) = tokio::join!(post_json(&url, &body("A")), post_json(&url, &body("B")));
+    let (body_a, body_b) = (body("A"), body("B"));
+    let (a, b) = tokio::join!(post_json(&url, &body_a), post_json(&url, &body_b));
     let (a, b) = (a.unwrap(), b.unwrap());
     let mut statuses = [a.0, b.0];
     statuses.sort_unstable();

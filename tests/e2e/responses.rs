@@ -122,7 +122,7 @@ async fn cached_and_reasoning_token_details_are_reported() {
     assert_eq!(status, 200);
     assert_eq!(
         body["usage"],
-        json!({"input_tokens":20,"input_tokens_details":{"cached_tokens":4},"output_tokens":3,
+        json!({"input_tokens":20,"input_tokens_details":{"cached_tokens":4,"cache_write_tokens":0},"output_tokens":3,
                "output_tokens_details":{"reasoning_tokens":1},"total_tokens":23})
     );
 }

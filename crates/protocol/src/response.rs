@@ -52,6 +52,10 @@ pub struct Usage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct InputTokensDetails {
     pub cached_tokens: u64,
+    /// Input tokens written to a prompt cache on the client's request. Always 0: the reference
+    /// API's explicit cache writes have no chat-completions counterpart (model servers cache
+    /// prefixes on their own), but the official SDKs type this count as required.
+    pub cache_write_tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
