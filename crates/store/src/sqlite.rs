@@ -49,7 +49,7 @@ use tokio::sync::Semaphore;
 use self::checkpoint::{Checkpointer, Signal};
 pub(crate) use self::connection::Config;
 #[cfg(test)]
-pub(crate) use self::connection::SCHEMA_V1;
+pub(crate) use self::connection::{SCHEMA_V1, SCHEMA_V2};
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::{

@@ -62,7 +62,7 @@ pub(crate) const SCHEMA_V2: &str = "
 /// a tombstone kept for the responses created in it), `conversation_items` its item keys in order
 /// (`removed` marks an item taken out of the conversation but kept for those responses), and a
 /// response created in a conversation names it (`conversation_id`).
-pub(crate) const SCHEMA_V3: &str = "
+const SCHEMA_V3: &str = "
     CREATE TABLE conversations (
         id TEXT PRIMARY KEY,
         created_at INTEGER NOT NULL,
