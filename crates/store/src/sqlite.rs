@@ -1,17 +1,25 @@
 //! The SQLite backend: one database file shared by every worker process, in WAL mode.
 //!
-//! Schema (version 2, recorded in `PRAGMA user_version`; version-1 files are migrated on open):
+//! Schema (version 3, recorded in `PRAGMA user_version`; version-1 and -2 files are migrated on
+//! open):
 //!
 //! - `items(key, item_id, body)`: each item once, `body` being the serde JSON of
 //!   [`respgw_protocol::Item`]. `item_id` is not unique (clients may resend ids). `key` is
 //!   `AUTOINCREMENT` so a deleted item's key is never reused.
 //! - `responses(id, previous_response_id, model, created_at, status, body, history, history_from,
-//!   deleted)`: `body` is the response object JSON as text; `history` the whole conversation's
-//!   item keys as a JSON array; `history_from` the response it continues (a foreign key, indexed:
-//!   it tells a delete whether anything continues a response); `deleted` marks a tombstone.
+//!   deleted, conversation_id)`: `body` is the response object JSON as text; `history` the whole
+//!   history's item keys as a JSON array; `history_from` the response it continues (a foreign key,
+//!   indexed: it tells a delete whether anything continues a response); `deleted` marks a
+//!   tombstone; `conversation_id` the conversation it was created in (indexed: it tells whether a
+//!   conversation's rows must be kept).
 //! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
 //!   input, 2 output), in order: what the input-items listing pages through and what a delete
 //!   collects.
+//! - `conversations(id, created_at, metadata, version, deleted)`: `metadata` a JSON object as
+//!   text; `version` moves on with every change of the item list; `deleted` marks a tombstone.
+//! - `conversation_items(conversation_id, position, item_key, removed)`: a conversation's items in
+//!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
+//!   the responses created in it. What is kept, and when it goes, is in the crate's docs.
 //!
 //! # Threads and connections
 //!
