@@ -179,6 +179,7 @@ both!(
     two_stores_racing_saves_into_one_conversation,
     deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing,
     a_version_2_database_is_migrated,
+    concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing,
 );
 
 /// A delete of a response while continuations of it are being saved: every save either stores a
@@ -1145,4 +1146,50 @@ async fn a_version_2_database_is_migrated(backend: Backend) {
     assert!(store.delete("r3").await.unwrap());
     assert!(items_left(&store).await.is_empty());
     assert_eq!(count(&store, "conversations").await, 0);
+}
+
+/// Responses created in a conversation, a continuation of one, an item of the conversation and
+/// the conversation itself, all deleted at once from two stores (processes): every delete
+/// succeeds (no deadlock, no lost update), and nothing is left afterwards.
+async fn concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing(backend: Backend) {
+    let (a, b) = tokio::join!(backend.open(), backend.open());
+    let stores = [Arc::new(a), Arc::new(b)];
+    for round in 0..10 {
+        let conv = format!("conv_{round}");
+        let store = &stores[0];
+        store.create_conversation(new_conversation(&conv, vec![user(&format!("{conv}_c"))])).await.unwrap();
+        let mut responses = Vec::new();
+        for n in 0..4 {
+            let id = format!("{conv}_r{n}");
+            let v = version(store, &conv).await;
+            let (input, output) = (user(&format!("{id}_in")), assistant(&format!("{id}_out")));
+            store.save(in_conversation(&id, &conv, v, vec![input], vec![output])).await.unwrap();
+            responses.push(id);
+        }
+        let next = format!("{conv}_next");
+        store.save(new_response(&next, Some(&responses[0]), vec![user(&format!("{next}_in"))], vec![])).await.unwrap();
+        responses.push(next);
+
+        let mut tasks = Vec::new();
+        for (n, id) in responses.into_iter().enumerate() {
+            let store = Arc::clone(&stores[n % 2]);
+            tasks.push(tokio::spawn(async move { assert!(store.delete(&id).await.unwrap(), "{id}") }));
+        }
+        for (n, item) in [format!("{conv}_c"), format!("{conv}_r1_in")].into_iter().enumerate() {
+            let (store, conv) = (Arc::clone(&stores[n % 2]), conv.clone());
+            tasks.push(tokio::spawn(async move {
+                // Found, or the conversation was deleted first.
+                let got = store.delete_conversation_item(&conv, &item).await.unwrap();
+                assert_ne!(got, ConversationItemLookup::NoItem, "{item}");
+            }));
+        }
+        let (store, conv2) = (Arc::clone(&stores[1]), conv.clone());
+        tasks.push(tokio::spawn(async move { assert!(store.delete_conversation(&conv2).await.unwrap()) }));
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+    for table in ["items", "conversation_items", "conversations", "responses", "response_items"] {
+        assert_eq!(count(&stores[0], table).await, 0, "{table}");
+    }
 }
