@@ -180,6 +180,7 @@ both!(
     deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing,
     a_version_2_database_is_migrated,
     concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing,
+    saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing,
 );
 
 /// A delete of a response while continuations of it are being saved: every save either stores a
@@ -1187,6 +1188,55 @@ async fn concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing(ba
         tasks.push(tokio::spawn(async move { assert!(store.delete_conversation(&conv2).await.unwrap()) }));
         for task in tasks {
             task.await.unwrap();
+        }
+    }
+    for table in ["items", "conversation_items", "conversations", "responses", "response_items"] {
+        assert_eq!(count(&stores[0], table).await, 0, "{table}");
+    }
+}
+
+/// Saves into a conversation while its items and then the conversation are deleted: each save
+/// stores a whole history or fails with `ConversationChanged` / `ConversationGone` writing nothing.
+async fn saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing(backend: Backend) {
+    let (a, b) = tokio::join!(backend.open(), backend.open());
+    let stores = [Arc::new(a), Arc::new(b)];
+    for round in 0..5 {
+        let conv = format!("conv_{round}");
+        let items: Vec<Item> = (0..4).map(|n| user(&format!("{conv}_c{n}"))).collect();
+        stores[0].create_conversation(new_conversation(&conv, items)).await.unwrap();
+        let v = version(&stores[0], &conv).await;
+        let mut saves = Vec::new();
+        for n in 0..6 {
+            let (store, conv) = (Arc::clone(&stores[n % 2]), conv.clone());
+            saves.push(tokio::spawn(async move {
+                let id = format!("{conv}_r{n}");
+                let saved = store.save(in_conversation(&id, &conv, v, vec![user(&format!("{id}_in"))], vec![])).await;
+                (id, saved)
+            }));
+        }
+        for n in 0..2 {
+            stores[1].delete_conversation_item(&conv, &format!("{conv}_c{n}")).await.unwrap();
+        }
+        assert!(stores[0].delete_conversation(&conv).await.unwrap());
+        let mut stored = Vec::new();
+        for save in saves {
+            let (id, saved) = save.await.unwrap();
+            match saved {
+                Ok(()) => {
+                    let history = stores[1].history(&id).await.unwrap().unwrap();
+                    assert_eq!(history.len(), 5, "{id}");
+                    stored.push(id);
+                }
+                Err(StoreError::ConversationChanged(_) | StoreError::ConversationGone(_)) => {
+                    assert!(stores[0].response(&id).await.unwrap().is_none());
+                }
+                Err(e) => panic!("{id}: {e:?}"),
+            }
+        }
+        assert!(stored.len() <= 1, "{stored:?}");
+        assert_eq!(stores[0].dangling_history_keys().await, 0);
+        for id in stored {
+            assert!(stores[0].delete(&id).await.unwrap());
         }
     }
     for table in ["items", "conversation_items", "conversations", "responses", "response_items"] {
