@@ -245,9 +245,9 @@ const CONVERSATION_ITEM: &str = "
     ) f
     LEFT JOIN items i ON i.key = f.item_key";
 
-/// The row of the first visible item with id `?2` of conversation `?1`.
+/// The position of the first visible item with id `?2` of conversation `?1`.
 const FIND_CONVERSATION_ITEM: &str = "
-    SELECT ci.position, ci.item_key FROM conversation_items ci JOIN items i ON i.key = ci.item_key
+    SELECT ci.position FROM conversation_items ci JOIN items i ON i.key = ci.item_key
     WHERE ci.conversation_id = ?1 AND ci.removed = 0 AND i.item_id = ?2
     ORDER BY ci.position LIMIT 1";
 
@@ -672,9 +672,7 @@ impl ResponseStore for SqliteStore {
             tx.commit().map_err(map_err)?;
             // The next continuation of this conversation need not decode what it just wrote.
             if let Some(first) = first_key {
-                for ((item, (_, body)), key) in input.into_iter().chain(output).zip(&new_items).zip(first..) {
-                    cache.keep(key, item, body.len());
-                }
+                keep_items(&cache, input.into_iter().chain(output), &new_items, first);
             }
             Ok(())
         })
@@ -918,11 +916,11 @@ impl ResponseStore for SqliteStore {
                 Some((false, _)) => {}
                 Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
             }
-            let found = tx.prepare_cached(FIND_CONVERSATION_ITEM).and_then(|mut s| {
-                s.query_row([&id, &item_id], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))
-            });
+            let found = tx
+                .prepare_cached(FIND_CONVERSATION_ITEM)
+                .and_then(|mut s| s.query_row([&id, &item_id], |row| row.get::<_, i64>(0)));
             let position = match found {
-                Ok((position, _)) => position,
+                Ok(position) => position,
                 Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(ConversationItemLookup::NoItem),
                 Err(e) => return Err(map_err(e)),
             };
@@ -1049,7 +1047,7 @@ fn encode_items(items: &[Item]) -> Result<Vec<(String, String)>, StoreError> {
 }
 
 /// Keep new items, just stored from `first` on, in the cache.
-fn keep_items(cache: &ItemCache, items: Vec<Item>, encoded: &[(String, String)], first: i64) {
+fn keep_items(cache: &ItemCache, items: impl IntoIterator<Item = Item>, encoded: &[(String, String)], first: i64) {
     for ((item, (_, body)), key) in items.into_iter().zip(encoded).zip(first..) {
         cache.keep(key, item, body.len());
     }
