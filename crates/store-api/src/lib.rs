@@ -31,7 +31,8 @@ pub struct NewResponse {
     /// shared (referenced, never written again) and comes first. `None` when the history was not
     /// read from the store (no `previous_response_id`, or a WebSocket connection's unstored
     /// response, whose items arrive in `input`). If it is gone by the time of the save, the save
-    /// fails with [`StoreError::MissingHistory`] and writes nothing.
+    /// fails with [`StoreError::MissingHistory`] and writes nothing. Ignored when `conversation`
+    /// is set (the history is then the conversation's).
     pub history_from: Option<String>,
     /// This request's own input items (new rows).
     pub input: Vec<Item>,
@@ -39,7 +40,8 @@ pub struct NewResponse {
     pub output: Vec<Item>,
     /// The conversation this response was created in: the save appends `input` then `output` to
     /// it in the same transaction, and the response's history is the conversation's items as they
-    /// were (`history_from` is then `None`).
+    /// were (`history_from` is then `None`). If the conversation was deleted meanwhile, the save
+    /// fails with [`StoreError::ConversationGone`] and writes nothing.
     pub conversation: Option<ConversationAppend>,
 }
 
@@ -57,7 +59,8 @@ pub struct ConversationAppend {
 /// A conversation to create.
 #[derive(Debug, Clone)]
 pub struct NewConversation {
-    /// `conv_…`; must not be stored yet.
+    /// `conv_…`; must not be stored yet ([`StoreError::Duplicate`]; a deleted conversation's id
+    /// stays taken while responses created in it are stored).
     pub id: String,
     /// Unix seconds.
     pub created_at: i64,
@@ -183,7 +186,8 @@ pub trait ResponseStore: Send + Sync + 'static {
     /// The conversation's record, or None when it does not exist (or was deleted).
     async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError>;
 
-    /// Replace the conversation's metadata; the updated record, or None when it does not exist.
+    /// Replace the conversation's metadata (its version stays); the updated record, or None when it
+    /// does not exist.
     async fn update_conversation(
         &self,
         id: &str,
@@ -202,15 +206,16 @@ pub trait ResponseStore: Send + Sync + 'static {
     /// conversation yields an empty page). None when the conversation does not exist.
     async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError>;
 
-    /// Append items to the conversation, atomically, after everything already in it. None when
-    /// the conversation does not exist.
+    /// Append items to the conversation, atomically, after everything already in it; changes its
+    /// version (unless `items` is empty). None when the conversation does not exist.
     async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError>;
 
-    /// The first item with id `item_id` in the conversation.
+    /// The first item with id `item_id` in the conversation (one snapshot).
     async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError>;
 
-    /// Remove the first item with id `item_id` from the conversation; the conversation's record
-    /// when it was removed. Stored responses whose history holds the item keep it.
+    /// Remove the first item with id `item_id` from the conversation, changing its version; the
+    /// conversation's record when it was removed. Stored responses whose history holds the item
+    /// keep it.
     async fn delete_conversation_item(
         &self,
         id: &str,

@@ -1,12 +1,14 @@
-//! Decoded stored items by store key, so that continuing a conversation decodes each item once
-//! per process rather than once per continuation (decoding is most of what a long history costs
-//! a read: about 1 µs per item, against 0.1 µs to clone a decoded one).
+//! Decoded stored items by store key, so that continuing a history decodes each item once per
+//! process rather than once per continuation (decoding is most of what a long history costs a
+//! read: about 1 µs per item, against 0.1 µs to clone a decoded one). Conversation reads use it
+//! too, and every write (a save, a conversation's creation or append) keeps what it stored.
 //!
 //! Always consistent without invalidation: an item's row never changes once written, and a key is
 //! never handed out twice (SQLite `AUTOINCREMENT`, a PostgreSQL sequence), so a cached key can only
-//! ever mean that one item. Deleted items are simply never asked for again and age out. Whether a
-//! response exists is still read from the database on every continuation (the cache only
-//! replaces decoding the rows that read returns).
+//! ever mean that one item. Deleted items are never asked for again (no stored history or
+//! conversation names them: see the crate's invariant) and age out. Whether a response or
+//! conversation exists is still read from the database on every read (the cache only replaces
+//! decoding the rows that read returns).
 //!
 //! Bounded by the stored JSON's size (a data-URL image can be megabytes), evicting the least
 //! recently used (quick_cache's CLOCK-Pro: concurrent and weighted, which a hand-rolled LRU is not).

@@ -5,18 +5,54 @@
 //! # Model
 //!
 //! Items are stored once, in their own rows, each with a store key. A stored response keeps its
-//! whole conversation as one ordered list of item keys (a checkpoint) in its own row: the list of
-//! the response it continues (`history_from`), then the keys of its own input and output items.
-//! Continuing a conversation is therefore one read ([`ResponseStore::conversation`]), never a walk
-//! of the chain, and saving a continuation writes one row plus its new items whatever the depth:
-//! the inherited part of the list is copied from the parent's row inside the database.
+//! whole history as one ordered list of item keys (a checkpoint) in its own row: the list of the
+//! response it continues (`history_from`), or of the conversation it was created in, then the keys
+//! of its own input and output items. Continuing is therefore one read
+//! ([`ResponseStore::history`]), never a walk of the chain, and saving a continuation writes one
+//! row plus its new items whatever the depth: the inherited part of the list is copied from the
+//! parent's row (or the conversation's rows) inside the database.
 //!
 //! Items belong to the response that wrote them, and only that response and its continuations
-//! (which copied its keys) reference them. So a delete knows what to collect without a search:
+//! (which copied its keys) reference them — or, for a response created in a conversation, also
+//! the conversation (see below). So a delete knows what to collect without a search:
 //! a response that nothing continues is removed with its own items; one that is continued is
 //! hidden instead (a tombstone: GET, listings and new continuations see it as gone) and kept
 //! until its last continuation is deleted, which then removes it too, and so on up the chain.
 //! Continuations of a deleted response therefore keep working.
+//!
+//! # Conversations
+//!
+//! A conversation (`conv_…`) is a record (metadata, a version) and an ordered list of rows naming
+//! items (`conversation_items`). Items added through the conversations API are new rows owned by
+//! the conversation alone; a response created in a conversation writes its items once, as its own
+//! (`response_items`), and appends the same keys to the conversation, in the same transaction as
+//! its row, whose history is the conversation's visible keys at the version the response read
+//! (else the save fails with [`StoreError::ConversationChanged`] and writes nothing). The version
+//! changes with every change of the item list, so two responses computed from one state cannot
+//! both be saved: their items never interleave.
+//!
+//! Such a response's history names items the conversation holds, which clients may delete from
+//! the conversation, or delete the conversation, or delete the response that produced them. What
+//! keeps them is one rule, applied by every delete:
+//!
+//! - **An item row exists while a `response_items` row or a `conversation_items` row (removed or
+//!   not) names it.**
+//! - **A response row (tombstone or not) exists while a response continues it** (`history_from`),
+//!   as above.
+//! - **A conversation row and every one of its `conversation_items` rows exist while a response row
+//!   (tombstone or not) names the conversation** (`conversation_id`). Meanwhile, deleting an item
+//!   from the conversation only flags its row `removed`, and deleting the conversation only makes
+//!   it a tombstone (hidden from every read, its metadata dropped, its id still taken).
+//!
+//! Every key of a stored history is then held: the response's own keys by its `response_items`
+//! rows; inherited ones by its parent's row, which exists and (by the same argument) holds its
+//! history; a conversation's keys by that conversation's rows, which exist while the response
+//! does. And nothing is kept forever: when the last response naming a conversation is removed,
+//! the conversation's removed rows go (or the whole conversation, if it is a tombstone), each with
+//! the items nothing else names; when nothing references a conversation, deleting an item or the
+//! conversation removes the rows and items at once. The test
+//! `deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing` checks both halves in
+//! many deletion orders.
 //!
 //! # Backends
 //!

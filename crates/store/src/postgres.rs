@@ -11,11 +11,17 @@
 //! - `items(key, item_id, body)`: each item once; `key` comes from the sequence `items_key_seq`,
 //!   which never hands a number out twice (a deleted item's key is never reused).
 //! - `responses(id, previous_response_id, model, created_at, status, body, history, history_from,
-//!   deleted)`; `body` is text, not `jsonb`, so that GET returns the object with its keys in their
-//!   original order; `history` is the conversation's item keys (`bigint[]`); `history_from` the
-//!   response it continues (a foreign key, indexed); `deleted` marks a tombstone.
+//!   deleted, conversation_id)`; `body` is text, not `jsonb`, so that GET returns the object with
+//!   its keys in their original order; `history` is the history's item keys (`bigint[]`);
+//!   `history_from` the response it continues (a foreign key, indexed); `deleted` marks a
+//!   tombstone; `conversation_id` the conversation it was created in (a foreign key, indexed).
 //! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
 //!   input, 2 output), in order.
+//! - `conversations(id, created_at, metadata, version, deleted)`: `metadata` is a JSON object as
+//!   text (key order kept); `version` moves on with every change of the item list.
+//! - `conversation_items(conversation_id, position, item_key, removed)`: a conversation's items in
+//!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
+//!   the responses created in it.
 //!
 //! The tables live in the first schema of the connection's `search_path` (by default `public`);
 //! `?options=-c%20search_path%3Drespgw` in the URL puts them elsewhere.
@@ -30,8 +36,8 @@
 //!
 //! # One round trip per operation
 //!
-//! Each read and each save is a single SQL statement (the save a chain of data-modifying CTEs,
-//! atomic as one statement), so it costs one network round trip once the pool's connection has
+//! Each read and each save outside a conversation is a single SQL statement (the save a chain of
+//! data-modifying CTEs, atomic as one statement), so it costs one network round trip once the pool's connection has
 //! prepared it. A delete is a short transaction: it locks the response's row, then removes it or
 //! makes it a tombstone, and climbs the chain while tombstones lose their last continuation.
 //!
@@ -42,6 +48,17 @@
 //! UPDATE`. Whichever comes second waits for the first. A delete that went first and removed the
 //! row makes the save fail on the key (nothing is written: [`StoreError::MissingHistory`]); a save
 //! that went first is seen by the delete, which then only makes a tombstone.
+//!
+//! # Conversations
+//!
+//! Every write of a conversation is a short transaction that starts by locking the conversation's
+//! row (`FOR UPDATE`): a save into it (then checking the version it was computed from; the save
+//! itself is one statement of CTEs, in the snapshot taken after the lock, so it sees every
+//! earlier write), an items append or delete, a conversation delete, and a response delete that
+//! may release the conversation (after removing the response, so the lock order is always
+//! response, then conversation). Writes of one conversation thus run one after the other, each
+//! seeing the one before: of two saves computed from one version, the second finds the version
+//! moved on and fails with [`StoreError::ConversationChanged`]. Reads are single statements.
 
 use std::str::FromStr;
 use std::sync::Arc;

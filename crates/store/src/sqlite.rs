@@ -1,17 +1,25 @@
 //! The SQLite backend: one database file shared by every worker process, in WAL mode.
 //!
-//! Schema (version 2, recorded in `PRAGMA user_version`; version-1 files are migrated on open):
+//! Schema (version 3, recorded in `PRAGMA user_version`; version-1 and -2 files are migrated on
+//! open):
 //!
 //! - `items(key, item_id, body)`: each item once, `body` being the serde JSON of
 //!   [`respgw_protocol::Item`]. `item_id` is not unique (clients may resend ids). `key` is
 //!   `AUTOINCREMENT` so a deleted item's key is never reused.
 //! - `responses(id, previous_response_id, model, created_at, status, body, history, history_from,
-//!   deleted)`: `body` is the response object JSON as text; `history` the whole conversation's
-//!   item keys as a JSON array; `history_from` the response it continues (a foreign key, indexed:
-//!   it tells a delete whether anything continues a response); `deleted` marks a tombstone.
+//!   deleted, conversation_id)`: `body` is the response object JSON as text; `history` the whole
+//!   history's item keys as a JSON array; `history_from` the response it continues (a foreign key,
+//!   indexed: it tells a delete whether anything continues a response); `deleted` marks a
+//!   tombstone; `conversation_id` the conversation it was created in (indexed: it tells whether a
+//!   conversation's rows must be kept).
 //! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
 //!   input, 2 output), in order: what the input-items listing pages through and what a delete
 //!   collects.
+//! - `conversations(id, created_at, metadata, version, deleted)`: `metadata` a JSON object as
+//!   text; `version` moves on with every change of the item list; `deleted` marks a tombstone.
+//! - `conversation_items(conversation_id, position, item_key, removed)`: a conversation's items in
+//!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
+//!   the responses created in it. What is kept, and when it goes, is in the crate's docs.
 //!
 //! # Threads and connections
 //!
@@ -49,7 +57,7 @@ use tokio::sync::Semaphore;
 use self::checkpoint::{Checkpointer, Signal};
 pub(crate) use self::connection::Config;
 #[cfg(test)]
-pub(crate) use self::connection::SCHEMA_V1;
+pub(crate) use self::connection::{SCHEMA_V1, SCHEMA_V2};
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::{
@@ -237,9 +245,9 @@ const CONVERSATION_ITEM: &str = "
     ) f
     LEFT JOIN items i ON i.key = f.item_key";
 
-/// The row of the first visible item with id `?2` of conversation `?1`.
+/// The position of the first visible item with id `?2` of conversation `?1`.
 const FIND_CONVERSATION_ITEM: &str = "
-    SELECT ci.position, ci.item_key FROM conversation_items ci JOIN items i ON i.key = ci.item_key
+    SELECT ci.position FROM conversation_items ci JOIN items i ON i.key = ci.item_key
     WHERE ci.conversation_id = ?1 AND ci.removed = 0 AND i.item_id = ?2
     ORDER BY ci.position LIMIT 1";
 
@@ -664,9 +672,7 @@ impl ResponseStore for SqliteStore {
             tx.commit().map_err(map_err)?;
             // The next continuation of this conversation need not decode what it just wrote.
             if let Some(first) = first_key {
-                for ((item, (_, body)), key) in input.into_iter().chain(output).zip(&new_items).zip(first..) {
-                    cache.keep(key, item, body.len());
-                }
+                keep_items(&cache, input.into_iter().chain(output), &new_items, first);
             }
             Ok(())
         })
@@ -910,11 +916,11 @@ impl ResponseStore for SqliteStore {
                 Some((false, _)) => {}
                 Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
             }
-            let found = tx.prepare_cached(FIND_CONVERSATION_ITEM).and_then(|mut s| {
-                s.query_row([&id, &item_id], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))
-            });
+            let found = tx
+                .prepare_cached(FIND_CONVERSATION_ITEM)
+                .and_then(|mut s| s.query_row([&id, &item_id], |row| row.get::<_, i64>(0)));
             let position = match found {
-                Ok((position, _)) => position,
+                Ok(position) => position,
                 Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(ConversationItemLookup::NoItem),
                 Err(e) => return Err(map_err(e)),
             };
@@ -1041,7 +1047,7 @@ fn encode_items(items: &[Item]) -> Result<Vec<(String, String)>, StoreError> {
 }
 
 /// Keep new items, just stored from `first` on, in the cache.
-fn keep_items(cache: &ItemCache, items: Vec<Item>, encoded: &[(String, String)], first: i64) {
+fn keep_items(cache: &ItemCache, items: impl IntoIterator<Item = Item>, encoded: &[(String, String)], first: i64) {
     for ((item, (_, body)), key) in items.into_iter().zip(encoded).zip(first..) {
         cache.keep(key, item, body.len());
     }

@@ -107,6 +107,28 @@ impl TestStore {
         }
     }
 
+    /// How many keys in stored responses' histories (tombstones included) name no item row. Reads
+    /// through the store would not tell: the item cache still holds what was deleted.
+    async fn dangling_history_keys(&self) -> i64 {
+        match self {
+            TestStore::Sqlite(store) => {
+                store
+                    .sql_i64(
+                        "SELECT COUNT(*) FROM responses r, json_each(r.history) h
+                        WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.key = h.value)",
+                    )
+                    .await
+            }
+            TestStore::Postgres(store) => sqlx::query_scalar(
+                "SELECT COUNT(*) FROM responses r, unnest(r.history) h(key)
+                WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.key = h.key)",
+            )
+            .fetch_one(store.pool())
+            .await
+            .unwrap(),
+        }
+    }
+
     /// Record a schema version newer than this code's.
     async fn bump_schema_version(&self) {
         match self {
@@ -150,6 +172,15 @@ both!(
     two_stores_on_one_database_write_concurrently,
     corrupt_rows_and_newer_schema_are_reported,
     deletes_racing_continuations_never_leave_dangling_history,
+    conversations_are_created_read_updated_and_deleted,
+    conversation_items_append_page_and_delete,
+    saving_into_a_conversation_extends_it,
+    stale_or_deleted_conversations_write_nothing,
+    two_stores_racing_saves_into_one_conversation,
+    deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing,
+    a_version_2_database_is_migrated,
+    concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing,
+    saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing,
 );
 
 /// A delete of a response while continuations of it are being saved: every save either stores a
@@ -231,6 +262,8 @@ async fn count(store: &TestStore, table: &'static str) -> i64 {
         "items" => "SELECT COUNT(*) FROM items",
         "responses" => "SELECT COUNT(*) FROM responses",
         "response_items" => "SELECT COUNT(*) FROM response_items",
+        "conversations" => "SELECT COUNT(*) FROM conversations",
+        "conversation_items" => "SELECT COUNT(*) FROM conversation_items",
         _ => unreachable!(),
     };
     store.sql_i64(sql).await
@@ -665,5 +698,548 @@ async fn two_processes_on_one_file_write_concurrently() {
             let conv = store.history(&id).await.unwrap().unwrap();
             assert_eq!(ids(&conv), [id.as_str()]);
         }
+    }
+}
+
+// ---- Conversations ----
+
+fn metadata(pairs: &[(&str, &str)]) -> serde_json::Map<String, serde_json::Value> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect()
+}
+
+fn new_conversation(id: &str, items: Vec<Item>) -> NewConversation {
+    NewConversation { id: id.into(), created_at: 1_700_000_100, metadata: metadata(&[("topic", "demo")]), items }
+}
+
+/// A response created in conversation `conv` at `version`.
+fn in_conversation(id: &str, conv: &str, version: i64, input: Vec<Item>, output: Vec<Item>) -> NewResponse {
+    NewResponse {
+        conversation: Some(ConversationAppend { id: conv.into(), version }),
+        ..new_response(id, None, input, output)
+    }
+}
+
+fn page(after: Option<&str>, limit: usize, order: InputItemsOrder) -> InputItemsPage {
+    InputItemsPage { after: after.map(Into::into), limit, order }
+}
+
+async fn version(store: &TestStore, conv: &str) -> i64 {
+    store.conversation_history(conv).await.unwrap().unwrap().version
+}
+
+/// Every visible item of a conversation, oldest first, through the paged listing.
+async fn listed(store: &TestStore, conv: &str) -> Vec<String> {
+    let got = store.conversation_items(conv, page(None, 100, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    assert!(!got.has_more);
+    ids(&got.items).into_iter().map(str::to_owned).collect()
+}
+
+async fn conversations_are_created_read_updated_and_deleted(backend: Backend) {
+    let store = backend.open().await;
+    store.create_conversation(new_conversation("conv_1", vec![user("a"), assistant("b")])).await.unwrap();
+    let record = store.conversation("conv_1").await.unwrap().unwrap();
+    assert_eq!(
+        record,
+        ConversationRecord { id: "conv_1".into(), created_at: 1_700_000_100, metadata: metadata(&[("topic", "demo")]) }
+    );
+    let history = store.conversation_history("conv_1").await.unwrap().unwrap();
+    assert_eq!(history.items, vec![user("a"), assistant("b")]);
+
+    let err = store.create_conversation(new_conversation("conv_1", vec![user("x")])).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Duplicate(id) if id == "conv_1"), "{err:?}");
+    assert_eq!(count(&store, "items").await, 2);
+
+    // Metadata changes leave the version (the item list) alone; key order is kept.
+    let updated = metadata(&[("z", "1"), ("a", "2")]);
+    let got = store.update_conversation("conv_1", updated.clone()).await.unwrap().unwrap();
+    assert_eq!(got.metadata, updated);
+    assert_eq!(got.created_at, 1_700_000_100);
+    let again = store.conversation("conv_1").await.unwrap().unwrap();
+    assert_eq!(serde_json::Value::Object(again.metadata).to_string(), r#"{"z":"1","a":"2"}"#);
+    assert_eq!(version(&store, "conv_1").await, history.version);
+
+    // An empty conversation exists, with no items.
+    store.create_conversation(new_conversation("conv_empty", vec![])).await.unwrap();
+    let empty = store.conversation_history("conv_empty").await.unwrap().unwrap();
+    assert!(empty.items.is_empty());
+    let listing = store.conversation_items("conv_empty", page(None, 10, InputItemsOrder::Desc)).await.unwrap();
+    assert_eq!(listing, Some(InputItemsList { items: vec![], has_more: false }));
+
+    // Deleted (nothing references it): gone for every call, rows and items removed.
+    assert!(store.delete_conversation("conv_1").await.unwrap());
+    assert!(!store.delete_conversation("conv_1").await.unwrap());
+    assert!(!store.delete_conversation("conv_never").await.unwrap());
+    for id in ["conv_1", "conv_never"] {
+        assert!(store.conversation(id).await.unwrap().is_none());
+        assert!(store.update_conversation(id, metadata(&[])).await.unwrap().is_none());
+        assert!(store.conversation_history(id).await.unwrap().is_none());
+        assert!(store.conversation_items(id, page(None, 10, InputItemsOrder::Asc)).await.unwrap().is_none());
+        assert!(store.append_conversation_items(id, vec![user("c")]).await.unwrap().is_none());
+        assert_eq!(store.conversation_item(id, "a").await.unwrap(), ConversationItemLookup::NoConversation);
+        assert_eq!(store.delete_conversation_item(id, "a").await.unwrap(), ConversationItemLookup::NoConversation);
+    }
+    assert_eq!(count(&store, "items").await, 0);
+    assert_eq!(count(&store, "conversation_items").await, 0);
+    assert_eq!(count(&store, "conversations").await, 1);
+    assert!(store.delete_conversation("conv_empty").await.unwrap());
+    assert_eq!(count(&store, "conversations").await, 0);
+}
+
+async fn conversation_items_append_page_and_delete(backend: Backend) {
+    let store = backend.open().await;
+    store.create_conversation(new_conversation("conv_1", vec![user("m1"), user("m2")])).await.unwrap();
+    let v0 = version(&store, "conv_1").await;
+    store.append_conversation_items("conv_1", vec![user("m3"), assistant("m4")]).await.unwrap().unwrap();
+    store.append_conversation_items("conv_1", vec![user("m5")]).await.unwrap().unwrap();
+    let v1 = version(&store, "conv_1").await;
+    assert_ne!(v0, v1);
+    // Appending nothing changes nothing.
+    store.append_conversation_items("conv_1", vec![]).await.unwrap().unwrap();
+    assert_eq!(version(&store, "conv_1").await, v1);
+    assert_eq!(listed(&store, "conv_1").await, ["m1", "m2", "m3", "m4", "m5"]);
+
+    let asc = |after, limit| page(after, limit, InputItemsOrder::Asc);
+    let desc = |after, limit| page(after, limit, InputItemsOrder::Desc);
+    let get = |p: InputItemsPage| {
+        let store = &store;
+        async move {
+            let got = store.conversation_items("conv_1", p).await.unwrap().unwrap();
+            (ids(&got.items).into_iter().map(str::to_owned).collect::<Vec<_>>(), got.has_more)
+        }
+    };
+    assert_eq!(
+        get(desc(None, 100)).await,
+        (vec!["m5".into(), "m4".into(), "m3".into(), "m2".into(), "m1".into()], false)
+    );
+    assert_eq!(get(asc(None, 2)).await, (vec!["m1".into(), "m2".into()], true));
+    assert_eq!(get(asc(Some("m2"), 2)).await, (vec!["m3".into(), "m4".into()], true));
+    assert_eq!(get(asc(Some("m4"), 2)).await, (vec!["m5".into()], false));
+    assert_eq!(get(asc(Some("m1"), 4)).await, (vec!["m2".into(), "m3".into(), "m4".into(), "m5".into()], false));
+    assert_eq!(get(desc(Some("m4"), 2)).await, (vec!["m3".into(), "m2".into()], true));
+    assert_eq!(get(desc(Some("m1"), 2)).await, (vec![], false));
+    assert_eq!(get(asc(Some("nope"), 2)).await, (vec![], false));
+
+    // One item: found, absent, deleted.
+    assert_eq!(store.conversation_item("conv_1", "m4").await.unwrap(), ConversationItemLookup::Found(assistant("m4")));
+    assert_eq!(store.conversation_item("conv_1", "nope").await.unwrap(), ConversationItemLookup::NoItem);
+    let ConversationItemLookup::Found(record) = store.delete_conversation_item("conv_1", "m3").await.unwrap() else {
+        panic!("m3 not deleted");
+    };
+    assert_eq!(record.id, "conv_1");
+    assert_eq!(record.metadata, metadata(&[("topic", "demo")]));
+    assert_eq!(store.delete_conversation_item("conv_1", "m3").await.unwrap(), ConversationItemLookup::NoItem);
+    assert_eq!(store.conversation_item("conv_1", "m3").await.unwrap(), ConversationItemLookup::NoItem);
+    assert_eq!(listed(&store, "conv_1").await, ["m1", "m2", "m4", "m5"]);
+    assert_ne!(version(&store, "conv_1").await, v1);
+    // A deleted item is no cursor any more; no response references the conversation, so its row
+    // and item are gone.
+    assert_eq!(get(asc(Some("m3"), 2)).await, (vec![], false));
+    assert_eq!(count(&store, "items").await, 4);
+    assert_eq!(count(&store, "conversation_items").await, 4);
+
+    // Items with the same id: the first is the one found and deleted.
+    store.append_conversation_items("conv_1", vec![user("m1")]).await.unwrap().unwrap();
+    assert!(matches!(store.delete_conversation_item("conv_1", "m1").await.unwrap(), ConversationItemLookup::Found(_)));
+    assert_eq!(listed(&store, "conv_1").await, ["m2", "m4", "m5", "m1"]);
+    let history = store.conversation_history("conv_1").await.unwrap().unwrap();
+    assert_eq!(ids(&history.items), ["m2", "m4", "m5", "m1"]);
+
+    // Appends after deletes still go last, in order.
+    store.append_conversation_items("conv_1", vec![user("m6"), user("m7")]).await.unwrap().unwrap();
+    assert_eq!(listed(&store, "conv_1").await, ["m2", "m4", "m5", "m1", "m6", "m7"]);
+}
+
+async fn saving_into_a_conversation_extends_it(backend: Backend) {
+    let store = backend.open().await;
+    store.create_conversation(new_conversation("conv_1", vec![user("c1")])).await.unwrap();
+    let v = version(&store, "conv_1").await;
+    store
+        .save(in_conversation("r1", "conv_1", v, vec![user("i1")], vec![assistant("o1a"), assistant("o1b")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.history("r1").await.unwrap().unwrap(),
+        vec![user("c1"), user("i1"), assistant("o1a"), assistant("o1b")]
+    );
+    assert_eq!(listed(&store, "conv_1").await, ["c1", "i1", "o1a", "o1b"]);
+    let page_desc = store.conversation_items("conv_1", page(None, 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
+    assert_eq!(ids(&page_desc.items), ["o1b", "o1a"]);
+    // The response's own input is its own; items are stored once.
+    let own = store.input_items("r1", page(None, 10, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    assert_eq!(ids(&own.items), ["i1"]);
+    assert_eq!(count(&store, "items").await, 4);
+    let v2 = version(&store, "conv_1").await;
+    assert_ne!(v, v2);
+
+    // The next response in the conversation sees everything, the one after an items call too.
+    store.save(in_conversation("r2", "conv_1", v2, vec![user("i2")], vec![assistant("o2")])).await.unwrap();
+    store.append_conversation_items("conv_1", vec![user("c2")]).await.unwrap().unwrap();
+    let v3 = version(&store, "conv_1").await;
+    store.save(in_conversation("r3", "conv_1", v3, vec![user("i3")], vec![])).await.unwrap();
+    assert_eq!(ids(&store.history("r3").await.unwrap().unwrap()), ["c1", "i1", "o1a", "o1b", "i2", "o2", "c2", "i3"]);
+    assert_eq!(listed(&store, "conv_1").await, ["c1", "i1", "o1a", "o1b", "i2", "o2", "c2", "i3"]);
+    let conv = store.conversation_history("conv_1").await.unwrap().unwrap();
+    assert_eq!(ids(&conv.items), ["c1", "i1", "o1a", "o1b", "i2", "o2", "c2", "i3"]);
+
+    // A response created in a conversation can be continued by previous_response_id, outside it.
+    store.save(new_response("r4", Some("r1"), vec![user("i4")], vec![])).await.unwrap();
+    assert_eq!(ids(&store.history("r4").await.unwrap().unwrap()), ["c1", "i1", "o1a", "o1b", "i4"]);
+    assert_eq!(listed(&store, "conv_1").await.len(), 8);
+}
+
+async fn stale_or_deleted_conversations_write_nothing(backend: Backend) {
+    let store = backend.open().await;
+    store.create_conversation(new_conversation("conv_1", vec![user("c1")])).await.unwrap();
+    let v = version(&store, "conv_1").await;
+    store.append_conversation_items("conv_1", vec![user("c2")]).await.unwrap().unwrap();
+    let before = (count(&store, "items").await, count(&store, "conversation_items").await);
+
+    let err =
+        store.save(in_conversation("r1", "conv_1", v, vec![user("i1")], vec![assistant("o1")])).await.unwrap_err();
+    assert!(matches!(&err, StoreError::ConversationChanged(id) if id == "conv_1"), "{err:?}");
+    assert!(store.response("r1").await.unwrap().is_none());
+    assert_eq!((count(&store, "items").await, count(&store, "conversation_items").await), before);
+    assert_eq!(count(&store, "responses").await, 0);
+    assert_eq!(listed(&store, "conv_1").await, ["c1", "c2"]);
+
+    // A duplicate id writes nothing into the conversation either.
+    let v = version(&store, "conv_1").await;
+    store.save(in_conversation("r1", "conv_1", v, vec![user("i1")], vec![])).await.unwrap();
+    let v = version(&store, "conv_1").await;
+    let err = store.save(in_conversation("r1", "conv_1", v, vec![user("x")], vec![])).await.unwrap_err();
+    assert!(matches!(err, StoreError::Duplicate(_)), "{err:?}");
+    assert_eq!(listed(&store, "conv_1").await, ["c1", "c2", "i1"]);
+    assert_eq!(version(&store, "conv_1").await, v);
+
+    // Deleted (a tombstone, since r1 was created in it) or never created: gone.
+    assert!(store.delete_conversation("conv_1").await.unwrap());
+    let before = count(&store, "items").await;
+    for conv in ["conv_1", "conv_never"] {
+        let err = store.save(in_conversation("r2", conv, v + 1, vec![user("i2")], vec![])).await.unwrap_err();
+        assert!(matches!(&err, StoreError::ConversationGone(id) if id == conv), "{err:?}");
+    }
+    assert_eq!(count(&store, "items").await, before);
+    assert_eq!(count(&store, "responses").await, 1);
+    assert_eq!(ids(&store.history("r1").await.unwrap().unwrap()), ["c1", "c2", "i1"]);
+}
+
+/// Two stores (processes) on one database save into one conversation at once, each read of it
+/// followed by a save at the version read, retried on `ConversationChanged`: exactly one save wins
+/// per version, and the conversation is each winner's input and output, never interleaved.
+async fn two_stores_racing_saves_into_one_conversation(backend: Backend) {
+    let (a, b) = tokio::join!(backend.open(), backend.open());
+    let stores = [Arc::new(a), Arc::new(b)];
+    stores[0].create_conversation(new_conversation("conv_race", vec![user("start")])).await.unwrap();
+    let mut tasks = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for t in 0..4 {
+            let store = Arc::clone(store);
+            tasks.push(tokio::spawn(async move {
+                let mut won = Vec::new();
+                let mut lost = 0;
+                for n in 0..4 {
+                    let id = format!("r{s}_{t}_{n}");
+                    loop {
+                        let read = store.conversation_history("conv_race").await.unwrap().unwrap();
+                        let input = vec![user(&format!("{id}_in"))];
+                        let output = vec![assistant(&format!("{id}_out1")), assistant(&format!("{id}_out2"))];
+                        match store.save(in_conversation(&id, "conv_race", read.version, input, output)).await {
+                            Ok(()) => {
+                                won.push((read.version, id.clone(), read.items.len()));
+                                break;
+                            }
+                            Err(StoreError::ConversationChanged(_)) => lost += 1,
+                            Err(e) => panic!("{id}: {e:?}"),
+                        }
+                    }
+                }
+                (won, lost)
+            }));
+        }
+    }
+    let mut won = Vec::new();
+    for task in tasks {
+        won.extend(task.await.unwrap().0);
+    }
+    assert_eq!(won.len(), 32);
+    let mut versions: Vec<i64> = won.iter().map(|(v, _, _)| *v).collect();
+    versions.sort_unstable();
+    versions.dedup();
+    assert_eq!(versions.len(), 32, "two saves won at one version");
+
+    let list = listed(&stores[1], "conv_race").await;
+    assert_eq!(list.len(), 1 + 32 * 3);
+    for (_, id, before) in &won {
+        // Each winner's items follow exactly what it read, together and in order.
+        assert_eq!(list[*before..before + 3], [format!("{id}_in"), format!("{id}_out1"), format!("{id}_out2")], "{id}");
+        let history = stores[0].history(id).await.unwrap().unwrap();
+        assert_eq!(ids(&history), list[..before + 3].iter().map(String::as_str).collect::<Vec<_>>(), "{id}");
+    }
+    assert_eq!(count(&stores[0], "items").await, 1 + 32 * 3);
+}
+
+/// What a deletion-order scenario does next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Step {
+    /// Remove this item from the conversation.
+    Item(&'static str),
+    Conversation,
+    Response(&'static str),
+}
+
+/// A conversation with its own items, responses created in it (one after an items call), a
+/// continuation of one of them outside it by `previous_response_id`; then everything deleted in
+/// many orders. After every step every stored response's history reads whole and the
+/// conversation lists what it should; after the last, nothing is left in any table.
+async fn deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing(backend: Backend) {
+    let store = backend.open().await;
+    let steps = [
+        Step::Item("c1"),
+        Step::Item("a1"),
+        Step::Conversation,
+        Step::Response("r1"),
+        Step::Response("r2"),
+        Step::Response("d1"),
+        Step::Response("r3"),
+    ];
+    let mut orders = Vec::new();
+    permutations(&mut steps.to_vec(), 0, &mut orders);
+    // Every order on SQLite would take long on PostgreSQL too: a spread of them, the two ends
+    // included.
+    let chosen: Vec<_> = orders.iter().step_by(47).chain(orders.last()).collect();
+    assert!(chosen.len() > 100);
+    for (round, order) in chosen.into_iter().enumerate() {
+        let p = |id: &str| format!("{id}_{round}");
+        let conv = p("conv");
+        store.create_conversation(new_conversation(&conv, vec![user(&p("c1")), user(&p("c2"))])).await.unwrap();
+        let mut expected: Vec<(String, Vec<String>)> = Vec::new();
+        for (r, extra) in [("r1", false), ("r2", true), ("r3", false)] {
+            if extra {
+                store.append_conversation_items(&conv, vec![user(&p("c3"))]).await.unwrap().unwrap();
+            }
+            let n = &r[1..];
+            let read = store.conversation_history(&conv).await.unwrap().unwrap();
+            let (input, output) = (user(&p(&format!("a{n}"))), assistant(&p(&format!("b{n}"))));
+            let mut history: Vec<String> = ids(&read.items).into_iter().map(str::to_owned).collect();
+            history.extend([input.id().to_owned(), output.id().to_owned()]);
+            store.save(in_conversation(&p(r), &conv, read.version, vec![input], vec![output])).await.unwrap();
+            expected.push((p(r), history));
+            if r == "r1" {
+                let d1 = p("d1");
+                store.save(new_response(&d1, Some(&p("r1")), vec![user(&p("d1_in"))], vec![])).await.unwrap();
+                let mut history = expected[0].1.clone();
+                history.push(p("d1_in"));
+                expected.push((d1, history));
+            }
+        }
+        let mut visible = listed(&store, &conv).await;
+        let mut conversation_alive = true;
+        for step in order {
+            match *step {
+                Step::Item(item) => {
+                    let got = store.delete_conversation_item(&conv, &p(item)).await.unwrap();
+                    if conversation_alive {
+                        assert!(matches!(got, ConversationItemLookup::Found(_)), "{order:?}: {got:?}");
+                        visible.retain(|id| *id != p(item));
+                    } else {
+                        assert_eq!(got, ConversationItemLookup::NoConversation, "{order:?}");
+                    }
+                }
+                Step::Conversation => {
+                    assert!(store.delete_conversation(&conv).await.unwrap());
+                    conversation_alive = false;
+                }
+                Step::Response(r) => {
+                    assert!(store.delete(&p(r)).await.unwrap());
+                    expected.retain(|(id, _)| *id != p(r));
+                }
+            }
+            for (id, history) in &expected {
+                let got = store.history(id).await.unwrap().unwrap_or_else(|| panic!("{order:?}: {id} gone"));
+                assert_eq!(&ids(&got), history, "{order:?}: {id} after {step:?}");
+            }
+            assert_eq!(store.dangling_history_keys().await, 0, "{order:?} after {step:?}");
+            if conversation_alive {
+                assert_eq!(listed(&store, &conv).await, visible, "{order:?} after {step:?}");
+            } else {
+                assert!(store.conversation_history(&conv).await.unwrap().is_none());
+            }
+        }
+        for table in ["items", "conversation_items", "conversations", "responses", "response_items"] {
+            assert_eq!(count(&store, table).await, 0, "{table} after {order:?}");
+        }
+    }
+}
+
+/// Every ordering of `steps[k..]` after `steps[..k]`, appended to `out`.
+fn permutations(steps: &mut Vec<Step>, k: usize, out: &mut Vec<Vec<Step>>) {
+    if k == steps.len() {
+        out.push(steps.clone());
+        return;
+    }
+    for i in k..steps.len() {
+        steps.swap(k, i);
+        permutations(steps, k + 1, out);
+        steps.swap(k, i);
+    }
+}
+
+/// A database at schema version 2 (before conversations) is migrated on open: its responses read
+/// and delete as before, and conversations work.
+async fn a_version_2_database_is_migrated(backend: Backend) {
+    let body = |item: Item| serde_json::to_string(&item).unwrap().replace('\'', "''");
+    let v2_rows = format!(
+        "INSERT INTO items (key, item_id, body) VALUES (1, 'a', '{}'), (2, 'b', '{}'), (3, 'c', '{}');
+        INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history, history_from)
+        VALUES ('r1', NULL, 'm', 1, 'completed', '{{}}', '{}', NULL),
+            ('r2', 'r1', 'm', 2, 'completed', '{{}}', '{}', 'r1');
+        INSERT INTO response_items (response_id, position, item_key, role) VALUES
+            ('r1', 0, 1, 1), ('r1', 1, 2, 2), ('r2', 0, 3, 1);",
+        body(user("a")),
+        body(assistant("b")),
+        body(user("c")),
+        "HISTORY1",
+        "HISTORY2",
+    );
+    let location = backend.location();
+    match &backend {
+        Backend::Sqlite(_) => {
+            let rows = v2_rows.replace("HISTORY1", "[1,2]").replace("HISTORY2", "[1,2,3]");
+            let conn = rusqlite::Connection::open(&location).unwrap();
+            conn.execute_batch(sqlite::SCHEMA_V1).unwrap();
+            conn.execute_batch(sqlite::SCHEMA_V2).unwrap();
+            conn.execute_batch(&rows).unwrap();
+        }
+        Backend::Postgres(_) => {
+            let rows = v2_rows.replace("HISTORY1", "{1,2}").replace("HISTORY2", "{1,2,3}");
+            let pool = sqlx::PgPool::connect(&location).await.unwrap();
+            sqlx::raw_sql(postgres::MIGRATIONS_TABLE).execute(&pool).await.unwrap();
+            for (version, sql) in [(1, postgres::MIGRATIONS[0]), (2, postgres::MIGRATIONS[1])] {
+                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+                sqlx::query("INSERT INTO respgw_schema_migrations (version) VALUES ($1)")
+                    .bind(version)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            sqlx::raw_sql(&rows).execute(&pool).await.unwrap();
+            sqlx::raw_sql("SELECT setval('items_key_seq', 3)").execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+    }
+    let store = backend.open().await;
+    let schema = match &store {
+        TestStore::Sqlite(_) => store.sql_i64("PRAGMA user_version").await,
+        TestStore::Postgres(_) => store.sql_i64("SELECT max(version)::bigint FROM respgw_schema_migrations").await,
+    };
+    assert_eq!(schema, 3);
+    assert_eq!(store.history("r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
+
+    store.create_conversation(new_conversation("conv_1", vec![user("d")])).await.unwrap();
+    let v = version(&store, "conv_1").await;
+    store.save(in_conversation("r3", "conv_1", v, vec![user("e")], vec![])).await.unwrap();
+    assert_eq!(ids(&store.history("r3").await.unwrap().unwrap()), ["d", "e"]);
+
+    assert!(store.delete("r1").await.unwrap());
+    assert!(store.delete("r2").await.unwrap());
+    assert!(store.delete_conversation("conv_1").await.unwrap());
+    assert_eq!(items_left(&store).await, ["d", "e"]);
+    assert!(store.delete("r3").await.unwrap());
+    assert!(items_left(&store).await.is_empty());
+    assert_eq!(count(&store, "conversations").await, 0);
+}
+
+/// Responses created in a conversation, a continuation of one, an item of the conversation and
+/// the conversation itself, all deleted at once from two stores (processes): every delete
+/// succeeds (no deadlock, no lost update), and nothing is left afterwards.
+async fn concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing(backend: Backend) {
+    let (a, b) = tokio::join!(backend.open(), backend.open());
+    let stores = [Arc::new(a), Arc::new(b)];
+    for round in 0..10 {
+        let conv = format!("conv_{round}");
+        let store = &stores[0];
+        store.create_conversation(new_conversation(&conv, vec![user(&format!("{conv}_c"))])).await.unwrap();
+        let mut responses = Vec::new();
+        for n in 0..4 {
+            let id = format!("{conv}_r{n}");
+            let v = version(store, &conv).await;
+            let (input, output) = (user(&format!("{id}_in")), assistant(&format!("{id}_out")));
+            store.save(in_conversation(&id, &conv, v, vec![input], vec![output])).await.unwrap();
+            responses.push(id);
+        }
+        let next = format!("{conv}_next");
+        store.save(new_response(&next, Some(&responses[0]), vec![user(&format!("{next}_in"))], vec![])).await.unwrap();
+        responses.push(next);
+
+        let mut tasks = Vec::new();
+        for (n, id) in responses.into_iter().enumerate() {
+            let store = Arc::clone(&stores[n % 2]);
+            tasks.push(tokio::spawn(async move { assert!(store.delete(&id).await.unwrap(), "{id}") }));
+        }
+        for (n, item) in [format!("{conv}_c"), format!("{conv}_r1_in")].into_iter().enumerate() {
+            let (store, conv) = (Arc::clone(&stores[n % 2]), conv.clone());
+            tasks.push(tokio::spawn(async move {
+                // Found, or the conversation was deleted first.
+                let got = store.delete_conversation_item(&conv, &item).await.unwrap();
+                assert_ne!(got, ConversationItemLookup::NoItem, "{item}");
+            }));
+        }
+        let (store, conv2) = (Arc::clone(&stores[1]), conv.clone());
+        tasks.push(tokio::spawn(async move { assert!(store.delete_conversation(&conv2).await.unwrap()) }));
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+    for table in ["items", "conversation_items", "conversations", "responses", "response_items"] {
+        assert_eq!(count(&stores[0], table).await, 0, "{table}");
+    }
+}
+
+/// Saves into a conversation while its items and then the conversation are deleted: each save
+/// stores a whole history or fails with `ConversationChanged` / `ConversationGone` writing nothing.
+async fn saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing(backend: Backend) {
+    let (a, b) = tokio::join!(backend.open(), backend.open());
+    let stores = [Arc::new(a), Arc::new(b)];
+    for round in 0..5 {
+        let conv = format!("conv_{round}");
+        let items: Vec<Item> = (0..4).map(|n| user(&format!("{conv}_c{n}"))).collect();
+        stores[0].create_conversation(new_conversation(&conv, items)).await.unwrap();
+        let v = version(&stores[0], &conv).await;
+        let mut saves = Vec::new();
+        for n in 0..6 {
+            let (store, conv) = (Arc::clone(&stores[n % 2]), conv.clone());
+            saves.push(tokio::spawn(async move {
+                let id = format!("{conv}_r{n}");
+                let saved = store.save(in_conversation(&id, &conv, v, vec![user(&format!("{id}_in"))], vec![])).await;
+                (id, saved)
+            }));
+        }
+        for n in 0..2 {
+            stores[1].delete_conversation_item(&conv, &format!("{conv}_c{n}")).await.unwrap();
+        }
+        assert!(stores[0].delete_conversation(&conv).await.unwrap());
+        let mut stored = Vec::new();
+        for save in saves {
+            let (id, saved) = save.await.unwrap();
+            match saved {
+                Ok(()) => {
+                    let history = stores[1].history(&id).await.unwrap().unwrap();
+                    assert_eq!(history.len(), 5, "{id}");
+                    stored.push(id);
+                }
+                Err(StoreError::ConversationChanged(_) | StoreError::ConversationGone(_)) => {
+                    assert!(stores[0].response(&id).await.unwrap().is_none());
+                }
+                Err(e) => panic!("{id}: {e:?}"),
+            }
+        }
+        assert!(stored.len() <= 1, "{stored:?}");
+        assert_eq!(stores[0].dangling_history_keys().await, 0);
+        for id in stored {
+            assert!(stores[0].delete(&id).await.unwrap());
+        }
+    }
+    for table in ["items", "conversation_items", "conversations", "responses", "response_items"] {
+        assert_eq!(count(&stores[0], table).await, 0, "{table}");
     }
 }

@@ -62,7 +62,7 @@ pub(crate) const SCHEMA_V2: &str = "
 /// a tombstone kept for the responses created in it), `conversation_items` its item keys in order
 /// (`removed` marks an item taken out of the conversation but kept for those responses), and a
 /// response created in a conversation names it (`conversation_id`).
-pub(crate) const SCHEMA_V3: &str = "
+const SCHEMA_V3: &str = "
     CREATE TABLE conversations (
         id TEXT PRIMARY KEY,
         created_at INTEGER NOT NULL,
@@ -85,10 +85,10 @@ pub(crate) const SCHEMA_V3: &str = "
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
-/// Prepared statements kept per connection. The store uses about a dozen fixed statements plus one
-/// multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in the parent module); this
-/// leaves room so that none is ever evicted and re-prepared.
-const STATEMENT_CACHE: usize = 64;
+/// Prepared statements kept per connection. The store uses about forty fixed statements (responses
+/// and conversations) plus one multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in
+/// the parent module); this leaves room so that none is ever evicted and re-prepared.
+const STATEMENT_CACHE: usize = 96;
 
 /// Tunables of one store. [`Default`] is what production uses; tests shrink some of them.
 #[derive(Debug, Clone)]
