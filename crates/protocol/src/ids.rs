@@ -19,6 +19,7 @@ pub enum IdKind {
     WebSearchCall,
     CustomToolCall,
     LocalShellCall,
+    Compaction,
 }
 
 impl IdKind {
@@ -36,6 +37,7 @@ impl IdKind {
             IdKind::WebSearchCall => "ws",
             IdKind::CustomToolCall => "ctc",
             IdKind::LocalShellCall => "lsh",
+            IdKind::Compaction => "cmp",
         }
     }
 }
