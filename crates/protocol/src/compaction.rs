@@ -161,8 +161,8 @@ pub fn compact_threshold(value: Option<Value>) -> Result<Option<u64>, ApiError> 
             Some(value) => match value.as_u64() {
                 Some(n) if n >= 1 => n,
                 _ => {
-                return Err(ApiError::invalid(
-                    field.clone(),
+                    return Err(ApiError::invalid(
+                        field.clone(),
                         format!("Invalid '{field}': expected an integer >= 1 (a number of tokens)."),
                     )
                     .with_code("integer_below_min_value"));
@@ -197,9 +197,18 @@ mod tests {
             Some(1000)
         );
         let param = |v: Value| compact_threshold(Some(v)).unwrap_err().param.unwrap_or_default();
-        assert_eq!(param(json!([{"type":"compaction","compact_threshold":0}])), "context_management[0].compact_threshold");
-        assert_eq!(param(json!([{"type":"compaction","compact_threshold":-5}])), "context_management[0].compact_threshold");
-        assert_eq!(param(json!([{"type":"compaction","compact_threshold":1.5}])), "context_management[0].compact_threshold");
+        assert_eq!(
+            param(json!([{"type":"compaction","compact_threshold":0}])),
+            "context_management[0].compact_threshold"
+        );
+        assert_eq!(
+            param(json!([{"type":"compaction","compact_threshold":-5}])),
+            "context_management[0].compact_threshold"
+        );
+        assert_eq!(
+            param(json!([{"type":"compaction","compact_threshold":1.5}])),
+            "context_management[0].compact_threshold"
+        );
         assert_eq!(param(json!([{"type":"compaction"}])), "context_management[0].compact_threshold");
         assert_eq!(param(json!([{"type":"truncate","compact_threshold":5}])), "context_management[0].type");
         assert_eq!(param(json!([{"compact_threshold":5}])), "context_management[0].type");
