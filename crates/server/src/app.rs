@@ -60,6 +60,7 @@ pub fn router(config: AppConfig) -> Router {
         .route("/v1/responses", get(websocket::upgrade).with_state(websocket_mode).post(responses::create))
         .route("/v1/responses/{response_id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{response_id}/input_items", get(responses::input_items))
+        .route("/v1/responses/compact", post(responses::compact))
         .with_state(Arc::clone(&config.engine))
         .merge(
             Router::new()
