@@ -465,16 +465,8 @@ impl PreparedResponse {
             let phase_now = if turn == max_turns { TurnPhase::Last } else { phase };
             let offer = self.menu.offer(&self.request.tool_choice, phase_now);
             if !compacted && self.over_compact_threshold(log, &offer) {
-                let history = &self.history;
-                let compaction = compaction::compact_in_response(
-                    &self.engine,
-                    &self.request,
-                    history,
-                    &self.upstream_headers,
-                    sink,
-                    log,
-                );
-                usage.add(&compaction.await?);
+                let (engine, request, headers) = (&self.engine, &self.request, &self.upstream_headers);
+                usage.add(&compaction::compact_in_response(engine, request, &self.history, headers, sink, log).await?);
                 compacted = true;
             }
             let this_turn = TurnStamp::after(previous_turn);
