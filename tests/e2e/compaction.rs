@@ -264,6 +264,25 @@ async fn auto_compaction_then_continuation(backend: Backend) {
 on_both_backends!(auto_compaction_then_continuation, the_python_sdk_compacts_and_continues);
 
 #[tokio::test]
+async fn a_failed_summarisation_fails_the_response_with_one_terminal_event() {
+    let h = Harness::start().await;
+    h.scenario("auto", vec![Step::Status { status: 500, body: json!({"error":{"message":"out of memory"}}) }]);
+    let events = h
+        .stream(json!({"model":"auto","input":"hi",
+                       "context_management":[{"type":"compaction","compact_threshold":1}]}))
+        .await;
+    assert_eq!(
+        kinds(&events),
+        ["response.created", "response.in_progress", "response.output_item.added", "error", "response.failed"]
+    );
+    let failed = common::final_response(&events);
+    assert_eq!(failed["output"], json!([]), "an unfinished compaction item is not output");
+    assert_eq!(h.upstream_bodies("auto").len(), 1, "no answer without the summary");
+    let metrics = h.metrics().await;
+    assert_eq!(compactions(&metrics, "auto", "error"), 1.0, "{metrics}");
+}
+
+#[tokio::test]
 async fn below_the_threshold_nothing_is_compacted() {
     let h = Harness::start().await;
     h.scenario("auto", vec![Step::text(&["Hello."], "stop", None)]);

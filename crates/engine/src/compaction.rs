@@ -19,8 +19,6 @@
 //! keys and rotation, its own [`Purpose`]), so clients can neither read nor forge it; the item
 //! keeps the opened summary in `model_summary`, stored but never shown.
 
-use std::sync::Arc;
-
 use futures::StreamExt;
 use respgw_protocol::compaction::{CompactedResponse, ValidatedCompactRequest};
 use respgw_protocol::ids::{IdKind, new_id};
@@ -199,7 +197,7 @@ impl Engine {
     /// by `input` — and return the compacted window. Stores nothing. The compaction is counted
     /// once the summarisation call is made, as `ok` or `error`.
     pub async fn compact(
-        self: &Arc<Self>,
+        &self,
         request: ValidatedCompactRequest,
         upstream_headers: Vec<(&'static str, String)>,
     ) -> Result<CompactedResponse, ApiError> {
