@@ -366,4 +366,21 @@ mod tests {
         assert_eq!((body["model"].as_str(), body["stream"].as_bool()), (Some("m"), Some(true)));
         assert!(body.get("tools").is_none());
     }
+
+    #[test]
+    fn gateway_tool_results_and_reasoning_are_summarised_too() {
+        let history = [
+            user("u1", "look it up"),
+            item(json!({"type":"reasoning","id":"rs_1","summary":[],
+                        "content":[{"type":"reasoning_text","text":"search the docs"}]})),
+            item(json!({"type":"mcp_call","id":"mcp_1","server_label":"docs","name":"search",
+                        "arguments":"{}","status":"completed","output":"found: page 7","error":null})),
+        ];
+        let body = summary_request("m", None, &history, usize::MAX);
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages[1]["reasoning_content"], "search the docs");
+        assert_eq!(messages[1]["tool_calls"][0]["function"]["name"], "mcp__docs__search");
+        assert_eq!(messages[2], json!({"role":"tool","tool_call_id":"mcp_1","content":"found: page 7"}));
+        assert_eq!(messages[3]["content"], SUMMARY_PROMPT);
+    }
 }
