@@ -30,12 +30,13 @@ pub struct GatewayArgs {
     #[arg(long, env = "GW_DRAIN_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds, help_heading = "Gateway")]
     drain_timeout: f64,
 
-    /// File of keys sealing `reasoning.encrypted_content`: lines `<id>:<base64 32 bytes>`, the
-    /// first seals, all open (rotation). Else --reasoning-keys; else a random key for this run only.
+    /// File of keys sealing `reasoning.encrypted_content` and compaction items: lines
+    /// `<id>:<base64 32 bytes>`, the first seals, all open (rotation). Else --reasoning-keys; else
+    /// a random key for this run only.
     #[arg(long, env = "GW_REASONING_KEYS_FILE", value_name = "PATH", help_heading = "Gateway")]
     reasoning_keys_file: Option<PathBuf>,
 
-    /// The keys sealing `reasoning.encrypted_content` themselves, comma-separated
+    /// The keys sealing `reasoning.encrypted_content` and compaction items themselves, comma-separated
     /// `<id>:<base64 32 bytes>` entries (used without --reasoning-keys-file). A secret: set it in
     /// the environment.
     #[arg(long, env = "GW_REASONING_KEYS", value_name = "ENTRIES", hide_env_values = true, help_heading = "Gateway")]
@@ -185,8 +186,9 @@ fn metrics_path(enabled: bool, path: String) -> Result<Option<String>, String> {
     Ok(Some(path))
 }
 
-/// The keys of `reasoning.encrypted_content`: from the keys file, else the keys given directly,
-/// else one random key shared by this run's workers (sealed reasoning then dies with the gateway).
+/// The keys of `reasoning.encrypted_content` and compaction items: from the keys file, else the
+/// keys given directly, else one random key shared by this run's workers (sealed blobs then die
+/// with the gateway).
 fn reasoning_keys(file: Option<PathBuf>, keys: Option<String>) -> Result<ReasoningKeys, String> {
     if let Some(path) = file {
         let text = std::fs::read_to_string(&path)

@@ -10,6 +10,7 @@ mod auth_and_passthrough;
 mod bad_input;
 mod code_interpreter;
 mod codex_cli;
+mod compaction;
 mod configuration;
 mod conversations;
 mod conversations_sdk;

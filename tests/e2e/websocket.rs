@@ -396,3 +396,40 @@ async fn a_frame_larger_than_the_body_limit_ends_only_its_connection() {
     send(&mut socket, json!({"type":"response.create","model":"text","input":"x"})).await;
     assert_eq!(terminal(&read_response(&mut socket).await.0)["status"], "completed");
 }
+
+#[tokio::test]
+async fn a_response_that_compacts_continues_from_its_compacted_window_on_the_connection() {
+    let h = Harness::start().await;
+    h.scenario(
+        "compacting",
+        vec![
+            Step::text(&["The user asked about Paris."], "stop", None),
+            Step::text(&["Paris."], "stop", None),
+            Step::text(&["Berlin."], "stop", None),
+        ],
+    );
+    let mut socket = connect(&h, None).await.expect("upgraded");
+    send(
+        &mut socket,
+        json!({"type":"response.create","model":"compacting","store":false,"input":"Capital of France?",
+               "context_management":[{"type":"compaction","compact_threshold":1}]}),
+    )
+    .await;
+    let (events, _) = read_response(&mut socket).await;
+    assert!(kinds(&events).contains(&"response.compaction.compacting"), "{:?}", kinds(&events));
+    assert_eq!(terminal(&events)["output"][0]["type"], "compaction");
+    let first_id = terminal(&events)["id"].as_str().expect("id").to_owned();
+
+    send(
+        &mut socket,
+        json!({"type":"response.create","model":"compacting","store":false,"input":"And Germany?",
+               "previous_response_id":first_id}),
+    )
+    .await;
+    let (second, _) = read_response(&mut socket).await;
+    assert_eq!(terminal(&second)["status"], "completed");
+    let continued = &h.upstream_messages("compacting")[2];
+    assert_eq!(common::turns(continued), ["user", "user", "assistant", "user"], "{continued:#?}");
+    assert!(continued[1]["content"].as_str().is_some_and(|c| c.ends_with("\n\nThe user asked about Paris.")));
+    assert_eq!(continued[2]["content"], "Paris.");
+}

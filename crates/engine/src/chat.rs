@@ -11,6 +11,7 @@ use respgw_protocol::request::TextFormat;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::compaction;
 use crate::gateway_tool::FunctionSpec;
 use crate::tool_kinds::{self, client};
 
@@ -206,14 +207,16 @@ impl AssistantTurn {
 /// gateway's own tool calls) form its message; where one turn ends is decided by
 /// `AssistantTurn::is_followed_by_turn_of` from the items alone, so the live loop, a stored
 /// conversation and a client's replay of the output give the same messages. Gateway tool calls
-/// are followed by their results, in call order. `mcp_list_tools` items are not sent.
+/// are followed by their results, in call order. `mcp_list_tools` items are not sent. The latest
+/// compaction item stands for everything before it but the user messages, and is sent as its
+/// summary ([`compaction::replayed`]).
 pub fn messages<'a>(
     instructions: Option<&str>,
     history: impl IntoIterator<Item = &'a Item>,
     max_tool_output_bytes: usize,
 ) -> Vec<Value> {
-    let history = history.into_iter();
-    let mut out = Vec::with_capacity(history.size_hint().0 + 1);
+    let history = compaction::replayed(history.into_iter().collect());
+    let mut out = Vec::with_capacity(history.len() + 1);
     if let Some(text) = instructions {
         out.push(json!({"role": "system", "content": text}));
     }
@@ -260,6 +263,10 @@ pub fn messages<'a>(
                 }
             }
             Item::McpListTools(_) => {}
+            Item::Compaction(c) => {
+                flush(&mut turn, &mut out);
+                out.push(compaction::summary_message(c));
+            }
             Item::Message(m) => {
                 flush(&mut turn, &mut out);
                 let role = match m.role {

@@ -6,7 +6,8 @@
 //! called (one module per tool kind: [`tool_kinds`]), persists the result and emits the terminal
 //! event. A non-stream request awaits [`PreparedResponse::run`] for the outcome; a streaming one
 //! gets the events of [`PreparedResponse::spawn`] — the same run either way. Stored responses
-//! are read and deleted through [`Engine::stored`].
+//! are read and deleted through [`Engine::stored`]. Compaction — `POST /v1/responses/compact`
+//! ([`Engine::compact`]) and `context_management` inside a run — is [`compaction`].
 //!
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
 //! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.
@@ -14,6 +15,7 @@
 
 pub mod chat;
 mod cite;
+pub mod compaction;
 mod conversations;
 pub mod files;
 pub mod gateway_tool;

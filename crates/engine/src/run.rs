@@ -27,11 +27,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::chat::{ChatRequest, ToolOffer};
+use crate::compaction;
 use crate::conversations::Conversations;
 use crate::files::{FileReader, read_input_files};
 use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
 use crate::offer::{ToolMenu, TurnPhase};
-use crate::sealed::{OpenError, ReasoningSeal};
+use crate::sealed::{OpenError, Purpose, ReasoningSeal};
 use crate::stored::StoredResponses;
 use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
@@ -61,15 +62,16 @@ impl Default for Limits {
 /// metrics it records into.
 pub struct Engine {
     upstream: Upstream,
-    store: Arc<dyn ResponseStore>,
+    pub(crate) store: Arc<dyn ResponseStore>,
     tools: Arc<dyn ToolResolver>,
     metrics: Metrics,
     limits: Limits,
-    /// Seals reasoning for `include: ["reasoning.encrypted_content"]` and opens it on replay;
-    /// without one, no reasoning is sealed and sealed input is refused.
-    seal: Option<ReasoningSeal>,
+    /// Seals reasoning for `include: ["reasoning.encrypted_content"]` and compaction summaries,
+    /// and opens both on replay; without one, no reasoning is sealed, nothing can be compacted
+    /// and sealed input is refused.
+    pub(crate) seal: Option<ReasoningSeal>,
     /// Reads `input_file` parts; without one, they are refused.
-    files: Option<Arc<dyn FileReader>>,
+    pub(crate) files: Option<Arc<dyn FileReader>>,
 }
 
 /// Where a running response sends its events. One run path serves both: a non-stream request
@@ -112,7 +114,7 @@ impl EventSink {
         matches!(self, EventSink::Channel { ended: true, .. })
     }
 
-    async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         match self {
             EventSink::Discard => std::future::pending().await,
             EventSink::Channel { tx, .. } => tx.closed().await,
@@ -170,7 +172,7 @@ pub struct PreparedResponse {
     output: Vec<Item>,
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
@@ -217,20 +219,28 @@ impl Engine {
         self
     }
 
-    /// Replace each sealed reasoning item of the input by the reasoning it carries, so the model
-    /// sees it again. A blob that does not open is a 400 naming the item.
-    fn open_sealed_reasoning(&self, input: &mut [Item]) -> Result<(), ApiError> {
+    /// Open the sealed items of the input so the model sees what they carry again: a reasoning
+    /// item's reasoning, a compaction item's summary. A blob that does not open is a 400 naming
+    /// the item.
+    pub(crate) fn open_sealed(&self, input: &mut [Item]) -> Result<(), ApiError> {
         for (i, item) in input.iter_mut().enumerate() {
-            let Item::Reasoning(r) = item else { continue };
-            let Some(blob) = r.encrypted_content.as_deref() else { continue };
+            let (purpose, blob) = match item {
+                Item::Reasoning(r) => match r.encrypted_content.as_deref() {
+                    Some(blob) => (Purpose::Reasoning, blob),
+                    None => continue,
+                },
+                Item::Compaction(c) => (Purpose::Compaction, c.encrypted_content.as_str()),
+                _ => continue,
+            };
             let opened = match &self.seal {
-                Some(seal) => seal.open(blob),
+                Some(seal) => seal.open_as(purpose, blob),
                 None => Err(OpenError::Malformed),
             };
-            match opened {
-                Ok(text) if r.content.is_empty() => r.content = vec![ReasoningText { text }],
-                Ok(_) => {}
-                Err(e) => {
+            match (opened, item) {
+                (Ok(text), Item::Reasoning(r)) if r.content.is_empty() => r.content = vec![ReasoningText { text }],
+                (Ok(text), Item::Compaction(c)) => c.model_summary = Some(text),
+                (Ok(_), _) => {}
+                (Err(e), _) => {
                     return Err(ApiError::invalid(
                         format!("input[{i}].encrypted_content"),
                         format!("Invalid 'input[{i}].encrypted_content': {e}."),
@@ -284,7 +294,7 @@ impl Engine {
         upstream_headers: Vec<(&'static str, String)>,
         local: Option<&LocalConversation>,
     ) -> Result<PreparedResponse, ApiError> {
-        self.open_sealed_reasoning(&mut request.input)?;
+        self.open_sealed(&mut request.input)?;
         read_input_files(self.files.as_deref(), &mut request.input).await?;
         let mut unstored_inherited = Vec::new();
         let mut conversation = None;
@@ -347,7 +357,7 @@ impl Engine {
 }
 
 /// Why a turn or tool run stopped the response early.
-enum Stop {
+pub(crate) enum Stop {
     ClientGone,
     Error(ApiError),
 }
@@ -476,10 +486,17 @@ impl PreparedResponse {
         let targets = CallTargets::new(&self.request, &self.gateway_tools);
         let mut phase = TurnPhase::First;
         let mut previous_turn = None;
+        // At most one compaction per response: once compacted, what is left is what it kept.
+        let mut compacted = false;
         let max_turns = self.engine.limits.max_tool_rounds.max(1) + 1;
         for turn in 1..=max_turns {
             let phase_now = if turn == max_turns { TurnPhase::Last } else { phase };
             let offer = self.menu.offer(&self.request.tool_choice, phase_now);
+            if !compacted && self.over_compact_threshold(log, &offer) {
+                let (engine, request, headers) = (&self.engine, &self.request, &self.upstream_headers);
+                usage.add(&compaction::compact_in_response(engine, request, &self.history, headers, sink, log).await?);
+                compacted = true;
+            }
             let this_turn = TurnStamp::after(previous_turn);
             previous_turn = Some(this_turn);
             let result = self.stream_turn(sink, log, &offer, this_turn, targets.clone()).await?;
@@ -503,6 +520,15 @@ impl PreparedResponse {
             phase = TurnPhase::AfterToolUse;
         }
         Ok(TurnEnd::Finished)
+    }
+
+    /// Whether the request asked for compaction (`context_management`) and the next turn's
+    /// request is estimated at its threshold or more ([`compaction::estimate_tokens`]).
+    fn over_compact_threshold(&self, log: &OutputLog, offer: &ToolOffer) -> bool {
+        let Some(threshold) = self.request.compact_threshold else { return false };
+        let history = self.history.iter().chain(&log.items);
+        let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
+        compaction::estimate_tokens(&body) >= threshold
     }
 
     fn count_requested(&self, result: &TurnResult) {

@@ -1,10 +1,13 @@
-//! `reasoning.encrypted_content`: the model's reasoning sealed with a server key, so a stateless
-//! client (Codex sends `store: false` and replays its whole history) can hand it back next turn
-//! and the model keeps its reasoning context, without the gateway storing anything.
+//! Sealed blobs: `reasoning.encrypted_content` — the model's reasoning sealed with a server key,
+//! so a stateless client (Codex sends `store: false` and replays its whole history) can hand it
+//! back next turn and the model keeps its reasoning context, without the gateway storing
+//! anything — and a `compaction` item's `encrypted_content`, the summary of a compacted
+//! conversation, which a client can neither read nor forge.
 //!
-//! A blob is `rgw1.<key-id>.<base64url(nonce ‖ ciphertext ‖ tag)>`, AES-256-GCM (ring) with a
-//! random 96-bit nonce and the prefix `rgw1.<key-id>` as associated data, so a blob cannot be
-//! moved to another key id. [`ReasoningKeys`] holds one current key (sealing) and any number of
+//! A blob is `<marker>.<key-id>.<base64url(nonce ‖ ciphertext ‖ tag)>`, AES-256-GCM (ring) with a
+//! random 96-bit nonce and the prefix `<marker>.<key-id>` as associated data, so a blob cannot be
+//! moved to another key id. The marker names the blob's [`Purpose`] (`rgw1` reasoning, `rgw1c`
+//! compaction summary): a blob sealed for one purpose does not open for the other, even relabelled. [`ReasoningKeys`] holds one current key (sealing) and any number of
 //! older ones (opening only): rotating means adding a new key first in the list and keeping the
 //! old one behind it for as long as clients may replay its blobs.
 
@@ -14,8 +17,24 @@ use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 
-/// Format marker at the start of every blob.
-const VERSION: &str = "rgw1";
+/// What a blob holds; each purpose has its own marker, bound into the associated data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// `reasoning.encrypted_content`.
+    Reasoning,
+    /// A `compaction` item's `encrypted_content`.
+    Compaction,
+}
+
+impl Purpose {
+    /// Format marker at the start of every blob of this purpose.
+    fn marker(self) -> &'static str {
+        match self {
+            Purpose::Reasoning => "rgw1",
+            Purpose::Compaction => "rgw1c",
+        }
+    }
+}
 
 /// One AES-256 key and the id that names it in blobs.
 #[derive(Clone, Serialize, Deserialize)]
@@ -93,7 +112,7 @@ fn prefix(s: &str) -> String {
 /// Why a blob could not be opened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OpenError {
-    #[error("it is not reasoning content sealed by this gateway")]
+    #[error("it is not content this gateway sealed for this kind of item")]
     Malformed,
     #[error("it was sealed with key '{0}', which this gateway does not have")]
     UnknownKey(String),
@@ -101,7 +120,7 @@ pub enum OpenError {
     Tampered,
 }
 
-/// Seals and opens reasoning text with the configured keys.
+/// Seals and opens reasoning text and compaction summaries with the configured keys.
 pub struct ReasoningSeal {
     /// (id, key), the sealing key first.
     keys: Vec<(String, LessSafeKey)>,
@@ -127,12 +146,22 @@ impl ReasoningSeal {
         Ok(ReasoningSeal { keys, rng: SystemRandom::new() })
     }
 
-    /// Seal `text` with the current key.
+    /// Seal reasoning `text` with the current key.
     pub fn seal(&self, text: &str) -> Result<String, String> {
+        self.seal_as(Purpose::Reasoning, text)
+    }
+
+    /// Open a reasoning blob sealed by [`ReasoningSeal::seal`] with any configured key.
+    pub fn open(&self, blob: &str) -> Result<String, OpenError> {
+        self.open_as(Purpose::Reasoning, blob)
+    }
+
+    /// Seal `text` for `purpose` with the current key.
+    pub fn seal_as(&self, purpose: Purpose, text: &str) -> Result<String, String> {
         let (id, key) = &self.keys[0];
         let mut nonce = [0u8; NONCE_LEN];
         self.rng.fill(&mut nonce).map_err(|_| "no system randomness".to_owned())?;
-        let header = format!("{VERSION}.{id}");
+        let header = format!("{}.{id}", purpose.marker());
         let mut data = text.as_bytes().to_vec();
         key.seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(header.as_bytes()), &mut data)
             .map_err(|_| "sealing failed".to_owned())?;
@@ -141,12 +170,15 @@ impl ReasoningSeal {
         Ok(format!("{header}.{}", URL_SAFE_NO_PAD.encode(payload)))
     }
 
-    /// Open a blob sealed by [`ReasoningSeal::seal`] with any configured key.
-    pub fn open(&self, blob: &str) -> Result<String, OpenError> {
+    /// Open a blob sealed for `purpose` by [`ReasoningSeal::seal_as`] with any configured key.
+    pub fn open_as(&self, purpose: Purpose, blob: &str) -> Result<String, OpenError> {
         let mut parts = blob.splitn(3, '.');
-        let (Some(VERSION), Some(id), Some(body)) = (parts.next(), parts.next(), parts.next()) else {
+        let (Some(marker), Some(id), Some(body)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(OpenError::Malformed);
         };
+        if marker != purpose.marker() {
+            return Err(OpenError::Malformed);
+        }
         let Some((_, key)) = self.keys.iter().find(|(k, _)| k == id) else {
             return Err(OpenError::UnknownKey(id.chars().take(32).collect()));
         };
@@ -156,7 +188,7 @@ impl ReasoningSeal {
         }
         let (nonce, sealed) = payload.split_at(NONCE_LEN);
         let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| OpenError::Malformed)?;
-        let header = format!("{VERSION}.{id}");
+        let header = format!("{marker}.{id}");
         let mut data = sealed.to_vec();
         let plain =
             key.open_in_place(nonce, Aad::from(header.as_bytes()), &mut data).map_err(|_| OpenError::Tampered)?;
@@ -206,6 +238,26 @@ mod tests {
         let relabelled = seal.seal("x").unwrap().replacen("rgw1.k1.", "rgw1.k2.", 1);
         assert_eq!(keys(&format!("{K1},{K2}")).open(&relabelled), Err(OpenError::Tampered));
         assert_eq!(seal.open("gAAAAABo-openai-blob"), Err(OpenError::Malformed));
+    }
+
+    #[test]
+    fn reasoning_and_compaction_blobs_are_not_interchangeable() {
+        let seal = keys(K1);
+        let summary = seal.seal_as(Purpose::Compaction, "the user asked for a plan").unwrap();
+        assert!(summary.starts_with("rgw1c.k1."), "{summary}");
+        assert_eq!(seal.open_as(Purpose::Compaction, &summary).unwrap(), "the user asked for a plan");
+        let reasoning = seal.seal("thoughts").unwrap();
+        assert_eq!(seal.open_as(Purpose::Compaction, &reasoning), Err(OpenError::Malformed));
+        assert_eq!(seal.open(&summary), Err(OpenError::Malformed));
+        // The marker is bound too: relabelling either kind as the other does not authenticate.
+        let as_reasoning = summary.replacen("rgw1c.", "rgw1.", 1);
+        assert_eq!(seal.open(&as_reasoning), Err(OpenError::Tampered));
+        let as_summary = reasoning.replacen("rgw1.", "rgw1c.", 1);
+        assert_eq!(seal.open_as(Purpose::Compaction, &as_summary), Err(OpenError::Tampered));
+        // Rotation works the same for both purposes.
+        let rotated = keys(&format!("{K2},{K1}"));
+        assert_eq!(rotated.open_as(Purpose::Compaction, &summary).unwrap(), "the user asked for a plan");
+        assert_eq!(keys(K2).open_as(Purpose::Compaction, &summary), Err(OpenError::UnknownKey("k1".into())));
     }
 
     #[test]

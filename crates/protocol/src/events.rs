@@ -88,6 +88,11 @@ pub enum ResponseEvent {
     WebSearchCallSearching { item_id: String, output_index: usize },
     #[serde(rename = "response.web_search_call.completed")]
     WebSearchCallCompleted { item_id: String, output_index: usize },
+    /// The conversation is being summarised into the `compaction` item at `output_index` (sent
+    /// once, between that item's `output_item.added` and `output_item.done`; it carries no
+    /// summary).
+    #[serde(rename = "response.compaction.compacting")]
+    CompactionCompacting { item_id: String, output_index: usize },
     /// The schema wants the details nested in `error` (as the reference API sends them); the
     /// official SDKs type them flat, so `code`, `message` and `param` are repeated at the top.
     /// Build it with [`ResponseEvent::error`].
@@ -162,6 +167,7 @@ impl ResponseEvent {
             ResponseEvent::WebSearchCallInProgress { .. } => "response.web_search_call.in_progress",
             ResponseEvent::WebSearchCallSearching { .. } => "response.web_search_call.searching",
             ResponseEvent::WebSearchCallCompleted { .. } => "response.web_search_call.completed",
+            ResponseEvent::CompactionCompacting { .. } => "response.compaction.compacting",
             ResponseEvent::Error { .. } => "error",
         }
     }

@@ -20,6 +20,7 @@ pub enum IdKind {
     CustomToolCall,
     LocalShellCall,
     Conversation,
+    Compaction,
 }
 
 impl IdKind {
@@ -38,6 +39,7 @@ impl IdKind {
             IdKind::CustomToolCall => "ctc",
             IdKind::LocalShellCall => "lsh",
             IdKind::Conversation => "conv",
+            IdKind::Compaction => "cmp",
         }
     }
 }

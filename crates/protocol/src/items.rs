@@ -27,6 +27,7 @@ pub enum Item {
     CustomToolCallOutput(CustomToolCallOutputItem),
     LocalShellCall(LocalShellCallItem),
     LocalShellCallOutput(LocalShellCallOutputItem),
+    Compaction(CompactionItem),
 }
 
 impl Item {
@@ -77,6 +78,9 @@ impl Item {
         for (_, file) in self.input_files_mut() {
             file.model_content = None;
         }
+        if let Item::Compaction(c) = &mut self {
+            c.model_summary = None;
+        }
         self
     }
 
@@ -95,8 +99,25 @@ impl Item {
             Item::CustomToolCallOutput(c) => &c.id,
             Item::LocalShellCall(c) => &c.id,
             Item::LocalShellCallOutput(c) => &c.id,
+            Item::Compaction(c) => &c.id,
         }
     }
+}
+
+/// A compacted window's summary of the conversation before it: `encrypted_content` is the summary
+/// sealed by the gateway (clients can neither read nor forge it). In the history the model sees,
+/// the latest compaction item stands for everything before it except the user messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionItem {
+    pub id: String,
+    pub encrypted_content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// The summary the blob carries, opened once when the item arrived (or kept from when it was
+    /// made), so history is built without opening it again. Stored with the item; never shown
+    /// to clients (see [`Item::client_view`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_summary: Option<String>,
 }
 
 /// Status of a gateway-executed tool call.
@@ -504,6 +525,7 @@ pub enum InputItemParam {
     FunctionCall(FunctionCallParam),
     FunctionCallOutput(FunctionCallOutputParam),
     Reasoning(ReasoningParam),
+    Compaction(CompactionParam),
     /// A tool item replayed by a stateless client (a gateway tool's, or a custom or local
     /// shell call and its output); taken as it is.
     Hosted(Item),
@@ -574,6 +596,7 @@ pub const INPUT_ITEM_TYPES: &[&str] = &[
     "custom_tool_call_output",
     "local_shell_call",
     "local_shell_call_output",
+    "compaction",
 ];
 
 #[derive(Deserialize)]
@@ -647,6 +670,16 @@ pub struct ReasoningParam {
     #[serde(default)]
     pub content: Option<Vec<ReasoningText>>,
     pub encrypted_content: Option<String>,
+}
+
+/// `{"type":"compaction",…}` as a client sends it back: the blob, and its id when it has one.
+/// Whatever else it carries is ignored (the summary comes from the blob alone).
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompactionParam {
+    pub id: Option<String>,
+    pub encrypted_content: String,
+    #[serde(default)]
+    pub created_by: Option<String>,
 }
 
 /// Why an input item could not be parsed or normalized: the field (relative to the item) and
@@ -850,6 +883,7 @@ impl InputItemParam {
                 }))
             }
             "reasoning" => typed(value, "").map(InputItemParam::Reasoning),
+            "compaction" => typed(value, "").map(InputItemParam::Compaction),
             "code_interpreter_call" => typed(value, "").map(Item::CodeInterpreterCall).map(InputItemParam::Hosted),
             "mcp_call" => typed(value, "").map(Item::McpCall).map(InputItemParam::Hosted),
             "mcp_list_tools" => typed(value, "").map(Item::McpListTools).map(InputItemParam::Hosted),
@@ -923,6 +957,12 @@ impl InputItemParam {
                 summary: r.summary,
                 content: r.content.unwrap_or_default(),
                 encrypted_content: r.encrypted_content,
+            }),
+            InputItemParam::Compaction(c) => Item::Compaction(CompactionItem {
+                id: c.id.unwrap_or_else(|| new_id(IdKind::Compaction)),
+                encrypted_content: c.encrypted_content,
+                created_by: c.created_by,
+                model_summary: None,
             }),
         })
     }
@@ -1065,6 +1105,24 @@ mod tests {
             json!({"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"think"}]})
         );
         assert_eq!(serde_json::from_value::<Item>(v).unwrap(), item);
+    }
+
+    #[test]
+    fn compaction_items_mint_an_id_keep_the_blob_and_hide_the_summary() {
+        let item = parse(json!({"type":"compaction","encrypted_content":"rgw1c.k.AAAA","summary":"forged"}))
+            .normalize()
+            .unwrap();
+        let Item::Compaction(mut c) = item else { panic!("not a compaction item") };
+        assert!(c.id.starts_with("cmp_"), "{}", c.id);
+        assert_eq!((c.encrypted_content.as_str(), c.model_summary.as_deref()), ("rgw1c.k.AAAA", None));
+        c.model_summary = Some("the summary".into());
+        let stored = serde_json::to_value(Item::Compaction(c.clone())).unwrap();
+        assert_eq!(stored["model_summary"], "the summary");
+        assert_eq!(serde_json::from_value::<Item>(stored).unwrap(), Item::Compaction(c.clone()));
+        let shown = serde_json::to_value(Item::Compaction(c).client_view()).unwrap();
+        assert_eq!(shown.as_object().unwrap().keys().collect::<Vec<_>>(), ["type", "id", "encrypted_content"]);
+        let err = InputItemParam::from_value(json!({"type":"compaction","id":"cmp_1"})).unwrap_err();
+        assert_eq!(err.field, "encrypted_content");
     }
 
     #[test]

@@ -4,11 +4,13 @@
 //! validation ([`request`]), the items that make up history and output ([`items`]), the response
 //! object ([`response`]), the stream events ([`events`]), WebSocket mode's frames ([`websocket`]),
 //! the rules of `input_file` parts ([`input_file`]), the queries and bodies of reading stored
-//! objects ([`listing`]) and the one error shape ([`error`]).
+//! objects ([`listing`]), compaction's endpoint and `context_management` ([`compaction`]) and the
+//! one error shape ([`error`]).
 //!
 //! Architecture invariant: this crate does no I/O and knows nothing of HTTP servers, upstreams
 //! or storage engines; it is pure data plus the rules that make data valid.
 
+pub mod compaction;
 pub mod conversations;
 pub mod error;
 pub mod events;

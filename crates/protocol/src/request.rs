@@ -49,6 +49,7 @@ pub struct CreateResponseRequest {
     pub background: Option<bool>,
     pub conversation: Option<Value>,
     pub prompt: Option<Value>,
+    pub context_management: Option<Value>,
 }
 
 /// `input`: a plain prompt or a list of items (items are parsed one by one in `validate`, so
@@ -242,6 +243,9 @@ pub struct ValidatedRequest {
     /// The conversation (`conv_…`) whose items come before `input`, and which this response's
     /// input and output are appended to when it finishes.
     pub conversation: Option<String>,
+    /// `context_management`'s compaction threshold: compact the conversation first when its
+    /// estimated size reaches this many tokens.
+    pub compact_threshold: Option<u64>,
 }
 
 impl CreateResponseRequest {
@@ -269,55 +273,15 @@ impl CreateResponseRequest {
     /// engine runs. `caps` says which gateway tools may be declared.
     pub fn validate_within(self, caps: &Capabilities, limits: &RequestLimits) -> Result<ValidatedRequest, ApiError> {
         // First, and cheap: a huge `model` would otherwise be echoed in every event and sent upstream.
-        match self.model.as_deref() {
-            Some(m) if m.len() > MAX_MODEL_CHARS && m.chars().count() > MAX_MODEL_CHARS => {
-                return Err(ApiError::invalid(
-                    "model",
-                    format!("'model' must be at most {MAX_MODEL_CHARS} characters; got {}.", m.chars().count()),
-                ));
-            }
-            Some(m) if m.contains('\0') => {
-                return Err(ApiError::invalid("model", "'model' must not contain NUL characters."));
-            }
-            Some(m) if m.trim().is_empty() => {
-                return Err(ApiError::invalid("model", "'model' must be a non-empty string."));
-            }
-            Some(_) => {}
-            None => return Err(missing("model")),
-        }
-        if let Some(InputParam::Text(text)) = &self.input
-            && text.len() > MAX_INPUT_CHARS
-            && text.chars().count() > MAX_INPUT_CHARS
-        {
-            return Err(ApiError::invalid(
-                "input",
-                format!("'input' must be at most {MAX_INPUT_CHARS} characters; got {}.", text.chars().count()),
-            )
-            .with_code("string_above_max_length"));
+        check_model(self.model.as_deref())?;
+        if let Some(InputParam::Text(text)) = &self.input {
+            check_input_text(text)?;
         }
         limits.check(&self)?;
         let model = self.model.unwrap_or_default();
         let input = match self.input {
             None => return Err(missing("input")),
-            Some(InputParam::Text(text)) => vec![
-                InputItemParam::Message(crate::items::MessageParam {
-                    id: None,
-                    role: crate::items::MessageRole::User,
-                    content: crate::items::MessageContentParam::Text(text),
-                    status: None,
-                })
-                .normalize()
-                .map_err(|e| e.at("input"))?,
-            ],
-            Some(InputParam::Items(items)) => items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    InputItemParam::from_value(item)
-                        .and_then(InputItemParam::normalize)
-                        .map_err(|e| e.at(&format!("input[{i}]")))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
+            Some(input) => normalize_input(input)?,
         };
         check_input_files(&input, limits)?;
         if input.is_empty()
@@ -374,6 +338,7 @@ impl CreateResponseRequest {
         let include = self.include.unwrap_or_default();
         crate::listing::check_include(&include)?;
 
+        let compact_threshold = crate::compaction::compact_threshold(self.context_management)?;
         let tools = parse_tools(self.tools.unwrap_or_default(), caps)?;
         let tool_choice = match self.tool_choice {
             None | Some(Value::Null) => ToolChoice::Mode(ToolChoiceMode::Auto),
@@ -424,6 +389,7 @@ impl CreateResponseRequest {
             prompt_cache_key: self.prompt_cache_key,
             prompt_cache_retention: self.prompt_cache_retention,
             conversation,
+            compact_threshold,
         })
     }
 }
@@ -455,9 +421,61 @@ fn parse_conversation(value: Option<Value>) -> Result<Option<String>, ApiError> 
     Ok(Some(id))
 }
 
+/// `model`: present, non-blank, without NUL, at most [`MAX_MODEL_CHARS`] characters.
+pub(crate) fn check_model(model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(m) if m.len() > MAX_MODEL_CHARS && m.chars().count() > MAX_MODEL_CHARS => Err(ApiError::invalid(
+            "model",
+            format!("'model' must be at most {MAX_MODEL_CHARS} characters; got {}.", m.chars().count()),
+        )),
+        Some(m) if m.contains('\0') => Err(ApiError::invalid("model", "'model' must not contain NUL characters.")),
+        Some(m) if m.trim().is_empty() => Err(ApiError::invalid("model", "'model' must be a non-empty string.")),
+        Some(_) => Ok(()),
+        None => Err(missing("model")),
+    }
+}
+
+/// An `input` string within [`MAX_INPUT_CHARS`].
+pub(crate) fn check_input_text(text: &str) -> Result<(), ApiError> {
+    if text.len() > MAX_INPUT_CHARS && text.chars().count() > MAX_INPUT_CHARS {
+        return Err(ApiError::invalid(
+            "input",
+            format!("'input' must be at most {MAX_INPUT_CHARS} characters; got {}.", text.chars().count()),
+        )
+        .with_code("string_above_max_length"));
+    }
+    Ok(())
+}
+
+/// `input` as canonical items: a string is one user message; each item's error names its path
+/// (`input[2].content`).
+pub(crate) fn normalize_input(input: InputParam) -> Result<Vec<Item>, ApiError> {
+    match input {
+        InputParam::Text(text) => Ok(vec![
+            InputItemParam::Message(crate::items::MessageParam {
+                id: None,
+                role: crate::items::MessageRole::User,
+                content: crate::items::MessageContentParam::Text(text),
+                status: None,
+            })
+            .normalize()
+            .map_err(|e| e.at("input"))?,
+        ]),
+        InputParam::Items(items) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                InputItemParam::from_value(item)
+                    .and_then(InputItemParam::normalize)
+                    .map_err(|e| e.at(&format!("input[{i}]")))
+            })
+            .collect(),
+    }
+}
+
 /// The `input_file` parts of this request's input pass the checks that need no I/O: one source,
 /// a decodable `file_data` of a supported type within the size cap.
-fn check_input_files(input: &[Item], limits: &RequestLimits) -> Result<(), ApiError> {
+pub(crate) fn check_input_files(input: &[Item], limits: &RequestLimits) -> Result<(), ApiError> {
     for (i, item) in input.iter().enumerate() {
         for (field, part) in item.input_files() {
             let param = format!("input[{i}].{field}");
@@ -467,7 +485,7 @@ fn check_input_files(input: &[Item], limits: &RequestLimits) -> Result<(), ApiEr
     Ok(())
 }
 
-fn missing(field: &str) -> ApiError {
+pub(crate) fn missing(field: &str) -> ApiError {
     ApiError::invalid(field, format!("Missing required parameter: '{field}'.")).with_code("missing_required_parameter")
 }
 

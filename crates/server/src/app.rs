@@ -73,6 +73,7 @@ pub fn router(config: AppConfig) -> Router {
             "/v1/conversations/{conversation_id}/items/{item_id}",
             get(conversations::retrieve_item).delete(conversations::delete_item),
         )
+        .route("/v1/responses/compact", post(responses::compact))
         .with_state(Arc::clone(&config.engine))
         .merge(
             Router::new()

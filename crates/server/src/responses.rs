@@ -1,4 +1,5 @@
-//! The `/v1/responses` routes: create (JSON or SSE), retrieve, delete, list input items.
+//! The `/v1/responses` routes: create (JSON or SSE), retrieve, delete, list input items, and
+//! compact a conversation (`POST /v1/responses/compact`, JSON only, nothing stored).
 //!
 //! Handlers stay thin: parse and validate the body ([`respgw_protocol::request`]) or the query
 //! ([`respgw_protocol::listing`]), let the engine prepare (history lookup can still fail with a
@@ -15,6 +16,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use respgw_engine::{Engine, RunOutcome};
+use respgw_protocol::compaction::CompactRequest;
 use respgw_protocol::listing::{ListQuery, ListQueryParams};
 use respgw_protocol::{ApiError, CreateResponseRequest};
 
@@ -86,4 +88,14 @@ pub async fn input_items(
         params.map_err(|e| ApiError::invalid_body(format!("Invalid query string: {}", e.body_text())))?;
     let query = ListQuery::parse(params)?;
     Ok(Json(engine.stored().input_items(&id, query).await?).into_response())
+}
+
+/// `POST /v1/responses/compact`: the compacted window of a conversation.
+pub async fn compact(
+    State(engine): State<Arc<Engine>>,
+    RequestId(request_id): RequestId,
+    JsonBody(body): JsonBody,
+) -> Result<Response, HttpError> {
+    let request = CompactRequest::from_slice(&body)?.validate_within(&engine.limits().request)?;
+    Ok(Json(engine.compact(request, vec![("x-request-id", request_id)]).await?).into_response())
 }

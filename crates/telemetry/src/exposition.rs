@@ -148,10 +148,10 @@ mod tests {
 
     use super::*;
     use crate::merge::MergedMetrics;
-    use crate::recorder::{Metrics, ToolType};
+    use crate::recorder::{CompactionTrigger, Metrics, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all ten families.
+    /// A merged view of two live workers and one that exited, touching all eleven families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -160,6 +160,7 @@ mod tests {
         first.tool_requested(ToolType::new("code_interpreter"));
         first.tool_executed(ToolType::new("code_interpreter"), Duration::from_millis(1500), true);
         first.mcp_server_startup("files", true);
+        first.compaction(CompactionTrigger::Endpoint, true);
         first.mcp_server_startup("weird \"label\" \\ with\nnewline", false);
         drop(first.sse_stream("/v1/responses"));
         let _first_busy = first.in_flight();
@@ -170,6 +171,7 @@ mod tests {
         second.tool_executed(ToolType::new("web_search"), Duration::from_secs(200), false);
         second.tool_requested(ToolType::new("mcp"));
         second.tool_executed(ToolType::new("mcp"), Duration::from_millis(80), true);
+        second.compaction(CompactionTrigger::Auto, false);
         let _second_stream = second.sse_stream("/v1/responses");
 
         let exited = Metrics::new();
@@ -191,7 +193,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 20, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 22, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub const TOOL_EXECUTION_DURATION_SECONDS: &str = "gw_responses_tool_execution_d
 pub const TOOL_ERRORS_TOTAL: &str = "gw_responses_tool_errors_total";
 /// `gw_responses_mcp_server_startup_total` — counter {server_label, status}.
 pub const MCP_SERVER_STARTUP_TOTAL: &str = "gw_responses_mcp_server_startup_total";
+/// `gw_responses_compactions_total` — counter {outcome, trigger}.
+pub const COMPACTIONS_TOTAL: &str = "gw_responses_compactions_total";
 
 /// Upper bounds (seconds) of the HTTP handler duration histogram.
 pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
@@ -72,8 +74,8 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All ten families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 10] = [
+/// All eleven families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 11] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -142,6 +144,13 @@ pub static FAMILIES: [FamilyDescriptor; 10] = [
         help: "Built-in MCP server startup outcomes.",
         kind: MetricKind::Counter,
         label_names: &["server_label", "status"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: COMPACTIONS_TOTAL,
+        help: "Conversation compactions (summarisation calls), by trigger and outcome.",
+        kind: MetricKind::Counter,
+        label_names: &["outcome", "trigger"],
         buckets: &[],
     },
 ];

@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::families::{
-    HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS, HTTP_REQUESTS_TOTAL,
-    MCP_SERVER_STARTUP_TOTAL, SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS,
-    TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL, TOOL_EXECUTION_DURATION_BUCKETS,
-    TOOL_EXECUTION_DURATION_SECONDS,
+    COMPACTIONS_TOTAL, HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS,
+    HTTP_REQUESTS_TOTAL, MCP_SERVER_STARTUP_TOTAL, SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS,
+    SSE_STREAM_DURATION_SECONDS, TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL,
+    TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
 };
 use crate::snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot, sorted_labels};
 
@@ -35,6 +35,25 @@ impl ToolType {
     /// The label value.
     pub fn as_str(self) -> &'static str {
         self.0
+    }
+}
+
+/// What started a compaction: the `trigger` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionTrigger {
+    /// `POST /v1/responses/compact`.
+    Endpoint,
+    /// A response's `context_management` threshold.
+    Auto,
+}
+
+impl CompactionTrigger {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionTrigger::Endpoint => "endpoint",
+            CompactionTrigger::Auto => "auto",
+        }
     }
 }
 
@@ -157,6 +176,13 @@ impl Metrics {
         let status = if ok { "ok" } else { "error" };
         self.lock_series()
             .increment(MCP_SERVER_STARTUP_TOTAL, sorted_labels(&[("server_label", server_label), ("status", status)]));
+    }
+
+    /// Counts one compaction (`compactions_total{trigger,outcome}`, outcome `ok` or `error`).
+    pub fn compaction(&self, trigger: CompactionTrigger, ok: bool) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.lock_series()
+            .increment(COMPACTIONS_TOTAL, sorted_labels(&[("outcome", outcome), ("trigger", trigger.as_str())]));
     }
 
     /// Copies every series as it is now. Both gauges are always present; counters and histograms
@@ -333,6 +359,28 @@ mod tests {
         assert_eq!(snapshot.counter(TOOL_ERRORS_TOTAL, &[("tool_type", "code_interpreter")]), None);
         let mcp = snapshot.histogram(TOOL_EXECUTION_DURATION_SECONDS, &[("tool_type", "mcp")]).expect("histogram");
         assert_eq!((mcp.count, mcp.cumulative_counts.last().copied()), (2, Some(1)));
+    }
+
+    #[test]
+    fn compactions_count_by_trigger_and_outcome() {
+        let metrics = Metrics::new();
+        metrics.compaction(CompactionTrigger::Endpoint, true);
+        metrics.compaction(CompactionTrigger::Endpoint, true);
+        metrics.compaction(CompactionTrigger::Auto, false);
+        let counters = metrics.snapshot().counters;
+        let count = |outcome: &str, trigger: &str| {
+            counters
+                .iter()
+                .find(|c| {
+                    c.name == COMPACTIONS_TOTAL
+                        && c.labels
+                            == [("outcome".to_owned(), outcome.to_owned()), ("trigger".to_owned(), trigger.to_owned())]
+                })
+                .map(|c| c.value)
+        };
+        assert_eq!(count("ok", "endpoint"), Some(2));
+        assert_eq!(count("error", "auto"), Some(1));
+        assert_eq!(count("ok", "auto"), None);
     }
 
     #[test]

@@ -46,6 +46,11 @@ pub fn openapi_path() -> PathBuf {
     fixtures_dir().join("openresponses-openapi.json")
 }
 
+/// The schemas the Open Responses document lacks (compaction): `<fixtures>/openresponses-supplement.json`.
+pub fn supplement_path() -> PathBuf {
+    fixtures_dir().join("openresponses-supplement.json")
+}
+
 /// The folder of outputs captured from the reference Python gateway: `<fixtures>/seed-captures`.
 pub fn seed_captures_dir() -> PathBuf {
     fixtures_dir().join("seed-captures")

@@ -7,6 +7,10 @@
 //! OpenAPI 3.1 schemas are JSON Schema 2020-12. Each root is compiled as
 //! `{"$ref": "#/components/schemas/<root>", "components": <components>}` so every `$ref` of the
 //! document resolves. A few defects of the document are patched first (see [`patch_known_defects`]).
+//! The document does not define compaction yet: `openresponses-supplement.json` adds exactly the
+//! `compaction` item (to the `ItemField` union), the `response.compaction.compacting` event and
+//! the `response.compaction` object ([`SchemaValidator::validate_compacted_response`]); a
+//! supplement schema that would replace one of the document's is an error.
 //! The compiled validators are built once per process and shared.
 
 use std::collections::HashMap;
@@ -17,7 +21,7 @@ use jsonschema::error::ValidationErrorKind;
 use jsonschema::{Draft, ValidationError, Validator};
 use serde_json::{Value, json};
 
-use crate::openapi_path;
+use crate::{openapi_path, supplement_path};
 
 /// Validates responses and stream events against the OpenAPI document. Cheap to copy.
 #[derive(Clone, Copy)]
@@ -27,6 +31,7 @@ pub struct SchemaValidator {
 
 struct CompiledSchemas {
     response: Validator,
+    compacted: Validator,
     /// Event `type` → (schema name, validator).
     events: HashMap<String, (String, Validator)>,
 }
@@ -41,7 +46,11 @@ impl SchemaValidator {
         }
         let path = openapi_path();
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let document: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let mut document: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let path = supplement_path();
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let supplement: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        add_supplement(&mut document, supplement)?;
         let compiled = compile(document)?;
         // Another thread may have won the race; its result is equivalent.
         let compiled = COMPILED.get_or_init(|| compiled);
@@ -52,6 +61,12 @@ impl SchemaValidator {
     /// with its instance path.
     pub fn validate_response(&self, response: &Value) -> Result<(), String> {
         check(&self.compiled.response, response)
+    }
+
+    /// Validates the reply of `POST /v1/responses/compact` against the supplement's
+    /// `CompactedResource`.
+    pub fn validate_compacted_response(&self, compacted: &Value) -> Result<(), String> {
+        check(&self.compiled.compacted, compacted)
     }
 
     /// Validates a stream event against the `*StreamingEvent` schema of its `type`.
@@ -105,7 +120,33 @@ fn compile(mut document: Value) -> anyhow::Result<CompiledSchemas> {
             }
         }
     }
-    Ok(CompiledSchemas { response: build("ResponseResource")?, events })
+    Ok(CompiledSchemas { response: build("ResponseResource")?, compacted: build("CompactedResource")?, events })
+}
+
+/// Adds the supplement's schemas to the document's, and its entries to the `oneOf` of the unions
+/// it names. Nothing of the document is replaced.
+fn add_supplement(document: &mut Value, supplement: Value) -> anyhow::Result<()> {
+    let schemas = document
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+        .context("the OpenAPI document has no `components.schemas`")?;
+    let added = supplement["schemas"].as_object().context("the supplement has no `schemas`")?;
+    for (name, schema) in added {
+        if schemas.insert(name.clone(), schema.clone()).is_some() {
+            bail!("the supplement's schema {name} would replace the document's");
+        }
+    }
+    let extensions = supplement["extend_one_of"].as_object().context("the supplement has no `extend_one_of`")?;
+    for (union, references) in extensions {
+        let one_of = schemas
+            .get_mut(union)
+            .and_then(|u| u.get_mut("oneOf"))
+            .and_then(Value::as_array_mut)
+            .with_context(|| format!("the supplement extends {union}, which is not a oneOf of the document"))?;
+        let references = references.as_array().with_context(|| format!("extend_one_of.{union} is not a list"))?;
+        one_of.extend(references.iter().map(|reference| json!({"$ref": reference})));
+    }
+    Ok(())
 }
 
 /// Fixes defects of the OpenAPI document that would reject correct output.
@@ -351,6 +392,32 @@ mod tests {
         let error = validator().validate_event(&delta).unwrap_err();
         assert!(error.contains("\"logprobs\" is a required property"), "{error}");
         assert!(error.contains("ResponseOutputTextDeltaStreamingEvent"), "{error}");
+    }
+
+    #[test]
+    fn the_supplement_adds_the_compaction_item_event_and_object_only() {
+        let validator = validator();
+        let item = json!({"type":"compaction","id":"cmp_1","encrypted_content":"rgw1c.k.AAAA"});
+        let mut response = seed_completed_response();
+        response["output"] = json!([item]);
+        validator.validate_response(&response).unwrap();
+        let done = json!({"type":"response.output_item.done","sequence_number":3,"output_index":0,"item":item});
+        validator.validate_event(&done).unwrap();
+        let compacting =
+            json!({"type":"response.compaction.compacting","sequence_number":2,"item_id":"cmp_1","output_index":0});
+        validator.validate_event(&compacting).unwrap();
+        let compacted = json!({"id":"resp_1","object":"response.compaction","created_at":1,"output":[item],
+                               "usage":response["usage"]});
+        validator.validate_compacted_response(&compacted).unwrap();
+        // What the gateway keeps for the model must never reach a client.
+        response["output"][0]["model_summary"] = json!("the summary");
+        assert!(validator.validate_response(&response).is_err());
+        assert!(
+            validator.validate_event(&json!({"type":"response.compaction.compacting","sequence_number":2})).is_err()
+        );
+        assert!(
+            validator.validate_event(&json!({"type":"response.compaction.completed","sequence_number":2})).is_err()
+        );
     }
 
     #[test]

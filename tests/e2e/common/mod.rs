@@ -270,6 +270,13 @@ pub fn assert_valid_response(response: &Value) {
     }
 }
 
+/// The reply of `POST /v1/responses/compact` matches the schema supplement's `CompactedResource`.
+pub fn assert_valid_compacted(compacted: &Value) {
+    if let Err(e) = schema().validate_compacted_response(compacted) {
+        panic!("compacted response does not match the schema: {e}\n{compacted:#}");
+    }
+}
+
 pub fn assert_valid_event(event: &Value) {
     if let Err(e) = schema().validate_event(event) {
         panic!("event does not match the schema: {e}\n{event:#}");

@@ -288,6 +288,7 @@ pub(crate) fn present(item: &Item, include: &[String]) -> Item {
     match item {
         Item::CodeInterpreterCall(c) => Item::CodeInterpreterCall(code_interpreter::present(c, include)),
         Item::WebSearchCall(w) => Item::WebSearchCall(web_search::present(w, include)),
+        Item::Compaction(_) => item.clone().client_view(),
         other => other.clone(),
     }
 }
