@@ -22,6 +22,10 @@ pub const TOOL_EXECUTION_DURATION_SECONDS: &str = "gw_responses_tool_execution_d
 pub const TOOL_ERRORS_TOTAL: &str = "gw_responses_tool_errors_total";
 /// `gw_responses_mcp_server_startup_total` — counter {server_label, status}.
 pub const MCP_SERVER_STARTUP_TOTAL: &str = "gw_responses_mcp_server_startup_total";
+/// `gw_responses_mcp_approval_requests_total` — counter {server_label}.
+pub const MCP_APPROVAL_REQUESTS_TOTAL: &str = "gw_responses_mcp_approval_requests_total";
+/// `gw_responses_mcp_approval_responses_total` — counter {decision, server_label}.
+pub const MCP_APPROVAL_RESPONSES_TOTAL: &str = "gw_responses_mcp_approval_responses_total";
 
 /// Upper bounds (seconds) of the HTTP handler duration histogram.
 pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
@@ -72,8 +76,8 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All ten families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 10] = [
+/// All twelve families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 12] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -142,6 +146,20 @@ pub static FAMILIES: [FamilyDescriptor; 10] = [
         help: "Built-in MCP server startup outcomes.",
         kind: MetricKind::Counter,
         label_names: &["server_label", "status"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: MCP_APPROVAL_REQUESTS_TOTAL,
+        help: "MCP tool calls held for the client's approval.",
+        kind: MetricKind::Counter,
+        label_names: &["server_label"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: MCP_APPROVAL_RESPONSES_TOTAL,
+        help: "Client answers to MCP approval requests acted on, by decision (approved, denied).",
+        kind: MetricKind::Counter,
+        label_names: &["decision", "server_label"],
         buckets: &[],
     },
 ];
