@@ -159,8 +159,8 @@ impl AssistantTurn {
     }
 
     /// Whether the assistant-side `item` was produced by the model turn after this one. The
-    /// gateway records a turn as its reasoning, its text, its client calls, then its gateway tool
-    /// calls (each once it has run, with its result), so:
+    /// gateway records a turn as its reasoning, its text, its client calls and calls waiting for
+    /// approval, then its gateway tool calls (each once it has run, with its result), so:
     /// - reasoning after text or calls is the next turn's (reasoning precedes what it produced);
     /// - text or a client call after a gateway tool call is the next turn's (the model had
     ///   seen the result);
