@@ -536,7 +536,7 @@ async fn the_agents_sdk_hosted_mcp_tool_approves_one_call_and_rejects_another() 
     h.scenario("agents-approvals", vec![both(), answer("Echoed hi; adding was rejected.")]);
     h.scenario("agents-approvals-stream", vec![both(), answer("Echoed hi; adding was rejected.")]);
 
-    let run = common::run_sdk_script("agents_mcp_approvals_check.py", &h.gateway.base_url(), &[]).await;
+    let run = common::run_sdk_script("agents_mcp_approvals_check.py", h.gateway.base_url(), &[]).await;
     assert!(
         run.succeeded && run.stdout.contains("agents approvals checked"),
         "Agents SDK run failed:\n{}\n{}\n--- gateway log ---\n{}",
