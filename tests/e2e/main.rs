@@ -18,6 +18,7 @@ mod faults;
 mod hardening;
 mod input_file;
 mod mcp;
+mod mcp_approvals;
 mod mcp_remote;
 mod openai_sdk;
 mod postgres;

@@ -29,14 +29,14 @@ fn sibling_bin(name: &str) -> PathBuf {
 }
 
 /// `respgw-mcp-test-http` on a free loopback port; killed on drop.
-struct McpServer {
+pub(crate) struct McpServer {
     child: Child,
     /// `http://127.0.0.1:PORT`
     base: String,
 }
 
 impl McpServer {
-    fn start(extra: &[&str]) -> McpServer {
+    pub(crate) fn start(extra: &[&str]) -> McpServer {
         let mut child = Command::new(sibling_bin("respgw-mcp-test-http"))
             .args(["--port", "0"])
             .args(extra)
@@ -52,7 +52,7 @@ impl McpServer {
         McpServer { child, base }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
@@ -69,7 +69,7 @@ impl Drop for McpServer {
 }
 
 /// A gateway for loopback servers (URL checks off), with extra environment.
-async fn gateway(extra_env: &[(&str, &str)]) -> Harness {
+pub(crate) async fn gateway(extra_env: &[(&str, &str)]) -> Harness {
     let mut env = vec![("GW_MCP_REQUEST_REMOTE_URL_CHECKS", "false")];
     env.extend_from_slice(extra_env);
     Harness::start_with(&[], &env).await

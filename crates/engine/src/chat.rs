@@ -13,7 +13,8 @@ use serde_json::{Map, Value, json};
 
 use crate::compaction;
 use crate::gateway_tool::FunctionSpec;
-use crate::tool_kinds::{self, client};
+use crate::tool_kinds::mcp::approval::ApprovalHistory;
+use crate::tool_kinds::{self, client, mcp};
 
 /// The JSON body of one upstream chat-completions call.
 pub struct ChatRequest;
@@ -159,8 +160,8 @@ impl AssistantTurn {
     }
 
     /// Whether the assistant-side `item` was produced by the model turn after this one. The
-    /// gateway records a turn as its reasoning, its text, its client calls, then its gateway tool
-    /// calls (each once it has run, with its result), so:
+    /// gateway records a turn as its reasoning, its text, its client calls and calls waiting for
+    /// approval, then its gateway tool calls (each once it has run, with its result), so:
     /// - reasoning after text or calls is the next turn's (reasoning precedes what it produced);
     /// - text or a client call after a gateway tool call is the next turn's (the model had
     ///   seen the result);
@@ -173,13 +174,24 @@ impl AssistantTurn {
             Item::FunctionCall(_) | Item::CustomToolCall(_) | Item::LocalShellCall(_) => {
                 self.gateway != GatewayCalls::None
             }
-            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => match self.gateway {
-                GatewayCalls::None => false,
-                GatewayCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
-                GatewayCalls::Unnamed => true,
-            },
+            Item::McpCall(_) | Item::McpApprovalRequest(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => {
+                match self.gateway {
+                    GatewayCalls::None => false,
+                    GatewayCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
+                    GatewayCalls::Unnamed => true,
+                }
+            }
             // Everything else ends the turn in `messages` itself.
             _ => false,
+        }
+    }
+
+    /// A call the gateway answers itself (item `id`), and the result the model is told.
+    fn push_gateway_call(&mut self, id: &str, call: Value, result: String) {
+        self.tool_calls.push(call);
+        self.gateway_results.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
+        if self.gateway == GatewayCalls::None {
+            self.gateway = TurnStamp::of(id).map_or(GatewayCalls::Unnamed, GatewayCalls::Named);
         }
     }
 
@@ -207,15 +219,18 @@ impl AssistantTurn {
 /// gateway's own tool calls) form its message; where one turn ends is decided by
 /// `AssistantTurn::is_followed_by_turn_of` from the items alone, so the live loop, a stored
 /// conversation and a client's replay of the output give the same messages. Gateway tool calls
-/// are followed by their results, in call order. `mcp_list_tools` items are not sent. The latest
-/// compaction item stands for everything before it but the user messages, and is sent as its
-/// summary ([`compaction::replayed`]).
+/// are followed by their results, in call order. `mcp_list_tools` items are not sent. An
+/// `mcp_approval_request` is the call the model made, followed by one result saying how it ended
+/// (`tool_kinds::mcp::approval`); the answer and the approved call are told there, not again. The
+/// latest compaction item stands for everything before it but the user messages, and is sent as
+/// its summary ([`compaction::replayed`]).
 pub fn messages<'a>(
     instructions: Option<&str>,
     history: impl IntoIterator<Item = &'a Item>,
     max_tool_output_bytes: usize,
 ) -> Vec<Value> {
     let history = compaction::replayed(history.into_iter().collect());
+    let approvals = ApprovalHistory::of(&history);
     let mut out = Vec::with_capacity(history.len() + 1);
     if let Some(text) = instructions {
         out.push(json!({"role": "system", "content": text}));
@@ -227,6 +242,9 @@ pub fn messages<'a>(
         }
     };
     for item in history {
+        if matches!(item, Item::McpCall(c) if approvals.is_told_with_its_request(c)) {
+            continue;
+        }
         if turn.is_followed_by_turn_of(item) {
             flush(&mut turn, &mut out);
         }
@@ -255,18 +273,21 @@ pub fn messages<'a>(
                 if let (Some(call), Some(result)) =
                     (tool_kinds::replayed_call(item), tool_result_text(item, max_tool_output_bytes))
                 {
-                    turn.tool_calls.push(call);
-                    turn.gateway_results.push(json!({"role": "tool", "tool_call_id": item.id(), "content": result}));
-                    if turn.gateway == GatewayCalls::None {
-                        turn.gateway = TurnStamp::of(item.id()).map_or(GatewayCalls::Unnamed, GatewayCalls::Named);
-                    }
+                    turn.push_gateway_call(item.id(), call, result);
                 }
             }
-            Item::McpListTools(_) => {}
             Item::Compaction(c) => {
                 flush(&mut turn, &mut out);
                 out.push(compaction::summary_message(c));
             }
+            Item::McpApprovalRequest(request) => {
+                let (name, arguments) = mcp::approval::replayed_call(request);
+                let call =
+                    json!({"id": request.id, "type": "function", "function": {"name": name, "arguments": arguments}});
+                let result = truncate_for_model(approvals.result_text(request), max_tool_output_bytes);
+                turn.push_gateway_call(&request.id, call, result);
+            }
+            Item::McpListTools(_) | Item::McpApprovalResponse(_) => {}
             Item::Message(m) => {
                 flush(&mut turn, &mut out);
                 let role = match m.role {
@@ -573,6 +594,7 @@ mod gateway_history_tests {
                 status: CallStatus::Completed,
                 output: Some("found".into()),
                 error: None,
+                approval_request_id: None,
             }),
             Item::CodeInterpreterCall(CodeInterpreterCallItem {
                 id: ci_id.clone(),
@@ -605,12 +627,137 @@ mod gateway_history_tests {
                 status: CallStatus::Completed,
                 output: Some(output.into()),
                 error: None,
+                approval_request_id: None,
             })
         };
         assert_eq!(tool_result_text(&call("short"), 5).as_deref(), Some("short"));
         // "é" is two bytes: a cut inside it moves back to the character boundary.
         let text = tool_result_text(&call("abcé and more"), 4).unwrap();
         assert_eq!(text, "abc\n[output truncated by the gateway: the first 3 of 14 bytes are shown]");
+    }
+}
+
+#[cfg(test)]
+mod approval_history_tests {
+    //! How MCP approval requests, their answers and the approved calls are told to the model.
+
+    use super::*;
+    use respgw_protocol::ids::IdKind;
+    use respgw_protocol::items::{
+        CallStatus, ContentPart, McpApprovalRequestItem, McpApprovalResponseItem, McpCallItem, MessageItem, MessageRole,
+    };
+
+    fn user(text: &str) -> Item {
+        Item::Message(MessageItem {
+            id: "msg_u".into(),
+            role: MessageRole::User,
+            status: respgw_protocol::items::ItemStatus::Completed,
+            content: vec![ContentPart::InputText { text: text.into() }],
+        })
+    }
+
+    fn answer(request_id: &str, approve: bool, reason: Option<&str>) -> Item {
+        Item::McpApprovalResponse(McpApprovalResponseItem {
+            id: "mcpa_1".into(),
+            approval_request_id: request_id.into(),
+            approve,
+            reason: reason.map(str::to_owned),
+        })
+    }
+
+    /// An approval request made in a fresh model turn, and that turn's stamp.
+    fn request() -> (Item, String, TurnStamp) {
+        let turn = TurnStamp::after(None);
+        let id = turn.new_id(IdKind::McpApprovalRequest);
+        let item = Item::McpApprovalRequest(McpApprovalRequestItem {
+            id: id.clone(),
+            server_label: "docs".into(),
+            name: "delete".into(),
+            arguments: "{\"path\":\"a\"}".into(),
+        });
+        (item, id, turn)
+    }
+
+    fn tool_message(messages: &[Value], id: &str) -> String {
+        let found = messages.iter().find(|m| m["role"] == "tool" && m["tool_call_id"] == id);
+        found
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_else(|| panic!("no result for {id}: {messages:?}"))
+            .to_owned()
+    }
+
+    #[test]
+    fn a_pending_request_is_the_models_call_with_a_result_saying_it_waits() {
+        let (request, id, _) = request();
+        let history = [user("delete a"), request];
+        let out = messages(None, &history, usize::MAX);
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!(
+            out[1]["tool_calls"],
+            json!([{"id":id,"type":"function","function":{"name":"mcp__docs__delete","arguments":"{\"path\":\"a\"}"}}])
+        );
+        assert_eq!(tool_message(&out, &id), "This call has not run: it is waiting for the user's approval.");
+    }
+
+    #[test]
+    fn a_denial_is_told_with_its_reason_in_place_of_the_result() {
+        let (request, id, _) = request();
+        let history = [user("delete a"), request.clone(), answer(&id, false, Some("keep it"))];
+        let out = messages(None, &history, usize::MAX);
+        assert_eq!(out.len(), 3, "the answer is not a message of its own: {out:?}");
+        assert_eq!(tool_message(&out, &id), "The user denied this call; it did not run. Reason: keep it");
+        let history = [user("delete a"), request, answer(&id, false, None)];
+        assert_eq!(
+            tool_message(&messages(None, &history, usize::MAX), &id),
+            "The user denied this call; it did not run."
+        );
+    }
+
+    #[test]
+    fn an_approved_call_is_told_as_the_result_of_the_request_in_order() {
+        let (request, id, turn) = request();
+        let call = Item::McpCall(McpCallItem {
+            id: turn.new_id(IdKind::McpCall),
+            server_label: "docs".into(),
+            name: "delete".into(),
+            arguments: "{\"path\":\"a\"}".into(),
+            status: CallStatus::Completed,
+            output: Some("deleted a".into()),
+            error: None,
+            approval_request_id: Some(id.clone()),
+        });
+        let answer_text = Item::Message(MessageItem {
+            id: "msg_a".into(),
+            role: MessageRole::Assistant,
+            status: respgw_protocol::items::ItemStatus::Completed,
+            content: vec![ContentPart::output_text("Done.")],
+        });
+        let history = [user("delete a"), request.clone(), answer(&id, true, None), call.clone(), answer_text];
+        let out = messages(None, &history, usize::MAX);
+        assert_eq!(out.len(), 4, "{out:?}");
+        assert_eq!(out[1]["tool_calls"][0]["id"], json!(id));
+        assert_eq!(
+            out[2],
+            json!({"role":"tool","tool_call_id":id,"content":"The user approved this call.\n\ndeleted a"})
+        );
+        assert_eq!(out[3], json!({"role":"assistant","content":"Done."}));
+
+        // The prompt of the turn after the approved call extends the prompt the request was made
+        // in, whatever the answer: the model's call stays where it was.
+        let made_in = messages(None, &history[..1], usize::MAX);
+        assert_eq!(out[..made_in.len()], made_in[..]);
+
+        // A call whose request is not in the conversation is told on its own.
+        let alone = messages(None, &[user("x"), call], usize::MAX);
+        assert_eq!(alone[2]["content"], "deleted a");
+    }
+
+    #[test]
+    fn results_are_cut_like_any_gateway_tool_result() {
+        let (request, id, _) = request();
+        let history = [request, answer(&id, false, Some(&"x".repeat(100)))];
+        let text = tool_message(&messages(None, &history, 50), &id);
+        assert!(text.starts_with("The user denied") && text.contains("[output truncated by the gateway"), "{text}");
     }
 }
 

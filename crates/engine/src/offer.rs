@@ -118,6 +118,7 @@ fn allows(entry: &AllowedTool, spec: &FunctionSpec, target: &CallTarget) -> bool
     match target {
         CallTarget::Client(_) => client::allowed_by(entry, spec),
         CallTarget::Gateway(kind) => kind.allowed_by(entry),
+        CallTarget::McpApproval { server_label, tool_name } => mcp::allowed_by(entry, server_label, tool_name),
     }
 }
 

@@ -165,6 +165,8 @@ pub struct PreparedResponse {
     menu: ToolMenu,
     /// `mcp_list_tools` items to show first.
     listings: Vec<McpListToolsItem>,
+    /// The answers to MCP approval requests in the input, acted on before the first model turn.
+    approval_answers: Vec<mcp::approval::Answer>,
     /// What the gateway tools keep across this response's calls (the conversation's code
     /// interpreter container, the pages web_search showed the model).
     tool_state: GatewayToolState,
@@ -331,8 +333,19 @@ impl Engine {
         if history.is_empty() && request.input.is_empty() {
             return Err(ApiError::invalid("input", "'input' must not be empty: the conversation holds no items yet."));
         }
+        let input_start = history.len();
         history.extend(request.input.iter().cloned());
-        let resolved = self.tools.resolve(&request, &history).await?;
+        let approval_answers = mcp::approval::answers_to_act_on(&history, input_start)?;
+        let resolved = self
+            .tools
+            .resolve(&request, &history)
+            .await
+            .map_err(|e| mcp::approval::resolution_error(e, &approval_answers, &request))?;
+        if let Some(answer) =
+            approval_answers.iter().find(|a| a.approve && !resolved.tools.iter().any(|t| t.spec().name == a.function()))
+        {
+            return Err(mcp::approval::not_offered(answer, &request));
+        }
         let menu = ToolMenu::new(&request, &resolved.tools);
         menu.check_choice(&request.tool_choice)?;
         let tool_state =
@@ -350,6 +363,7 @@ impl Engine {
             gateway_tools: resolved.tools,
             menu,
             listings: resolved.listings,
+            approval_answers,
             tool_state,
             output: Vec::new(),
         })
@@ -483,6 +497,9 @@ impl PreparedResponse {
         for listing in std::mem::take(&mut self.listings) {
             self.emit_listing(sink, log, listing).await?;
         }
+        for answer in std::mem::take(&mut self.approval_answers) {
+            self.act_on_approval_answer(sink, log, answer).await?;
+        }
         let targets = CallTargets::new(&self.request, &self.gateway_tools);
         let mut phase = TurnPhase::First;
         let mut previous_turn = None;
@@ -513,8 +530,8 @@ impl PreparedResponse {
             for call in result.gateway_calls {
                 self.run_gateway_call(sink, log, call).await?;
             }
-            if !result.client_calls.is_empty() {
-                // The client has to run its functions before the model can go on.
+            if !result.client_calls.is_empty() || !result.approval_requests.is_empty() {
+                // The client has to run its functions, or approve calls, before the model can go on.
                 return Ok(TurnEnd::Finished);
             }
             phase = TurnPhase::AfterToolUse;
@@ -539,6 +556,30 @@ impl PreparedResponse {
         for call in &result.gateway_calls {
             metrics.tool_requested(call.tool_type());
         }
+        for item in &result.approval_requests {
+            if let Item::McpApprovalRequest(request) = item {
+                metrics.tool_requested(mcp::TOOL_TYPE);
+                metrics.mcp_approval_requested(mcp::approval::metric_label(&self.request, &request.server_label));
+            }
+        }
+    }
+
+    /// Count the client's answer to an approval request and, when it approves, run the call.
+    async fn act_on_approval_answer(
+        &mut self,
+        sink: &mut EventSink,
+        log: &mut OutputLog,
+        answer: mcp::approval::Answer,
+    ) -> Result<(), Stop> {
+        let label = mcp::approval::metric_label(&self.request, &answer.request.server_label);
+        self.engine.metrics.mcp_approval_answered(label, answer.approve);
+        if !answer.approve {
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        let call = mcp::approval::approved_call(&answer, log.allocate_index(), &mut events);
+        self.flush(sink, log, &mut events).await?;
+        self.run_gateway_call(sink, log, call).await
     }
 
     /// One upstream call (the model turn `turn`), streamed into events.

@@ -57,6 +57,8 @@ pub struct TurnResult {
     pub client_calls: Vec<Item>,
     /// Calls to the gateway's own tools, in order; their items stay open until they have run.
     pub gateway_calls: Vec<PendingGatewayCall>,
+    /// Calls waiting for the client's approval, as their `mcp_approval_request` items (done).
+    pub approval_requests: Vec<Item>,
 }
 
 #[derive(Debug)]
@@ -368,6 +370,7 @@ impl TurnState {
 
         let mut client_calls = Vec::new();
         let mut gateway_calls = Vec::new();
+        let mut approval_requests = Vec::new();
         for mut call in std::mem::take(&mut self.calls) {
             if call.announced.is_none() {
                 if call.name.is_none() {
@@ -383,9 +386,13 @@ impl TurnState {
                     client_calls.push(item);
                 }
                 FinishedCall::Gateway(pending) => gateway_calls.push(pending),
+                FinishedCall::McpApproval(item) => {
+                    log.items.push(item.clone());
+                    approval_requests.push(item);
+                }
             }
         }
-        Ok(TurnResult { end, usage: self.usage, client_calls, gateway_calls })
+        Ok(TurnResult { end, usage: self.usage, client_calls, gateway_calls, approval_requests })
     }
 }
 
@@ -751,6 +758,37 @@ mod tests {
         assert!(calls[0].item.item_id().starts_with("ws_") && calls[1].item.item_id().starts_with("ci_"));
         assert_ne!(calls[0].item.item_id(), calls[1].item.item_id());
         assert!(calls.iter().all(|c| TurnStamp::of(c.item.item_id()) == Some(turn)), "{calls:?}");
+    }
+
+    #[test]
+    fn a_call_that_needs_approval_is_an_approval_request_and_not_run() {
+        let target = CallTarget::McpApproval { server_label: "docs".into(), tool_name: "delete".into() };
+        let mut state = turn_calling(vec![("mcp__docs__delete", target)]);
+        let mut log = OutputLog::default();
+        let mut events = Vec::new();
+        for args in ["", "{\"path\":", "\"a\"}"] {
+            state.on_chunk(
+                chunk(json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"mcp__docs__delete","arguments":args}}]}}]})),
+                &mut log,
+                &mut events,
+            );
+        }
+        state.on_chunk(
+            chunk(json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})),
+            &mut log,
+            &mut events,
+        );
+        state.on_done();
+        let result = state.finish(&mut log, &mut events).unwrap();
+        assert_eq!(kinds(&events), ["response.output_item.added", "response.output_item.done"]);
+        assert!(result.gateway_calls.is_empty() && result.client_calls.is_empty(), "{result:?}");
+        let [Item::McpApprovalRequest(request)] = result.approval_requests.as_slice() else { panic!("{result:?}") };
+        assert_eq!(
+            (request.server_label.as_str(), request.name.as_str(), request.arguments.as_str()),
+            ("docs", "delete", "{\"path\":\"a\"}")
+        );
+        assert!(request.id.starts_with("mcpr_") && TurnStamp::of(&request.id).is_some(), "{request:?}");
+        assert_eq!(log.items, result.approval_requests, "done once its arguments are complete");
     }
 
     #[test]

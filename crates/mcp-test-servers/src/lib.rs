@@ -20,11 +20,17 @@
 //! | `enable_extra_silently` | makes tool `extra` appear without telling anyone (a stale client cache) |
 //! | `extra` | returns `extra`; listed only once enabled |
 //!
+//! With a call log ([`SharedState::with_call_log`], `--call-log PATH` on both binaries), each tool
+//! call is first appended to that file as one JSON line (`{"tool":…,"arguments":{…}}`), so a test
+//! can tell whether, and with what, a tool was really called.
+//!
 //! [`exa`] is a different server: a stand-in for Exa's hosted MCP (`respgw-mcp-test-http --exa`).
 
 pub mod exa;
 pub mod legacy_sse;
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -51,6 +57,30 @@ const TINY_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR4
 #[derive(Debug, Default)]
 pub struct SharedState {
     extra_enabled: AtomicBool,
+    /// Where each tool call is recorded, if anywhere.
+    call_log: Option<PathBuf>,
+}
+
+impl SharedState {
+    /// State whose tool calls are appended to `path`, one JSON line each.
+    pub fn with_call_log(path: Option<PathBuf>) -> Self {
+        SharedState { call_log: path, ..SharedState::default() }
+    }
+
+    /// Append the call to the call log. A test server that cannot write its log says so on stderr
+    /// (the test reading the log then fails on the missing line).
+    fn record_call(&self, name: &str, args: &Map<String, Value>) {
+        let Some(path) = &self.call_log else { return };
+        let line = json!({"tool": name, "arguments": args}).to_string();
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| writeln!(file, "{line}"));
+        if let Err(e) = written {
+            eprintln!("cannot append to the call log {}: {e}", path.display());
+        }
+    }
 }
 
 /// The test tool set. `stdio` adds the `crash` tool (exiting is only meaningful for a child process).
@@ -109,6 +139,7 @@ impl TestServer {
         args: &Map<String, Value>,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
+        self.state.record_call(name, args);
         let text = |s: String| CallToolResult::success(vec![ContentBlock::text(s)]);
         match name {
             "echo" => text(args.get("text").and_then(Value::as_str).unwrap_or_default().to_owned()),

@@ -22,6 +22,8 @@ pub enum Item {
     CodeInterpreterCall(CodeInterpreterCallItem),
     McpCall(McpCallItem),
     McpListTools(McpListToolsItem),
+    McpApprovalRequest(McpApprovalRequestItem),
+    McpApprovalResponse(McpApprovalResponseItem),
     WebSearchCall(WebSearchCallItem),
     CustomToolCall(CustomToolCallItem),
     CustomToolCallOutput(CustomToolCallOutputItem),
@@ -94,6 +96,8 @@ impl Item {
             Item::CodeInterpreterCall(c) => &c.id,
             Item::McpCall(m) => &m.id,
             Item::McpListTools(l) => &l.id,
+            Item::McpApprovalRequest(r) => &r.id,
+            Item::McpApprovalResponse(r) => &r.id,
             Item::WebSearchCall(w) => &w.id,
             Item::CustomToolCall(c) => &c.id,
             Item::CustomToolCallOutput(c) => &c.id,
@@ -166,6 +170,31 @@ pub struct McpCallItem {
     pub output: Option<String>,
     #[serde(default)]
     pub error: Option<String>,
+    /// The `mcp_approval_request` this call ran on, for a call that needed the client's approval.
+    #[serde(default)]
+    pub approval_request_id: Option<String>,
+}
+
+/// A call of an MCP tool that needs the client's approval before it runs. It carries everything
+/// the call needs (server, tool, arguments), so it can run when a later request approves it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpApprovalRequestItem {
+    pub id: String,
+    pub server_label: String,
+    /// The tool's real name on its server.
+    pub name: String,
+    pub arguments: String,
+}
+
+/// The client's answer to an [`McpApprovalRequestItem`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpApprovalResponseItem {
+    #[serde(default = "mcp_approval_response_id")]
+    pub id: String,
+    pub approval_request_id: String,
+    pub approve: bool,
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// A `web_search` call the gateway ran: its public `action` (absent while in progress), and —
@@ -307,6 +336,10 @@ fn custom_call_id() -> String {
 
 fn local_shell_call_id() -> String {
     new_id(IdKind::LocalShellCall)
+}
+
+fn mcp_approval_response_id() -> String {
+    new_id(IdKind::McpApprovalResponse)
 }
 
 fn custom_output_id() -> String {
@@ -591,6 +624,8 @@ pub const INPUT_ITEM_TYPES: &[&str] = &[
     "code_interpreter_call",
     "mcp_call",
     "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
     "web_search_call",
     "custom_tool_call",
     "custom_tool_call_output",
@@ -887,6 +922,8 @@ impl InputItemParam {
             "code_interpreter_call" => typed(value, "").map(Item::CodeInterpreterCall).map(InputItemParam::Hosted),
             "mcp_call" => typed(value, "").map(Item::McpCall).map(InputItemParam::Hosted),
             "mcp_list_tools" => typed(value, "").map(Item::McpListTools).map(InputItemParam::Hosted),
+            "mcp_approval_request" => typed(value, "").map(Item::McpApprovalRequest).map(InputItemParam::Hosted),
+            "mcp_approval_response" => typed(value, "").map(Item::McpApprovalResponse).map(InputItemParam::Hosted),
             "web_search_call" => typed(value, "").map(Item::WebSearchCall).map(InputItemParam::Hosted),
             "custom_tool_call" => typed(value, "").map(Item::CustomToolCall).map(InputItemParam::Hosted),
             "custom_tool_call_output" => typed(value, "").map(Item::CustomToolCallOutput).map(InputItemParam::Hosted),
@@ -1123,6 +1160,36 @@ mod tests {
         assert_eq!(shown.as_object().unwrap().keys().collect::<Vec<_>>(), ["type", "id", "encrypted_content"]);
         let err = InputItemParam::from_value(json!({"type":"compaction","id":"cmp_1"})).unwrap_err();
         assert_eq!(err.field, "encrypted_content");
+    }
+
+    #[test]
+    fn mcp_approval_items_are_accepted_as_input() {
+        let request = parse(json!({"type":"mcp_approval_request","id":"mcpr_1","server_label":"docs",
+            "name":"search","arguments":"{\"q\":\"x\"}"}))
+        .normalize()
+        .unwrap();
+        assert!(matches!(&request, Item::McpApprovalRequest(r) if r.server_label == "docs" && r.name == "search"));
+        let answer = parse(json!({"type":"mcp_approval_response","approval_request_id":"mcpr_1","approve":false,
+            "reason":"not now"}))
+        .normalize()
+        .unwrap();
+        let Item::McpApprovalResponse(a) = &answer else { panic!("{answer:?}") };
+        assert!(a.id.starts_with("mcpa_") && !a.approve && a.reason.as_deref() == Some("not now"), "{a:?}");
+        let err = InputItemParam::from_value(json!({"type":"mcp_approval_response","approval_request_id":"mcpr_1"}))
+            .unwrap_err();
+        assert!(err.field == "approve" && err.missing, "{err:?}");
+        let call = serde_json::to_value(Item::McpCall(McpCallItem {
+            id: "mcp_1".into(),
+            server_label: "docs".into(),
+            name: "search".into(),
+            arguments: "{}".into(),
+            status: CallStatus::Completed,
+            output: Some("ok".into()),
+            error: None,
+            approval_request_id: Some("mcpr_1".into()),
+        }))
+        .unwrap();
+        assert_eq!(call["approval_request_id"], "mcpr_1");
     }
 
     #[test]

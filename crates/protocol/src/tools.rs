@@ -209,7 +209,9 @@ pub struct McpTool {
     pub server_label: String,
     pub server_url: Option<String>,
     pub allowed_tools: Option<Vec<String>>,
-    pub require_approval: Option<String>,
+    /// Which tools need the client's approval before a call runs; absent means every tool does
+    /// (see [`McpTool::needs_approval`]).
+    pub require_approval: Option<RequireApproval>,
     pub server_description: Option<String>,
     /// Request-scoped credentials: never serialized, so never echoed nor stored.
     #[serde(skip)]
@@ -224,6 +226,17 @@ impl McpTool {
         self.server_url.is_none()
     }
 
+    /// Whether a call of `tool` must wait for the client's approval: with `"never"`, no; with
+    /// `"always"` or no `require_approval`, yes; with lists, unless `never` names the tool (a tool
+    /// in neither list needs approval, as in the reference API).
+    pub fn needs_approval(&self, tool: &str) -> bool {
+        match &self.require_approval {
+            None | Some(RequireApproval::Always) => true,
+            Some(RequireApproval::Never) => false,
+            Some(RequireApproval::Lists { never, .. }) => !never.iter().flatten().any(|name| name == tool),
+        }
+    }
+
     /// The URL to connect to: `server_url` with the query the client gave (kept out of
     /// `server_url`, which is echoed and stored).
     pub fn connect_url(&self) -> Option<String> {
@@ -233,6 +246,83 @@ impl McpTool {
             None => base.to_owned(),
         })
     }
+}
+
+/// `require_approval` of an MCP declaration: `"always"`, `"never"`, or tool lists
+/// (`{"always":{"tool_names":[…]},"never":{"tool_names":[…]}}`). Echoed as it was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequireApproval {
+    Always,
+    Never,
+    Lists { always: Option<Vec<String>>, never: Option<Vec<String>> },
+}
+
+impl Serialize for RequireApproval {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RequireApproval::Always => serializer.serialize_str("always"),
+            RequireApproval::Never => serializer.serialize_str("never"),
+            RequireApproval::Lists { always, never } => {
+                let mut lists = Map::new();
+                for (key, names) in [("always", always), ("never", never)] {
+                    if let Some(names) = names {
+                        lists.insert(key.into(), serde_json::json!({ "tool_names": names }));
+                    }
+                }
+                lists.serialize(serializer)
+            }
+        }
+    }
+}
+
+/// Parse `require_approval` (at `param`): a mode, or the two tool lists (a name in both is refused;
+/// the `read_only` filter is not supported).
+fn parse_require_approval(value: Option<Value>, param: &str) -> Result<Option<RequireApproval>, ApiError> {
+    const EXPECTED: &str = "expected 'always', 'never' or an object {\"always\": {\"tool_names\": [...]}, \"never\": {\"tool_names\": [...]}}";
+    let filter = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(mode)) if mode == "always" => return Ok(Some(RequireApproval::Always)),
+        Some(Value::String(mode)) if mode == "never" => return Ok(Some(RequireApproval::Never)),
+        Some(Value::Object(filter)) => filter,
+        Some(_) => return Err(ApiError::invalid(param, format!("{param}: {EXPECTED}."))),
+    };
+    let mut lists = [None, None];
+    for (key, list) in filter {
+        let at = format!("{param}.{key}");
+        let slot = match key.as_str() {
+            "always" => 0,
+            "never" => 1,
+            _ => return Err(ApiError::invalid(at.clone(), format!("{at}: unknown field; {EXPECTED}."))),
+        };
+        let Value::Object(mut entry) = list else {
+            return Err(ApiError::invalid(at.clone(), format!("{at}: expected an object with 'tool_names'.")));
+        };
+        if entry.contains_key("read_only") {
+            return Err(ApiError::bad_input(
+                format!("{at}.read_only"),
+                format!("{at}.read_only: the `read_only` filter is not supported; list the tools in `tool_names`."),
+            ));
+        }
+        let names = entry.remove("tool_names").unwrap_or(Value::Array(Vec::new()));
+        if let Some(other) = entry.keys().next() {
+            let at = format!("{at}.{other}");
+            return Err(ApiError::invalid(at.clone(), format!("{at}: unknown field; expected 'tool_names'.")));
+        }
+        let names_at = format!("{at}.tool_names");
+        let names: Vec<String> =
+            serde_path_to_error::deserialize(names).map_err(|e| ApiError::from_path_error(&names_at, e))?;
+        lists[slot] = Some(names);
+    }
+    let [always, never] = lists;
+    if let (Some(always), Some(never)) = (&always, &never)
+        && let Some(both) = always.iter().find(|name| never.contains(name))
+    {
+        return Err(ApiError::invalid(
+            param,
+            format!("{param}: the tool '{both}' is listed under both `always` and `never`."),
+        ));
+    }
+    Ok(Some(RequireApproval::Lists { always, never }))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -667,16 +757,7 @@ fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabili
     if m.connector_id.is_some() {
         return Err(ApiError::bad_input(field("connector_id"), "MCP `connector_id` declarations are not supported."));
     }
-    match &m.require_approval {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s == "never" => {}
-        Some(_) => {
-            return Err(ApiError::bad_input(
-                field("require_approval"),
-                "MCP `require_approval` supports `never` only: this gateway has no approval flow.",
-            ));
-        }
-    }
+    let require_approval = parse_require_approval(m.require_approval, &field("require_approval"))?;
     if earlier.iter().any(|t| matches!(t, ToolDeclaration::Mcp(other) if other.server_label == m.server_label)) {
         return Err(ApiError::bad_input(
             field("server_label"),
@@ -749,7 +830,7 @@ fn parse_mcp(tool: Value, at: &str, earlier: &[ToolDeclaration], caps: &Capabili
         server_label: m.server_label,
         server_url,
         allowed_tools,
-        require_approval: m.require_approval.and_then(|v| v.as_str().map(str::to_owned)),
+        require_approval,
         server_description: m.server_description,
         credentials: McpCredentials {
             authorization: m.authorization,
@@ -994,6 +1075,51 @@ mod tests {
     }
 
     #[test]
+    fn require_approval_modes_and_lists_decide_which_calls_wait() {
+        let mcp = |require_approval: Value| {
+            let mut tool = json!({"type":"mcp","server_label":"docs"});
+            if !require_approval.is_null() {
+                tool["require_approval"] = require_approval;
+            }
+            match parse(json!([tool])).map(|mut t| t.remove(0)) {
+                Ok(ToolDeclaration::Mcp(m)) => Ok(m),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        let decide = |m: &McpTool| ["read", "write", "other"].map(|t| m.needs_approval(t));
+        assert_eq!(decide(&mcp(json!("never")).unwrap()), [false, false, false]);
+        assert_eq!(decide(&mcp(json!("always")).unwrap()), [true, true, true]);
+        assert_eq!(decide(&mcp(Value::Null).unwrap()), [true, true, true], "absent: as in the reference API");
+        let lists = json!({"never":{"tool_names":["read"]},"always":{"tool_names":["write"]}});
+        let m = mcp(lists.clone()).unwrap();
+        assert_eq!(decide(&m), [false, true, true], "a tool in neither list needs approval");
+        assert_eq!(serde_json::to_value(&m).unwrap()["require_approval"], lists, "echoed as sent");
+        assert_eq!(decide(&mcp(json!({"never":{"tool_names":["read","other"]}})).unwrap()), [false, true, false]);
+        assert_eq!(serde_json::to_value(mcp(json!("never")).unwrap()).unwrap()["require_approval"], "never");
+
+        let refused = |value: Value, param: &str, status: u16| {
+            let e = mcp(value).unwrap_err();
+            assert_eq!((e.param.as_deref(), e.status), (Some(param), status), "{e:?}");
+            e
+        };
+        let e = refused(json!("sometimes"), "tools[0].require_approval", 400);
+        assert!(e.message.contains("'always', 'never'"), "{e:?}");
+        refused(json!(true), "tools[0].require_approval", 400);
+        refused(json!({"maybe":{"tool_names":[]}}), "tools[0].require_approval.maybe", 400);
+        refused(json!({"always":["a"]}), "tools[0].require_approval.always", 400);
+        refused(json!({"always":{"tool_names":"a"}}), "tools[0].require_approval.always.tool_names", 400);
+        refused(json!({"always":{"tool_names":["a"],"x":1}}), "tools[0].require_approval.always.x", 400);
+        refused(json!({"never":{"read_only":true}}), "tools[0].require_approval.never.read_only", 422);
+        let e = refused(
+            json!({"always":{"tool_names":["a"]},"never":{"tool_names":["a"]}}),
+            "tools[0].require_approval",
+            400,
+        );
+        assert!(e.message.contains("'a'"), "{e:?}");
+    }
+
+    #[test]
     fn code_interpreter_echoes_its_container() {
         let t = parse(json!([{"type":"code_interpreter","container":{"type":"auto"}}])).unwrap();
         assert_eq!(
@@ -1052,7 +1178,7 @@ mod tests {
         bad(json!([{"type":"mcp","server_label":"a","connector_id":"c"}]), "tools[0].connector_id");
         bad(json!([{"type":"mcp","server_label":"a","headers":{"k":"v"}}]), "tools[0].headers");
         bad(json!([{"type":"mcp","server_label":"a","authorization":"t"}]), "tools[0].authorization");
-        bad(json!([{"type":"mcp","server_label":"a","require_approval":"always"}]), "tools[0].require_approval");
+        bad(json!([{"type":"mcp","server_label":"a","require_approval":"sometimes"}]), "tools[0].require_approval");
         bad(json!([{"type":"mcp","server_label":"a","server_url":"http://x.example"}]), "tools[0].server_url");
         bad(json!([{"type":"mcp","server_label":"a","server_url":"https://localhost/mcp"}]), "tools[0].server_url");
         bad(json!([{"type":"mcp","server_label":"a","server_url":"https://api.localhost/mcp"}]), "tools[0].server_url");

@@ -151,7 +151,7 @@ mod tests {
     use crate::recorder::{CompactionTrigger, Metrics, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all eleven families.
+    /// A merged view of two live workers and one that exited, touching all thirteen families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -162,6 +162,8 @@ mod tests {
         first.mcp_server_startup("files", true);
         first.compaction(CompactionTrigger::Endpoint, true);
         first.mcp_server_startup("weird \"label\" \\ with\nnewline", false);
+        first.mcp_approval_requested("files");
+        first.mcp_approval_answered("files", true);
         drop(first.sse_stream("/v1/responses"));
         let _first_busy = first.in_flight();
 
@@ -172,6 +174,8 @@ mod tests {
         second.tool_requested(ToolType::new("mcp"));
         second.tool_executed(ToolType::new("mcp"), Duration::from_millis(80), true);
         second.compaction(CompactionTrigger::Auto, false);
+        second.mcp_approval_requested("files");
+        second.mcp_approval_answered("(remote)", false);
         let _second_stream = second.sse_stream("/v1/responses");
 
         let exited = Metrics::new();
@@ -187,13 +191,25 @@ mod tests {
     }
 
     #[test]
+    fn mcp_approval_counters_are_summed_across_workers() {
+        let text = render(&populated_merged_snapshot());
+        assert!(text.contains("\ngw_responses_mcp_approval_requests_total{server_label=\"files\"} 2\n"), "{text}");
+        for line in [
+            "gw_responses_mcp_approval_responses_total{decision=\"approved\",server_label=\"files\"} 1",
+            "gw_responses_mcp_approval_responses_total{decision=\"denied\",server_label=\"(remote)\"} 1",
+        ] {
+            assert!(text.contains(&format!("\n{line}\n")), "{line}:\n{text}");
+        }
+    }
+
+    #[test]
     fn every_family_has_help_and_type_even_when_empty() {
         let text = render(&MetricsSnapshot::default());
         for family in &FAMILIES {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 22, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 26, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub const TOOL_ERRORS_TOTAL: &str = "gw_responses_tool_errors_total";
 pub const MCP_SERVER_STARTUP_TOTAL: &str = "gw_responses_mcp_server_startup_total";
 /// `gw_responses_compactions_total` — counter {outcome, trigger}.
 pub const COMPACTIONS_TOTAL: &str = "gw_responses_compactions_total";
+/// `gw_responses_mcp_approval_requests_total` — counter {server_label}.
+pub const MCP_APPROVAL_REQUESTS_TOTAL: &str = "gw_responses_mcp_approval_requests_total";
+/// `gw_responses_mcp_approval_responses_total` — counter {decision, server_label}.
+pub const MCP_APPROVAL_RESPONSES_TOTAL: &str = "gw_responses_mcp_approval_responses_total";
 
 /// Upper bounds (seconds) of the HTTP handler duration histogram.
 pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
@@ -74,8 +78,8 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All eleven families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 11] = [
+/// All thirteen families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 13] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -151,6 +155,20 @@ pub static FAMILIES: [FamilyDescriptor; 11] = [
         help: "Conversation compactions (summarisation calls), by trigger and outcome.",
         kind: MetricKind::Counter,
         label_names: &["outcome", "trigger"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: MCP_APPROVAL_REQUESTS_TOTAL,
+        help: "MCP tool calls held for the client's approval.",
+        kind: MetricKind::Counter,
+        label_names: &["server_label"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: MCP_APPROVAL_RESPONSES_TOTAL,
+        help: "Client answers to MCP approval requests acted on, by decision (approved, denied).",
+        kind: MetricKind::Counter,
+        label_names: &["decision", "server_label"],
         buckets: &[],
     },
 ];

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use crate::families::{
     COMPACTIONS_TOTAL, HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS,
-    HTTP_REQUESTS_TOTAL, MCP_SERVER_STARTUP_TOTAL, SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS,
-    SSE_STREAM_DURATION_SECONDS, TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL,
-    TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
+    HTTP_REQUESTS_TOTAL, MCP_APPROVAL_REQUESTS_TOTAL, MCP_APPROVAL_RESPONSES_TOTAL, MCP_SERVER_STARTUP_TOTAL,
+    SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS, TOOL_CALLS_EXECUTED_TOTAL,
+    TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL, TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
 };
 use crate::snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot, sorted_labels};
 
@@ -168,6 +168,23 @@ impl Metrics {
             series.increment(TOOL_ERRORS_TOTAL, labels.clone());
         }
         series.observe(TOOL_EXECUTION_DURATION_SECONDS, TOOL_EXECUTION_DURATION_BUCKETS, labels, elapsed);
+    }
+
+    /// Counts one MCP tool call held for the client's approval
+    /// (`mcp_approval_requests_total{server_label}`). `server_label` must come from a bounded set
+    /// (configured servers, or one value standing for all request-declared ones).
+    pub fn mcp_approval_requested(&self, server_label: &str) {
+        self.lock_series().increment(MCP_APPROVAL_REQUESTS_TOTAL, sorted_labels(&[("server_label", server_label)]));
+    }
+
+    /// Counts one client answer to an MCP approval request that the gateway acted on
+    /// (`mcp_approval_responses_total{decision,server_label}`, decision `approved` or `denied`).
+    pub fn mcp_approval_answered(&self, server_label: &str, approved: bool) {
+        let decision = if approved { "approved" } else { "denied" };
+        self.lock_series().increment(
+            MCP_APPROVAL_RESPONSES_TOTAL,
+            sorted_labels(&[("decision", decision), ("server_label", server_label)]),
+        );
     }
 
     /// Records one Built-in MCP server start (`mcp_server_startup_total{server_label,status}`,
@@ -395,6 +412,25 @@ mod tests {
             snapshot.counter(MCP_SERVER_STARTUP_TOTAL, &[("status", "error"), ("server_label", "files")]),
             Some(2)
         );
+    }
+
+    #[test]
+    fn mcp_approvals_count_requests_and_decisions_by_server() {
+        let metrics = Metrics::new();
+        metrics.mcp_approval_requested("files");
+        metrics.mcp_approval_requested("files");
+        metrics.mcp_approval_answered("files", true);
+        metrics.mcp_approval_answered("files", false);
+        metrics.mcp_approval_answered("(remote)", false);
+        let snapshot = metrics.snapshot();
+        assert_eq!(snapshot.counter(MCP_APPROVAL_REQUESTS_TOTAL, &[("server_label", "files")]), Some(2));
+        let answered = |decision, label| {
+            snapshot.counter(MCP_APPROVAL_RESPONSES_TOTAL, &[("decision", decision), ("server_label", label)])
+        };
+        assert_eq!(answered("approved", "files"), Some(1));
+        assert_eq!(answered("denied", "files"), Some(1));
+        assert_eq!(answered("denied", "(remote)"), Some(1));
+        assert_eq!(answered("approved", "(remote)"), None);
     }
 
     #[test]

@@ -203,8 +203,9 @@ impl Harness {
         let (status, _, json) =
             respgw_testkit::gateway::post_json(&self.url("/v1/responses"), &body).await.expect("request completes");
         let hosted = json["output"].as_array().is_some_and(|o| {
-            o.iter()
-                .any(|i| matches!(i["type"].as_str(), Some("code_interpreter_call" | "mcp_call" | "mcp_list_tools")))
+            o.iter().any(|i| {
+                i["type"] == "code_interpreter_call" || i["type"].as_str().is_some_and(|t| t.starts_with("mcp_"))
+            })
         }) || json["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["type"] != "function"));
         if status == 200 && !hosted {
             assert_valid_response(&json);
@@ -275,6 +276,11 @@ pub fn assert_valid_compacted(compacted: &Value) {
     if let Err(e) = schema().validate_compacted_response(compacted) {
         panic!("compacted response does not match the schema: {e}\n{compacted:#}");
     }
+}
+
+/// Whether the Open Responses schema defines events of this `type`.
+pub fn schema_knows_event(event_type: &str) -> bool {
+    schema().event_schema_name(event_type).is_some()
 }
 
 pub fn assert_valid_event(event: &Value) {

@@ -74,6 +74,9 @@ pub enum CallTarget {
     Client(ClientCallShape),
     /// The gateway runs it.
     Gateway(GatewayKind),
+    /// An MCP tool the client must approve first (its declaration's `require_approval`): the call
+    /// becomes an `mcp_approval_request`, run once a later request approves it.
+    McpApproval { server_label: String, tool_name: String },
 }
 
 /// The function names the model may call in one response, and who runs each.
@@ -83,7 +86,17 @@ pub struct CallTargets(Vec<(String, CallTarget)>);
 impl CallTargets {
     /// The response's gateway tools, and the client tools `request` declares.
     pub fn new(request: &ValidatedRequest, gateway_tools: &[Arc<dyn GatewayTool>]) -> Self {
-        let gateway = gateway_tools.iter().map(|t| (t.spec().name.clone(), CallTarget::Gateway(t.kind().clone())));
+        let gateway = gateway_tools.iter().map(|t| {
+            let target = match t.kind() {
+                GatewayKind::Mcp { server_label, tool_name }
+                    if mcp::approval::needed(request, server_label, tool_name) =>
+                {
+                    CallTarget::McpApproval { server_label: server_label.clone(), tool_name: tool_name.clone() }
+                }
+                kind => CallTarget::Gateway(kind.clone()),
+            };
+            (t.spec().name.clone(), target)
+        });
         let client = client::offered(request).into_iter().map(|(spec, shape)| (spec.name, CallTarget::Client(shape)));
         CallTargets(gateway.chain(client).collect())
     }
@@ -129,6 +142,7 @@ pub(crate) struct CallPlace<'a> {
 pub(crate) enum OpenCall {
     Client(client::OpenCall),
     Gateway(GatewayCallItem),
+    McpApproval(mcp::approval::RequestItem),
 }
 
 /// What a call became once its arguments were complete.
@@ -138,6 +152,8 @@ pub(crate) enum FinishedCall {
     Client(Item),
     /// A gateway tool call, waiting to run.
     Gateway(PendingGatewayCall),
+    /// An `mcp_approval_request`, done: the call waits for the client's approval.
+    McpApproval(Item),
 }
 
 impl OpenCall {
@@ -161,8 +177,11 @@ impl OpenCall {
             CallTarget::Gateway(GatewayKind::WebSearch) => {
                 OpenCall::Gateway(GatewayCallItem::WebSearch(web_search::CallItem::announce(place, events)))
             }
-            CallTarget::Gateway(GatewayKind::Mcp { server_label, tool_name }) => {
-                OpenCall::Gateway(GatewayCallItem::Mcp(mcp::CallItem::announce(server_label, tool_name, place, events)))
+            CallTarget::Gateway(GatewayKind::Mcp { server_label, tool_name }) => OpenCall::Gateway(
+                GatewayCallItem::Mcp(mcp::CallItem::announce(server_label, tool_name, None, place, events)),
+            ),
+            CallTarget::McpApproval { server_label, tool_name } => {
+                OpenCall::McpApproval(mcp::approval::RequestItem::announce(server_label, tool_name, place, events))
             }
         }
     }
@@ -174,6 +193,9 @@ impl OpenCall {
             OpenCall::Gateway(GatewayCallItem::CodeInterpreter(call)) => call.on_arguments(fragment, events),
             OpenCall::Gateway(GatewayCallItem::WebSearch(call)) => call.on_arguments(fragment, events),
             OpenCall::Gateway(GatewayCallItem::Mcp(call)) => call.on_arguments(fragment, events),
+            // The reference API streams no arguments of an approval request: they come with its
+            // `output_item.done`.
+            OpenCall::McpApproval(_) => {}
         }
     }
 
@@ -187,6 +209,7 @@ impl OpenCall {
     ) -> FinishedCall {
         let mut item = match self {
             OpenCall::Client(call) => return FinishedCall::Client(call.finish(name, call_id, arguments, events)),
+            OpenCall::McpApproval(request) => return FinishedCall::McpApproval(request.finish(arguments, events)),
             OpenCall::Gateway(item) => item,
         };
         match &mut item {

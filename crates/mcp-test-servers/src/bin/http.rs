@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -22,6 +23,9 @@ struct Args {
     /// Serve the Exa stand-in (`web_search_exa`, `crawling_exa` at `/mcp`) instead of the test tools.
     #[arg(long, conflicts_with = "require_token")]
     exa: bool,
+    /// Append each tool call to this file, one JSON line each.
+    #[arg(long, value_name = "PATH")]
+    call_log: Option<PathBuf>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -34,7 +38,7 @@ async fn main() -> anyhow::Result<()> {
     let app = if args.exa {
         respgw_mcp_test_servers::exa::exa_router()
     } else {
-        http_router(Arc::new(SharedState::default()), args.require_token)
+        http_router(Arc::new(SharedState::with_call_log(args.call_log)), args.require_token)
     };
     println!("listening on http://{addr}");
     std::io::stdout().flush().context("stdout")?;

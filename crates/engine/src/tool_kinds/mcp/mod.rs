@@ -11,8 +11,14 @@
 //! with the tool's output (`…call.completed`) or its error (`…call.failed`). A `tool_choice`
 //! naming an MCP tool must name one the server has ([`is_tool_of`]).
 //!
+//! A tool whose declaration's `require_approval` asks for the client's approval is called in
+//! another shape, the `mcp_approval_request` of [`approval`], and runs only once a later request
+//! approves it.
+//!
 //! Executors: `crates/tools/src/resolver/mcp.rs` — a Built-in server's tools through the MCP
 //! helper, a Remote server's over the request's own session.
+
+pub mod approval;
 
 use respgw_protocol::ResponseEvent;
 use respgw_protocol::ids::IdKind;
@@ -130,9 +136,11 @@ pub struct CallItem {
 }
 
 impl CallItem {
+    /// Announce a call; `approval_request_id` names the approval request it runs on, if any.
     pub(super) fn announce(
         server_label: String,
         tool_name: String,
+        approval_request_id: Option<String>,
         place: CallPlace<'_>,
         events: &mut Vec<ResponseEvent>,
     ) -> Self {
@@ -144,6 +152,7 @@ impl CallItem {
             status: CallStatus::InProgress,
             output: None,
             error: None,
+            approval_request_id,
         };
         let output_index = place.output_index;
         events.push(ResponseEvent::OutputItemAdded { output_index, item: Item::McpCall(item.clone()) });
