@@ -33,4 +33,4 @@ pub use stored::StoredResponses;
 pub use tool_kinds::{
     CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, GatewayKind, GatewayOutcome, WebSearchOutcome,
 };
-pub use upstream::{Upstream, UpstreamConfig, UpstreamError};
+pub use upstream::{ContextOverflow, Upstream, UpstreamConfig, UpstreamError};
