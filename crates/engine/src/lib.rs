@@ -23,6 +23,7 @@ mod spawn;
 mod stored;
 pub mod think;
 pub mod tool_kinds;
+mod truncation;
 pub mod turn;
 pub mod upstream;
 

@@ -17,6 +17,7 @@ use futures::StreamExt;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
 use respgw_protocol::items::{McpListToolsItem, ReasoningText};
+use respgw_protocol::request::Truncation;
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{
     ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
@@ -33,6 +34,7 @@ use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{OpenError, ReasoningSeal};
 use crate::stored::StoredResponses;
 use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
+use crate::truncation::TurnDropper;
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
 
@@ -164,6 +166,8 @@ pub struct PreparedResponse {
     tool_state: GatewayToolState,
     /// Output items as produced, unfiltered: what history and the store keep.
     output: Vec<Item>,
+    /// The turns of `history` that `truncation: "auto"` may drop, and those it dropped.
+    turns: TurnDropper,
 }
 
 fn unix_now() -> i64 {
@@ -301,6 +305,10 @@ impl Engine {
         let tool_state =
             GatewayToolState { container_id: code_interpreter::container_for(&history), citable: Vec::new() };
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
+        let turns = match request.truncation {
+            Truncation::Auto => TurnDropper::new(&history, self.limits.max_tool_output_bytes),
+            Truncation::Disabled => TurnDropper::default(),
+        };
         Ok(PreparedResponse {
             engine: Arc::clone(self),
             request,
@@ -314,6 +322,7 @@ impl Engine {
             listings: resolved.listings,
             tool_state,
             output: Vec::new(),
+            turns,
         })
     }
 }
@@ -496,13 +505,7 @@ impl PreparedResponse {
         turn: TurnStamp,
         targets: CallTargets,
     ) -> Result<TurnResult, Stop> {
-        let history = self.history.iter().chain(&log.items);
-        let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
-        let upstream = self.engine.upstream.stream_chat(&body, &self.upstream_headers);
-        let mut chunks = tokio::select! {
-            r = upstream => r.map_err(|e| Stop::Error(e.to_api_error()))?,
-            () = sink.closed() => return Err(Stop::ClientGone),
-        };
+        let mut chunks = self.open_turn(sink, log, offer).await?;
         let mut state = TurnState::new(turn, targets, self.tool_state.container_id.clone())
             .with_citable(self.tool_state.citable.clone());
         let mut events = Vec::new();
@@ -528,6 +531,45 @@ impl PreparedResponse {
         let result = state.finish(log, &mut events);
         self.flush(sink, log, &mut events).await?;
         result.map_err(|e| Stop::Error(ApiError::upstream_unavailable(e)))
+    }
+
+    /// Start the upstream call of one model turn. With `truncation: "auto"`, a context-window
+    /// overflow drops the oldest turns and the call is made again (see [`crate::truncation`]).
+    async fn open_turn(
+        &mut self,
+        sink: &mut EventSink,
+        log: &OutputLog,
+        offer: &ToolOffer,
+    ) -> Result<crate::upstream::ChunkStream, Stop> {
+        let mut attempt = 0;
+        loop {
+            let history = self.turns.kept(&self.history).chain(&log.items);
+            let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
+            let upstream = self.engine.upstream.stream_chat(&body, &self.upstream_headers);
+            let error = tokio::select! {
+                r = upstream => match r {
+                    Ok(chunks) => return Ok(chunks),
+                    Err(e) => e,
+                },
+                () = sink.closed() => return Err(Stop::ClientGone),
+            };
+            let overflow = match error.context_overflow() {
+                Some(overflow) if self.request.truncation == Truncation::Auto => overflow,
+                _ => return Err(Stop::Error(error.to_api_error())),
+            };
+            self.turns.drop_more(&overflow, body.to_string().len(), attempt).map_err(Stop::Error)?;
+            self.response.truncation_details = self.turns.details();
+            if let Some(details) = &self.response.truncation_details {
+                tracing::info!(
+                    response_id = %self.response.id,
+                    attempt = attempt + 1,
+                    dropped_turns = details.dropped_turns,
+                    dropped_items = details.dropped_items,
+                    "context window exceeded; the oldest turns are dropped and the turn retried"
+                );
+            }
+            attempt += 1;
+        }
     }
 
     /// Run one gateway tool call: its "running" event, the call, its outcome on the item.
