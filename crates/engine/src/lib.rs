@@ -16,6 +16,7 @@ pub mod chat;
 mod cite;
 pub mod files;
 pub mod gateway_tool;
+mod input_tokens;
 mod offer;
 mod run;
 pub mod sealed;
@@ -29,6 +30,7 @@ pub mod upstream;
 
 pub use files::FileReader;
 pub use gateway_tool::{FunctionSpec, GatewayCall, GatewayTool, ResolvedTools, ToolResolver};
+pub use input_tokens::{CountMethod, InputTokenCounter};
 pub use run::{Engine, Limits, LocalConversation, PreparedResponse, RunOutcome};
 pub use stored::StoredResponses;
 pub use tool_kinds::{

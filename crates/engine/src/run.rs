@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 use crate::chat::{ChatRequest, ToolOffer};
 use crate::files::{FileReader, read_input_files};
 use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
+use crate::input_tokens::InputTokenCounter;
 use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{OpenError, ReasoningSeal};
 use crate::stored::StoredResponses;
@@ -71,6 +72,8 @@ pub struct Engine {
     seal: Option<ReasoningSeal>,
     /// Reads `input_file` parts; without one, they are refused.
     files: Option<Arc<dyn FileReader>>,
+    /// How this process's upstream counts input tokens, once found.
+    counter: InputTokenCounter,
 }
 
 /// Where a running response sends its events. One run path serves both: a non-stream request
@@ -191,7 +194,16 @@ impl Engine {
         tools: Arc<dyn ToolResolver>,
         metrics: Metrics,
     ) -> Self {
-        Engine { upstream, store, tools, metrics, limits: Limits::default(), seal: None, files: None }
+        Engine {
+            upstream,
+            store,
+            tools,
+            metrics,
+            limits: Limits::default(),
+            seal: None,
+            files: None,
+            counter: InputTokenCounter::default(),
+        }
     }
 
     /// The same engine under `limits` instead of the defaults.
@@ -251,6 +263,11 @@ impl Engine {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// How input tokens are counted on this process's upstream.
+    pub fn input_token_counter(&self) -> &InputTokenCounter {
+        &self.counter
     }
 
     /// Which gateway tools requests may declare.
@@ -337,6 +354,17 @@ impl PreparedResponse {
     /// The id the response will have.
     pub fn id(&self) -> &str {
         &self.response.id
+    }
+
+    /// The chat request of the first model turn, as the run sends it (no turn dropped).
+    pub(crate) fn first_turn_request(&self) -> serde_json::Value {
+        let offer = self.menu.offer(&self.request.tool_choice, TurnPhase::First);
+        ChatRequest::build(&self.request, &self.history, &offer, self.engine.limits.max_tool_output_bytes)
+    }
+
+    /// Headers forwarded on this response's upstream calls.
+    pub(crate) fn upstream_headers(&self) -> &[(&'static str, String)] {
+        &self.upstream_headers
     }
 
     /// The response as it stands before it runs (`in_progress`, no output).

@@ -51,6 +51,21 @@ pub struct TruncationDetails {
     pub dropped_items: u64,
 }
 
+/// The reply of `POST /v1/responses/input_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct InputTokenCount {
+    /// Always `response.input_tokens`.
+    pub object: &'static str,
+    /// Tokens the model would be sent for the request's first model turn.
+    pub input_tokens: u64,
+}
+
+impl InputTokenCount {
+    pub fn new(input_tokens: u64) -> Self {
+        InputTokenCount { object: "response.input_tokens", input_tokens }
+    }
+}
+
 /// Token counts, summed over every upstream call of the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Usage {

@@ -11,6 +11,7 @@ mod auth;
 mod connections;
 mod error;
 mod event_sequence;
+mod input_tokens;
 mod json_body;
 mod mcp_routes;
 mod metrics;
