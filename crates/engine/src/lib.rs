@@ -6,7 +6,8 @@
 //! called (one module per tool kind: [`tool_kinds`]), persists the result and emits the terminal
 //! event. A non-stream request awaits [`PreparedResponse::run`] for the outcome; a streaming one
 //! gets the events of [`PreparedResponse::spawn`] — the same run either way. Stored responses
-//! are read and deleted through [`Engine::stored`].
+//! are read and deleted through [`Engine::stored`]; [`Engine::count_input_tokens`] has the
+//! upstream count what a response's first model turn would send.
 //!
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
 //! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.

@@ -1,7 +1,8 @@
 //! `truncation: "auto"`: when the upstream says a model turn's request does not fit the model's
 //! context window, drop the oldest whole turns of the conversation and send it again.
 //!
-//! A *turn* here is a user message and every item after it up to the next user message: the
+//! A *turn* here is a conversation turn (not a model turn): a user message and every item after
+//! it up to the next user message: the
 //! assistant's reasoning, text and tool calls, the gateway tools' calls with their results, and
 //! the client's function outputs. Two things are never dropped: the system and developer
 //! messages before the first turn (and the request's `instructions`, which are not history), and
