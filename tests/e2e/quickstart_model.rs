@@ -210,7 +210,7 @@ async fn input_token_count_is_llama_servers_own() {
     let gw = start_integrated(&dir.path().join("tokens.db")).await;
     let base = gw.base_url().to_owned();
     let client = http_client();
-    let post = |path: &str, body: Value| {
+    let post = |path: &'static str, body: Value| {
         let request = client.post(format!("{base}{path}")).json(&body);
         async move {
             let response = request.send().await.expect("request completes");

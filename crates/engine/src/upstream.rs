@@ -123,7 +123,7 @@ impl UpstreamError {
         let (message, _, _) = describe_error_body(body);
         let message = message.unwrap_or_default().to_lowercase();
         let worded = OVERFLOW_WORDINGS.iter().any(|w| message.contains(w));
-        if !flagged && !(worded && (400..500).contains(status)) {
+        if !(flagged || (worded && (400..500).contains(status))) {
             return None;
         }
         let number = |key: &str| error.get(key).and_then(Value::as_u64);
