@@ -8,7 +8,9 @@
 //! gateway tools it called, the next turn — until the model answers or calls a client function;
 //! then persistence, and exactly one terminal event (`completed`, `incomplete`, or `failed`
 //! preceded by an `error` event). The store write happens before the terminal event leaves, so a
-//! client that saw `completed` can always continue from it.
+//! client that saw `completed` can always continue from it. Under `truncation: "auto"`, a model
+//! turn the upstream refuses for its context window is sent again without the oldest
+//! conversation turns ([`crate::truncation`]).
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
