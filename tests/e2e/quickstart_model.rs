@@ -1,9 +1,11 @@
 //! The quickstart's set-up end to end with a real model: `respgw integrated` runs llama.cpp's
 //! `llama-server` serving SmolLM2-135M-Instruct as its child, and answers through it — non-stream
 //! and streamed responses, a `previous_response_id` continuation, a stored response fetched back,
-//! and `/v1/models` and `/v1/chat/completions` forwarded to the child. Every response object and
-//! event is validated against the Open Responses schema. The model's words are not checked (a
-//! 135M model), only that there are some; tool flows stay on the replay upstream.
+//! and `/v1/models` and `/v1/chat/completions` forwarded to the child; and `POST
+//! /v1/responses/input_tokens` equal to llama-server's own count of the templated prompt (and to
+//! the `usage.prompt_tokens` of a real completion). Every response object and event is validated
+//! against the Open Responses schema. The model's words are not checked (a 135M model), only that
+//! there are some; tool flows stay on the replay upstream.
 //!
 //! Needs llama-server and the model built/downloaded by `scripts/setup-local-model` (which
 //! `scripts/test` runs; the cache is reused between runs).
@@ -78,12 +80,9 @@ fn assert_answered(response: &Value) {
     assert!(usage["output_tokens"].as_u64().is_some_and(|n| (1..=MAX_TOKENS).contains(&n)), "{usage}");
 }
 
-#[tokio::test]
-async fn integrated_mode_serves_a_real_local_model() {
-    respgw_testkit::skip_unless!(local_model_prepared());
+/// `respgw integrated` in front of llama-server serving the model, with its store in `db`.
+async fn start_integrated(db: &Path) -> GatewayProcess {
     let (llama_server, model) = local_model_paths();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("quickstart.db");
     let args: Vec<String> = [
         "integrated",
         "--host",
@@ -109,7 +108,14 @@ async fn integrated_mode_serves_a_real_local_model() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let gw = GatewayProcess::spawn(respgw_bin(), &args, &common::quiet_env()).await.expect("integrated mode starts");
+    GatewayProcess::spawn(respgw_bin(), &args, &common::quiet_env()).await.expect("integrated mode starts")
+}
+
+#[tokio::test]
+async fn integrated_mode_serves_a_real_local_model() {
+    respgw_testkit::skip_unless!(local_model_prepared());
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_integrated(&dir.path().join("quickstart.db")).await;
     let base = gw.base_url().to_owned();
     let client = http_client();
     let log = || gw.stderr_text();
@@ -190,4 +196,55 @@ async fn integrated_mode_serves_a_real_local_model() {
         assert!(started.elapsed() < Duration::from_secs(60), "llama-server still runs after respgw stopped\n{}", log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The input token count is llama-server's own: its chat template applied to the conversation
+/// the gateway would send (`/apply-template`), tokenized as its completion path does
+/// (`/tokenize` with `add_special`) — and what a real completion of it reports as
+/// `usage.prompt_tokens`. Both of llama-server's routes are reached through integrated mode's
+/// forwarding.
+#[tokio::test]
+async fn input_token_count_is_llama_servers_own() {
+    respgw_testkit::skip_unless!(local_model_prepared());
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_integrated(&dir.path().join("tokens.db")).await;
+    let base = gw.base_url().to_owned();
+    let client = http_client();
+    let post = |path: &'static str, body: Value| {
+        let request = client.post(format!("{base}{path}")).json(&body);
+        async move {
+            let response = request.send().await.expect("request completes");
+            let status = response.status().as_u16();
+            let json: Value = response.json().await.expect("a JSON reply");
+            assert_eq!(status, 200, "{path}: {json}");
+            json
+        }
+    };
+    let parameters = json!({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]});
+    let counted = post(
+        "/v1/responses/input_tokens",
+        json!({"model":MODEL,"input":"What is the weather in Paris?","instructions":"Be brief.",
+               "tools":[{"type":"function","name":"get_weather","description":"Weather of a city.",
+                         "parameters":parameters}]}),
+    )
+    .await;
+    assert_eq!(counted["object"], "response.input_tokens", "{counted}");
+    let counted =
+        counted["input_tokens"].as_u64().unwrap_or_else(|| panic!("no count: {counted}\n{}", gw.stderr_text()));
+
+    // The same conversation as the gateway sends it (function tools are strict by default).
+    let chat = json!({"model":MODEL,
+        "messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"What is the weather in Paris?"}],
+        "tools":[{"type":"function","function":{"name":"get_weather","description":"Weather of a city.",
+                  "parameters":parameters,"strict":true}}],
+        "tool_choice":"auto"});
+    let template = post("/apply-template", chat.clone()).await;
+    let prompt = template["prompt"].as_str().unwrap_or_else(|| panic!("no prompt: {template}"));
+    let tokens = post("/tokenize", json!({"content":prompt,"add_special":true})).await;
+    let own = tokens["tokens"].as_array().map(|t| t.len() as u64);
+    assert_eq!(Some(counted), own, "{prompt}");
+    let mut one_token = chat;
+    one_token["max_tokens"] = json!(1);
+    let completion = post("/v1/chat/completions", one_token).await;
+    assert_eq!(Some(counted), completion["usage"]["prompt_tokens"].as_u64(), "{completion}");
 }

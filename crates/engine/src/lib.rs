@@ -7,7 +7,9 @@
 //! event. A non-stream request awaits [`PreparedResponse::run`] for the outcome; a streaming one
 //! gets the events of [`PreparedResponse::spawn`] — the same run either way. Stored responses
 //! are read and deleted through [`Engine::stored`]. Compaction — `POST /v1/responses/compact`
-//! ([`Engine::compact`]) and `context_management` inside a run — is [`compaction`].
+//! ([`Engine::compact`]) and `context_management` inside a run — is [`compaction`];
+//! [`Engine::count_input_tokens`] has the upstream count what a response's first model turn
+//! would send; conversations are managed through [`Engine::conversations`].
 //!
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
 //! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.
@@ -19,6 +21,7 @@ pub mod compaction;
 mod conversations;
 pub mod files;
 pub mod gateway_tool;
+mod input_tokens;
 mod offer;
 mod run;
 pub mod sealed;
@@ -26,15 +29,17 @@ mod spawn;
 mod stored;
 pub mod think;
 pub mod tool_kinds;
+mod truncation;
 pub mod turn;
 pub mod upstream;
 
 pub use conversations::Conversations;
 pub use files::FileReader;
 pub use gateway_tool::{FunctionSpec, GatewayCall, GatewayTool, ResolvedTools, ToolResolver};
+pub use input_tokens::{CountMethod, InputTokenCounter};
 pub use run::{Engine, Limits, LocalConversation, PreparedResponse, RunOutcome};
 pub use stored::StoredResponses;
 pub use tool_kinds::{
     CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, GatewayKind, GatewayOutcome, WebSearchOutcome,
 };
-pub use upstream::{Upstream, UpstreamConfig, UpstreamError};
+pub use upstream::{ContextOverflow, Upstream, UpstreamConfig, UpstreamError};

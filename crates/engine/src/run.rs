@@ -8,7 +8,9 @@
 //! gateway tools it called, the next turn — until the model answers or calls a client function;
 //! then persistence, and exactly one terminal event (`completed`, `incomplete`, or `failed`
 //! preceded by an `error` event). The store write happens before the terminal event leaves, so a
-//! client that saw `completed` can always continue from it.
+//! client that saw `completed` can always continue from it. Under `truncation: "auto"`, a model
+//! turn the upstream refuses for its context window is sent again without the oldest
+//! conversation turns ([`crate::truncation`]).
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -17,6 +19,7 @@ use futures::StreamExt;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
 use respgw_protocol::items::{McpListToolsItem, ReasoningText};
+use respgw_protocol::request::Truncation;
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{
     ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
@@ -31,10 +34,12 @@ use crate::compaction;
 use crate::conversations::Conversations;
 use crate::files::{FileReader, read_input_files};
 use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
+use crate::input_tokens::InputTokenCounter;
 use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{OpenError, Purpose, ReasoningSeal};
 use crate::stored::StoredResponses;
 use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
+use crate::truncation::TurnDropper;
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
 use crate::upstream::{Upstream, UpstreamEvent};
 
@@ -72,6 +77,8 @@ pub struct Engine {
     pub(crate) seal: Option<ReasoningSeal>,
     /// Reads `input_file` parts; without one, they are refused.
     pub(crate) files: Option<Arc<dyn FileReader>>,
+    /// How this process's upstream counts input tokens, once found.
+    counter: InputTokenCounter,
 }
 
 /// Where a running response sends its events. One run path serves both: a non-stream request
@@ -172,6 +179,8 @@ pub struct PreparedResponse {
     tool_state: GatewayToolState,
     /// Output items as produced, unfiltered: what history and the store keep.
     output: Vec<Item>,
+    /// The turns of `history` that `truncation: "auto"` may drop, and those it dropped.
+    turns: TurnDropper,
 }
 
 pub(crate) fn unix_now() -> i64 {
@@ -197,7 +206,16 @@ impl Engine {
         tools: Arc<dyn ToolResolver>,
         metrics: Metrics,
     ) -> Self {
-        Engine { upstream, store, tools, metrics, limits: Limits::default(), seal: None, files: None }
+        Engine {
+            upstream,
+            store,
+            tools,
+            metrics,
+            limits: Limits::default(),
+            seal: None,
+            files: None,
+            counter: InputTokenCounter::default(),
+        }
     }
 
     /// The same engine under `limits` instead of the defaults.
@@ -270,6 +288,11 @@ impl Engine {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// How input tokens are counted on this process's upstream.
+    pub fn input_token_counter(&self) -> &InputTokenCounter {
+        &self.counter
     }
 
     /// Which gateway tools requests may declare.
@@ -351,6 +374,10 @@ impl Engine {
         let tool_state =
             GatewayToolState { container_id: code_interpreter::container_for(&history), citable: Vec::new() };
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
+        let turns = match request.truncation {
+            Truncation::Auto => TurnDropper::new(&history, self.limits.max_tool_output_bytes),
+            Truncation::Disabled => TurnDropper::default(),
+        };
         Ok(PreparedResponse {
             engine: Arc::clone(self),
             request,
@@ -366,6 +393,7 @@ impl Engine {
             approval_answers,
             tool_state,
             output: Vec::new(),
+            turns,
         })
     }
 }
@@ -380,6 +408,17 @@ impl PreparedResponse {
     /// The id the response will have.
     pub fn id(&self) -> &str {
         &self.response.id
+    }
+
+    /// The chat request of the first model turn, as the run sends it (no turn dropped).
+    pub(crate) fn first_turn_request(&self) -> serde_json::Value {
+        let offer = self.menu.offer(&self.request.tool_choice, TurnPhase::First);
+        ChatRequest::build(&self.request, &self.history, &offer, self.engine.limits.max_tool_output_bytes)
+    }
+
+    /// Headers forwarded on this response's upstream calls.
+    pub(crate) fn upstream_headers(&self) -> &[(&'static str, String)] {
+        &self.upstream_headers
     }
 
     /// The response as it stands before it runs (`in_progress`, no output).
@@ -591,13 +630,7 @@ impl PreparedResponse {
         turn: TurnStamp,
         targets: CallTargets,
     ) -> Result<TurnResult, Stop> {
-        let history = self.history.iter().chain(&log.items);
-        let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
-        let upstream = self.engine.upstream.stream_chat(&body, &self.upstream_headers);
-        let mut chunks = tokio::select! {
-            r = upstream => r.map_err(|e| Stop::Error(e.to_api_error()))?,
-            () = sink.closed() => return Err(Stop::ClientGone),
-        };
+        let mut chunks = self.open_turn(sink, log, offer).await?;
         let mut state = TurnState::new(turn, targets, self.tool_state.container_id.clone())
             .with_citable(self.tool_state.citable.clone());
         let mut events = Vec::new();
@@ -623,6 +656,45 @@ impl PreparedResponse {
         let result = state.finish(log, &mut events);
         self.flush(sink, log, &mut events).await?;
         result.map_err(|e| Stop::Error(ApiError::upstream_unavailable(e)))
+    }
+
+    /// Start the upstream call of one model turn. With `truncation: "auto"`, a context-window
+    /// overflow drops the oldest turns and the call is made again (see [`crate::truncation`]).
+    async fn open_turn(
+        &mut self,
+        sink: &mut EventSink,
+        log: &OutputLog,
+        offer: &ToolOffer,
+    ) -> Result<crate::upstream::ChunkStream, Stop> {
+        let mut attempt = 0;
+        loop {
+            let history = self.turns.kept(&self.history).chain(&log.items);
+            let body = ChatRequest::build(&self.request, history, offer, self.engine.limits.max_tool_output_bytes);
+            let upstream = self.engine.upstream.stream_chat(&body, &self.upstream_headers);
+            let error = tokio::select! {
+                r = upstream => match r {
+                    Ok(chunks) => return Ok(chunks),
+                    Err(e) => e,
+                },
+                () = sink.closed() => return Err(Stop::ClientGone),
+            };
+            let overflow = match error.context_overflow() {
+                Some(overflow) if self.request.truncation == Truncation::Auto => overflow,
+                _ => return Err(Stop::Error(error.to_api_error())),
+            };
+            self.turns.drop_more(&overflow, body.to_string().len(), attempt).map_err(Stop::Error)?;
+            self.response.truncation_details = self.turns.details();
+            if let Some(details) = &self.response.truncation_details {
+                tracing::info!(
+                    response_id = %self.response.id,
+                    attempt = attempt + 1,
+                    dropped_turns = details.dropped_turns,
+                    dropped_items = details.dropped_items,
+                    "context window exceeded; the oldest turns are dropped and the turn retried"
+                );
+            }
+            attempt += 1;
+        }
     }
 
     /// Run one gateway tool call: its "running" event, the call, its outcome on the item.

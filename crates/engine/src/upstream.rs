@@ -3,7 +3,9 @@
 //! [`Upstream::stream_chat`] opens a streaming chat-completions call and yields parsed chunks;
 //! [`Upstream::request`] gives the pass-through routes a request builder with the upstream's
 //! base URL and credentials applied. Failures are classified once here ([`UpstreamError`]) and
-//! mapped to the API's error shape in one place ([`UpstreamError::to_api_error`]).
+//! mapped to the API's error shape in one place ([`UpstreamError::to_api_error`]); an upstream's
+//! "the prompt does not fit the context window" reply, in any of the wordings vLLM, SGLang,
+//! llama.cpp and OpenAI-style servers use, is recognised here too ([`UpstreamError::context_overflow`]).
 //!
 //! Tracing: when spans are exported ([`respgw_telemetry::tracing_otlp`]), each call gets a client
 //! span ([`Upstream::client_span`], e.g. `POST /chat/completions`) whose W3C `traceparent` is sent
@@ -73,9 +75,13 @@ impl UpstreamError {
         }
     }
 
-    /// The client-facing error. An upstream 4xx keeps its status and message (the client's
-    /// request was wrong for that model); an upstream 5xx becomes 502.
+    /// The client-facing error. A context-window overflow is 400 `context_length_exceeded`
+    /// ([`ContextOverflow::to_api_error`]); any other upstream 4xx keeps its status and message
+    /// (the client's request was wrong for that model); an upstream 5xx becomes 502.
     pub fn to_api_error(&self) -> ApiError {
+        if let Some(overflow) = self.context_overflow() {
+            return overflow.to_api_error();
+        }
         match self {
             UpstreamError::Unreachable(detail) => ApiError::upstream_unavailable(detail),
             UpstreamError::Timeout => ApiError::upstream_timeout(),
@@ -99,6 +105,147 @@ impl UpstreamError {
             }
         }
     }
+
+    /// Whether the upstream refused the request because the prompt (with the completion tokens it
+    /// asked for) does not fit the model's context window, and the numbers it gave. Recognised: an
+    /// OpenAI-style `code: "context_length_exceeded"`, llama.cpp's `exceed_context_size_error`,
+    /// and the wordings of vLLM ("This model's maximum context length is …", "The decoder prompt
+    /// (length …) is longer than the maximum model length of …", "Input prompt (…) is too long
+    /// and exceeds limit of …"), SGLang ("The input (… tokens) is longer than the model's context
+    /// length (…)", "Requested token count exceeds the model's maximum context length …") and
+    /// llama.cpp ("request (… tokens) exceeds the available context size (…)") — on an HTTP 4xx
+    /// reply or a mid-stream error payload.
+    pub fn context_overflow(&self) -> Option<ContextOverflow> {
+        let UpstreamError::Status { status, body } = self else { return None };
+        let error = error_object(body);
+        let field = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default();
+        let flagged = field("code") == "context_length_exceeded" || field("type") == "exceed_context_size_error";
+        let (message, _, _) = describe_error_body(body);
+        let message = message.unwrap_or_default().to_lowercase();
+        let worded = OVERFLOW_WORDINGS.iter().any(|w| message.contains(w));
+        if !(flagged || (worded && (400..500).contains(status))) {
+            return None;
+        }
+        let number = |key: &str| error.get(key).and_then(Value::as_u64);
+        Some(ContextOverflow {
+            limit: number("n_ctx").or_else(|| first_number_after(&message, LIMIT_BEFORE)),
+            requested: number("n_prompt_tokens").or_else(|| requested_tokens(&message)),
+        })
+    }
+}
+
+/// Lower-case phrases that, in a 4xx reply, mean the prompt does not fit the context window.
+const OVERFLOW_WORDINGS: &[&str] = &[
+    "maximum context length",
+    "longer than the model's context length",
+    "maximum model length",
+    "is too long and exceeds limit",
+    "exceeds the available context size",
+    "maximum prompt length",
+    "context length exceeded",
+    "prompt is too long",
+];
+
+/// What comes right before the context window's size in those messages.
+const LIMIT_BEFORE: &[&str] = &[
+    "maximum context length is ",
+    "maximum context length of ",
+    "model's context length (",
+    "available context size (",
+    "maximum model length of ",
+    "exceeds limit of ",
+    "maximum prompt length is ",
+];
+
+/// What comes right before the prompt's size (without completion tokens).
+const PROMPT_BEFORE: &[&str] = &[
+    "your request has ",
+    "prompt contains at least ",
+    "messages resulted in ",
+    "the input (",
+    "request (",
+    "prompt (length ",
+    "input prompt (",
+];
+
+/// A context-window overflow reported by the upstream, with what it said of the sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextOverflow {
+    /// The model's context window in tokens, when the upstream said.
+    pub limit: Option<u64>,
+    /// Tokens the request needed — the prompt, plus the completion tokens it asked for where the
+    /// upstream counts them against the window — when the upstream said.
+    pub requested: Option<u64>,
+}
+
+impl ContextOverflow {
+    /// How many tokens the request has to shed to fit, when both sizes are known.
+    pub fn excess(&self) -> Option<u64> {
+        match (self.requested, self.limit) {
+            // Servers refuse a prompt that fills the window exactly (no room for one token out).
+            (Some(requested), Some(limit)) => Some(requested.saturating_sub(limit) + 1),
+            _ => None,
+        }
+    }
+
+    /// 400 `context_length_exceeded`, with the upstream's numbers when it gave them.
+    pub fn to_api_error(&self) -> ApiError {
+        ApiError::context_length_exceeded(format!(
+            "The input does not fit the model's context window{}. Shorten the input, or set \
+             'truncation' to 'auto' to let the gateway drop the oldest turns of the conversation.",
+            self.sizes()
+        ))
+    }
+
+    /// 400 `context_length_exceeded` for a request with `truncation: "auto"` that still does not
+    /// fit with every turn but the last one dropped.
+    pub fn to_api_error_after_truncation(&self) -> ApiError {
+        ApiError::context_length_exceeded(format!(
+            "The input does not fit the model's context window{}, even with every earlier turn of \
+             the conversation dropped. Shorten the last turn or the instructions.",
+            self.sizes()
+        ))
+    }
+
+    fn sizes(&self) -> String {
+        match (self.requested, self.limit) {
+            (Some(requested), Some(limit)) => format!(" ({requested} tokens requested; the window is {limit} tokens)"),
+            (None, Some(limit)) => format!(" of {limit} tokens"),
+            (Some(requested), None) => format!(" ({requested} tokens requested)"),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// The number right after the first of `needles` found in `text` that is followed by one.
+fn first_number_after(text: &str, needles: &[&str]) -> Option<u64> {
+    needles.iter().find_map(|needle| number_after(text, needle))
+}
+
+fn number_after(text: &str, needle: &str) -> Option<u64> {
+    let start = text.find(needle)? + needle.len();
+    let digits: String = text[start..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Tokens requested in an overflow message: a stated total ("you requested 6616 tokens", "a total
+/// of …"), else the prompt plus the completion tokens asked for ("'max_tokens' … is too large:
+/// 1000 … your request has 203 input tokens", "you requested 64000 output tokens and your prompt
+/// contains at least 67073 input tokens").
+fn requested_tokens(message: &str) -> Option<u64> {
+    let stated = |needle: &str| {
+        let start = message.find(needle)? + needle.len();
+        let rest = &message[start..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let after = &rest[digits.len()..];
+        digits.parse::<u64>().ok().map(|n| (n, after.starts_with(" output tokens")))
+    };
+    let (total, output) = match stated("you requested a total of ").or_else(|| stated("you requested ")) {
+        Some((n, true)) => (None, Some(n)),
+        Some((n, false)) => (Some(n), None),
+        None => (None, number_after(message, "is too large: ")),
+    };
+    total.or_else(|| first_number_after(message, PROMPT_BEFORE).map(|prompt| prompt + output.unwrap_or(0)))
 }
 
 /// The innermost error message (reqwest wraps hyper wraps io).
@@ -110,12 +257,18 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
-/// `(message, code, param)` from an OpenAI-style `{"error":{…}}` or a bare vLLM-style object.
-fn describe_error_body(body: &Value) -> (Option<String>, Option<String>, Option<String>) {
-    let obj = match body.get("error") {
+/// The error object of an OpenAI-style `{"error":{…}}` body, or the body itself (vLLM's older
+/// bare `{"object":"error","message":…}`).
+fn error_object(body: &Value) -> &Value {
+    match body.get("error") {
         Some(inner @ Value::Object(_)) => inner,
         _ => body,
-    };
+    }
+}
+
+/// `(message, code, param)` from an OpenAI-style `{"error":{…}}` or a bare vLLM-style object.
+fn describe_error_body(body: &Value) -> (Option<String>, Option<String>, Option<String>) {
+    let obj = error_object(body);
     let text = |v: Option<&Value>| match v {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(Value::Number(n)) => Some(n.to_string()),
@@ -338,6 +491,110 @@ mod tests {
         }
         .to_api_error();
         assert_eq!((api.status, api.code.as_deref()), (400, Some("context_length_exceeded")));
+    }
+
+    /// The overflow an upstream error body reports, if it is one.
+    fn overflow(status: u16, body: Value) -> Option<ContextOverflow> {
+        UpstreamError::Status { status, body }.context_overflow()
+    }
+
+    fn sizes(limit: u64, requested: u64) -> Option<ContextOverflow> {
+        Some(ContextOverflow { limit: Some(limit), requested: Some(requested) })
+    }
+
+    #[test]
+    fn vllm_context_errors_are_recognised_with_their_numbers() {
+        // vLLM before 0.10: a bare error object.
+        let classic = json!({"object":"error","message":"This model's maximum context length is 6048 tokens. \
+            However, you requested 6616 tokens (568 in the messages, 6048 in the completion). Please reduce the \
+            length of the messages or completion.","type":"BadRequestError","param":null,"code":400});
+        assert_eq!(overflow(400, classic), sizes(6048, 6616));
+        // vLLM 0.10 and later: nested under `error`.
+        let input = json!({"error":{"message":"This model's maximum context length is 32768 tokens. However, \
+            your request has 40000 input tokens. Please reduce the length of the input messages.",
+            "type":"BadRequestError","param":null,"code":400}});
+        assert_eq!(overflow(400, input), sizes(32768, 40000));
+        let completion = json!({"error":{"message":"'max_tokens' or 'max_completion_tokens' is too large: 1000. \
+            This model's maximum context length is 1000 tokens and your request has 203 input tokens \
+            (1000 > 1000 - 203).","type":"BadRequestError","param":null,"code":400}});
+        assert_eq!(overflow(400, completion), sizes(1000, 1203));
+        let output_first = json!({"error":{"message":"This model's maximum context length is 131072 tokens. \
+            However, you requested 64000 output tokens and your prompt contains at least 67073 input tokens, \
+            for a total of at least 131073 tokens.","type":"BadRequestError","param":null,"code":400}});
+        assert_eq!(overflow(400, output_first), sizes(131072, 131073));
+        let decoder = json!({"error":{"message":"The decoder prompt (length 8825) is longer than the maximum \
+            model length of 8192. Make sure that `max_model_len` is no smaller than the number of text tokens.",
+            "type":"BadRequestError","param":null,"code":400}});
+        assert_eq!(overflow(400, decoder), sizes(8192, 8825));
+        let scheduler = json!({"error":{"message":"Input prompt (2501 tokens) is too long and exceeds limit of 2048",
+            "type":"BadRequestError","param":null,"code":400}});
+        assert_eq!(overflow(400, scheduler), sizes(2048, 2501));
+    }
+
+    #[test]
+    fn sglang_context_errors_are_recognised_with_their_numbers() {
+        let input = json!({"object":"error","message":"The input (5000 tokens) is longer than the model's context \
+            length (4096 tokens).","type":"BadRequestError","param":null,"code":400});
+        assert_eq!(overflow(400, input), sizes(4096, 5000));
+        let total = json!({"object":"error","message":"Requested token count exceeds the model's maximum context \
+            length of 4096 tokens. You requested a total of 5000 tokens: 4000 tokens from the input messages and \
+            1000 tokens for the completion. Please reduce the number of tokens in the input messages or the \
+            completion to fit within the limit.","type":"BadRequestError","param":null,"code":400});
+        assert_eq!(overflow(400, total), sizes(4096, 5000));
+    }
+
+    #[test]
+    fn llama_cpp_context_errors_are_recognised_with_their_numbers() {
+        let current = json!({"error":{"code":400,"message":"request (13392 tokens) exceeds the available context \
+            size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":13392,
+            "n_ctx":8192}});
+        assert_eq!(overflow(400, current), sizes(8192, 13392));
+        let older = json!({"error":{"code":400,"message":"the request exceeds the available context size, try \
+            increasing it","type":"exceed_context_size_error"}});
+        assert_eq!(overflow(400, older), Some(ContextOverflow { limit: None, requested: None }));
+    }
+
+    #[test]
+    fn openai_style_context_errors_are_recognised_by_code() {
+        let body = json!({"error":{"message":"Your input exceeds the context window of this model. Please adjust \
+            your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}});
+        assert_eq!(overflow(400, body), Some(ContextOverflow { limit: None, requested: None }));
+    }
+
+    #[test]
+    fn other_errors_are_not_context_overflows() {
+        assert_eq!(overflow(400, json!({"error":{"message":"max_tokens must be at least 1, got -186."}})), None);
+        assert_eq!(overflow(404, json!({"message":"The model `x` does not exist.","code":404})), None);
+        // A server fault that mentions the window is still a server fault.
+        assert_eq!(overflow(500, json!({"error":{"message":"maximum context length is unknown"}})), None);
+        assert_eq!(UpstreamError::Timeout.context_overflow(), None);
+    }
+
+    #[test]
+    fn a_context_overflow_is_a_400_context_length_exceeded_in_our_words() {
+        let body = json!({"error":{"message":"This model's maximum context length is 200 tokens. However, your \
+            request has 203 input tokens. Please reduce the length of the input messages.","code":400}});
+        let api = UpstreamError::Status { status: 400, body }.to_api_error();
+        assert_eq!(
+            (api.status, api.error_type, api.code.as_deref(), api.param.as_deref()),
+            (400, ErrorType::InvalidRequestError, Some("context_length_exceeded"), Some("input"))
+        );
+        assert!(api.message.contains("(203 tokens requested; the window is 200 tokens)"), "{}", api.message);
+        assert!(api.message.contains("'truncation' to 'auto'"), "{}", api.message);
+        // Mid-stream error payloads are classified the same way.
+        let Err(e) = parse_chunk(
+            r#"{"error":{"message":"request (9 tokens) exceeds the available context size (8 tokens)","type":"exceed_context_size_error","code":400}}"#,
+        ) else {
+            panic!("an error payload parsed as a chunk");
+        };
+        assert_eq!(e.to_api_error().code.as_deref(), Some("context_length_exceeded"));
+    }
+
+    #[test]
+    fn excess_is_what_must_go_for_one_token_of_room() {
+        assert_eq!(sizes(200, 203).and_then(|o| o.excess()), Some(4));
+        assert_eq!(sizes(200, 200).and_then(|o| o.excess()), Some(1));
+        assert_eq!(ContextOverflow { limit: Some(200), requested: None }.excess(), None);
     }
 
     #[test]

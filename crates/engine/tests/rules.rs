@@ -524,3 +524,42 @@ async fn max_tool_rounds_forces_a_last_turn_without_tools() {
     assert_eq!(response["status"], "completed");
     assert_eq!(output_types(&response), ["mcp_call", "message"]);
 }
+
+#[tokio::test]
+async fn truncation_auto_applies_to_every_model_turn_of_the_tool_loop() {
+    let f = Fixture::new().await;
+    f.upstream
+        .add_scenario("grow", vec![tool_call_turn(json!({"a":2,"b":3})), Step::text(&["It is 5."], "stop", None)]);
+    let body = json!({"model":"grow","tools":[calc_tool()],"truncation":"auto","stream":true,"input":[
+        {"role":"user","content":format!("An old question: {}", "word ".repeat(300))},
+        {"role":"assistant","content":"An old answer."},
+        {"role":"user","content":"What is 2+3?"}]});
+    // The first model turn just fits; the second, with the tool's call and result, does not.
+    f.upstream.serve_tokenizer(respgw_testkit::TokenizerRoutes::Vllm);
+    let first_turn = f.engine.count_input_tokens(f.request(body.clone()), Vec::new()).await.expect("a count");
+    f.upstream.set_context_window(Some(first_turn + 10));
+
+    let events = f.stream(body).await;
+
+    let response = terminal(&events);
+    assert_eq!(response["status"], "completed", "{response:#}");
+    assert_eq!(response["truncation_details"], json!({"dropped_turns": 1, "dropped_items": 2}));
+    let turns: Vec<Vec<String>> = f
+        .upstream
+        .requests("grow")
+        .into_iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .map(|r| {
+            let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
+            messages.iter().map(|m| m["role"].as_str().unwrap_or_default().to_owned()).collect()
+        })
+        .collect();
+    assert_eq!(
+        turns,
+        [
+            vec!["user", "assistant", "user"],
+            vec!["user", "assistant", "user", "assistant", "tool"],
+            vec!["user", "assistant", "tool"],
+        ]
+    );
+}

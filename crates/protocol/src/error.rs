@@ -101,6 +101,12 @@ impl ApiError {
         .with_code("conversation_conflict")
     }
 
+    /// 400 `context_length_exceeded` (`param` `input`): the conversation does not fit the model's
+    /// context window.
+    pub fn context_length_exceeded(message: impl Into<String>) -> Self {
+        Self::new(400, ErrorType::InvalidRequestError, message).with_param("input").with_code("context_length_exceeded")
+    }
+
     /// 401 `authentication_error`.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(401, ErrorType::AuthenticationError, message).with_code("invalid_api_key")

@@ -39,6 +39,33 @@ pub struct ResponseError {
     pub message: String,
 }
 
+/// What `truncation: "auto"` dropped from the start of the conversation so that it fits the
+/// model's context window: whole turns (a user message and everything up to the next one), never
+/// the instructions or the system and developer messages before the first turn, never the last
+/// turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TruncationDetails {
+    /// Turns dropped.
+    pub dropped_turns: u64,
+    /// Items (messages, tool calls and their outputs, reasoning) those turns held.
+    pub dropped_items: u64,
+}
+
+/// The reply of `POST /v1/responses/input_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct InputTokenCount {
+    /// Always `response.input_tokens`.
+    pub object: &'static str,
+    /// Tokens the model would be sent for the request's first model turn.
+    pub input_tokens: u64,
+}
+
+impl InputTokenCount {
+    pub fn new(input_tokens: u64) -> Self {
+        InputTokenCount { object: "response.input_tokens", input_tokens }
+    }
+}
+
 /// Token counts, summed over every upstream call of the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Usage {
@@ -114,6 +141,10 @@ pub struct ResponseObject {
     pub presence_penalty: f64,
     pub frequency_penalty: f64,
     pub truncation: Truncation,
+    /// A gateway extension: present only when `truncation: "auto"` dropped turns (the Open
+    /// Responses schema allows extra keys on a response, and clients keep them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncation_details: Option<TruncationDetails>,
     pub usage: Option<Usage>,
     pub user: Option<String>,
     pub metadata: Map<String, Value>,
@@ -166,6 +197,7 @@ impl ResponseObject {
             presence_penalty: req.presence_penalty.unwrap_or(0.0),
             frequency_penalty: req.frequency_penalty.unwrap_or(0.0),
             truncation: req.truncation,
+            truncation_details: None,
             usage: None,
             user: req.user.clone(),
             metadata: req.metadata.clone(),

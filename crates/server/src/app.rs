@@ -26,7 +26,7 @@ use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
 use crate::passthrough::{self, Passthrough};
 use crate::websocket::{self, WebSocketMode};
-use crate::{conversations, request_id, responses};
+use crate::{conversations, input_tokens, request_id, responses};
 
 /// What the router needs.
 pub struct AppConfig {
@@ -59,6 +59,7 @@ pub fn router(config: AppConfig) -> Router {
     let mut api = Router::new()
         .route("/v1/responses", get(websocket::upgrade).with_state(websocket_mode).post(responses::create))
         .route("/v1/responses/{response_id}", get(responses::retrieve).delete(responses::delete))
+        .route("/v1/responses/input_tokens", post(input_tokens::count))
         .route("/v1/responses/{response_id}/input_items", get(responses::input_items))
         .route("/v1/conversations", post(conversations::create))
         .route(

@@ -12,6 +12,7 @@ mod connections;
 mod conversations;
 mod error;
 mod event_sequence;
+mod input_tokens;
 mod json_body;
 mod mcp_routes;
 mod metrics;

@@ -3,6 +3,8 @@
 //! * [`cassette`]: loads recorded HTTP exchanges (YAML cassettes) from the repository's fixtures (`tests/fixtures/`).
 //! * [`upstream`]: [`ReplayUpstream`], an in-process fake chat-completions server that replays
 //!   cassettes and scripted streams, selected by the request's `model`.
+//! * [`toy_tokenizer`]: the deterministic tokenizer and chat template the replay upstream counts
+//!   prompts with (its tokenizer routes, usage, an optional context window).
 //! * [`sse`]: SSE parsing and the gateway's stream framing contract ([`check_stream`]).
 //! * [`schema`]: validation of gateway output against the Open Responses OpenAPI document.
 //! * [`client_log`]: [`ClientLog`], a recording pass-through between a real client and the gateway.
@@ -20,6 +22,7 @@ pub mod postgres;
 pub mod prerequisites;
 pub mod schema;
 pub mod sse;
+pub mod toy_tokenizer;
 pub mod upstream;
 
 use std::path::PathBuf;
@@ -29,7 +32,7 @@ pub use client_log::{ClientLog, ClientRequest};
 pub use gateway::{GatewayProcess, http_client, post_json, post_sse};
 pub use schema::SchemaValidator;
 pub use sse::{SseEvent, check_stream, parse_sse};
-pub use upstream::{RecordedRequest, ReplayUpstream, Step};
+pub use upstream::{RecordedRequest, ReplayUpstream, Step, TokenizerRoutes};
 
 /// The repository's test fixtures (`tests/fixtures/` at the workspace root, described by its README).
 pub fn fixtures_dir() -> PathBuf {

@@ -8,6 +8,13 @@
 //! test fails loudly instead of silently getting a wrong reply.
 //!
 //! Other routes: `GET /v1/models` lists the scenario names; anything else is a 404 JSON error.
+//!
+//! Token counting (opt-in, with the [`toy_tokenizer`]): [`ReplayUpstream::serve_tokenizer`]
+//! adds vLLM's `POST /tokenize` (with `messages`) or llama.cpp's `POST /apply-template` and
+//! `POST /tokenize` (with `content`) at the server's root; [`ReplayUpstream::set_context_window`]
+//! makes every chat completion whose prompt does not fit fail before any step is consumed, with
+//! vLLM's 400 error body; [`Step::OneTokenCompletion`] answers like a server asked for one token,
+//! with the prompt's `usage.prompt_tokens`.
 //! Every request, whatever its route, is recorded (see [`ReplayUpstream::all_requests`]), and a
 //! streamed reply whose connection the gateway closed before the last chunk went out is counted
 //! (see [`ReplayUpstream::unfinished_streams`]): that is how tests see a generation cancelled.
@@ -33,6 +40,7 @@ use tokio::task::JoinHandle;
 
 use crate::cassette::{Cassette, ResponsePayload};
 use crate::cassettes_dir;
+use crate::toy_tokenizer;
 
 /// Content type of every streamed reply that does not come from a cassette.
 const SSE_CONTENT_TYPE: &str = "text/event-stream; charset=utf-8";
@@ -67,6 +75,23 @@ pub enum Step {
         /// Pause between two chunks (not before the first one).
         delay: Duration,
     },
+    /// A non-streamed `chat.completion` of one token (`finish_reason: "length"`) whose
+    /// `usage.prompt_tokens` is the [`toy_tokenizer`]'s count of the request: what a real server
+    /// answers a `max_tokens: 1` request.
+    OneTokenCompletion,
+}
+
+/// Which model server's tokenizer routes the replay upstream serves at its root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenizerRoutes {
+    /// None: both answer 404, as on SGLang's OpenAI routes or a hosted API.
+    #[default]
+    None,
+    /// vLLM: `POST /tokenize` with `messages` (and `tools`) → `{"count", "max_model_len", "tokens"}`.
+    Vllm,
+    /// llama.cpp: `POST /apply-template` → `{"prompt"}`; `POST /tokenize` with `content` →
+    /// `{"tokens"}` (`{"tokens": []}` without `content`, as llama.cpp answers).
+    LlamaCpp,
 }
 
 impl Step {
@@ -204,6 +229,8 @@ impl ReplayUpstream {
             requests: Mutex::new(Vec::new()),
             recording: AtomicBool::new(true),
             unfinished: Mutex::new(Vec::new()),
+            tokenizer: Mutex::new(TokenizerRoutes::None),
+            context_window: Mutex::new(None),
         });
         let router = Router::new().fallback(handle_request).with_state(state.clone());
         let server = tokio::spawn(async move {
@@ -244,6 +271,19 @@ impl ReplayUpstream {
             Some(Scenario::Queue(queue)) => queue.len(),
             Some(Scenario::Repeat(_)) | None => 0,
         }
+    }
+
+    /// Serve these tokenizer routes (none by default).
+    pub fn serve_tokenizer(&self, routes: TokenizerRoutes) {
+        *lock(&self.state.tokenizer) = routes;
+    }
+
+    /// Give the model a context window of `tokens` (none by default): a chat completion whose
+    /// [`toy_tokenizer`] prompt count is `tokens` or more is refused with vLLM's 400 body
+    /// ("This model's maximum context length is … tokens. However, your request has … input
+    /// tokens. …") and consumes no step.
+    pub fn set_context_window(&self, tokens: Option<u64>) {
+        *lock(&self.state.context_window) = tokens;
     }
 
     /// Turns request recording on (the default) or off; off keeps memory flat in long benchmark runs.
@@ -290,6 +330,10 @@ struct ReplayState {
     recording: AtomicBool,
     /// Models of streamed replies that did not run to their end.
     unfinished: Mutex<Vec<String>>,
+    /// The tokenizer routes served.
+    tokenizer: Mutex<TokenizerRoutes>,
+    /// The model's context window in tokens, when one is enforced.
+    context_window: Mutex<Option<u64>>,
 }
 
 impl ReplayState {
@@ -338,11 +382,25 @@ async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request)
     let model = body.get("model").and_then(Value::as_str).map(str::to_owned);
     let path = parts.uri.path().to_owned();
 
+    let window = *lock(&state.context_window);
+    let routes = *lock(&state.tokenizer);
     let outcome = match (&parts.method, path.as_str()) {
+        (&Method::POST, "/v1/chat/completions") if window.is_some_and(|w| toy_tokenizer::prompt_tokens(&body) >= w) => {
+            Ok(Reply::Ready(context_window_exceeded(window.unwrap_or_default(), toy_tokenizer::prompt_tokens(&body))))
+        }
         (&Method::POST, "/v1/chat/completions") => state
             .next_step(model.as_deref())
-            .and_then(|step| render_step(&step, EndWatch { state: state.clone(), model: model.clone(), ended: false }))
+            .and_then(|step| {
+                render_step(&step, &body, EndWatch { state: state.clone(), model: model.clone(), ended: false })
+            })
             .map_err(|reason| (StatusCode::INTERNAL_SERVER_ERROR, reason)),
+        (&Method::POST, "/tokenize") if routes == TokenizerRoutes::Vllm => {
+            Ok(Reply::Ready(vllm_tokenize(&body, window)))
+        }
+        (&Method::POST, "/tokenize") if routes == TokenizerRoutes::LlamaCpp => Ok(Reply::Ready(llama_tokenize(&body))),
+        (&Method::POST, "/apply-template") if routes == TokenizerRoutes::LlamaCpp => {
+            Ok(Reply::Ready(reply_json(json!({"prompt": toy_tokenizer::render(&body)}))))
+        }
         (&Method::GET, "/v1/models") => {
             Ok(Reply::Ready((StatusCode::OK, axum::Json(state.model_list())).into_response()))
         }
@@ -363,6 +421,49 @@ async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request)
         Ok(Reply::Hang) => std::future::pending().await,
         Err((status, message)) => (status, axum::Json(json!({"error": {"message": message}}))).into_response(),
     }
+}
+
+/// vLLM's reply to a prompt of `prompt` tokens that does not fit a window of `window` tokens.
+fn context_window_exceeded(window: u64, prompt: u64) -> Response {
+    let message = format!(
+        "This model's maximum context length is {window} tokens. However, your request has {prompt} input tokens. \
+         Please reduce the length of the input messages."
+    );
+    let body = json!({"error": {"message": message, "type": "BadRequestError", "param": null, "code": 400}});
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+/// vLLM's `POST /tokenize`: the chat template applied to `messages` (and `tools`), counted.
+fn vllm_tokenize(body: &Value, window: Option<u64>) -> Response {
+    if body.get("messages").and_then(Value::as_array).is_none() {
+        let error = json!({"error": {"message": "messages: Field required", "type": "BadRequestError", "code": 400}});
+        return (StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
+    }
+    let ids = toy_tokenizer::token_ids(&toy_tokenizer::render(body));
+    reply_json(json!({"count": ids.len(), "max_model_len": window.unwrap_or(32_768), "tokens": ids}))
+}
+
+/// llama.cpp's `POST /tokenize`: the tokens of `content` (none without it).
+fn llama_tokenize(body: &Value) -> Response {
+    let ids = body.get("content").and_then(Value::as_str).map(toy_tokenizer::token_ids).unwrap_or_default();
+    reply_json(json!({"tokens": ids}))
+}
+
+/// What a server answers a non-streamed request for one token.
+fn one_token_completion(body: &Value) -> Response {
+    let prompt_tokens = toy_tokenizer::prompt_tokens(body);
+    reply_json(json!({
+        "id": "chatcmpl-replay",
+        "object": "chat.completion",
+        "created": 1767868994,
+        "model": body.get("model").cloned().unwrap_or(Value::Null),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "The"}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1},
+    }))
+}
+
+fn reply_json(body: Value) -> Response {
+    (StatusCode::OK, axum::Json(body)).into_response()
 }
 
 fn parse_body(raw: &Bytes) -> Value {
@@ -387,7 +488,8 @@ impl Drop for EndWatch {
     }
 }
 
-fn render_step(step: &Step, mut watch: EndWatch) -> Result<Reply, String> {
+/// The reply `step` makes to a chat request with this `body`.
+fn render_step(step: &Step, body: &Value, mut watch: EndWatch) -> Result<Reply, String> {
     let response = match step {
         Step::Cassette(path) => {
             let cassette = Cassette::load(path).map_err(|e| format!("{e:#}"))?;
@@ -421,6 +523,10 @@ fn render_step(step: &Step, mut watch: EndWatch) -> Result<Reply, String> {
         Step::Hang => {
             watch.ended = true;
             return Ok(Reply::Hang);
+        }
+        Step::OneTokenCompletion => {
+            watch.ended = true;
+            one_token_completion(body)
         }
     };
     Ok(Reply::Ready(response))
@@ -637,6 +743,57 @@ mod tests {
         let waited = tokio::time::timeout(Duration::from_millis(300), request).await;
         assert!(waited.is_err(), "a hanging step answered");
         assert_eq!(upstream.requests("stuck").len(), 1);
+    }
+
+    async fn post_root(upstream: &ReplayUpstream, path: &str, body: Value) -> (u16, Value) {
+        let response =
+            http_client().post(format!("http://127.0.0.1:{}{path}", upstream.port())).json(&body).send().await.unwrap();
+        (response.status().as_u16(), response.json().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn tokenizer_routes_count_with_the_toy_template() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        let chat = json!({"model": "m", "messages": [{"role": "user", "content": "Hello, world!"}]});
+        let expected = toy_tokenizer::prompt_tokens(&chat);
+        assert_eq!(post_root(&upstream, "/tokenize", chat.clone()).await.0, 404);
+
+        upstream.serve_tokenizer(TokenizerRoutes::Vllm);
+        let (status, body) = post_root(&upstream, "/tokenize", chat.clone()).await;
+        assert_eq!((status, body["count"].as_u64()), (200, Some(expected)));
+        assert_eq!(post_root(&upstream, "/apply-template", chat.clone()).await.0, 404);
+
+        upstream.serve_tokenizer(TokenizerRoutes::LlamaCpp);
+        // llama.cpp answers a body without `content` with no tokens.
+        assert_eq!(post_root(&upstream, "/tokenize", chat.clone()).await.1, json!({"tokens": []}));
+        let (_, template) = post_root(&upstream, "/apply-template", chat.clone()).await;
+        let (_, tokens) = post_root(&upstream, "/tokenize", json!({"content": template["prompt"]})).await;
+        assert_eq!(tokens["tokens"].as_array().map(Vec::len), Some(expected as usize));
+    }
+
+    #[tokio::test]
+    async fn a_context_window_refuses_long_prompts_without_using_a_step() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        upstream.add_scenario("m", vec![Step::OneTokenCompletion]);
+        let short = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let long = json!({"model": "m", "messages": [{"role": "user", "content": "a ".repeat(50)}]});
+        let window = toy_tokenizer::prompt_tokens(&short) + 1;
+        upstream.set_context_window(Some(window));
+
+        let refused = post_chat(&upstream, long.clone()).await;
+        assert_eq!(refused.status(), 400);
+        let error: Value = refused.json().await.unwrap();
+        let expected = format!(
+            "This model's maximum context length is {window} tokens. However, your request has {} input tokens. \
+             Please reduce the length of the input messages.",
+            toy_tokenizer::prompt_tokens(&long)
+        );
+        assert_eq!(error["error"]["message"], expected);
+        assert_eq!(upstream.remaining_steps("m"), 1);
+
+        let answer: Value = post_chat(&upstream, short.clone()).await.json().await.unwrap();
+        assert_eq!(answer["usage"]["prompt_tokens"].as_u64(), Some(window - 1));
+        assert_eq!(answer["choices"][0]["finish_reason"], "length");
     }
 
     #[tokio::test]
