@@ -7,11 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use respgw_protocol::conversations::{AddItems, ConversationObject, CreateConversation, UpdateConversation};
 use respgw_protocol::ids::{IdKind, new_id};
-use respgw_protocol::listing::{Deleted, ListOrder, ListPage, ListQuery};
+use respgw_protocol::listing::{Deleted, ListPage, ListQuery};
 use respgw_protocol::{ApiError, Item};
-use respgw_store_api::{
-    ConversationItemLookup, ConversationRecord, InputItemsOrder, InputItemsPage, NewConversation, ResponseStore,
-};
+use respgw_store_api::{ConversationItemLookup, ConversationRecord, NewConversation, ResponseStore};
 
 use crate::run::store_error;
 use crate::tool_kinds;
@@ -76,14 +74,9 @@ impl Conversations<'_> {
 
     /// One page of the conversation's items, as clients see them.
     pub async fn items(&self, id: &str, query: ListQuery, include: &[String]) -> Result<ListPage<Item>, ApiError> {
-        let order = match query.order {
-            ListOrder::Asc => InputItemsOrder::Asc,
-            ListOrder::Desc => InputItemsOrder::Desc,
-        };
-        let page = InputItemsPage { after: query.after, limit: query.limit, order };
         let list = self
             .store
-            .conversation_items(id, page)
+            .conversation_items(id, query.into())
             .await
             .map_err(|e| store_error(&e))?
             .ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))?;

@@ -3,9 +3,9 @@
 //! write them are `run.rs`; this is the other half of what the engine does with the store, so a
 //! handler never reaches past the engine into it.
 
-use respgw_protocol::listing::{Deleted, ListOrder, ListPage, ListQuery};
+use respgw_protocol::listing::{Deleted, ListPage, ListQuery};
 use respgw_protocol::{ApiError, Item};
-use respgw_store_api::{InputItemsOrder, InputItemsPage, ResponseStore};
+use respgw_store_api::ResponseStore;
 use serde_json::Value;
 
 use crate::run::store_error;
@@ -34,14 +34,9 @@ impl StoredResponses<'_> {
     /// One page of response `id`'s own input items, as a client sees them. 404 when it is not
     /// stored.
     pub async fn input_items(&self, id: &str, query: ListQuery) -> Result<ListPage<Item>, ApiError> {
-        let order = match query.order {
-            ListOrder::Asc => InputItemsOrder::Asc,
-            ListOrder::Desc => InputItemsOrder::Desc,
-        };
-        let page = InputItemsPage { after: query.after, limit: query.limit, order };
         let list = self
             .store
-            .input_items(id, page)
+            .input_items(id, query.into())
             .await
             .map_err(|e| store_error(&e))?
             .ok_or_else(|| ApiError::response_not_found(id))?;

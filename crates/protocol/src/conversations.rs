@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{ApiError, describe_json_syntax};
-use crate::items::{InputItemParam, Item};
-use crate::request::check_metadata;
+use crate::items::Item;
+use crate::request::{check_metadata, normalize_items};
 
 /// Most items one create call may add (the reference API's limit).
 pub const MAX_ITEMS_PER_CALL: usize = 20;
@@ -108,15 +108,7 @@ fn parse_items(items: Vec<Value>) -> Result<Vec<Item>, ApiError> {
             format!("At most {MAX_ITEMS_PER_CALL} items can be added at a time; got {}.", items.len()),
         ));
     }
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| {
-            InputItemParam::from_value(item)
-                .and_then(InputItemParam::normalize)
-                .map_err(|e| e.at(&format!("items[{i}]")))
-        })
-        .collect()
+    normalize_items(items, "items")
 }
 
 /// A conversation as clients see it.

@@ -461,16 +461,21 @@ pub(crate) fn normalize_input(input: InputParam) -> Result<Vec<Item>, ApiError> 
             .normalize()
             .map_err(|e| e.at("input"))?,
         ]),
-        InputParam::Items(items) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| {
-                InputItemParam::from_value(item)
-                    .and_then(InputItemParam::normalize)
-                    .map_err(|e| e.at(&format!("input[{i}]")))
-            })
-            .collect(),
+        InputParam::Items(items) => normalize_items(items, "input"),
     }
+}
+
+/// Input items as canonical items, ids minted; each error names its path (`{field}[2].content`).
+pub(crate) fn normalize_items(items: Vec<Value>, field: &str) -> Result<Vec<Item>, ApiError> {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            InputItemParam::from_value(item)
+                .and_then(InputItemParam::normalize)
+                .map_err(|e| e.at(&format!("{field}[{i}]")))
+        })
+        .collect()
 }
 
 /// The `input_file` parts of this request's input pass the checks that need no I/O: one source,

@@ -11,6 +11,7 @@
 //! does not compile a driver.
 
 use respgw_protocol::Item;
+use respgw_protocol::listing::{ListOrder, ListQuery};
 
 /// What the engine hands the store when a response reaches `completed` or `incomplete`.
 #[derive(Debug, Clone)]
@@ -119,6 +120,17 @@ pub struct InputItemsPage {
     pub limit: usize,
     /// Listing order.
     pub order: InputItemsOrder,
+}
+
+impl From<ListQuery> for InputItemsPage {
+    /// The page a client's checked list query asks for.
+    fn from(query: ListQuery) -> Self {
+        let order = match query.order {
+            ListOrder::Asc => InputItemsOrder::Asc,
+            ListOrder::Desc => InputItemsOrder::Desc,
+        };
+        InputItemsPage { after: query.after, limit: query.limit, order }
+    }
 }
 
 /// One page of an input-items listing.
