@@ -16,6 +16,8 @@ pub enum ErrorType {
     AuthenticationError,
     /// 422: a request that parses but breaks the gateway's contract.
     BadInput,
+    /// 429: the caller's tenant is over one of its limits.
+    RateLimitError,
     /// 5xx: the gateway or its upstream failed.
     ApiError,
 }
@@ -110,6 +112,12 @@ impl ApiError {
     /// 401 `authentication_error`.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(401, ErrorType::AuthenticationError, message).with_code("invalid_api_key")
+    }
+
+    /// 429 `rate_limit_exceeded`: the caller's tenant is over a limit; the reply's `Retry-After`
+    /// says when to try again.
+    pub fn rate_limited(message: impl Into<String>) -> Self {
+        Self::new(429, ErrorType::RateLimitError, message).with_code("rate_limit_exceeded")
     }
 
     /// 404 for a path no route serves.

@@ -148,10 +148,10 @@ mod tests {
 
     use super::*;
     use crate::merge::MergedMetrics;
-    use crate::recorder::{CompactionTrigger, Metrics, ToolType};
+    use crate::recorder::{CompactionTrigger, MAX_MODEL_LABELS, Metrics, TokenCounts, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all thirteen families.
+    /// A merged view of two live workers and one that exited, touching all fifteen families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -165,6 +165,8 @@ mod tests {
         first.mcp_approval_requested("files");
         first.mcp_approval_answered("files", true);
         drop(first.sse_stream("/v1/responses"));
+        first.tokens("alpha", "qwen", TokenCounts { input: 100, output: 20, cached: 64, reasoning: 5 });
+        first.tenant_request("alpha", 200);
         let _first_busy = first.in_flight();
 
         let second = Metrics::new();
@@ -177,6 +179,8 @@ mod tests {
         second.mcp_approval_requested("files");
         second.mcp_approval_answered("(remote)", false);
         let _second_stream = second.sse_stream("/v1/responses");
+        second.tokens("alpha", "qwen", TokenCounts { input: 1, output: 2, cached: 0, reasoning: 0 });
+        second.tenant_request("beta", 429);
 
         let exited = Metrics::new();
         exited.record_request("POST", "/v1/responses", 500, Duration::from_millis(700));
@@ -203,13 +207,44 @@ mod tests {
     }
 
     #[test]
+    fn tenant_counters_are_summed_across_workers() {
+        let text = render(&populated_merged_snapshot());
+        for line in [
+            "gw_responses_tokens_total{kind=\"input\",model=\"qwen\",tenant=\"alpha\"} 101",
+            "gw_responses_tokens_total{kind=\"output\",model=\"qwen\",tenant=\"alpha\"} 22",
+            "gw_responses_tokens_total{kind=\"cached\",model=\"qwen\",tenant=\"alpha\"} 64",
+            "gw_responses_tokens_total{kind=\"reasoning\",model=\"qwen\",tenant=\"alpha\"} 5",
+            "gw_responses_requests_by_tenant_total{status=\"200\",tenant=\"alpha\"} 1",
+            "gw_responses_requests_by_tenant_total{status=\"429\",tenant=\"beta\"} 1",
+        ] {
+            assert!(text.contains(&format!("\n{line}\n")), "{line}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn models_past_the_cap_fold_into_other() {
+        let metrics = Metrics::new();
+        let one = TokenCounts { input: 1, ..TokenCounts::default() };
+        for n in 0..MAX_MODEL_LABELS + 5 {
+            metrics.tokens("alpha", &format!("model-{n}"), one);
+        }
+        metrics.tokens("alpha", "model-0", one);
+        let text = render(&metrics.snapshot());
+        let input_lines: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("gw_responses_tokens_total{kind=\"input\"")).collect();
+        assert_eq!(input_lines.len(), MAX_MODEL_LABELS + 1, "{text}");
+        assert!(text.contains("gw_responses_tokens_total{kind=\"input\",model=\"other\",tenant=\"alpha\"} 5\n"));
+        assert!(text.contains("gw_responses_tokens_total{kind=\"input\",model=\"model-0\",tenant=\"alpha\"} 2\n"));
+    }
+
+    #[test]
     fn every_family_has_help_and_type_even_when_empty() {
         let text = render(&MetricsSnapshot::default());
         for family in &FAMILIES {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 26, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 30, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

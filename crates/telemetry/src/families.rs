@@ -28,6 +28,10 @@ pub const COMPACTIONS_TOTAL: &str = "gw_responses_compactions_total";
 pub const MCP_APPROVAL_REQUESTS_TOTAL: &str = "gw_responses_mcp_approval_requests_total";
 /// `gw_responses_mcp_approval_responses_total` — counter {decision, server_label}.
 pub const MCP_APPROVAL_RESPONSES_TOTAL: &str = "gw_responses_mcp_approval_responses_total";
+/// `gw_responses_tokens_total` — counter {kind, model, tenant}.
+pub const TOKENS_TOTAL: &str = "gw_responses_tokens_total";
+/// `gw_responses_requests_by_tenant_total` — counter {status, tenant}.
+pub const REQUESTS_BY_TENANT_TOTAL: &str = "gw_responses_requests_by_tenant_total";
 
 /// Upper bounds (seconds) of the HTTP handler duration histogram.
 pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
@@ -78,8 +82,8 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All thirteen families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 13] = [
+/// All fifteen families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 15] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -169,6 +173,20 @@ pub static FAMILIES: [FamilyDescriptor; 13] = [
         help: "Client answers to MCP approval requests acted on, by decision (approved, denied).",
         kind: MetricKind::Counter,
         label_names: &["decision", "server_label"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: TOKENS_TOTAL,
+        help: "Tokens of responses' upstream calls by tenant, model and kind (input, output, cached, reasoning).",
+        kind: MetricKind::Counter,
+        label_names: &["kind", "model", "tenant"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: REQUESTS_BY_TENANT_TOTAL,
+        help: "Authenticated API requests by tenant and HTTP status.",
+        kind: MetricKind::Counter,
+        label_names: &["status", "tenant"],
         buckets: &[],
     },
 ];

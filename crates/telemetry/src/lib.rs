@@ -1,9 +1,10 @@
-//! Metrics for respgw: the thirteen `gw_responses_*` families, how a worker records them, how the
+//! Metrics for respgw: the fifteen `gw_responses_*` families, how a worker records them, how the
 //! supervisor merges the workers' snapshots, and how a merged view is exposed to Prometheus.
 //!
 //! Flow in standalone mode:
 //! 1. every worker owns one [`Metrics`] and records into it ([`Metrics::record_request`],
-//!    [`Metrics::in_flight`], [`Metrics::sse_stream`], tool, MCP and compaction recorders);
+//!    [`Metrics::in_flight`], [`Metrics::sse_stream`], tool, MCP, compaction and per-tenant
+//!    recorders);
 //! 2. it periodically sends [`Metrics::snapshot`] (a plain serde [`MetricsSnapshot`]) to the supervisor;
 //! 3. the supervisor keeps a [`MergedMetrics`]: live snapshots plus the retained counters of dead workers;
 //! 4. the worker that is scraped asks the supervisor for [`MergedMetrics::merged`] and serves
@@ -24,5 +25,5 @@ pub mod tracing_otlp;
 pub use exposition::{CONTENT_TYPE, render};
 pub use families::{FAMILIES, FamilyDescriptor, MetricKind};
 pub use merge::MergedMetrics;
-pub use recorder::{CompactionTrigger, InFlightGuard, Metrics, SseStreamGuard, ToolType};
+pub use recorder::{CompactionTrigger, InFlightGuard, Metrics, SseStreamGuard, TokenCounts, ToolType};
 pub use snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot};

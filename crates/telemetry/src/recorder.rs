@@ -8,7 +8,7 @@
 //! of constant names and a conversion from its f64-valued data model; a mutex-guarded map of plain
 //! integers is simpler and keeps each histogram's buckets, sum and count consistent with each other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use crate::families::{
     COMPACTIONS_TOTAL, HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS,
     HTTP_REQUESTS_TOTAL, MCP_APPROVAL_REQUESTS_TOTAL, MCP_APPROVAL_RESPONSES_TOTAL, MCP_SERVER_STARTUP_TOTAL,
-    SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS, TOOL_CALLS_EXECUTED_TOTAL,
-    TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL, TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
+    REQUESTS_BY_TENANT_TOTAL, SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS,
+    TOKENS_TOTAL, TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL,
+    TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
 };
 use crate::snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot, sorted_labels};
 
@@ -69,6 +70,23 @@ struct Registry {
     http_in_flight: AtomicI64,
     sse_in_flight: AtomicI64,
     series: Mutex<SeriesStore>,
+    /// The model names given their own `model` label so far (at most [`MAX_MODEL_LABELS`]).
+    models: Mutex<BTreeSet<String>>,
+}
+
+/// Distinct `model` label values one process gives out; later models are counted as
+/// [`OTHER_MODEL`]. Model names come from requests, so they are capped like any client value.
+pub const MAX_MODEL_LABELS: usize = 32;
+/// The `model` label of models past the cap.
+pub const OTHER_MODEL: &str = "other";
+
+/// Token counts of one response, as its `usage` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenCounts {
+    pub input: u64,
+    pub output: u64,
+    pub cached: u64,
+    pub reasoning: u64,
 }
 
 type SeriesKey = (&'static str, Labels);
@@ -202,6 +220,43 @@ impl Metrics {
             .increment(COMPACTIONS_TOTAL, sorted_labels(&[("outcome", outcome), ("trigger", trigger.as_str())]));
     }
 
+    /// Adds one response's token counts to `tokens_total{tenant,model,kind}`. `tenant` must come
+    /// from the keys file (never from a request); `model` is folded into `other` past
+    /// [`MAX_MODEL_LABELS`] distinct models.
+    pub fn tokens(&self, tenant: &str, model: &str, counts: TokenCounts) {
+        let model = self.model_label(model);
+        let mut series = self.lock_series();
+        for (kind, n) in [
+            ("input", counts.input),
+            ("output", counts.output),
+            ("cached", counts.cached),
+            ("reasoning", counts.reasoning),
+        ] {
+            series.add(TOKENS_TOTAL, sorted_labels(&[("kind", kind), ("model", &model), ("tenant", tenant)]), n);
+        }
+    }
+
+    /// Counts one authenticated API request of `tenant` (`requests_by_tenant_total{tenant,status}`).
+    pub fn tenant_request(&self, tenant: &str, status: u16) {
+        let status = status.to_string();
+        self.lock_series()
+            .increment(REQUESTS_BY_TENANT_TOTAL, sorted_labels(&[("status", &status), ("tenant", tenant)]));
+    }
+
+    /// `model` itself while fewer than [`MAX_MODEL_LABELS`] models have their own label, else
+    /// [`OTHER_MODEL`].
+    fn model_label(&self, model: &str) -> String {
+        let mut models = self.registry.models.lock().unwrap_or_else(PoisonError::into_inner);
+        if models.contains(model) {
+            return model.to_owned();
+        }
+        if models.len() < MAX_MODEL_LABELS && model != OTHER_MODEL {
+            models.insert(model.to_owned());
+            return model.to_owned();
+        }
+        OTHER_MODEL.to_owned()
+    }
+
     /// Copies every series as it is now. Both gauges are always present; counters and histograms
     /// appear once they have a sample. Series are sorted by (name, labels).
     pub fn snapshot(&self) -> MetricsSnapshot {
@@ -246,8 +301,12 @@ impl Registry {
 
 impl SeriesStore {
     fn increment(&mut self, name: &'static str, labels: Labels) {
+        self.add(name, labels, 1);
+    }
+
+    fn add(&mut self, name: &'static str, labels: Labels, n: u64) {
         let value = self.counters.entry((name, labels)).or_insert(0);
-        *value = value.saturating_add(1);
+        *value = value.saturating_add(n);
     }
 
     fn observe(&mut self, name: &'static str, upper_bounds: &'static [f64], labels: Labels, elapsed: Duration) {
