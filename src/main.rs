@@ -65,6 +65,7 @@ fn main() -> ExitCode {
             print!("{}", config::reference());
             Ok(0)
         }
+        Job::HashKey(args) => hash_key(&args),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -82,6 +83,7 @@ enum Job {
     McpHelper(config::McpHelperOptions),
     Worker(GatewayOptions),
     PrintReference,
+    HashKey(config::HashKeyArgs),
 }
 
 impl Job {
@@ -97,8 +99,29 @@ impl Job {
             Command::McpHelper(args) => args.into_options().map(Job::McpHelper).map_err(failed),
             Command::Worker => respgw_supervisor::worker::inherited_options().map(Job::Worker).map_err(failed),
             Command::ConfigReference => Ok(Job::PrintReference),
+            Command::HashKey(args) => Ok(Job::HashKey(args)),
         }
     }
+}
+
+/// `respgw hash-key`: the keys-file line of a key read from standard input, or of a new one.
+fn hash_key(args: &config::HashKeyArgs) -> anyhow::Result<i32> {
+    let key = if args.generate {
+        let mut bytes = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+            .map_err(|_| anyhow::anyhow!("the system's random number generator failed"))?;
+        let key = format!("sk-gw-{}", base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, bytes));
+        println!("{key}");
+        key
+    } else {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        let key = line.trim_end_matches(['\r', '\n']).to_owned();
+        anyhow::ensure!(!key.is_empty(), "no key on standard input (or use --generate for a new one)");
+        key
+    };
+    println!("\"{}\"", respgw_server::hash_key(&key));
+    Ok(0)
 }
 
 fn run_mcp_helper(options: config::McpHelperOptions) -> anyhow::Result<i32> {

@@ -8,7 +8,9 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args};
 use respgw_mcp::McpTimeouts;
-use respgw_server::{ClientLimits, GatewayOptions, Limits, ReasoningKeys, RequestLimits, UpstreamConfig};
+use respgw_server::{
+    ClientLimits, GatewayOptions, Limits, ReasoningKeys, RequestLimits, TenantLimits, TenantTable, UpstreamConfig,
+};
 use respgw_supervisor::{ExaServer, McpSetup};
 use respgw_telemetry::tracing_otlp::{TracingConfig, parse_collector_host, parse_sample_ratio};
 use respgw_tools::code_interpreter::{self as sandbox, SandboxSettings};
@@ -42,8 +44,9 @@ pub struct GatewayArgs {
     #[arg(long, env = "GW_REASONING_KEYS", value_name = "ENTRIES", hide_env_values = true, help_heading = "Gateway")]
     reasoning_keys: Option<String>,
 
-    /// An API key clients must present as `Authorization: Bearer <key>`. Repeatable; the
-    /// environment form is comma-separated. No key: authentication is off.
+    /// An API key clients must present as `Authorization: Bearer <key>`, of the tenant `default`.
+    /// Repeatable; the environment form is comma-separated. No key here nor in --api-keys-file:
+    /// authentication is off (everything belongs to `default`).
     #[arg(
         long = "api-key",
         env = "GW_API_KEYS",
@@ -53,6 +56,21 @@ pub struct GatewayArgs {
         help_heading = "Clients and limits"
     )]
     api_keys: Vec<String>,
+
+    /// Tenants and the SHA-256 hashes of their keys (TOML, or JSON for a `.json` name; see
+    /// docs/tenants.md). Read again on SIGHUP; an invalid file then keeps the keys in use.
+    #[arg(long, env = "GW_API_KEYS_FILE", value_name = "PATH", help_heading = "Clients and limits")]
+    api_keys_file: Option<PathBuf>,
+
+    /// Requests per minute per tenant and worker, for tenants whose entry sets none (0: no limit);
+    /// beyond it, 429 `rate_limit_exceeded` with `Retry-After`.
+    #[arg(long, env = "GW_TENANT_REQUESTS_PER_MINUTE", default_value_t = 0, help_heading = "Clients and limits")]
+    tenant_requests_per_minute: u32,
+
+    /// Streaming responses (SSE or WebSocket) open at once per tenant and worker, for tenants
+    /// whose entry sets none (0: no limit); beyond it, 429 `rate_limit_exceeded`.
+    #[arg(long, env = "GW_TENANT_MAX_OPEN_STREAMS", default_value_t = 0, help_heading = "Clients and limits")]
+    tenant_max_open_streams: u32,
 
     /// Largest request body accepted, in MiB (images arrive inline as data URLs); larger: 413.
     #[arg(long, env = "GW_MAX_BODY_MB", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Clients and limits")]
@@ -149,6 +167,15 @@ impl GatewayArgs {
             db_path: self.db_path,
             db_pool_size: self.db_pool_size,
             api_keys: self.api_keys,
+            tenants: match &self.api_keys_file {
+                Some(path) => TenantTable::load(path)?,
+                None => TenantTable::default(),
+            },
+            api_keys_file: self.api_keys_file,
+            tenant_limits: TenantLimits {
+                requests_per_minute: Some(self.tenant_requests_per_minute).filter(|n| *n > 0),
+                max_open_streams: Some(self.tenant_max_open_streams).filter(|n| *n > 0),
+            },
             max_body_bytes: (self.max_body_mb as usize).saturating_mul(1024 * 1024),
             limits: Limits {
                 request: RequestLimits {

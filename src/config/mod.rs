@@ -58,6 +58,9 @@ pub enum Command {
     /// a loopback HTTP API. `serve --mcp-config` starts it; run it yourself (e.g. as its own
     /// systemd unit) and point workers at it with `--mcp-helper-url`.
     McpHelper(McpHelperArgs),
+    /// Print the hash of an API key for the keys file (`--api-keys-file`): the key is read from
+    /// standard input (one line), or made up with --generate and printed first.
+    HashKey(HashKeyArgs),
     /// A worker process; started by `serve` and `integrated`, not by hand.
     #[command(hide = true)]
     Worker,
@@ -69,6 +72,14 @@ pub enum Command {
 /// The configuration reference in Markdown.
 pub fn reference() -> String {
     reference::render(&Cli::command())
+}
+
+/// `respgw hash-key`.
+#[derive(Args)]
+pub struct HashKeyArgs {
+    /// Make a new random key (32 bytes, URL-safe base64 after `sk-gw-`), print it, then its hash.
+    #[arg(long)]
+    pub generate: bool,
 }
 
 /// `respgw serve`: its own settings and the shared gateway settings.

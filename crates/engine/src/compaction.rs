@@ -198,6 +198,7 @@ impl Engine {
     /// once the summarisation call is made, as `ok` or `error`.
     pub async fn compact(
         &self,
+        owner: &str,
         request: ValidatedCompactRequest,
         upstream_headers: Vec<(&'static str, String)>,
     ) -> Result<CompactedResponse, ApiError> {
@@ -208,7 +209,7 @@ impl Engine {
             None => Vec::with_capacity(input.len()),
             Some(prev) => self
                 .store
-                .history(prev)
+                .history(owner, prev)
                 .await
                 .map_err(|e| store_error(&e))?
                 .ok_or_else(|| ApiError::previous_response_not_found(prev))?,

@@ -17,6 +17,8 @@ use crate::tool_kinds;
 /// Reads and writes of conversations (see [`crate::Engine::conversations`]).
 pub struct Conversations<'a> {
     pub(crate) store: &'a dyn ResponseStore,
+    /// The tenant asking: it creates conversations it owns, and sees no other tenant's.
+    pub(crate) owner: &'a str,
 }
 
 /// Where a conversation id came from, for the `param` of a 404.
@@ -41,6 +43,7 @@ impl Conversations<'_> {
     pub async fn create(&self, request: CreateConversation) -> Result<ConversationObject, ApiError> {
         let conversation = NewConversation {
             id: new_id(IdKind::Conversation),
+            owner: self.owner.to_owned(),
             created_at: unix_now(),
             metadata: request.metadata,
             items: request.items,
@@ -53,19 +56,20 @@ impl Conversations<'_> {
 
     /// The conversation `id`; 404 when it does not exist.
     pub async fn retrieve(&self, id: &str) -> Result<ConversationObject, ApiError> {
-        let record = self.store.conversation(id).await.map_err(|e| store_error(&e))?;
+        let record = self.store.conversation(self.owner, id).await.map_err(|e| store_error(&e))?;
         record.map(object).ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))
     }
 
     /// Replace the metadata of conversation `id`.
     pub async fn update(&self, id: &str, request: UpdateConversation) -> Result<ConversationObject, ApiError> {
-        let record = self.store.update_conversation(id, request.metadata).await.map_err(|e| store_error(&e))?;
+        let record =
+            self.store.update_conversation(self.owner, id, request.metadata).await.map_err(|e| store_error(&e))?;
         record.map(object).ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))
     }
 
     /// Delete conversation `id`; responses created in it stay readable and continuable.
     pub async fn delete(&self, id: &str) -> Result<Deleted, ApiError> {
-        if self.store.delete_conversation(id).await.map_err(|e| store_error(&e))? {
+        if self.store.delete_conversation(self.owner, id).await.map_err(|e| store_error(&e))? {
             Ok(Deleted::new(id.to_owned(), "conversation.deleted"))
         } else {
             Err(ApiError::conversation_not_found(id, PATH_PARAM))
@@ -76,7 +80,7 @@ impl Conversations<'_> {
     pub async fn items(&self, id: &str, query: ListQuery, include: &[String]) -> Result<ListPage<Item>, ApiError> {
         let list = self
             .store
-            .conversation_items(id, query.into())
+            .conversation_items(self.owner, id, query.into())
             .await
             .map_err(|e| store_error(&e))?
             .ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))?;
@@ -88,7 +92,7 @@ impl Conversations<'_> {
     pub async fn add_items(&self, id: &str, request: AddItems, include: &[String]) -> Result<ListPage<Item>, ApiError> {
         let added: Vec<Item> = request.items.iter().map(|item| present(item.clone(), include)).collect();
         self.store
-            .append_conversation_items(id, request.items)
+            .append_conversation_items(self.owner, id, request.items)
             .await
             .map_err(|e| store_error(&e))?
             .ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))?;
@@ -97,7 +101,7 @@ impl Conversations<'_> {
 
     /// One item of the conversation.
     pub async fn item(&self, id: &str, item_id: &str, include: &[String]) -> Result<Item, ApiError> {
-        match self.store.conversation_item(id, item_id).await.map_err(|e| store_error(&e))? {
+        match self.store.conversation_item(self.owner, id, item_id).await.map_err(|e| store_error(&e))? {
             ConversationItemLookup::Found(item) => Ok(present(item, include)),
             ConversationItemLookup::NoConversation => Err(ApiError::conversation_not_found(id, PATH_PARAM)),
             ConversationItemLookup::NoItem => Err(ApiError::conversation_item_not_found(id, item_id)),
@@ -106,7 +110,7 @@ impl Conversations<'_> {
 
     /// Remove one item from the conversation; the conversation afterwards.
     pub async fn delete_item(&self, id: &str, item_id: &str) -> Result<ConversationObject, ApiError> {
-        match self.store.delete_conversation_item(id, item_id).await.map_err(|e| store_error(&e))? {
+        match self.store.delete_conversation_item(self.owner, id, item_id).await.map_err(|e| store_error(&e))? {
             ConversationItemLookup::Found(record) => Ok(object(record)),
             ConversationItemLookup::NoConversation => Err(ApiError::conversation_not_found(id, PATH_PARAM)),
             ConversationItemLookup::NoItem => Err(ApiError::conversation_item_not_found(id, item_id)),

@@ -30,7 +30,8 @@ pub struct FunctionSpec {
 pub struct GatewayCall<'a> {
     /// The arguments JSON the model produced.
     pub arguments: &'a str,
-    /// For code interpreter calls: the conversation's container (files persist in it).
+    /// For code interpreter calls: the sandbox container of the conversation and its tenant
+    /// (files persist in it).
     pub container_id: &'a str,
 }
 

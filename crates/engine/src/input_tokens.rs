@@ -59,10 +59,11 @@ impl Engine {
     /// resolve) and like a response's upstream call.
     pub async fn count_input_tokens(
         self: &Arc<Self>,
+        owner: &str,
         request: ValidatedRequest,
         upstream_headers: Vec<(&'static str, String)>,
     ) -> Result<u64, ApiError> {
-        let prepared = self.prepare(request, upstream_headers).await?;
+        let prepared = self.prepare(owner, request, upstream_headers).await?;
         let body = prepared.first_turn_request();
         self.input_token_counter()
             .count(self.upstream(), &body, prepared.upstream_headers())

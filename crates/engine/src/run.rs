@@ -25,7 +25,7 @@ use respgw_protocol::{
     ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
 };
 use respgw_store_api::{ConversationAppend, NewResponse, ResponseStore, StoreError};
-use respgw_telemetry::Metrics;
+use respgw_telemetry::{Metrics, TokenCounts};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -154,6 +154,9 @@ pub struct LocalConversation {
 pub struct PreparedResponse {
     engine: Arc<Engine>,
     request: ValidatedRequest,
+    /// The tenant the response is run for: it owns what the response stores, and its history
+    /// and container are only ever its own.
+    owner: String,
     /// Inherited items (from `previous_response_id`) followed by this request's input.
     history: Vec<Item>,
     /// The stored response whose conversation `history` starts with: a save shares it by
@@ -177,6 +180,9 @@ pub struct PreparedResponse {
     /// What the gateway tools keep across this response's calls (the conversation's code
     /// interpreter container, the pages web_search showed the model).
     tool_state: GatewayToolState,
+    /// The sandbox's container for `tool_state`'s container id and this owner: another tenant
+    /// naming the same container id gets another, fresh one.
+    sandbox_container: String,
     /// Output items as produced, unfiltered: what history and the store keep.
     output: Vec<Item>,
     /// The turns of `history` that `truncation: "auto"` may drop, and those it dropped.
@@ -276,14 +282,14 @@ impl Engine {
         &self.upstream
     }
 
-    /// Reads and deletes of the responses in the store.
-    pub fn stored(&self) -> StoredResponses<'_> {
-        StoredResponses { store: self.store.as_ref() }
+    /// Reads and deletes of `owner`'s responses in the store.
+    pub fn stored<'a>(&'a self, owner: &'a str) -> StoredResponses<'a> {
+        StoredResponses { store: self.store.as_ref(), owner }
     }
 
-    /// Reads and writes of conversations and their items.
-    pub fn conversations(&self) -> Conversations<'_> {
-        Conversations { store: self.store.as_ref() }
+    /// Reads and writes of `owner`'s conversations and their items.
+    pub fn conversations<'a>(&'a self, owner: &'a str) -> Conversations<'a> {
+        Conversations { store: self.store.as_ref(), owner }
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -300,21 +306,24 @@ impl Engine {
         self.tools.capabilities()
     }
 
-    /// Resolve history and tools. Fails with 400 `previous_response_not_found` for an unknown
-    /// id, 503 when the store cannot be read, and 422 `bad_input` when a declared tool cannot
-    /// be resolved.
+    /// Resolve history and tools for a response of tenant `owner`. Fails with 400
+    /// `previous_response_not_found` for an id `owner` has not stored (another tenant's
+    /// included), 503 when the store cannot be read, and 422 `bad_input` when a declared tool
+    /// cannot be resolved.
     pub async fn prepare(
         self: &Arc<Self>,
+        owner: &str,
         request: ValidatedRequest,
         upstream_headers: Vec<(&'static str, String)>,
     ) -> Result<PreparedResponse, ApiError> {
-        self.prepare_continuing(request, upstream_headers, None).await
+        self.prepare_continuing(owner, request, upstream_headers, None).await
     }
 
     /// [`Engine::prepare`], where `previous_response_id` may also name `local`, a connection's
     /// last `store:false` response, which no store holds.
     pub async fn prepare_continuing(
         self: &Arc<Self>,
+        owner: &str,
         mut request: ValidatedRequest,
         upstream_headers: Vec<(&'static str, String)>,
         local: Option<&LocalConversation>,
@@ -327,7 +336,7 @@ impl Engine {
             (Some(id), _) => {
                 let stored = self
                     .store
-                    .conversation_history(id)
+                    .conversation_history(owner, id)
                     .await
                     .map_err(|e| store_error(&e))?
                     .ok_or_else(|| ApiError::conversation_not_found(id, "conversation"))?;
@@ -345,7 +354,7 @@ impl Engine {
             (None, Some(prev)) => {
                 let mut stored = self
                     .store
-                    .history(prev)
+                    .history(owner, prev)
                     .await
                     .map_err(|e| store_error(&e))?
                     .ok_or_else(|| ApiError::previous_response_not_found(prev))?;
@@ -373,6 +382,7 @@ impl Engine {
         menu.check_choice(&request.tool_choice)?;
         let tool_state =
             GatewayToolState { container_id: code_interpreter::container_for(&history), citable: Vec::new() };
+        let sandbox_container = code_interpreter::sandbox_container(owner, &tool_state.container_id);
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
         let turns = match request.truncation {
             Truncation::Auto => TurnDropper::new(&history, self.limits.max_tool_output_bytes),
@@ -381,6 +391,8 @@ impl Engine {
         Ok(PreparedResponse {
             engine: Arc::clone(self),
             request,
+            owner: owner.to_owned(),
+            sandbox_container,
             history,
             history_from,
             unstored_inherited,
@@ -493,6 +505,15 @@ impl PreparedResponse {
 
         self.output = std::mem::take(&mut log.items);
         let presented: Vec<Item> = self.output.iter().map(|i| self.present(i)).collect();
+        // Every upstream call of the loop is in `usage`: what the response reports is what the
+        // tenant is counted for.
+        let counts = TokenCounts {
+            input: usage.input_tokens,
+            output: usage.output_tokens,
+            cached: usage.input_tokens_details.cached_tokens,
+            reasoning: usage.output_tokens_details.reasoning_tokens,
+        };
+        self.engine.metrics.tokens(&self.owner, &self.request.model, counts);
         let response = &mut self.response;
         response.output = presented;
         response.usage = Some(usage);
@@ -712,7 +733,7 @@ impl PreparedResponse {
             return Err(Stop::Error(ApiError::internal(format!("no gateway tool named '{}'", call.function))));
         };
         let started = Instant::now();
-        let arguments = GatewayCall { arguments: &call.arguments, container_id: &self.tool_state.container_id };
+        let arguments = GatewayCall { arguments: &call.arguments, container_id: &self.sandbox_container };
         let outcome = tokio::select! {
             outcome = tool.call(arguments) => outcome,
             () = sink.closed() => return Err(Stop::ClientGone),
@@ -792,6 +813,7 @@ impl PreparedResponse {
             .store
             .save(NewResponse {
                 id: self.response.id.clone(),
+                owner: self.owner.clone(),
                 previous_response_id: self.request.previous_response_id.clone(),
                 model: self.request.model.clone(),
                 created_at: self.response.created_at,

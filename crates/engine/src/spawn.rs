@@ -94,48 +94,60 @@ mod tests {
         async fn save(&self, _: NewResponse) -> Result<(), StoreError> {
             panic!("the store blew up")
         }
-        async fn response(&self, _: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        async fn response(&self, _: &str, _: &str) -> Result<Option<serde_json::Value>, StoreError> {
             Ok(None)
         }
-        async fn history(&self, _: &str) -> Result<Option<Vec<Item>>, StoreError> {
+        async fn history(&self, _: &str, _: &str) -> Result<Option<Vec<Item>>, StoreError> {
             Ok(None)
         }
-        async fn input_items(&self, _: &str, _: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+        async fn input_items(&self, _: &str, _: &str, _: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
             Ok(None)
         }
-        async fn delete(&self, _: &str) -> Result<bool, StoreError> {
+        async fn delete(&self, _: &str, _: &str) -> Result<bool, StoreError> {
             Ok(false)
         }
         async fn create_conversation(&self, _: NewConversation) -> Result<(), StoreError> {
             Ok(())
         }
-        async fn conversation(&self, _: &str) -> Result<Option<ConversationRecord>, StoreError> {
+        async fn conversation(&self, _: &str, _: &str) -> Result<Option<ConversationRecord>, StoreError> {
             Ok(None)
         }
         async fn update_conversation(
             &self,
             _: &str,
+            _: &str,
             _: serde_json::Map<String, serde_json::Value>,
         ) -> Result<Option<ConversationRecord>, StoreError> {
             Ok(None)
         }
-        async fn delete_conversation(&self, _: &str) -> Result<bool, StoreError> {
+        async fn delete_conversation(&self, _: &str, _: &str) -> Result<bool, StoreError> {
             Ok(false)
         }
-        async fn conversation_history(&self, _: &str) -> Result<Option<ConversationHistory>, StoreError> {
+        async fn conversation_history(&self, _: &str, _: &str) -> Result<Option<ConversationHistory>, StoreError> {
             Ok(None)
         }
-        async fn conversation_items(&self, _: &str, _: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+        async fn conversation_items(
+            &self,
+            _: &str,
+            _: &str,
+            _: InputItemsPage,
+        ) -> Result<Option<InputItemsList>, StoreError> {
             Ok(None)
         }
-        async fn append_conversation_items(&self, _: &str, _: Vec<Item>) -> Result<Option<()>, StoreError> {
+        async fn append_conversation_items(&self, _: &str, _: &str, _: Vec<Item>) -> Result<Option<()>, StoreError> {
             Ok(None)
         }
-        async fn conversation_item(&self, _: &str, _: &str) -> Result<ConversationItemLookup<Item>, StoreError> {
+        async fn conversation_item(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+        ) -> Result<ConversationItemLookup<Item>, StoreError> {
             Ok(ConversationItemLookup::NoConversation)
         }
         async fn delete_conversation_item(
             &self,
+            _: &str,
             _: &str,
             _: &str,
         ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
@@ -212,7 +224,7 @@ mod tests {
             .unwrap()
             .validate(&Default::default())
             .unwrap();
-        let prepared = engine.prepare(request, Vec::new()).await.unwrap();
+        let prepared = engine.prepare("default", request, Vec::new()).await.unwrap();
 
         let mut events = prepared.spawn(8);
         let mut seen = Vec::new();

@@ -13,18 +13,24 @@ use crate::run::store_error;
 /// Reads and deletes of stored responses (see [`crate::Engine::stored`]).
 pub struct StoredResponses<'a> {
     pub(crate) store: &'a dyn ResponseStore,
+    /// The tenant asking: another tenant's responses are not stored, as far as it can tell.
+    pub(crate) owner: &'a str,
 }
 
 impl StoredResponses<'_> {
-    /// The stored response object, exactly as it was when it finished. 404 when no response
-    /// `id` is stored.
+    /// The stored response object, exactly as it was when it finished. 404 when the owner
+    /// stored no response `id`.
     pub async fn retrieve(&self, id: &str) -> Result<Value, ApiError> {
-        self.store.response(id).await.map_err(|e| store_error(&e))?.ok_or_else(|| ApiError::response_not_found(id))
+        self.store
+            .response(self.owner, id)
+            .await
+            .map_err(|e| store_error(&e))?
+            .ok_or_else(|| ApiError::response_not_found(id))
     }
 
     /// Delete response `id`; 404 when it is not stored.
     pub async fn delete(&self, id: &str) -> Result<Deleted, ApiError> {
-        if self.store.delete(id).await.map_err(|e| store_error(&e))? {
+        if self.store.delete(self.owner, id).await.map_err(|e| store_error(&e))? {
             Ok(Deleted::new(id.to_owned(), "response"))
         } else {
             Err(ApiError::response_not_found(id))
@@ -36,7 +42,7 @@ impl StoredResponses<'_> {
     pub async fn input_items(&self, id: &str, query: ListQuery) -> Result<ListPage<Item>, ApiError> {
         let list = self
             .store
-            .input_items(id, query.into())
+            .input_items(self.owner, id, query.into())
             .await
             .map_err(|e| store_error(&e))?
             .ok_or_else(|| ApiError::response_not_found(id))?;

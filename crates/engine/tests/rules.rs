@@ -30,6 +30,9 @@ use tokio::sync::mpsc;
 
 /// The fake tool's function name, as the model sees and calls it (`mcp__<server>__<tool>`, as the
 /// real MCP tools are named: replayed calls are named from the item's label and tool).
+/// The tenant every response of these tests runs for.
+const OWNER: &str = "default";
+
 const TOOL_FUNCTION: &str = "mcp__calc__add";
 
 /// A gateway tool that adds two numbers and records the arguments of every call; asked to
@@ -119,52 +122,74 @@ impl ResponseStore for WrappedStore {
         }
         self.inner.save(response).await
     }
-    async fn response(&self, id: &str) -> Result<Option<Value>, StoreError> {
-        self.inner.response(id).await
+    async fn response(&self, owner: &str, id: &str) -> Result<Option<Value>, StoreError> {
+        self.inner.response(owner, id).await
     }
-    async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
-        self.inner.history(id).await
+    async fn history(&self, owner: &str, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+        self.inner.history(owner, id).await
     }
-    async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
-        self.inner.input_items(id, page).await
+    async fn input_items(
+        &self,
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError> {
+        self.inner.input_items(owner, id, page).await
     }
-    async fn delete(&self, id: &str) -> Result<bool, StoreError> {
-        self.inner.delete(id).await
+    async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
+        self.inner.delete(owner, id).await
     }
     async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError> {
         self.inner.create_conversation(conversation).await
     }
-    async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
-        self.inner.conversation(id).await
+    async fn conversation(&self, owner: &str, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
+        self.inner.conversation(owner, id).await
     }
     async fn update_conversation(
         &self,
+        owner: &str,
         id: &str,
         metadata: serde_json::Map<String, Value>,
     ) -> Result<Option<ConversationRecord>, StoreError> {
-        self.inner.update_conversation(id, metadata).await
+        self.inner.update_conversation(owner, id, metadata).await
     }
-    async fn delete_conversation(&self, id: &str) -> Result<bool, StoreError> {
-        self.inner.delete_conversation(id).await
+    async fn delete_conversation(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
+        self.inner.delete_conversation(owner, id).await
     }
-    async fn conversation_history(&self, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
-        self.inner.conversation_history(id).await
+    async fn conversation_history(&self, owner: &str, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
+        self.inner.conversation_history(owner, id).await
     }
-    async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
-        self.inner.conversation_items(id, page).await
+    async fn conversation_items(
+        &self,
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError> {
+        self.inner.conversation_items(owner, id, page).await
     }
-    async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError> {
-        self.inner.append_conversation_items(id, items).await
+    async fn append_conversation_items(
+        &self,
+        owner: &str,
+        id: &str,
+        items: Vec<Item>,
+    ) -> Result<Option<()>, StoreError> {
+        self.inner.append_conversation_items(owner, id, items).await
     }
-    async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError> {
-        self.inner.conversation_item(id, item_id).await
+    async fn conversation_item(
+        &self,
+        owner: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<ConversationItemLookup<Item>, StoreError> {
+        self.inner.conversation_item(owner, id, item_id).await
     }
     async fn delete_conversation_item(
         &self,
+        owner: &str,
         id: &str,
         item_id: &str,
     ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
-        self.inner.delete_conversation_item(id, item_id).await
+        self.inner.delete_conversation_item(owner, id, item_id).await
     }
 }
 
@@ -215,7 +240,7 @@ impl Fixture {
     /// Run `body` streaming, to the closed channel; the events, checked.
     async fn stream(&self, body: Value) -> Vec<ResponseEvent> {
         let schema = if declares_gateway_tools(&body) { Schema::Skip } else { Schema::Check };
-        let prepared = self.engine.prepare(self.request(body), Vec::new()).await.expect("the request prepares");
+        let prepared = self.engine.prepare(OWNER, self.request(body), Vec::new()).await.expect("the request prepares");
         let events = collect(prepared.spawn(16)).await;
         check_events(&events, schema);
         events
@@ -374,7 +399,7 @@ async fn response_is_stored_before_the_terminal_event_is_sent() {
     f.upstream.add_scenario("stored", vec![Step::text(&["Hello."], "stop", None)]);
     let prepared = f
         .engine
-        .prepare(f.request(json!({"model":"stored","input":"hi","stream":true})), Vec::new())
+        .prepare(OWNER, f.request(json!({"model":"stored","input":"hi","stream":true})), Vec::new())
         .await
         .expect("the request prepares");
     let id = prepared.id().to_owned();
@@ -387,12 +412,12 @@ async fn response_is_stored_before_the_terminal_event_is_sent() {
             .expect("the stream goes on")
             .expect("the stream has a terminal event");
         if event.terminal_response().is_some() {
-            let stored = f.store.response(&id).await.expect("the store reads");
+            let stored = f.store.response(OWNER, &id).await.expect("the store reads");
             assert!(stored.is_some(), "response.completed arrived before the response was stored");
             break;
         }
     }
-    let retrieved = f.engine.stored().retrieve(&id).await.expect("the stored response is retrievable");
+    let retrieved = f.engine.stored(OWNER).retrieve(&id).await.expect("the stored response is retrievable");
     validate_response(&retrieved);
     assert_eq!(retrieved["status"], "completed");
     assert_eq!(retrieved["output"][0]["content"][0]["text"], "Hello.");
@@ -405,15 +430,18 @@ async fn upstream_error_ends_with_one_terminal_failure_and_stores_nothing() {
         "down",
         vec![Step::Status { status: 500, body: json!({"error":{"message":"the GPU caught fire"}}) }],
     );
-    let prepared =
-        f.engine.prepare(f.request(json!({"model":"down","input":"hi","stream":true})), Vec::new()).await.unwrap();
+    let prepared = f
+        .engine
+        .prepare(OWNER, f.request(json!({"model":"down","input":"hi","stream":true})), Vec::new())
+        .await
+        .unwrap();
     let id = prepared.id().to_owned();
     let events = collect(prepared.spawn(16)).await;
     check_events(&events, Schema::Check);
 
     let response = assert_ends_failed(&events);
     assert!(response["error"]["code"].is_string(), "{response:#}");
-    assert_eq!(f.store.response(&id).await.unwrap(), None);
+    assert_eq!(f.store.response(OWNER, &id).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -422,15 +450,18 @@ async fn upstream_cut_mid_stream_ends_with_one_terminal_failure_and_stores_nothi
     let Step::Sse(mut chunks) = Step::text(&["Half ", "an ", "answer"], "stop", None) else { unreachable!() };
     chunks.truncate(3);
     f.upstream.add_scenario("cut", vec![Step::SseThenDrop { chunks }]);
-    let prepared =
-        f.engine.prepare(f.request(json!({"model":"cut","input":"hi","stream":true})), Vec::new()).await.unwrap();
+    let prepared = f
+        .engine
+        .prepare(OWNER, f.request(json!({"model":"cut","input":"hi","stream":true})), Vec::new())
+        .await
+        .unwrap();
     let id = prepared.id().to_owned();
     let events = collect(prepared.spawn(16)).await;
     check_events(&events, Schema::Check);
 
     assert_ends_failed(&events);
     assert!(kinds(&events).contains(&"response.output_text.delta"), "the answer had begun: {:?}", kinds(&events));
-    assert_eq!(f.store.response(&id).await.unwrap(), None);
+    assert_eq!(f.store.response(OWNER, &id).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -449,7 +480,8 @@ async fn store_failure_ends_with_one_terminal_failure() {
 async fn store_failure_fails_a_non_stream_run() {
     let f = Fixture::build(Limits::default(), Saves::Fail).await;
     f.upstream.add_scenario("nosave", vec![Step::text(&["Hello."], "stop", None)]);
-    let prepared = f.engine.prepare(f.request(json!({"model":"nosave","input":"hi"})), Vec::new()).await.unwrap();
+    let prepared =
+        f.engine.prepare(OWNER, f.request(json!({"model":"nosave","input":"hi"})), Vec::new()).await.unwrap();
 
     match prepared.run().await {
         RunOutcome::Failed { response, error } => {
@@ -465,7 +497,7 @@ async fn panicking_tool_ends_with_one_terminal_failure_and_stores_nothing() {
     let f = Fixture::new().await;
     f.upstream.add_scenario("bug", vec![tool_call_turn(json!({"explode":true}))]);
     let request = f.request(json!({"model":"bug","input":"hi","tools":[calc_tool()],"stream":true}));
-    let prepared = f.engine.prepare(request, Vec::new()).await.unwrap();
+    let prepared = f.engine.prepare(OWNER, request, Vec::new()).await.unwrap();
     let id = prepared.id().to_owned();
     let events = collect(prepared.spawn(16)).await;
     check_events(&events, Schema::Skip);
@@ -473,7 +505,7 @@ async fn panicking_tool_ends_with_one_terminal_failure_and_stores_nothing() {
     let response = assert_ends_failed(&events);
     assert_eq!(response["error"]["code"], "internal_error", "{response:#}");
     assert_eq!(f.tool.calls().len(), 1);
-    assert_eq!(f.store.response(&id).await.unwrap(), None);
+    assert_eq!(f.store.response(OWNER, &id).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -536,7 +568,7 @@ async fn truncation_auto_applies_to_every_model_turn_of_the_tool_loop() {
         {"role":"user","content":"What is 2+3?"}]});
     // The first model turn just fits; the second, with the tool's call and result, does not.
     f.upstream.serve_tokenizer(respgw_testkit::TokenizerRoutes::Vllm);
-    let first_turn = f.engine.count_input_tokens(f.request(body.clone()), Vec::new()).await.expect("a count");
+    let first_turn = f.engine.count_input_tokens(OWNER, f.request(body.clone()), Vec::new()).await.expect("a count");
     f.upstream.set_context_window(Some(first_turn + 10));
 
     let events = f.stream(body).await;

@@ -1,7 +1,7 @@
 //! The router: which path goes to which handler, and which layers wrap them.
 //!
 //! `/health` and `/metrics` sit outside authentication and are not counted; every `/v1/…` route
-//! is behind the API-key check and the request metrics (a WebSocket upgrade of `GET
+//! is behind the API-key check (which gives the request its tenant) and the request metrics (a WebSocket upgrade of `GET
 //! /v1/responses` included: a missing key is a 401 before any upgrade). Unknown paths and wrong methods answer in
 //! the API's error shape — or, in integrated mode, are forwarded to the model server unchanged.
 //! A 405 lists the route's methods in `Allow`, and any other error reply of the gateway's own
@@ -20,7 +20,7 @@ use respgw_engine::Engine;
 use respgw_protocol::ApiError;
 use respgw_telemetry::Metrics;
 
-use crate::auth::{ApiKeys, require_api_key};
+use crate::auth::{ApiKeys, AuthState, require_api_key};
 use crate::error::{self, HttpError};
 use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
@@ -98,7 +98,10 @@ pub fn router(config: AppConfig) -> Router {
     }
     let api = api
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(config.api_keys, require_api_key))
+        .layer(middleware::from_fn_with_state(
+            AuthState { keys: config.api_keys, metrics: config.metrics.clone() },
+            require_api_key,
+        ))
         .layer(middleware::from_fn_with_state(config.metrics.clone(), metrics::record));
 
     let mut open = Router::new().route("/health", get(|| async { axum::Json(serde_json::json!({})) }));

@@ -12,6 +12,7 @@ use respgw_engine::Engine;
 use respgw_protocol::CreateResponseRequest;
 use respgw_protocol::response::InputTokenCount;
 
+use crate::auth::Tenant;
 use crate::error::HttpError;
 use crate::json_body::JsonBody;
 use crate::request_id::RequestId;
@@ -19,11 +20,12 @@ use crate::request_id::RequestId;
 /// `POST /v1/responses/input_tokens`.
 pub async fn count(
     State(engine): State<Arc<Engine>>,
+    tenant: Tenant,
     RequestId(request_id): RequestId,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
     let request =
         CreateResponseRequest::from_slice(&body)?.validate_within(&engine.capabilities(), &engine.limits().request)?;
-    let tokens = engine.count_input_tokens(request, vec![("x-request-id", request_id)]).await?;
+    let tokens = engine.count_input_tokens(tenant.name(), request, vec![("x-request-id", request_id)]).await?;
     Ok(Json(InputTokenCount::new(tokens)).into_response())
 }

@@ -22,13 +22,15 @@ mod request_id;
 mod responses;
 mod serve;
 mod sse;
+mod tenants;
 mod websocket;
 
 pub use app::{AppConfig, router};
-pub use auth::ApiKeys;
+pub use auth::{ApiKeys, Tenant};
 pub use metrics::{MetricsView, local_view};
 pub use options::{ClientLimits, GatewayOptions};
 pub use respgw_engine::sealed::ReasoningKeys;
 pub use respgw_engine::{Limits, UpstreamConfig};
 pub use respgw_protocol::RequestLimits;
 pub use serve::{build, serve_on};
+pub use tenants::{DEFAULT_TENANT, KeySpec, TenantLimits, TenantSpec, TenantTable, hash_key};

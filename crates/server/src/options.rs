@@ -14,6 +14,8 @@ use respgw_tools::mcp::RemoteMcpSettings;
 use respgw_tools::web_search::WebSearchSettings;
 use serde::{Deserialize, Serialize};
 
+use crate::tenants::{TenantLimits, TenantTable};
+
 /// Configuration of a gateway worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GatewayOptions {
@@ -25,8 +27,18 @@ pub struct GatewayOptions {
     /// `GW_DB_POOL_SIZE`: database connections per worker process.
     #[serde(default = "default_db_pool_size")]
     pub db_pool_size: u32,
-    /// API keys; empty means authentication is off.
+    /// API keys of the tenant `default` (`--api-key`); authentication is off when neither these
+    /// nor `tenants` hold a key.
     pub api_keys: Vec<String>,
+    /// The keys file's tenants, read by the supervisor (at start and on SIGHUP).
+    #[serde(default)]
+    pub tenants: TenantTable,
+    /// The keys file (`--api-keys-file`), for the supervisor to read again on SIGHUP.
+    #[serde(default)]
+    pub api_keys_file: Option<std::path::PathBuf>,
+    /// Limits of tenants whose entry sets none (`--tenant-*`); also those of `default`.
+    #[serde(default)]
+    pub tenant_limits: TenantLimits,
     /// Largest request body accepted, in bytes (a larger one is refused with 413).
     pub max_body_bytes: usize,
     /// Caps on input items, tools, MCP servers, tool rounds and tool output fed to the model.

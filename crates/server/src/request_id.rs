@@ -50,6 +50,8 @@ pub async fn assign(mut request: Request, next: Next) -> Response {
         otel.kind = Empty,
         http.response.status_code = Empty,
         otel.status_code = Empty,
+        tenant = Empty,
+        key_id = Empty,
     );
     let exporting = tracing_otlp::exporting();
     if exporting {

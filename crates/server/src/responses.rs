@@ -5,7 +5,8 @@
 //! ([`respgw_protocol::listing`]), let the engine prepare (history lookup can still fail with a
 //! plain HTTP error), then either run to the outcome (JSON) or let the engine spawn the run and
 //! frame its events (SSE). Stored responses are read through the engine too
-//! ([`Engine::stored`]).
+//! ([`Engine::stored`]). Everything is done for the request's [`Tenant`]: the owner of what a
+//! response stores, and the only one that reads it back.
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use respgw_protocol::compaction::CompactRequest;
 use respgw_protocol::listing::{ListQuery, ListQueryParams};
 use respgw_protocol::{ApiError, CreateResponseRequest};
 
+use crate::auth::Tenant;
 use crate::error::{HttpError, path_rejection};
 use crate::json_body::JsonBody;
 use crate::request_id::RequestId;
@@ -31,13 +33,19 @@ const SSE_BUFFER: usize = 64;
 /// `POST /v1/responses`.
 pub async fn create(
     State(engine): State<Arc<Engine>>,
+    tenant: Tenant,
     RequestId(request_id): RequestId,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
     let request =
         CreateResponseRequest::from_slice(&body)?.validate_within(&engine.capabilities(), &engine.limits().request)?;
     let stream = request.stream;
-    let prepared = engine.prepare(request, vec![("x-request-id", request_id)]).await?;
+    // A stream over the tenant's limit is refused before anything is read or sent upstream.
+    let slot = match stream.then(|| tenant.open_stream()).transpose() {
+        Ok(slot) => slot,
+        Err(limited) => return Ok(limited.into_response()),
+    };
+    let prepared = engine.prepare(tenant.name(), request, vec![("x-request-id", request_id)]).await?;
 
     if !stream {
         return match prepared.run().await {
@@ -51,7 +59,7 @@ pub async fn create(
     let open_stream = engine.metrics().sse_stream("/v1/responses");
     // Spawned in the request's span: its logs keep the request id, its upstream call is a child span.
     let events = prepared.spawn(SSE_BUFFER);
-    let mut response = Body::from_stream(event_stream(events, open_stream)).into_response();
+    let mut response = Body::from_stream(event_stream(events, open_stream, slot)).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -62,24 +70,27 @@ pub async fn create(
 /// `GET /v1/responses/{response_id}`.
 pub async fn retrieve(
     State(engine): State<Arc<Engine>>,
+    tenant: Tenant,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
-    Ok(Json(engine.stored().retrieve(&id).await?).into_response())
+    Ok(Json(engine.stored(tenant.name()).retrieve(&id).await?).into_response())
 }
 
 /// `DELETE /v1/responses/{response_id}`.
 pub async fn delete(
     State(engine): State<Arc<Engine>>,
+    tenant: Tenant,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
-    Ok(Json(engine.stored().delete(&id).await?).into_response())
+    Ok(Json(engine.stored(tenant.name()).delete(&id).await?).into_response())
 }
 
 /// `GET /v1/responses/{response_id}/input_items`: this response's own input, OpenAI's list shape.
 pub async fn input_items(
     State(engine): State<Arc<Engine>>,
+    tenant: Tenant,
     id: Result<Path<String>, PathRejection>,
     params: Result<Query<ListQueryParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, HttpError> {
@@ -87,15 +98,16 @@ pub async fn input_items(
     let Query(params) =
         params.map_err(|e| ApiError::invalid_body(format!("Invalid query string: {}", e.body_text())))?;
     let query = ListQuery::parse(params)?;
-    Ok(Json(engine.stored().input_items(&id, query).await?).into_response())
+    Ok(Json(engine.stored(tenant.name()).input_items(&id, query).await?).into_response())
 }
 
 /// `POST /v1/responses/compact`: the compacted window of a conversation.
 pub async fn compact(
     State(engine): State<Arc<Engine>>,
+    tenant: Tenant,
     RequestId(request_id): RequestId,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
     let request = CompactRequest::from_slice(&body)?.validate_within(&engine.limits().request)?;
-    Ok(Json(engine.compact(request, vec![("x-request-id", request_id)]).await?).into_response())
+    Ok(Json(engine.compact(tenant.name(), request, vec![("x-request-id", request_id)]).await?).into_response())
 }

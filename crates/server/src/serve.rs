@@ -53,7 +53,7 @@ pub async fn build(
             .with_reasoning_seal(seal)
             .with_file_reader(Arc::new(files)),
     );
-    let api_keys = ApiKeys::new(options.api_keys.iter().cloned());
+    let api_keys = ApiKeys::new(&options.api_keys, &options.tenants, options.tenant_limits);
     Ok(router(AppConfig {
         engine,
         api_keys,

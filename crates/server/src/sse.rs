@@ -11,6 +11,7 @@ use respgw_protocol::{ResponseEvent, SseFrame};
 use respgw_telemetry::SseStreamGuard;
 use tokio::sync::mpsc;
 
+use crate::auth::StreamSlot;
 use crate::event_sequence::EventSequence;
 
 /// Stop batching waiting events once a chunk is this large.
@@ -22,6 +23,8 @@ struct Framer {
     done: bool,
     /// Counts this stream as open, and times it, until the body is dropped.
     _open_stream: SseStreamGuard,
+    /// Counts it among its tenant's open streams until the body is dropped.
+    _slot: Option<StreamSlot>,
 }
 
 impl Framer {
@@ -60,12 +63,14 @@ impl Framer {
     }
 }
 
-/// Frames engine events for the wire; `open_stream` is released when the body is dropped.
+/// Frames engine events for the wire; `open_stream` and the tenant's `slot` are released when
+/// the body is dropped.
 pub fn event_stream(
     rx: mpsc::Receiver<ResponseEvent>,
     open_stream: SseStreamGuard,
+    slot: Option<StreamSlot>,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> {
-    let framer = Framer { events: EventSequence::new(rx), done: false, _open_stream: open_stream };
+    let framer = Framer { events: EventSequence::new(rx), done: false, _open_stream: open_stream, _slot: slot };
     futures::stream::unfold(
         framer,
         |mut framer| async move { framer.next_chunk().await.map(|chunk| (Ok(chunk), framer)) },
@@ -83,7 +88,7 @@ mod tests {
     async fn collect(rx: mpsc::Receiver<ResponseEvent>) -> String {
         let metrics = respgw_telemetry::Metrics::new();
         let frames: Vec<Bytes> =
-            event_stream(rx, metrics.sse_stream("/v1/responses")).map(|f| f.unwrap()).collect().await;
+            event_stream(rx, metrics.sse_stream("/v1/responses"), None).map(|f| f.unwrap()).collect().await;
         assert_eq!(metrics.snapshot().gauge("gw_responses_sse_connections_in_flight", &[]), Some(0));
         frames.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect()
     }

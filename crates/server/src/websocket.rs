@@ -44,6 +44,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::auth::{StreamSlot, Tenant};
 use crate::error::HttpError;
 use crate::event_sequence::EventSequence;
 use crate::request_id::RequestId;
@@ -80,6 +81,7 @@ pub struct WebSocketDrain {
 /// `GET /v1/responses`: upgrade to WebSocket mode, or 405 for a plain GET.
 pub async fn upgrade(
     State(mode): State<WebSocketMode>,
+    tenant: Tenant,
     RequestId(request_id): RequestId,
     drain: Option<Extension<WebSocketDrain>>,
     method: Method,
@@ -110,13 +112,15 @@ pub async fn upgrade(
         .on_failed_upgrade(|e| tracing::debug!(error = %e, "WebSocket upgrade failed"))
         .on_upgrade(move |socket| {
             let drain = drain.map(|Extension(drain)| drain);
-            Connection::new(mode, request_id, drain).serve(socket).instrument(span)
+            Connection::new(mode, tenant, request_id, drain).serve(socket).instrument(span)
         })
 }
 
 /// One WebSocket connection.
 struct Connection {
     mode: WebSocketMode,
+    /// The upgrade request's tenant: every response on the connection is run for it.
+    tenant: Tenant,
     /// The upgrade request's id; response `n` on the connection is `<id>.<n>` upstream.
     request_id: String,
     /// Responses started so far.
@@ -139,6 +143,8 @@ struct RunningResponse {
     conversation: JoinHandle<Option<LocalConversation>>,
     /// Counts the response as an open stream, and times it, until it ends or the client leaves.
     _open_stream: SseStreamGuard,
+    /// Counts it among its tenant's open streams, as long.
+    _slot: StreamSlot,
 }
 
 /// Why the connection loop stops.
@@ -155,8 +161,8 @@ enum Input {
 }
 
 impl Connection {
-    fn new(mode: WebSocketMode, request_id: String, drain: Option<WebSocketDrain>) -> Self {
-        Connection { mode, request_id, started: 0, running: None, drain, going_away: false, local: None }
+    fn new(mode: WebSocketMode, tenant: Tenant, request_id: String, drain: Option<WebSocketDrain>) -> Self {
+        Connection { mode, tenant, request_id, started: 0, running: None, drain, going_away: false, local: None }
     }
 
     async fn serve(mut self, socket: WebSocket) {
@@ -235,6 +241,7 @@ impl Connection {
         drop(in_flight);
         let status = outcome.as_ref().map_or_else(|e| e.status, |()| 200);
         metrics.record_request(METRICS_METHOD, ROUTE, status, started_at.elapsed());
+        metrics.tenant_request(self.tenant.name(), status);
         match outcome {
             Ok(()) => Ok(()),
             Err(error) => send_text(sender, error_frame(&error)).await,
@@ -244,15 +251,23 @@ impl Connection {
     /// Validate and prepare the frame's request, then let the engine spawn its run.
     async fn start(&mut self, frame: &[u8]) -> Result<(), ApiError> {
         let engine = &self.mode.engine;
+        // Each `response.create` counts against the tenant's limits like a request over HTTP.
+        self.tenant.take_request().map_err(|limited| limited.error)?;
+        let slot = self.tenant.open_stream().map_err(|limited| limited.error)?;
         let request = parse_response_create(frame)?.validate(&engine.capabilities())?;
         self.started += 1;
         let request_id = format!("{}.{}", self.request_id, self.started);
+        let local = self.local.as_ref();
         let prepared =
-            engine.prepare_continuing(request, vec![("x-request-id", request_id)], self.local.as_ref()).await?;
+            engine.prepare_continuing(self.tenant.name(), request, vec![("x-request-id", request_id)], local).await?;
         let open_stream = engine.metrics().sse_stream(ROUTE);
         let (events, conversation) = prepared.spawn_keeping_conversation(EVENT_BUFFER);
-        self.running =
-            Some(RunningResponse { events: EventSequence::new(events), conversation, _open_stream: open_stream });
+        self.running = Some(RunningResponse {
+            events: EventSequence::new(events),
+            conversation,
+            _open_stream: open_stream,
+            _slot: slot,
+        });
         Ok(())
     }
 }

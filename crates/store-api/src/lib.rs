@@ -6,6 +6,10 @@
 //! (its *history*), and conversations (`conv_…`), ordered item lists that clients edit and that
 //! responses created in them extend.
 //!
+//! Everything stored has an *owner*, the tenant that created it. Every method that takes an id
+//! also takes the owner asking, and another owner's record is exactly a missing one (`None`,
+//! `false`, [`ConversationItemLookup::NoConversation`]), found with the same one lookup.
+//!
 //! The engine and the server's handlers need only this; the backends (SQLite, PostgreSQL) and
 //! choosing one from a location are in `respgw-store`, so a crate that never opens a database
 //! does not compile a driver.
@@ -18,6 +22,10 @@ use respgw_protocol::listing::{ListOrder, ListQuery};
 pub struct NewResponse {
     /// The response id (`resp_…`); must not be stored yet.
     pub id: String,
+    /// The tenant that created it; only this owner reads, continues or deletes it.
+    /// `history_from` and `conversation` must belong to the same owner (else the save fails as if
+    /// they were gone).
+    pub owner: String,
     /// The response this one continues, if any.
     pub previous_response_id: Option<String>,
     /// The model name as reported in the response object.
@@ -63,6 +71,9 @@ pub struct NewConversation {
     /// `conv_…`; must not be stored yet ([`StoreError::Duplicate`]; a deleted conversation's id
     /// stays taken while responses created in it are stored).
     pub id: String,
+    /// The tenant that created it; only this owner reads, changes or deletes it, or creates
+    /// responses in it.
+    pub owner: String,
     /// Unix seconds.
     pub created_at: i64,
     /// The metadata object (validated by the caller: at most 16 string pairs).
@@ -93,7 +104,7 @@ pub struct ConversationHistory {
 /// The outcome of looking up or deleting one item of a conversation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConversationItemLookup<T> {
-    /// No conversation with that id (or it was deleted).
+    /// No conversation with that id (or it was deleted, or another owner's).
     NoConversation,
     /// The conversation exists but holds no item with that id.
     NoItem,
@@ -169,7 +180,8 @@ pub enum StoreError {
     ConversationChanged(String),
 }
 
-/// Where responses and their conversations are kept.
+/// Where responses and their conversations are kept. "Not stored" below includes "stored for
+/// another owner".
 #[async_trait::async_trait]
 pub trait ResponseStore: Send + Sync + 'static {
     /// Persist a terminal response atomically (one transaction): its row with its conversation's
@@ -177,59 +189,81 @@ pub trait ResponseStore: Send + Sync + 'static {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError>;
 
     /// The stored response object JSON, or None.
-    async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError>;
+    async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError>;
 
     /// The full ordered history to continue from response `id`: inherited items ++ its input ++
     /// its output. One query. None if `id` is not stored (or was deleted).
-    async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError>;
+    async fn history(&self, owner: &str, id: &str) -> Result<Option<Vec<Item>>, StoreError>;
 
     /// This response's own input items (not inherited ones), paginated like OpenAI's input_items
     /// list (`after` is an item id; the cursor is exclusive). None if `id` is not stored.
-    async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError>;
+    async fn input_items(
+        &self,
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError>;
 
     /// Delete a response; returns false when it was not stored. Its items are removed in the same
     /// transaction unless a continuation shares them, in which case they go with the last such
     /// continuation; continuations of the deleted response keep working.
-    async fn delete(&self, id: &str) -> Result<bool, StoreError>;
+    async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError>;
 
     /// Create a conversation with its initial items, atomically.
     async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError>;
 
     /// The conversation's record, or None when it does not exist (or was deleted).
-    async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError>;
+    async fn conversation(&self, owner: &str, id: &str) -> Result<Option<ConversationRecord>, StoreError>;
 
     /// Replace the conversation's metadata (its version stays); the updated record, or None when it
     /// does not exist.
     async fn update_conversation(
         &self,
+        owner: &str,
         id: &str,
         metadata: serde_json::Map<String, serde_json::Value>,
     ) -> Result<Option<ConversationRecord>, StoreError>;
 
     /// Delete a conversation; false when it does not exist. Stored responses created in it keep
     /// their whole history.
-    async fn delete_conversation(&self, id: &str) -> Result<bool, StoreError>;
+    async fn delete_conversation(&self, owner: &str, id: &str) -> Result<bool, StoreError>;
 
     /// Every item of the conversation, oldest first, with its version: what a response created in
     /// it continues. One consistent snapshot. None when it does not exist.
-    async fn conversation_history(&self, id: &str) -> Result<Option<ConversationHistory>, StoreError>;
+    async fn conversation_history(&self, owner: &str, id: &str) -> Result<Option<ConversationHistory>, StoreError>;
 
     /// One page of the conversation's items (`after` is an item id, exclusive; an id not in the
     /// conversation yields an empty page). None when the conversation does not exist.
-    async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError>;
+    async fn conversation_items(
+        &self,
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError>;
 
     /// Append items to the conversation, atomically, after everything already in it; changes its
     /// version (unless `items` is empty). None when the conversation does not exist.
-    async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError>;
+    async fn append_conversation_items(
+        &self,
+        owner: &str,
+        id: &str,
+        items: Vec<Item>,
+    ) -> Result<Option<()>, StoreError>;
 
     /// The first item with id `item_id` in the conversation (one snapshot).
-    async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError>;
+    async fn conversation_item(
+        &self,
+        owner: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<ConversationItemLookup<Item>, StoreError>;
 
     /// Remove the first item with id `item_id` from the conversation, changing its version; the
     /// conversation's record when it was removed. Stored responses whose history holds the item
     /// keep it.
     async fn delete_conversation_item(
         &self,
+        owner: &str,
         id: &str,
         item_id: &str,
     ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError>;

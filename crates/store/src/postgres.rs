@@ -11,14 +11,16 @@
 //! - `items(key, item_id, body)`: each item once; `key` comes from the sequence `items_key_seq`,
 //!   which never hands a number out twice (a deleted item's key is never reused).
 //! - `responses(id, previous_response_id, model, created_at, status, body, history, history_from,
-//!   deleted, conversation_id)`; `body` is text, not `jsonb`, so that GET returns the object with
+//!   deleted, conversation_id, owner)`; `body` is text, not `jsonb`, so that GET returns the object with
 //!   its keys in their original order; `history` is the history's item keys (`bigint[]`);
 //!   `history_from` the response it continues (a foreign key, indexed); `deleted` marks a
-//!   tombstone; `conversation_id` the conversation it was created in (a foreign key, indexed).
+//!   tombstone; `conversation_id` the conversation it was created in (a foreign key, indexed);
+//!   `owner` the tenant that created it (every read or write by id filters on it).
 //! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
 //!   input, 2 output), in order.
-//! - `conversations(id, created_at, metadata, version, deleted)`: `metadata` is a JSON object as
-//!   text (key order kept); `version` moves on with every change of the item list.
+//! - `conversations(id, created_at, metadata, version, deleted, owner)`: `metadata` is a JSON
+//!   object as text (key order kept); `version` moves on with every change of the item list;
+//!   `owner` as for responses.
 //! - `conversation_items(conversation_id, position, item_key, removed)`: a conversation's items in
 //!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
 //!   the responses created in it.
@@ -75,7 +77,7 @@ use crate::{
 };
 
 /// The schema version this code reads and writes (the highest row of `respgw_schema_migrations`).
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The advisory lock key that serializes migrations ("respgw" in ASCII, then 1).
 const MIGRATION_LOCK: i64 = 0x7265_7370_6777_0001;
@@ -154,13 +156,19 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX conversation_items_item_key ON conversation_items (item_key);
     ALTER TABLE responses ADD COLUMN conversation_id text REFERENCES conversations(id);
     CREATE INDEX responses_conversation_id ON responses (conversation_id);",
+    // Ownership: rows from before belong to the tenant `default`. Lookups are by primary key, so
+    // the column needs no index.
+    "
+    ALTER TABLE responses ADD COLUMN owner text NOT NULL DEFAULT 'default';
+    ALTER TABLE conversations ADD COLUMN owner text NOT NULL DEFAULT 'default';",
 ];
 
 /// The whole save as one statement. The new items (`$8` ids, `$9` bodies), each drawing its key
 /// in a materialized CTE so that a key and its item stay paired; the response row, whose key list
 /// is that of the response it continues (`$7`) followed by the new keys; then the rows of its own
 /// items, the first `$10` being input, returning each new item's position and key. The foreign
-/// key on `history_from` fails the statement as a whole when that response is gone.
+/// key on `history_from` fails the statement as a whole when that response is gone; a response
+/// of another owner than `$11` counts as gone (its id is replaced by `''`, which names no row).
 const SAVE: &str = "
     WITH new_items AS MATERIALIZED (
         SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
@@ -170,10 +178,14 @@ const SAVE: &str = "
         INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
     ),
     response AS (
-        INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history)
-        VALUES ($1, $2, $3, $4, $5, $6, $7,
-            coalesce((SELECT p.history FROM responses p WHERE p.id = $7), '{}')
-            || ARRAY(SELECT key FROM new_items ORDER BY ord))
+        INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
+            owner)
+        VALUES ($1, $2, $3, $4, $5, $6,
+            CASE WHEN $7::text IS NULL THEN NULL
+                ELSE coalesce((SELECT p.id FROM responses p WHERE p.id = $7 AND p.owner = $11), '') END,
+            coalesce((SELECT p.history FROM responses p WHERE p.id = $7 AND p.owner = $11), '{}')
+            || ARRAY(SELECT key FROM new_items ORDER BY ord),
+            $11)
         RETURNING id
     )
     INSERT INTO response_items (response_id, position, item_key, role)
@@ -181,8 +193,8 @@ const SAVE: &str = "
     FROM new_items n
     RETURNING position, item_key";
 
-/// The save of a response created in a conversation (`$7`), run once the conversation's row is
-/// locked and its version checked: the new items (`$8` ids, `$9` bodies, the first `$10` being
+/// The save of a response created in a conversation (`$7`) by owner `$11`, run once the
+/// conversation's row is locked and its owner and version checked: the new items (`$8` ids, `$9` bodies, the first `$10` being
 /// input); the response row, whose key list is the conversation's visible keys followed by the new
 /// ones; its own items' rows; the same keys appended to the conversation after its last position;
 /// and the conversation's next version (when anything was appended). Returns each new item's
@@ -197,12 +209,12 @@ const SAVE_IN_CONVERSATION: &str = "
     ),
     response AS (
         INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
-            conversation_id)
+            conversation_id, owner)
         VALUES ($1, $2, $3, $4, $5, $6, NULL,
             ARRAY(SELECT ci.item_key FROM conversation_items ci
                   WHERE ci.conversation_id = $7 AND NOT ci.removed ORDER BY ci.position)
             || ARRAY(SELECT key FROM new_items ORDER BY ord),
-            $7)
+            $7, $11)
         RETURNING id
     ),
     appended AS (
@@ -220,11 +232,12 @@ const SAVE_IN_CONVERSATION: &str = "
     RETURNING position, item_key";
 
 /// Lock a conversation's row for a write (every write of a conversation takes it first, so they
-/// run one after the other, each seeing the one before); its tombstone flag and version.
-const LOCK_CONVERSATION: &str = "SELECT deleted, version FROM conversations WHERE id = $1 FOR UPDATE";
+/// run one after the other, each seeing the one before); its tombstone flag and version. Only
+/// owner `$2`'s.
+const LOCK_CONVERSATION: &str = "SELECT deleted, version FROM conversations WHERE id = $1 AND owner = $2 FOR UPDATE";
 
-/// A new conversation (`$1` id, `$2` created_at, `$3` metadata) with its items (`$4` ids, `$5`
-/// bodies), in one statement; returns each new item's index and key.
+/// A new conversation (`$1` id, `$2` created_at, `$3` metadata, `$6` owner) with its items (`$4`
+/// ids, `$5` bodies), in one statement; returns each new item's index and key.
 const CREATE_CONVERSATION: &str = "
     WITH new_items AS MATERIALIZED (
         SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
@@ -234,7 +247,7 @@ const CREATE_CONVERSATION: &str = "
         INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
     ),
     conversation AS (
-        INSERT INTO conversations (id, created_at, metadata) VALUES ($1, $2, $3) RETURNING id
+        INSERT INTO conversations (id, created_at, metadata, owner) VALUES ($1, $2, $3, $6) RETURNING id
     ),
     rows AS (
         INSERT INTO conversation_items (conversation_id, position, item_key)
@@ -263,10 +276,11 @@ const APPEND_CONVERSATION_ITEMS: &str = "
     )
     SELECT (n.ord - 1)::integer, n.key FROM new_items n";
 
-const SELECT_CONVERSATION: &str = "SELECT created_at, metadata FROM conversations WHERE id = $1 AND NOT deleted";
+const SELECT_CONVERSATION: &str =
+    "SELECT created_at, metadata FROM conversations WHERE id = $1 AND owner = $2 AND NOT deleted";
 
-const UPDATE_CONVERSATION: &str =
-    "UPDATE conversations SET metadata = $2 WHERE id = $1 AND NOT deleted RETURNING created_at, metadata";
+const UPDATE_CONVERSATION: &str = "UPDATE conversations SET metadata = $2 WHERE id = $1 AND owner = $3 AND NOT deleted
+    RETURNING created_at, metadata";
 
 const BUMP_VERSION: &str =
     "UPDATE conversations SET version = version + 1 WHERE id = $1 RETURNING created_at, metadata";
@@ -278,7 +292,7 @@ const CONVERSATION_HISTORY: &str = "
     FROM conversations c
     LEFT JOIN conversation_items ci ON ci.conversation_id = c.id AND NOT ci.removed
     LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = $1 AND NOT c.deleted
+    WHERE c.id = $1 AND c.owner = $2 AND NOT c.deleted
     ORDER BY ci.position";
 
 /// A page of a conversation's visible items from an exclusive cursor (`$2`, an item id, NULL for
@@ -292,7 +306,7 @@ const CONVERSATION_ITEMS_ASC: &str = "
             SELECT MIN(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
             WHERE x.conversation_id = $1 AND NOT x.removed AND xi.item_id = $2))
     LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = $1 AND NOT c.deleted
+    WHERE c.id = $1 AND c.owner = $4 AND NOT c.deleted
     ORDER BY ci.position ASC
     LIMIT $3";
 
@@ -306,11 +320,11 @@ const CONVERSATION_ITEMS_DESC: &str = "
             SELECT MAX(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
             WHERE x.conversation_id = $1 AND NOT x.removed AND xi.item_id = $2))
     LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = $1 AND NOT c.deleted
+    WHERE c.id = $1 AND c.owner = $4 AND NOT c.deleted
     ORDER BY ci.position DESC
     LIMIT $3";
 
-/// The first visible item with id `$2` of conversation `$1`: no row when the conversation does
+/// The first visible item with id `$2` of owner `$3`'s conversation `$1`: no row when the conversation does
 /// not exist, an all-NULL row when it holds no such item.
 const CONVERSATION_ITEM: &str = "
     SELECT f.item_key, i.body
@@ -318,7 +332,7 @@ const CONVERSATION_ITEM: &str = "
         SELECT (SELECT ci.item_key FROM conversation_items ci JOIN items x ON x.key = ci.item_key
                 WHERE ci.conversation_id = c.id AND NOT ci.removed AND x.item_id = $2
                 ORDER BY ci.position LIMIT 1) AS item_key
-        FROM conversations c WHERE c.id = $1 AND NOT c.deleted
+        FROM conversations c WHERE c.id = $1 AND c.owner = $3 AND NOT c.deleted
     ) f
     LEFT JOIN items i ON i.key = f.item_key";
 
@@ -354,7 +368,7 @@ const DELETE_ORPHAN_ITEMS: &str = "
     AND NOT EXISTS (SELECT 1 FROM response_items r WHERE r.item_key = items.key)
     AND NOT EXISTS (SELECT 1 FROM conversation_items c WHERE c.item_key = items.key)";
 
-const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = $1 AND NOT deleted";
+const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = $1 AND owner = $2 AND NOT deleted";
 
 /// The key list joined to the items, in list order. LEFT JOINs from `responses`: no row at all
 /// means "not stored", one all-NULL row means "stored, empty conversation".
@@ -363,7 +377,7 @@ const SELECT_RESPONSE_HISTORY: &str = "
     FROM responses r
     LEFT JOIN LATERAL unnest(r.history) WITH ORDINALITY AS h(key, ord) ON true
     LEFT JOIN items i ON i.key = h.key
-    WHERE r.id = $1 AND NOT r.deleted
+    WHERE r.id = $1 AND r.owner = $2 AND NOT r.deleted
     ORDER BY h.ord";
 
 /// Input items of one response from an exclusive cursor (`$2`, an item id, NULL for none), oldest
@@ -378,7 +392,7 @@ const INPUT_ITEMS_ASC: &str = "
             SELECT MIN(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
             WHERE c.response_id = $1 AND c.role = 1 AND ci.item_id = $2))
     LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = $1 AND NOT r.deleted
+    WHERE r.id = $1 AND r.owner = $4 AND NOT r.deleted
     ORDER BY ri.position ASC
     LIMIT $3";
 
@@ -392,12 +406,13 @@ const INPUT_ITEMS_DESC: &str = "
             SELECT MAX(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
             WHERE c.response_id = $1 AND c.role = 1 AND ci.item_id = $2))
     LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = $1 AND NOT r.deleted
+    WHERE r.id = $1 AND r.owner = $4 AND NOT r.deleted
     ORDER BY ri.position DESC
     LIMIT $3";
 
-/// Lock a response's row for a delete (see the module's "Saves racing deletes").
-const LOCK_FOR_DELETE: &str = "SELECT deleted, history_from FROM responses WHERE id = $1 FOR UPDATE";
+/// Lock owner `$2`'s response's row for a delete (see the module's "Saves racing deletes"); a
+/// response continues only its own owner's, so the chain above it is the same owner's.
+const LOCK_FOR_DELETE: &str = "SELECT deleted, history_from FROM responses WHERE id = $1 AND owner = $2 FOR UPDATE";
 
 /// Read after the lock, so a save that committed while the delete waited is seen.
 const HAS_CONTINUATIONS: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE history_from = $1)";
@@ -614,6 +629,7 @@ impl ResponseStore for PostgresStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
         let NewResponse {
             id,
+            owner,
             previous_response_id,
             model,
             created_at,
@@ -635,7 +651,7 @@ impl ResponseStore for PostgresStore {
         if let Some(append) = conversation {
             let conversation_id = lookup_key(&append.id).into_owned();
             let mut tx = self.pool.begin().await.map_err(map_err)?;
-            match lock_conversation(&mut tx, &conversation_id).await? {
+            match lock_conversation(&mut tx, &owner, &conversation_id).await? {
                 Some((false, version)) if version == append.version => {}
                 // Dropping `tx` rolls back.
                 Some((false, _)) => return Err(StoreError::ConversationChanged(append.id)),
@@ -652,6 +668,7 @@ impl ResponseStore for PostgresStore {
                 .bind(&item_ids)
                 .bind(&bodies)
                 .bind(inputs)
+                .bind(&owner)
                 .fetch_all(&mut *tx)
                 .await;
             let rows = match saved {
@@ -674,6 +691,7 @@ impl ResponseStore for PostgresStore {
             .bind(&item_ids)
             .bind(&bodies)
             .bind(inputs)
+            .bind(&owner)
             .fetch_all(&self.pool)
             .await;
         match saved {
@@ -690,24 +708,38 @@ impl ResponseStore for PostgresStore {
         }
     }
 
-    async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
+    async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
         let id = &*lookup_key(id);
-        let body: Option<String> =
-            sqlx::query_scalar(SELECT_RESPONSE).bind(id).fetch_optional(&self.pool).await.map_err(map_err)?;
+        let body: Option<String> = sqlx::query_scalar(SELECT_RESPONSE)
+            .bind(id)
+            .bind(&*lookup_key(owner))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
         let Some(body) = body else { return Ok(None) };
         serde_json::from_str(&body).map(Some).map_err(|e| StoreError::Corrupt(format!("response {id}: {e}")))
     }
 
-    async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+    async fn history(&self, owner: &str, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
         let id = &*lookup_key(id);
-        let rows = sqlx::query(SELECT_RESPONSE_HISTORY).bind(id).fetch_all(&self.pool).await.map_err(map_err)?;
+        let rows = sqlx::query(SELECT_RESPONSE_HISTORY)
+            .bind(id)
+            .bind(&*lookup_key(owner))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
         if rows.is_empty() {
             return Ok(None);
         }
         decode_rows(rows, &self.items).map(Some)
     }
 
-    async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+    async fn input_items(
+        &self,
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError> {
         let id = &*lookup_key(id);
         let after = page.after.as_deref().map(lookup_key);
         let sql = match page.order {
@@ -720,6 +752,7 @@ impl ResponseStore for PostgresStore {
             .bind(id)
             .bind(after.as_deref())
             .bind(fetch)
+            .bind(&*lookup_key(owner))
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
@@ -732,11 +765,11 @@ impl ResponseStore for PostgresStore {
         Ok(Some(InputItemsList { items, has_more }))
     }
 
-    async fn delete(&self, id: &str) -> Result<bool, StoreError> {
-        let id = &*lookup_key(id);
+    async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
+        let (owner, id) = (&*lookup_key(owner), &*lookup_key(id));
         let mut tx = self.pool.begin().await.map_err(map_err)?;
         let row: Option<(bool, Option<String>)> =
-            sqlx::query_as(LOCK_FOR_DELETE).bind(id).fetch_optional(&mut *tx).await.map_err(map_err)?;
+            sqlx::query_as(LOCK_FOR_DELETE).bind(id).bind(owner).fetch_optional(&mut *tx).await.map_err(map_err)?;
         let history_from = match row {
             Some((false, history_from)) => history_from,
             // Not stored, or already deleted; dropping `tx` rolls back.
@@ -745,16 +778,20 @@ impl ResponseStore for PostgresStore {
         if has_continuations(&mut tx, id).await? {
             sqlx::query(MAKE_TOMBSTONE).bind(id).execute(&mut *tx).await.map_err(map_err)?;
         } else {
-            remove(&mut tx, id).await?;
+            remove(&mut tx, owner, id).await?;
             // Up the chain: each tombstone whose last continuation just went goes too.
             let mut parent = history_from;
             while let Some(p) = parent.take() {
-                let row: Option<(bool, Option<String>)> =
-                    sqlx::query_as(LOCK_FOR_DELETE).bind(&p).fetch_optional(&mut *tx).await.map_err(map_err)?;
+                let row: Option<(bool, Option<String>)> = sqlx::query_as(LOCK_FOR_DELETE)
+                    .bind(&p)
+                    .bind(owner)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
                 if let Some((true, next)) = row
                     && !has_continuations(&mut tx, &p).await?
                 {
-                    remove(&mut tx, &p).await?;
+                    remove(&mut tx, owner, &p).await?;
                     parent = next;
                 }
             }
@@ -764,7 +801,7 @@ impl ResponseStore for PostgresStore {
     }
 
     async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError> {
-        let NewConversation { id, created_at, metadata, items } = conversation;
+        let NewConversation { id, owner, created_at, metadata, items } = conversation;
         let metadata = encode(&metadata, "metadata")?;
         let (item_ids, bodies) = encode_items(&items)?;
         let created = sqlx::query(CREATE_CONVERSATION)
@@ -773,6 +810,7 @@ impl ResponseStore for PostgresStore {
             .bind(&metadata)
             .bind(&item_ids)
             .bind(&bodies)
+            .bind(&owner)
             .fetch_all(&self.pool)
             .await;
         match created {
@@ -785,15 +823,20 @@ impl ResponseStore for PostgresStore {
         }
     }
 
-    async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
+    async fn conversation(&self, owner: &str, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
         let id = &*lookup_key(id);
-        let row: Option<(i64, String)> =
-            sqlx::query_as(SELECT_CONVERSATION).bind(id).fetch_optional(&self.pool).await.map_err(map_err)?;
+        let row: Option<(i64, String)> = sqlx::query_as(SELECT_CONVERSATION)
+            .bind(id)
+            .bind(&*lookup_key(owner))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
         row.map(|(created_at, metadata)| record(id, created_at, &metadata)).transpose()
     }
 
     async fn update_conversation(
         &self,
+        owner: &str,
         id: &str,
         metadata: serde_json::Map<String, serde_json::Value>,
     ) -> Result<Option<ConversationRecord>, StoreError> {
@@ -802,16 +845,17 @@ impl ResponseStore for PostgresStore {
         let row: Option<(i64, String)> = sqlx::query_as(UPDATE_CONVERSATION)
             .bind(id)
             .bind(&metadata)
+            .bind(&*lookup_key(owner))
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
         row.map(|(created_at, metadata)| record(id, created_at, &metadata)).transpose()
     }
 
-    async fn delete_conversation(&self, id: &str) -> Result<bool, StoreError> {
+    async fn delete_conversation(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
         let id = &*lookup_key(id);
         let mut tx = self.pool.begin().await.map_err(map_err)?;
-        match lock_conversation(&mut tx, id).await? {
+        match lock_conversation(&mut tx, &lookup_key(owner), id).await? {
             Some((false, _)) => {}
             // Not stored, or already deleted; dropping `tx` rolls back.
             Some((true, _)) | None => return Ok(false),
@@ -825,16 +869,26 @@ impl ResponseStore for PostgresStore {
         Ok(true)
     }
 
-    async fn conversation_history(&self, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
+    async fn conversation_history(&self, owner: &str, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
         let id = &*lookup_key(id);
-        let rows = sqlx::query(CONVERSATION_HISTORY).bind(id).fetch_all(&self.pool).await.map_err(map_err)?;
+        let rows = sqlx::query(CONVERSATION_HISTORY)
+            .bind(id)
+            .bind(&*lookup_key(owner))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
         let Some(first) = rows.first() else { return Ok(None) };
         let version: i64 = first.try_get(2).map_err(map_err)?;
         let items = decode_rows(rows, &self.items)?;
         Ok(Some(ConversationHistory { items, version }))
     }
 
-    async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
+    async fn conversation_items(
+        &self,
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError> {
         let id = &*lookup_key(id);
         let after = page.after.as_deref().map(lookup_key);
         let sql = match page.order {
@@ -846,6 +900,7 @@ impl ResponseStore for PostgresStore {
             .bind(id)
             .bind(after.as_deref())
             .bind(fetch)
+            .bind(&*lookup_key(owner))
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
@@ -858,11 +913,16 @@ impl ResponseStore for PostgresStore {
         Ok(Some(InputItemsList { items, has_more }))
     }
 
-    async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError> {
+    async fn append_conversation_items(
+        &self,
+        owner: &str,
+        id: &str,
+        items: Vec<Item>,
+    ) -> Result<Option<()>, StoreError> {
         let id = &*lookup_key(id);
         let (item_ids, bodies) = encode_items(&items)?;
         let mut tx = self.pool.begin().await.map_err(map_err)?;
-        match lock_conversation(&mut tx, id).await? {
+        match lock_conversation(&mut tx, &lookup_key(owner), id).await? {
             Some((false, _)) => {}
             Some((true, _)) | None => return Ok(None),
         }
@@ -881,10 +941,20 @@ impl ResponseStore for PostgresStore {
         Ok(Some(()))
     }
 
-    async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError> {
+    async fn conversation_item(
+        &self,
+        owner: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<ConversationItemLookup<Item>, StoreError> {
         let (id, item_id) = (lookup_key(id), lookup_key(item_id));
-        let rows =
-            sqlx::query(CONVERSATION_ITEM).bind(&*id).bind(&*item_id).fetch_all(&self.pool).await.map_err(map_err)?;
+        let rows = sqlx::query(CONVERSATION_ITEM)
+            .bind(&*id)
+            .bind(&*item_id)
+            .bind(&*lookup_key(owner))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
         if rows.is_empty() {
             return Ok(ConversationItemLookup::NoConversation);
         }
@@ -896,13 +966,14 @@ impl ResponseStore for PostgresStore {
 
     async fn delete_conversation_item(
         &self,
+        owner: &str,
         id: &str,
         item_id: &str,
     ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
         let (id, item_id) = (lookup_key(id), lookup_key(item_id));
         let id = &*id;
         let mut tx = self.pool.begin().await.map_err(map_err)?;
-        match lock_conversation(&mut tx, id).await? {
+        match lock_conversation(&mut tx, &lookup_key(owner), id).await? {
             Some((false, _)) => {}
             Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
         }
@@ -983,9 +1054,14 @@ fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecor
     Ok(ConversationRecord { id: id.to_owned(), created_at, metadata })
 }
 
-/// Lock a conversation's row; its tombstone flag and version, or None when it is not stored.
-async fn lock_conversation(tx: &mut sqlx::PgConnection, id: &str) -> Result<Option<(bool, i64)>, StoreError> {
-    sqlx::query_as(LOCK_CONVERSATION).bind(id).fetch_optional(&mut *tx).await.map_err(map_err)
+/// Lock `owner`'s conversation's row; its tombstone flag and version, or None when `owner` has
+/// no such conversation.
+async fn lock_conversation(
+    tx: &mut sqlx::PgConnection,
+    owner: &str,
+    id: &str,
+) -> Result<Option<(bool, i64)>, StoreError> {
+    sqlx::query_as(LOCK_CONVERSATION).bind(id).bind(owner).fetch_optional(&mut *tx).await.map_err(map_err)
 }
 
 /// Whether a stored response (or tombstone) was created in the conversation.
@@ -1009,13 +1085,13 @@ async fn collect_conversation(tx: &mut sqlx::PgConnection, id: &str) -> Result<(
     delete_orphans(tx, &keys).await
 }
 
-/// Remove a response that nothing continues, with its own items that nothing else holds, then
-/// release the conversation it was created in, if any.
-async fn remove(tx: &mut sqlx::PgConnection, id: &str) -> Result<(), StoreError> {
+/// Remove `owner`'s response that nothing continues, with its own items that nothing else holds,
+/// then release the conversation it was created in (the same owner's), if any.
+async fn remove(tx: &mut sqlx::PgConnection, owner: &str, id: &str) -> Result<(), StoreError> {
     let conversation: Option<Option<String>> =
         sqlx::query_scalar(REMOVE).bind(id).fetch_optional(&mut *tx).await.map_err(map_err)?;
     if let Some(conversation) = conversation.flatten() {
-        release_conversation(tx, &conversation).await?;
+        release_conversation(tx, owner, &conversation).await?;
     }
     Ok(())
 }
@@ -1025,8 +1101,8 @@ async fn remove(tx: &mut sqlx::PgConnection, id: &str) -> Result<(), StoreError>
 /// it is a tombstone, else its removed rows (and their items, unless held elsewhere). Locks the
 /// conversation's row first, so a save into it either committed before (and is seen here) or
 /// waits for this transaction.
-async fn release_conversation(tx: &mut sqlx::PgConnection, id: &str) -> Result<(), StoreError> {
-    let Some((deleted, _)) = lock_conversation(tx, id).await? else { return Ok(()) };
+async fn release_conversation(tx: &mut sqlx::PgConnection, owner: &str, id: &str) -> Result<(), StoreError> {
+    let Some((deleted, _)) = lock_conversation(tx, owner, id).await? else { return Ok(()) };
     if conversation_referenced(tx, id).await? {
         return Ok(());
     }

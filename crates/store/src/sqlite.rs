@@ -1,22 +1,23 @@
 //! The SQLite backend: one database file shared by every worker process, in WAL mode.
 //!
-//! Schema (version 3, recorded in `PRAGMA user_version`; version-1 and -2 files are migrated on
-//! open):
+//! Schema (version 4, recorded in `PRAGMA user_version`; older files are migrated on open):
 //!
 //! - `items(key, item_id, body)`: each item once, `body` being the serde JSON of
 //!   [`respgw_protocol::Item`]. `item_id` is not unique (clients may resend ids). `key` is
 //!   `AUTOINCREMENT` so a deleted item's key is never reused.
 //! - `responses(id, previous_response_id, model, created_at, status, body, history, history_from,
-//!   deleted, conversation_id)`: `body` is the response object JSON as text; `history` the whole
+//!   deleted, conversation_id, owner)`: `body` is the response object JSON as text; `history` the whole
 //!   history's item keys as a JSON array; `history_from` the response it continues (a foreign key,
 //!   indexed: it tells a delete whether anything continues a response); `deleted` marks a
 //!   tombstone; `conversation_id` the conversation it was created in (indexed: it tells whether a
-//!   conversation's rows must be kept).
+//!   conversation's rows must be kept); `owner` the tenant that created it (every read or write by
+//!   id filters on it; the primary key finds the row, so it needs no index).
 //! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
 //!   input, 2 output), in order: what the input-items listing pages through and what a delete
 //!   collects.
-//! - `conversations(id, created_at, metadata, version, deleted)`: `metadata` a JSON object as
-//!   text; `version` moves on with every change of the item list; `deleted` marks a tombstone.
+//! - `conversations(id, created_at, metadata, version, deleted, owner)`: `metadata` a JSON object
+//!   as text; `version` moves on with every change of the item list; `deleted` marks a tombstone;
+//!   `owner` as for responses.
 //! - `conversation_items(conversation_id, position, item_key, removed)`: a conversation's items in
 //!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
 //!   the responses created in it. What is kept, and when it goes, is in the crate's docs.
@@ -66,7 +67,7 @@ use crate::{
 };
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).
@@ -77,12 +78,12 @@ const ROLE_OUTPUT: i64 = 2;
 
 const INSERT_RESPONSE: &str = "
     INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
-        conversation_id)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+        conversation_id, owner)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 /// The key list of the response a save continues; tombstones included (a continuation that read
-/// the conversation before the delete still saves whole).
-const SELECT_HISTORY: &str = "SELECT history FROM responses WHERE id = ?1";
+/// the conversation before the delete still saves whole). Only the saving owner's.
+const SELECT_HISTORY: &str = "SELECT history FROM responses WHERE id = ?1 AND owner = ?2";
 
 /// Rows for the `?4` new items whose keys start at `?2`: the first `?3` are input (role `?5`), the
 /// rest output (role `?6`). A counting CTE instead of one bound row per item: the keys are
@@ -102,7 +103,7 @@ static INSERT_ITEMS: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
-const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = ?1 AND deleted = 0";
+const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = ?1 AND owner = ?2 AND deleted = 0";
 
 /// The key list joined to the items, in list order (json_each's `key` is the array index). LEFT
 /// JOINs from `responses`: no row at all means "not stored", one all-NULL row means "stored, empty
@@ -112,7 +113,7 @@ const SELECT_RESPONSE_HISTORY: &str = "
     FROM responses r
     LEFT JOIN json_each(r.history) AS h
     LEFT JOIN items i ON i.key = h.value
-    WHERE r.id = ?1 AND r.deleted = 0
+    WHERE r.id = ?1 AND r.owner = ?2 AND r.deleted = 0
     ORDER BY h.key";
 
 /// Input items of one response from an exclusive cursor, oldest first. The LEFT JOINs from
@@ -128,7 +129,7 @@ const INPUT_ITEMS_ASC: &str = "
             SELECT MIN(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
             WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
     LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1 AND r.deleted = 0
+    WHERE r.id = ?1 AND r.owner = ?4 AND r.deleted = 0
     ORDER BY ri.position ASC
     LIMIT ?3";
 
@@ -142,12 +143,13 @@ const INPUT_ITEMS_DESC: &str = "
             SELECT MAX(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
             WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
     LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1 AND r.deleted = 0
+    WHERE r.id = ?1 AND r.owner = ?4 AND r.deleted = 0
     ORDER BY ri.position DESC
     LIMIT ?3";
 
-/// Whether a response is stored, a tombstone, and what it continues.
-const SELECT_FOR_DELETE: &str = "SELECT deleted, history_from FROM responses WHERE id = ?1";
+/// Whether a response of owner `?2` is stored, a tombstone, and what it continues (a response
+/// continues only its own owner's).
+const SELECT_FOR_DELETE: &str = "SELECT deleted, history_from FROM responses WHERE id = ?1 AND owner = ?2";
 
 const HAS_CONTINUATIONS: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE history_from = ?1)";
 
@@ -167,15 +169,16 @@ const DELETE_ORPHAN_ITEMS: &str = "
     AND NOT EXISTS (SELECT 1 FROM response_items r WHERE r.item_key = items.key)
     AND NOT EXISTS (SELECT 1 FROM conversation_items c WHERE c.item_key = items.key)";
 
-const INSERT_CONVERSATION: &str = "INSERT INTO conversations (id, created_at, metadata) VALUES (?1, ?2, ?3)";
+const INSERT_CONVERSATION: &str = "INSERT INTO conversations (id, created_at, metadata, owner) VALUES (?1, ?2, ?3, ?4)";
 
-/// A conversation's state for a write: tombstone or not, and its version.
-const SELECT_CONVERSATION_STATE: &str = "SELECT deleted, version FROM conversations WHERE id = ?1";
+/// An owner's conversation's state for a write: tombstone or not, and its version.
+const SELECT_CONVERSATION_STATE: &str = "SELECT deleted, version FROM conversations WHERE id = ?1 AND owner = ?2";
 
-const SELECT_CONVERSATION: &str = "SELECT created_at, metadata FROM conversations WHERE id = ?1 AND deleted = 0";
+const SELECT_CONVERSATION: &str =
+    "SELECT created_at, metadata FROM conversations WHERE id = ?1 AND owner = ?2 AND deleted = 0";
 
-const UPDATE_CONVERSATION: &str =
-    "UPDATE conversations SET metadata = ?2 WHERE id = ?1 AND deleted = 0 RETURNING created_at, metadata";
+const UPDATE_CONVERSATION: &str = "UPDATE conversations SET metadata = ?2 WHERE id = ?1 AND owner = ?3 AND deleted = 0
+    RETURNING created_at, metadata";
 
 /// The visible item keys of a conversation, in order.
 const CONVERSATION_KEYS: &str =
@@ -201,7 +204,7 @@ const CONVERSATION_HISTORY: &str = "
     FROM conversations c
     LEFT JOIN conversation_items ci ON ci.conversation_id = c.id AND ci.removed = 0
     LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = ?1 AND c.deleted = 0
+    WHERE c.id = ?1 AND c.owner = ?2 AND c.deleted = 0
     ORDER BY ci.position";
 
 /// A page of a conversation's visible items from an exclusive cursor (`?2`, an item id, NULL for
@@ -215,7 +218,7 @@ const CONVERSATION_ITEMS_ASC: &str = "
             SELECT MIN(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
             WHERE x.conversation_id = ?1 AND x.removed = 0 AND xi.item_id = ?2))
     LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = ?1 AND c.deleted = 0
+    WHERE c.id = ?1 AND c.owner = ?4 AND c.deleted = 0
     ORDER BY ci.position ASC
     LIMIT ?3";
 
@@ -229,11 +232,11 @@ const CONVERSATION_ITEMS_DESC: &str = "
             SELECT MAX(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
             WHERE x.conversation_id = ?1 AND x.removed = 0 AND xi.item_id = ?2))
     LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = ?1 AND c.deleted = 0
+    WHERE c.id = ?1 AND c.owner = ?4 AND c.deleted = 0
     ORDER BY ci.position DESC
     LIMIT ?3";
 
-/// The first visible item with id `?2` of conversation `?1`: no row when the conversation does
+/// The first visible item with id `?2` of owner `?3`'s conversation `?1`: no row when the conversation does
 /// not exist, an all-NULL row when it holds no such item.
 const CONVERSATION_ITEM: &str = "
     SELECT f.item_key, i.body
@@ -241,7 +244,7 @@ const CONVERSATION_ITEM: &str = "
         SELECT (SELECT ci.item_key FROM conversation_items ci JOIN items x ON x.key = ci.item_key
                 WHERE ci.conversation_id = c.id AND ci.removed = 0 AND x.item_id = ?2
                 ORDER BY ci.position LIMIT 1) AS item_key
-        FROM conversations c WHERE c.id = ?1 AND c.deleted = 0
+        FROM conversations c WHERE c.id = ?1 AND c.owner = ?3 AND c.deleted = 0
     ) f
     LEFT JOIN items i ON i.key = f.item_key";
 
@@ -583,6 +586,7 @@ impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
         let NewResponse {
             id,
+            owner,
             previous_response_id,
             model,
             created_at,
@@ -609,7 +613,7 @@ impl ResponseStore for SqliteStore {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
             let mut history = match (&conversation, &history_from) {
                 (Some(append), _) => {
-                    match conversation_state(&tx, &append.id)? {
+                    match conversation_state(&tx, &owner, &append.id)? {
                         Some((false, version)) if version == append.version => {}
                         Some((false, _)) => return Err(StoreError::ConversationChanged(append.id.clone())),
                         Some((true, _)) | None => return Err(StoreError::ConversationGone(append.id.clone())),
@@ -622,7 +626,7 @@ impl ResponseStore for SqliteStore {
                 (None, Some(parent)) => {
                     let list = tx
                         .prepare_cached(SELECT_HISTORY)
-                        .and_then(|mut s| s.query_row([parent], |row| row.get::<_, String>(0)))
+                        .and_then(|mut s| s.query_row([parent, &owner], |row| row.get::<_, String>(0)))
                         .map_err(|e| match e {
                             rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
                                 "{parent} was deleted before its continuation {id} was saved"
@@ -651,7 +655,8 @@ impl ResponseStore for SqliteStore {
                     body,
                     history_from,
                     history,
-                    conversation_id
+                    conversation_id,
+                    owner
                 ])
             });
             match inserted {
@@ -679,11 +684,11 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        let id = id.to_owned();
+    async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let (owner, id) = (owner.to_owned(), id.to_owned());
         self.read(move |conn| {
             let mut stmt = conn.prepare_cached(SELECT_RESPONSE).map_err(map_err)?;
-            let mut rows = stmt.query([&id]).map_err(map_err)?;
+            let mut rows = stmt.query([&id, &owner]).map_err(map_err)?;
             let Some(row) = rows.next().map_err(map_err)? else { return Ok(None) };
             let body: String = row.get(0).map_err(map_err)?;
             serde_json::from_str(&body).map(Some).map_err(|e| StoreError::Corrupt(format!("response {id}: {e}")))
@@ -691,13 +696,18 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn history(&self, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
-        let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
-        self.read(move |conn| query_items(conn, &cache, SELECT_RESPONSE_HISTORY, [&id])).await
+    async fn history(&self, owner: &str, id: &str) -> Result<Option<Vec<Item>>, StoreError> {
+        let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
+        self.read(move |conn| query_items(conn, &cache, SELECT_RESPONSE_HISTORY, [&id, &owner])).await
     }
 
-    async fn input_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
-        let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
+    async fn input_items(
+        &self,
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError> {
+        let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
         self.read(move |conn| {
             let sql = match page.order {
                 InputItemsOrder::Asc => INPUT_ITEMS_ASC,
@@ -705,7 +715,7 @@ impl ResponseStore for SqliteStore {
             };
             // One row more than asked tells whether more follow.
             let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch])? else {
+            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch, owner])? else {
                 return Ok(None);
             };
             let has_more = items.len() > page.limit;
@@ -715,13 +725,13 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn delete(&self, id: &str) -> Result<bool, StoreError> {
-        let id = id.to_owned();
+    async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
+        let (owner, id) = (owner.to_owned(), id.to_owned());
         self.write(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
             let found = tx
                 .prepare_cached(SELECT_FOR_DELETE)
-                .and_then(|mut s| s.query_row([&id], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
+                .and_then(|mut s| s.query_row([&id, &owner], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
             let history_from: Option<String> = match found {
                 Ok((false, history_from)) => history_from,
                 // Not stored, or already deleted: nothing changes.
@@ -731,16 +741,16 @@ impl ResponseStore for SqliteStore {
             if has_continuations(&tx, &id)? {
                 tx.prepare_cached(MAKE_TOMBSTONE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
             } else {
-                remove(&tx, &id)?;
+                remove(&tx, &owner, &id)?;
                 // Up the chain: each tombstone whose last continuation just went goes too.
                 let mut parent = history_from;
                 while let Some(p) = parent.take() {
                     let row = tx
                         .prepare_cached(SELECT_FOR_DELETE)
-                        .and_then(|mut s| s.query_row([&p], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
+                        .and_then(|mut s| s.query_row([&p, &owner], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
                     match row {
                         Ok((true, next)) if !has_continuations(&tx, &p)? => {
-                            remove(&tx, &p)?;
+                            remove(&tx, &owner, &p)?;
                             parent = next;
                         }
                         Ok(_) | Err(rusqlite::Error::QueryReturnedNoRows) => {}
@@ -755,14 +765,15 @@ impl ResponseStore for SqliteStore {
     }
 
     async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError> {
-        let NewConversation { id, created_at, metadata, items } = conversation;
+        let NewConversation { id, owner, created_at, metadata, items } = conversation;
         let metadata = encode(&metadata, "metadata")?;
         let new_items = encode_items(&items)?;
         let cache = Arc::clone(&self.inner.items);
         self.write(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let inserted =
-                tx.prepare_cached(INSERT_CONVERSATION).and_then(|mut s| s.execute(params![id, created_at, metadata]));
+            let inserted = tx
+                .prepare_cached(INSERT_CONVERSATION)
+                .and_then(|mut s| s.execute(params![id, created_at, metadata, owner]));
             match inserted {
                 Ok(_) => {}
                 Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
@@ -786,12 +797,12 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
-        let id = id.to_owned();
+    async fn conversation(&self, owner: &str, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
+        let (owner, id) = (owner.to_owned(), id.to_owned());
         self.read(move |conn| {
-            let row = conn
-                .prepare_cached(SELECT_CONVERSATION)
-                .and_then(|mut s| s.query_row([&id], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))));
+            let row = conn.prepare_cached(SELECT_CONVERSATION).and_then(|mut s| {
+                s.query_row([&id, &owner], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
+            });
             match row {
                 Ok((created_at, metadata)) => record(&id, created_at, &metadata).map(Some),
                 Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
@@ -803,14 +814,15 @@ impl ResponseStore for SqliteStore {
 
     async fn update_conversation(
         &self,
+        owner: &str,
         id: &str,
         metadata: serde_json::Map<String, serde_json::Value>,
     ) -> Result<Option<ConversationRecord>, StoreError> {
-        let id = id.to_owned();
+        let (owner, id) = (owner.to_owned(), id.to_owned());
         let metadata = encode(&metadata, "metadata")?;
         self.write(move |conn| {
             let row = conn.prepare_cached(UPDATE_CONVERSATION).and_then(|mut s| {
-                s.query_row(params![id, metadata], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
+                s.query_row(params![id, metadata, owner], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
             });
             match row {
                 Ok((created_at, metadata)) => record(&id, created_at, &metadata).map(Some),
@@ -821,11 +833,11 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn delete_conversation(&self, id: &str) -> Result<bool, StoreError> {
-        let id = id.to_owned();
+    async fn delete_conversation(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
+        let (owner, id) = (owner.to_owned(), id.to_owned());
         self.write(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            match conversation_state(&tx, &id)? {
+            match conversation_state(&tx, &owner, &id)? {
                 Some((false, _)) => {}
                 // Not stored, or already deleted: nothing changes.
                 Some((true, _)) | None => return Ok(false),
@@ -841,24 +853,29 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn conversation_history(&self, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
-        let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
+    async fn conversation_history(&self, owner: &str, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
+        let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
         self.read(move |conn| {
-            let found = query_items_and_version(conn, &cache, CONVERSATION_HISTORY, [&id], true)?;
+            let found = query_items_and_version(conn, &cache, CONVERSATION_HISTORY, [&id, &owner], true)?;
             Ok(found.map(|(items, version)| ConversationHistory { items, version }))
         })
         .await
     }
 
-    async fn conversation_items(&self, id: &str, page: InputItemsPage) -> Result<Option<InputItemsList>, StoreError> {
-        let (id, cache) = (id.to_owned(), Arc::clone(&self.inner.items));
+    async fn conversation_items(
+        &self,
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError> {
+        let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
         self.read(move |conn| {
             let sql = match page.order {
                 InputItemsOrder::Asc => CONVERSATION_ITEMS_ASC,
                 InputItemsOrder::Desc => CONVERSATION_ITEMS_DESC,
             };
             let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch])? else {
+            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch, owner])? else {
                 return Ok(None);
             };
             let has_more = items.len() > page.limit;
@@ -868,13 +885,18 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn append_conversation_items(&self, id: &str, items: Vec<Item>) -> Result<Option<()>, StoreError> {
-        let id = id.to_owned();
+    async fn append_conversation_items(
+        &self,
+        owner: &str,
+        id: &str,
+        items: Vec<Item>,
+    ) -> Result<Option<()>, StoreError> {
+        let (owner, id) = (owner.to_owned(), id.to_owned());
         let new_items = encode_items(&items)?;
         let cache = Arc::clone(&self.inner.items);
         self.write(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            match conversation_state(&tx, &id)? {
+            match conversation_state(&tx, &owner, &id)? {
                 Some((false, _)) => {}
                 Some((true, _)) | None => return Ok(None),
             }
@@ -890,10 +912,16 @@ impl ResponseStore for SqliteStore {
         .await
     }
 
-    async fn conversation_item(&self, id: &str, item_id: &str) -> Result<ConversationItemLookup<Item>, StoreError> {
-        let (id, item_id, cache) = (id.to_owned(), item_id.to_owned(), Arc::clone(&self.inner.items));
+    async fn conversation_item(
+        &self,
+        owner: &str,
+        id: &str,
+        item_id: &str,
+    ) -> Result<ConversationItemLookup<Item>, StoreError> {
+        let (owner, id, item_id) = (owner.to_owned(), id.to_owned(), item_id.to_owned());
+        let cache = Arc::clone(&self.inner.items);
         self.read(move |conn| {
-            Ok(match query_items(conn, &cache, CONVERSATION_ITEM, [&id, &item_id])? {
+            Ok(match query_items(conn, &cache, CONVERSATION_ITEM, [&id, &item_id, &owner])? {
                 None => ConversationItemLookup::NoConversation,
                 Some(items) => match items.into_iter().next() {
                     None => ConversationItemLookup::NoItem,
@@ -906,13 +934,14 @@ impl ResponseStore for SqliteStore {
 
     async fn delete_conversation_item(
         &self,
+        owner: &str,
         id: &str,
         item_id: &str,
     ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
-        let (id, item_id) = (id.to_owned(), item_id.to_owned());
+        let (owner, id, item_id) = (owner.to_owned(), id.to_owned(), item_id.to_owned());
         self.write(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            match conversation_state(&tx, &id)? {
+            match conversation_state(&tx, &owner, &id)? {
                 Some((false, _)) => {}
                 Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
             }
@@ -944,15 +973,15 @@ fn has_continuations(tx: &Transaction<'_>, id: &str) -> Result<bool, StoreError>
     tx.prepare_cached(HAS_CONTINUATIONS).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)
 }
 
-/// Remove a response that nothing continues, with those of its own items that no conversation
-/// holds; then release the conversation it was created in, if any.
-fn remove(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+/// Remove owner `owner`'s response that nothing continues, with those of its own items that no
+/// conversation holds; then release the conversation it was created in (the same owner's), if any.
+fn remove(tx: &Transaction<'_>, owner: &str, id: &str) -> Result<(), StoreError> {
     let keys = query_keys(tx, DELETE_OWN_ITEMS, [id])?;
     let conversation: Option<String> =
         tx.prepare_cached(DELETE_RESPONSE).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)?;
     delete_orphans(tx, &keys)?;
     if let Some(conversation) = conversation {
-        release_conversation(tx, &conversation)?;
+        release_conversation(tx, owner, &conversation)?;
     }
     Ok(())
 }
@@ -973,11 +1002,11 @@ fn delete_orphans(tx: &Transaction<'_>, keys: &[i64]) -> Result<(), StoreError> 
     Ok(())
 }
 
-/// Tombstone or not, and the version, of a stored conversation.
-fn conversation_state(tx: &Transaction<'_>, id: &str) -> Result<Option<(bool, i64)>, StoreError> {
+/// Tombstone or not, and the version, of a conversation `owner` stored.
+fn conversation_state(tx: &Transaction<'_>, owner: &str, id: &str) -> Result<Option<(bool, i64)>, StoreError> {
     let row = tx
         .prepare_cached(SELECT_CONVERSATION_STATE)
-        .and_then(|mut s| s.query_row([id], |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?))));
+        .and_then(|mut s| s.query_row([id, owner], |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?))));
     match row {
         Ok(state) => Ok(Some(state)),
         Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
@@ -1020,11 +1049,11 @@ fn collect_conversation(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError
 /// After a response created in conversation `id` was removed: if no stored response names the
 /// conversation any more, what was kept only for such responses goes — the whole conversation if
 /// it is a tombstone, else its removed rows (and their items, unless held elsewhere).
-fn release_conversation(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+fn release_conversation(tx: &Transaction<'_>, owner: &str, id: &str) -> Result<(), StoreError> {
     if conversation_referenced(tx, id)? {
         return Ok(());
     }
-    match conversation_state(tx, id)? {
+    match conversation_state(tx, owner, id)? {
         Some((true, _)) => collect_conversation(tx, id),
         Some((false, _)) => {
             let keys = query_keys(tx, DELETE_REMOVED_ROWS, [id])?;

@@ -132,9 +132,9 @@ impl TestStore {
     /// Record a schema version newer than this code's.
     async fn bump_schema_version(&self) {
         match self {
-            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 4").await,
+            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 5").await,
             TestStore::Postgres(store) => {
-                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (4)")
+                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (5)")
                     .execute(store.pool())
                     .await
                     .unwrap();
@@ -181,7 +181,70 @@ both!(
     a_version_2_database_is_migrated,
     concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing,
     saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing,
+    another_owners_responses_are_not_there,
+    another_owners_conversations_are_not_there,
 );
+
+/// Another owner's response id reads, pages, continues and deletes exactly like an unknown one,
+/// and changes nothing.
+async fn another_owners_responses_are_not_there(backend: Backend) {
+    let store = backend.open().await;
+    store.save(new_response("r1", None, vec![user("a")], vec![assistant("b")])).await.unwrap();
+    store.save(new_response("r2", Some("r1"), vec![user("c")], vec![assistant("d")])).await.unwrap();
+    let page = || InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
+    for id in ["r1", "r2", "unknown"] {
+        assert_eq!(store.response(OTHER, id).await.unwrap(), None, "{id}");
+        assert_eq!(store.history(OTHER, id).await.unwrap(), None, "{id}");
+        assert_eq!(store.input_items(OTHER, id, page()).await.unwrap(), None, "{id}");
+        assert!(!store.delete(OTHER, id).await.unwrap(), "{id}");
+    }
+    // A continuation saved by another owner finds no history to share, as if it had been deleted.
+    let stolen = NewResponse { owner: OTHER.into(), ..new_response("r3", Some("r2"), vec![user("e")], vec![]) };
+    assert!(matches!(store.save(stolen).await, Err(StoreError::MissingHistory(_))));
+    assert_eq!(count(&store, "responses").await, 2);
+    // The owner's view is untouched.
+    assert_eq!(ids(&store.history(OWNER, "r2").await.unwrap().unwrap()), ["a", "b", "c", "d"]);
+    assert_eq!(store.input_items(OWNER, "r2", page()).await.unwrap().unwrap().items, vec![user("c")]);
+    assert!(store.response(OWNER, "r1").await.unwrap().is_some());
+    // Ids are global: another owner cannot take one that is stored.
+    let taken = NewResponse { owner: OTHER.into(), ..new_response("r1", None, vec![user("x")], vec![]) };
+    assert!(matches!(store.save(taken).await, Err(StoreError::Duplicate(_))));
+    assert!(store.delete(OWNER, "r2").await.unwrap());
+    assert!(store.delete(OWNER, "r1").await.unwrap());
+    assert!(items_left(&store).await.is_empty());
+}
+
+/// Another owner's conversation id reads, lists, changes, continues and deletes exactly like an
+/// unknown one, and changes nothing (not even its version).
+async fn another_owners_conversations_are_not_there(backend: Backend) {
+    let store = backend.open().await;
+    store.create_conversation(new_conversation("conv_1", vec![user("a")])).await.unwrap();
+    let version_before = version(&store, "conv_1").await;
+    let page = || InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
+    for id in ["conv_1", "conv_unknown"] {
+        assert_eq!(store.conversation(OTHER, id).await.unwrap(), None, "{id}");
+        assert_eq!(store.update_conversation(OTHER, id, metadata(&[("k", "v")])).await.unwrap(), None, "{id}");
+        assert_eq!(store.conversation_history(OTHER, id).await.unwrap(), None, "{id}");
+        assert_eq!(store.conversation_items(OTHER, id, page()).await.unwrap(), None, "{id}");
+        assert_eq!(store.append_conversation_items(OTHER, id, vec![user("x")]).await.unwrap(), None, "{id}");
+        assert_eq!(store.conversation_item(OTHER, id, "a").await.unwrap(), ConversationItemLookup::NoConversation);
+        assert_eq!(
+            store.delete_conversation_item(OTHER, id, "a").await.unwrap(),
+            ConversationItemLookup::NoConversation
+        );
+        assert!(!store.delete_conversation(OTHER, id).await.unwrap(), "{id}");
+    }
+    let stolen =
+        NewResponse { owner: OTHER.into(), ..in_conversation("r1", "conv_1", version_before, vec![user("e")], vec![]) };
+    assert!(matches!(store.save(stolen).await, Err(StoreError::ConversationGone(_))));
+    assert_eq!(count(&store, "responses").await, 0);
+    assert_eq!(version(&store, "conv_1").await, version_before);
+    let record = store.conversation(OWNER, "conv_1").await.unwrap().unwrap();
+    assert_eq!(record.metadata, metadata(&[("topic", "demo")]));
+    assert_eq!(ids(&store.conversation_items(OWNER, "conv_1", page()).await.unwrap().unwrap().items), ["a"]);
+    assert!(store.delete_conversation(OWNER, "conv_1").await.unwrap());
+    assert!(items_left(&store).await.is_empty());
+}
 
 /// A delete of a response while continuations of it are being saved: every save either stores a
 /// complete conversation or reports the history as gone (writing nothing), and the delete keeps
@@ -203,21 +266,21 @@ async fn deletes_racing_continuations_never_leave_dangling_history(backend: Back
                 })
             })
             .collect();
-        assert!(store.delete(&root).await.unwrap());
+        assert!(store.delete(OWNER, &root).await.unwrap());
         for save in saves {
             let (id, saved) = save.await.unwrap();
             match saved {
                 Ok(()) => {
-                    let conv = store.history(&id).await.unwrap().unwrap();
+                    let conv = store.history(OWNER, &id).await.unwrap().unwrap();
                     assert_eq!(ids(&conv), [a.clone(), b.clone(), format!("{id}_in")]);
                 }
-                Err(StoreError::MissingHistory(_)) => assert!(store.response(&id).await.unwrap().is_none()),
+                Err(StoreError::MissingHistory(_)) => assert!(store.response(OWNER, &id).await.unwrap().is_none()),
                 Err(e) => panic!("{id}: {e:?}"),
             }
         }
         // Deleting every continuation takes the root's items with the last one.
         for n in 0..8 {
-            store.delete(&format!("{root}_next{n}")).await.unwrap();
+            store.delete(OWNER, &format!("{root}_next{n}")).await.unwrap();
         }
     }
     assert_eq!(count(&store, "items").await, 0);
@@ -241,10 +304,18 @@ fn assistant(id: &str) -> Item {
     message(id, MessageRole::Assistant, &format!("answer {id}"))
 }
 
-/// A response that continues the stored `prev` (if any).
+/// The owner of what most tests store.
+const OWNER: &str = "alpha";
+/// Another tenant.
+const OTHER: &str = "beta";
+/// The owner of rows from before ownership.
+const DEFAULT: &str = "default";
+
+/// A response of [`OWNER`] that continues the stored `prev` (if any).
 fn new_response(id: &str, prev: Option<&str>, input: Vec<Item>, output: Vec<Item>) -> NewResponse {
     NewResponse {
         id: id.into(),
+        owner: OWNER.into(),
         previous_response_id: prev.map(Into::into),
         model: "m".into(),
         created_at: 1_700_000_000,
@@ -279,17 +350,17 @@ async fn save_then_response_round_trips(backend: Backend) {
     let body = r.response.clone();
     store.save(r).await.unwrap();
 
-    let got = store.response("resp_1").await.unwrap().unwrap();
+    let got = store.response(OWNER, "resp_1").await.unwrap().unwrap();
     assert_eq!(got, body);
     // Key order survives too (preserve_order), and the body is not double-encoded.
     assert_eq!(got.to_string(), body.to_string());
     let raw = store.sql_strings("SELECT body FROM responses WHERE id = 'resp_1'").await;
     assert!(raw[0].starts_with('{'));
 
-    assert!(store.response("resp_nope").await.unwrap().is_none());
-    assert!(store.history("resp_nope").await.unwrap().is_none());
+    assert!(store.response(OWNER, "resp_nope").await.unwrap().is_none());
+    assert!(store.history(OWNER, "resp_nope").await.unwrap().is_none());
     let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
-    assert!(store.input_items("resp_nope", page).await.unwrap().is_none());
+    assert!(store.input_items(OWNER, "resp_nope", page).await.unwrap().is_none());
 }
 
 async fn chain_of_three_reads_in_one_conversation_and_stores_items_once(backend: Backend) {
@@ -301,7 +372,7 @@ async fn chain_of_three_reads_in_one_conversation_and_stores_items_once(backend:
         .unwrap();
     store.save(new_response("r3", Some("r2"), vec![user("i3")], vec![assistant("o3")])).await.unwrap();
 
-    let c3 = store.history("r3").await.unwrap().unwrap();
+    let c3 = store.history(OWNER, "r3").await.unwrap().unwrap();
     assert_eq!(
         c3,
         vec![user("i1"), assistant("o1"), user("i2"), assistant("o2a"), assistant("o2b"), user("i3"), assistant("o3")]
@@ -321,44 +392,44 @@ async fn input_items_pages_own_input_only(backend: Backend) {
     store.save(new_response("r2", Some("r1"), input, vec![assistant("out")])).await.unwrap();
 
     let page = |after: Option<&str>, limit, order| InputItemsPage { after: after.map(Into::into), limit, order };
-    let all = store.input_items("r2", page(None, 100, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    let all = store.input_items(OWNER, "r2", page(None, 100, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&all.items), ["m1", "m2", "m3", "m4", "m5"]);
     assert!(!all.has_more);
 
-    let desc = store.input_items("r2", page(None, 100, InputItemsOrder::Desc)).await.unwrap().unwrap();
+    let desc = store.input_items(OWNER, "r2", page(None, 100, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert_eq!(ids(&desc.items), ["m5", "m4", "m3", "m2", "m1"]);
 
-    let first = store.input_items("r2", page(None, 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    let first = store.input_items(OWNER, "r2", page(None, 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&first.items), ["m1", "m2"]);
     assert!(first.has_more);
-    let second = store.input_items("r2", page(Some("m2"), 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    let second = store.input_items(OWNER, "r2", page(Some("m2"), 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&second.items), ["m3", "m4"]);
     assert!(second.has_more);
-    let last = store.input_items("r2", page(Some("m4"), 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    let last = store.input_items(OWNER, "r2", page(Some("m4"), 2, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&last.items), ["m5"]);
     assert!(!last.has_more);
 
-    let exact = store.input_items("r2", page(Some("m1"), 4, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    let exact = store.input_items(OWNER, "r2", page(Some("m1"), 4, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&exact.items), ["m2", "m3", "m4", "m5"]);
     assert!(!exact.has_more);
 
-    let desc_after = store.input_items("r2", page(Some("m4"), 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
+    let desc_after = store.input_items(OWNER, "r2", page(Some("m4"), 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert_eq!(ids(&desc_after.items), ["m3", "m2"]);
     assert!(desc_after.has_more);
-    let desc_end = store.input_items("r2", page(Some("m1"), 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
+    let desc_end = store.input_items(OWNER, "r2", page(Some("m1"), 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert!(desc_end.items.is_empty());
     assert!(!desc_end.has_more);
 
     // Inherited and output ids are not cursors into the input, and an unknown cursor is empty.
     for bad in ["old", "out", "nope"] {
-        let got = store.input_items("r2", page(Some(bad), 10, InputItemsOrder::Asc)).await.unwrap().unwrap();
+        let got = store.input_items(OWNER, "r2", page(Some(bad), 10, InputItemsOrder::Asc)).await.unwrap().unwrap();
         assert!(got.items.is_empty(), "{bad}");
         assert!(!got.has_more);
     }
 
     // A response with no input at all is stored, with an empty list.
     store.save(new_response("r3", None, vec![], vec![assistant("x")])).await.unwrap();
-    let none = store.input_items("r3", page(None, 10, InputItemsOrder::Desc)).await.unwrap().unwrap();
+    let none = store.input_items(OWNER, "r3", page(None, 10, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert_eq!(none, InputItemsList { items: vec![], has_more: false });
 }
 
@@ -375,22 +446,22 @@ async fn delete_keeps_continuations_and_collects_orphans(backend: Backend) {
     let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
 
     // r1 is continued: it is gone for every reader, its items stay for r2.
-    assert!(store.delete("r1").await.unwrap());
-    assert!(!store.delete("r1").await.unwrap());
-    assert!(store.response("r1").await.unwrap().is_none());
-    assert!(store.history("r1").await.unwrap().is_none());
-    assert!(store.input_items("r1", page.clone()).await.unwrap().is_none());
-    let c2 = store.history("r2").await.unwrap().unwrap();
+    assert!(store.delete(OWNER, "r1").await.unwrap());
+    assert!(!store.delete(OWNER, "r1").await.unwrap());
+    assert!(store.response(OWNER, "r1").await.unwrap().is_none());
+    assert!(store.history(OWNER, "r1").await.unwrap().is_none());
+    assert!(store.input_items(OWNER, "r1", page.clone()).await.unwrap().is_none());
+    let c2 = store.history(OWNER, "r2").await.unwrap().unwrap();
     assert_eq!(c2, vec![user("a"), assistant("b"), user("e"), assistant("f")]);
     assert_eq!(items_left(&store).await, ["a", "b", "c", "d", "e", "f"]);
 
     // Its last continuation going takes it along; the unrelated response stays whole.
-    assert!(store.delete("r2").await.unwrap());
+    assert!(store.delete(OWNER, "r2").await.unwrap());
     assert_eq!(items_left(&store).await, ["c", "d"]);
     assert_eq!(count(&store, "responses").await, 1);
     assert_eq!(count(&store, "response_items").await, 2);
-    assert_eq!(store.history("other").await.unwrap().unwrap().len(), 2);
-    assert!(!store.delete("never").await.unwrap());
+    assert_eq!(store.history(OWNER, "other").await.unwrap().unwrap().len(), 2);
+    assert!(!store.delete(OWNER, "never").await.unwrap());
 
     // A chain deleted from the middle: x2 and then x1 become tombstones, and deleting the leaf
     // collects the whole chain; a response nothing continues goes with its items at once.
@@ -398,12 +469,12 @@ async fn delete_keeps_continuations_and_collects_orphans(backend: Backend) {
     store.save(new_response("x2", Some("x1"), vec![user("x2_in")], vec![])).await.unwrap();
     store.save(new_response("x3", Some("x2"), vec![user("x3_in")], vec![])).await.unwrap();
     store.save(new_response("x2b", Some("x2"), vec![user("x2b_in")], vec![])).await.unwrap();
-    assert!(store.delete("x2").await.unwrap());
-    assert!(store.delete("x1").await.unwrap());
-    assert_eq!(store.history("x3").await.unwrap().unwrap(), vec![user("x1_in"), user("x2_in"), user("x3_in")]);
-    assert!(store.delete("x2b").await.unwrap());
+    assert!(store.delete(OWNER, "x2").await.unwrap());
+    assert!(store.delete(OWNER, "x1").await.unwrap());
+    assert_eq!(store.history(OWNER, "x3").await.unwrap().unwrap(), vec![user("x1_in"), user("x2_in"), user("x3_in")]);
+    assert!(store.delete(OWNER, "x2b").await.unwrap());
     assert_eq!(items_left(&store).await, ["c", "d", "x1_in", "x2_in", "x3_in"]);
-    assert!(store.delete("x3").await.unwrap());
+    assert!(store.delete(OWNER, "x3").await.unwrap());
     assert_eq!(items_left(&store).await, ["c", "d"]);
     assert_eq!(count(&store, "responses").await, 1);
 }
@@ -417,7 +488,7 @@ async fn duplicate_and_missing_history_write_nothing(backend: Backend) {
 
     let err = store.save(new_response("r2", Some("never"), vec![user("c")], vec![assistant("d")])).await.unwrap_err();
     assert!(matches!(err, StoreError::MissingHistory(_)), "{err:?}");
-    assert!(store.response("r2").await.unwrap().is_none());
+    assert!(store.response(OWNER, "r2").await.unwrap().is_none());
     assert_eq!(count(&store, "items").await, 2);
     assert_eq!(count(&store, "response_items").await, 2);
     assert_eq!(count(&store, "responses").await, 1);
@@ -429,7 +500,7 @@ async fn duplicate_and_missing_history_write_nothing(backend: Backend) {
 async fn continuing_a_response_deleted_meanwhile(backend: Backend) {
     let store = backend.open().await;
     store.save(new_response("r1", None, vec![user("a")], vec![assistant("b")])).await.unwrap();
-    assert!(store.delete("r1").await.unwrap());
+    assert!(store.delete(OWNER, "r1").await.unwrap());
     store.save(new_response("r9", None, vec![user("x")], vec![assistant("y")])).await.unwrap();
     let err = store.save(new_response("r2", Some("r1"), vec![user("c")], vec![])).await.unwrap_err();
     assert!(matches!(err, StoreError::MissingHistory(_)), "{err:?}");
@@ -437,12 +508,12 @@ async fn continuing_a_response_deleted_meanwhile(backend: Backend) {
 
     store.save(new_response("k1", None, vec![user("k")], vec![])).await.unwrap();
     store.save(new_response("k2", Some("k1"), vec![user("k2_in")], vec![])).await.unwrap();
-    assert!(store.delete("k1").await.unwrap());
+    assert!(store.delete(OWNER, "k1").await.unwrap());
     store.save(new_response("k3", Some("k1"), vec![user("k3_in")], vec![])).await.unwrap();
-    assert_eq!(store.history("k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
-    assert!(store.delete("k2").await.unwrap());
-    assert_eq!(store.history("k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
-    assert!(store.delete("k3").await.unwrap());
+    assert_eq!(store.history(OWNER, "k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
+    assert!(store.delete(OWNER, "k2").await.unwrap());
+    assert_eq!(store.history(OWNER, "k3").await.unwrap().unwrap(), vec![user("k"), user("k3_in")]);
+    assert!(store.delete(OWNER, "k3").await.unwrap());
     assert_eq!(items_left(&store).await, ["x", "y"]);
 }
 
@@ -484,19 +555,25 @@ async fn a_version_1_database_is_migrated(backend: Backend) {
         }
     }
     let store = backend.open().await;
-    assert_eq!(store.history("r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c"), assistant("d")]);
-    assert_eq!(store.history("r3").await.unwrap().unwrap(), vec![user("e"), user("f")]);
+    assert_eq!(
+        store.history(DEFAULT, "r2").await.unwrap().unwrap(),
+        vec![user("a"), assistant("b"), user("c"), assistant("d")]
+    );
+    assert_eq!(store.history(DEFAULT, "r3").await.unwrap().unwrap(), vec![user("e"), user("f")]);
     let page = InputItemsPage { after: None, limit: 20, order: InputItemsOrder::Asc };
-    assert_eq!(store.input_items("r2", page).await.unwrap().unwrap().items, vec![user("c")]);
+    assert_eq!(store.input_items(DEFAULT, "r2", page).await.unwrap().unwrap().items, vec![user("c")]);
     // r1 is continued by r2 (its history_from), so deleting it keeps its items until r2 goes.
-    assert!(store.delete("r1").await.unwrap());
+    assert!(store.delete(DEFAULT, "r1").await.unwrap());
     assert_eq!(items_left(&store).await, ["a", "b", "c", "d", "e", "f"]);
-    store.save(new_response("r4", Some("r2"), vec![user("g")], vec![])).await.unwrap();
-    assert_eq!(store.history("r4").await.unwrap().unwrap().len(), 5);
-    assert!(store.delete("r4").await.unwrap());
-    assert!(store.delete("r2").await.unwrap());
+    store
+        .save(NewResponse { owner: DEFAULT.into(), ..new_response("r4", Some("r2"), vec![user("g")], vec![]) })
+        .await
+        .unwrap();
+    assert_eq!(store.history(DEFAULT, "r4").await.unwrap().unwrap().len(), 5);
+    assert!(store.delete(DEFAULT, "r4").await.unwrap());
+    assert!(store.delete(DEFAULT, "r2").await.unwrap());
     // `e` belonged to a response deleted under version 1: it stays (never collected).
-    assert!(store.delete("r3").await.unwrap());
+    assert!(store.delete(DEFAULT, "r3").await.unwrap());
     assert_eq!(items_left(&store).await, ["e"]);
 }
 
@@ -529,8 +606,8 @@ async fn two_stores_on_one_database_write_concurrently(backend: Backend) {
         for s in 0..2 {
             for n in 0..50 {
                 let id = format!("r{s}_{n}");
-                assert!(store.response(&id).await.unwrap().is_some(), "{id}");
-                let conv = store.history(&id).await.unwrap().unwrap();
+                assert!(store.response(OWNER, &id).await.unwrap().is_some(), "{id}");
+                let conv = store.history(OWNER, &id).await.unwrap().unwrap();
                 assert_eq!(ids(&conv), [format!("{id}_in"), format!("{id}_out")]);
             }
         }
@@ -557,10 +634,10 @@ async fn open_dispatches_on_location() {
     let schema = TestSchema::create().await.unwrap();
     for location in [schema.url(), schema.url().replacen("postgres://", "postgresql://", 1)] {
         let store = open_with(&location, StoreOptions { pool_size: 2 }).await.unwrap();
-        if store.response("r1").await.unwrap().is_none() {
+        if store.response(OWNER, "r1").await.unwrap().is_none() {
             store.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
         }
-        assert_eq!(store.history("r1").await.unwrap().unwrap().len(), 1);
+        assert_eq!(store.history(OWNER, "r1").await.unwrap().unwrap().len(), 1);
     }
 
     let a = format!("sqlite://{}", dir.path().join("a.db").display());
@@ -572,7 +649,7 @@ async fn open_dispatches_on_location() {
         // Reopening sees the data and leaves the schema alone.
         drop(store);
         let store = open(&location).await.unwrap();
-        assert!(store.response("r1").await.unwrap().is_some(), "{location}");
+        assert!(store.response(OWNER, "r1").await.unwrap().is_some(), "{location}");
     }
     assert!(dir.path().join("a.db").exists());
     assert!(dir.path().join("b.db").exists());
@@ -580,7 +657,7 @@ async fn open_dispatches_on_location() {
 
     let mem = open(":memory:").await.unwrap();
     mem.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
-    assert_eq!(mem.history("r1").await.unwrap().unwrap().len(), 1);
+    assert_eq!(mem.history(OWNER, "r1").await.unwrap().unwrap().len(), 1);
 }
 
 #[test]
@@ -634,15 +711,15 @@ async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     // A store opened afterwards (another process) has decoded nothing yet.
     drop(store);
     let store = backend.open().await;
-    let err = store.history("r1").await.unwrap_err();
+    let err = store.history(OWNER, "r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
-    let err = store.response("r1").await.unwrap_err();
+    let err = store.response(OWNER, "r1").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
 
     store.bump_schema_version().await;
     drop(store);
     let err = backend.try_open().await.err().unwrap();
-    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 4")), "{err:?}");
+    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 5")), "{err:?}");
 }
 
 /// Not a test on its own: the body of one writer process for
@@ -695,7 +772,7 @@ async fn two_processes_on_one_file_write_concurrently() {
     for tag in ["p0", "p1"] {
         for n in 0..50 {
             let id = format!("{tag}_{n}");
-            let conv = store.history(&id).await.unwrap().unwrap();
+            let conv = store.history(OWNER, &id).await.unwrap().unwrap();
             assert_eq!(ids(&conv), [id.as_str()]);
         }
     }
@@ -708,7 +785,13 @@ fn metadata(pairs: &[(&str, &str)]) -> serde_json::Map<String, serde_json::Value
 }
 
 fn new_conversation(id: &str, items: Vec<Item>) -> NewConversation {
-    NewConversation { id: id.into(), created_at: 1_700_000_100, metadata: metadata(&[("topic", "demo")]), items }
+    NewConversation {
+        id: id.into(),
+        owner: OWNER.into(),
+        created_at: 1_700_000_100,
+        metadata: metadata(&[("topic", "demo")]),
+        items,
+    }
 }
 
 /// A response created in conversation `conv` at `version`.
@@ -724,12 +807,12 @@ fn page(after: Option<&str>, limit: usize, order: InputItemsOrder) -> InputItems
 }
 
 async fn version(store: &TestStore, conv: &str) -> i64 {
-    store.conversation_history(conv).await.unwrap().unwrap().version
+    store.conversation_history(OWNER, conv).await.unwrap().unwrap().version
 }
 
 /// Every visible item of a conversation, oldest first, through the paged listing.
 async fn listed(store: &TestStore, conv: &str) -> Vec<String> {
-    let got = store.conversation_items(conv, page(None, 100, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    let got = store.conversation_items(OWNER, conv, page(None, 100, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert!(!got.has_more);
     ids(&got.items).into_iter().map(str::to_owned).collect()
 }
@@ -737,12 +820,12 @@ async fn listed(store: &TestStore, conv: &str) -> Vec<String> {
 async fn conversations_are_created_read_updated_and_deleted(backend: Backend) {
     let store = backend.open().await;
     store.create_conversation(new_conversation("conv_1", vec![user("a"), assistant("b")])).await.unwrap();
-    let record = store.conversation("conv_1").await.unwrap().unwrap();
+    let record = store.conversation(OWNER, "conv_1").await.unwrap().unwrap();
     assert_eq!(
         record,
         ConversationRecord { id: "conv_1".into(), created_at: 1_700_000_100, metadata: metadata(&[("topic", "demo")]) }
     );
-    let history = store.conversation_history("conv_1").await.unwrap().unwrap();
+    let history = store.conversation_history(OWNER, "conv_1").await.unwrap().unwrap();
     assert_eq!(history.items, vec![user("a"), assistant("b")]);
 
     let err = store.create_conversation(new_conversation("conv_1", vec![user("x")])).await.unwrap_err();
@@ -751,37 +834,40 @@ async fn conversations_are_created_read_updated_and_deleted(backend: Backend) {
 
     // Metadata changes leave the version (the item list) alone; key order is kept.
     let updated = metadata(&[("z", "1"), ("a", "2")]);
-    let got = store.update_conversation("conv_1", updated.clone()).await.unwrap().unwrap();
+    let got = store.update_conversation(OWNER, "conv_1", updated.clone()).await.unwrap().unwrap();
     assert_eq!(got.metadata, updated);
     assert_eq!(got.created_at, 1_700_000_100);
-    let again = store.conversation("conv_1").await.unwrap().unwrap();
+    let again = store.conversation(OWNER, "conv_1").await.unwrap().unwrap();
     assert_eq!(serde_json::Value::Object(again.metadata).to_string(), r#"{"z":"1","a":"2"}"#);
     assert_eq!(version(&store, "conv_1").await, history.version);
 
     // An empty conversation exists, with no items.
     store.create_conversation(new_conversation("conv_empty", vec![])).await.unwrap();
-    let empty = store.conversation_history("conv_empty").await.unwrap().unwrap();
+    let empty = store.conversation_history(OWNER, "conv_empty").await.unwrap().unwrap();
     assert!(empty.items.is_empty());
-    let listing = store.conversation_items("conv_empty", page(None, 10, InputItemsOrder::Desc)).await.unwrap();
+    let listing = store.conversation_items(OWNER, "conv_empty", page(None, 10, InputItemsOrder::Desc)).await.unwrap();
     assert_eq!(listing, Some(InputItemsList { items: vec![], has_more: false }));
 
     // Deleted (nothing references it): gone for every call, rows and items removed.
-    assert!(store.delete_conversation("conv_1").await.unwrap());
-    assert!(!store.delete_conversation("conv_1").await.unwrap());
-    assert!(!store.delete_conversation("conv_never").await.unwrap());
+    assert!(store.delete_conversation(OWNER, "conv_1").await.unwrap());
+    assert!(!store.delete_conversation(OWNER, "conv_1").await.unwrap());
+    assert!(!store.delete_conversation(OWNER, "conv_never").await.unwrap());
     for id in ["conv_1", "conv_never"] {
-        assert!(store.conversation(id).await.unwrap().is_none());
-        assert!(store.update_conversation(id, metadata(&[])).await.unwrap().is_none());
-        assert!(store.conversation_history(id).await.unwrap().is_none());
-        assert!(store.conversation_items(id, page(None, 10, InputItemsOrder::Asc)).await.unwrap().is_none());
-        assert!(store.append_conversation_items(id, vec![user("c")]).await.unwrap().is_none());
-        assert_eq!(store.conversation_item(id, "a").await.unwrap(), ConversationItemLookup::NoConversation);
-        assert_eq!(store.delete_conversation_item(id, "a").await.unwrap(), ConversationItemLookup::NoConversation);
+        assert!(store.conversation(OWNER, id).await.unwrap().is_none());
+        assert!(store.update_conversation(OWNER, id, metadata(&[])).await.unwrap().is_none());
+        assert!(store.conversation_history(OWNER, id).await.unwrap().is_none());
+        assert!(store.conversation_items(OWNER, id, page(None, 10, InputItemsOrder::Asc)).await.unwrap().is_none());
+        assert!(store.append_conversation_items(OWNER, id, vec![user("c")]).await.unwrap().is_none());
+        assert_eq!(store.conversation_item(OWNER, id, "a").await.unwrap(), ConversationItemLookup::NoConversation);
+        assert_eq!(
+            store.delete_conversation_item(OWNER, id, "a").await.unwrap(),
+            ConversationItemLookup::NoConversation
+        );
     }
     assert_eq!(count(&store, "items").await, 0);
     assert_eq!(count(&store, "conversation_items").await, 0);
     assert_eq!(count(&store, "conversations").await, 1);
-    assert!(store.delete_conversation("conv_empty").await.unwrap());
+    assert!(store.delete_conversation(OWNER, "conv_empty").await.unwrap());
     assert_eq!(count(&store, "conversations").await, 0);
 }
 
@@ -789,12 +875,12 @@ async fn conversation_items_append_page_and_delete(backend: Backend) {
     let store = backend.open().await;
     store.create_conversation(new_conversation("conv_1", vec![user("m1"), user("m2")])).await.unwrap();
     let v0 = version(&store, "conv_1").await;
-    store.append_conversation_items("conv_1", vec![user("m3"), assistant("m4")]).await.unwrap().unwrap();
-    store.append_conversation_items("conv_1", vec![user("m5")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m3"), assistant("m4")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m5")]).await.unwrap().unwrap();
     let v1 = version(&store, "conv_1").await;
     assert_ne!(v0, v1);
     // Appending nothing changes nothing.
-    store.append_conversation_items("conv_1", vec![]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![]).await.unwrap().unwrap();
     assert_eq!(version(&store, "conv_1").await, v1);
     assert_eq!(listed(&store, "conv_1").await, ["m1", "m2", "m3", "m4", "m5"]);
 
@@ -803,7 +889,7 @@ async fn conversation_items_append_page_and_delete(backend: Backend) {
     let get = |p: InputItemsPage| {
         let store = &store;
         async move {
-            let got = store.conversation_items("conv_1", p).await.unwrap().unwrap();
+            let got = store.conversation_items(OWNER, "conv_1", p).await.unwrap().unwrap();
             (ids(&got.items).into_iter().map(str::to_owned).collect::<Vec<_>>(), got.has_more)
         }
     };
@@ -820,15 +906,19 @@ async fn conversation_items_append_page_and_delete(backend: Backend) {
     assert_eq!(get(asc(Some("nope"), 2)).await, (vec![], false));
 
     // One item: found, absent, deleted.
-    assert_eq!(store.conversation_item("conv_1", "m4").await.unwrap(), ConversationItemLookup::Found(assistant("m4")));
-    assert_eq!(store.conversation_item("conv_1", "nope").await.unwrap(), ConversationItemLookup::NoItem);
-    let ConversationItemLookup::Found(record) = store.delete_conversation_item("conv_1", "m3").await.unwrap() else {
+    assert_eq!(
+        store.conversation_item(OWNER, "conv_1", "m4").await.unwrap(),
+        ConversationItemLookup::Found(assistant("m4"))
+    );
+    assert_eq!(store.conversation_item(OWNER, "conv_1", "nope").await.unwrap(), ConversationItemLookup::NoItem);
+    let ConversationItemLookup::Found(record) = store.delete_conversation_item(OWNER, "conv_1", "m3").await.unwrap()
+    else {
         panic!("m3 not deleted");
     };
     assert_eq!(record.id, "conv_1");
     assert_eq!(record.metadata, metadata(&[("topic", "demo")]));
-    assert_eq!(store.delete_conversation_item("conv_1", "m3").await.unwrap(), ConversationItemLookup::NoItem);
-    assert_eq!(store.conversation_item("conv_1", "m3").await.unwrap(), ConversationItemLookup::NoItem);
+    assert_eq!(store.delete_conversation_item(OWNER, "conv_1", "m3").await.unwrap(), ConversationItemLookup::NoItem);
+    assert_eq!(store.conversation_item(OWNER, "conv_1", "m3").await.unwrap(), ConversationItemLookup::NoItem);
     assert_eq!(listed(&store, "conv_1").await, ["m1", "m2", "m4", "m5"]);
     assert_ne!(version(&store, "conv_1").await, v1);
     // A deleted item is no cursor any more; no response references the conversation, so its row
@@ -838,14 +928,17 @@ async fn conversation_items_append_page_and_delete(backend: Backend) {
     assert_eq!(count(&store, "conversation_items").await, 4);
 
     // Items with the same id: the first is the one found and deleted.
-    store.append_conversation_items("conv_1", vec![user("m1")]).await.unwrap().unwrap();
-    assert!(matches!(store.delete_conversation_item("conv_1", "m1").await.unwrap(), ConversationItemLookup::Found(_)));
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m1")]).await.unwrap().unwrap();
+    assert!(matches!(
+        store.delete_conversation_item(OWNER, "conv_1", "m1").await.unwrap(),
+        ConversationItemLookup::Found(_)
+    ));
     assert_eq!(listed(&store, "conv_1").await, ["m2", "m4", "m5", "m1"]);
-    let history = store.conversation_history("conv_1").await.unwrap().unwrap();
+    let history = store.conversation_history(OWNER, "conv_1").await.unwrap().unwrap();
     assert_eq!(ids(&history.items), ["m2", "m4", "m5", "m1"]);
 
     // Appends after deletes still go last, in order.
-    store.append_conversation_items("conv_1", vec![user("m6"), user("m7")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m6"), user("m7")]).await.unwrap().unwrap();
     assert_eq!(listed(&store, "conv_1").await, ["m2", "m4", "m5", "m1", "m6", "m7"]);
 }
 
@@ -858,14 +951,15 @@ async fn saving_into_a_conversation_extends_it(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(
-        store.history("r1").await.unwrap().unwrap(),
+        store.history(OWNER, "r1").await.unwrap().unwrap(),
         vec![user("c1"), user("i1"), assistant("o1a"), assistant("o1b")]
     );
     assert_eq!(listed(&store, "conv_1").await, ["c1", "i1", "o1a", "o1b"]);
-    let page_desc = store.conversation_items("conv_1", page(None, 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
+    let page_desc =
+        store.conversation_items(OWNER, "conv_1", page(None, 2, InputItemsOrder::Desc)).await.unwrap().unwrap();
     assert_eq!(ids(&page_desc.items), ["o1b", "o1a"]);
     // The response's own input is its own; items are stored once.
-    let own = store.input_items("r1", page(None, 10, InputItemsOrder::Asc)).await.unwrap().unwrap();
+    let own = store.input_items(OWNER, "r1", page(None, 10, InputItemsOrder::Asc)).await.unwrap().unwrap();
     assert_eq!(ids(&own.items), ["i1"]);
     assert_eq!(count(&store, "items").await, 4);
     let v2 = version(&store, "conv_1").await;
@@ -873,17 +967,20 @@ async fn saving_into_a_conversation_extends_it(backend: Backend) {
 
     // The next response in the conversation sees everything, the one after an items call too.
     store.save(in_conversation("r2", "conv_1", v2, vec![user("i2")], vec![assistant("o2")])).await.unwrap();
-    store.append_conversation_items("conv_1", vec![user("c2")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("c2")]).await.unwrap().unwrap();
     let v3 = version(&store, "conv_1").await;
     store.save(in_conversation("r3", "conv_1", v3, vec![user("i3")], vec![])).await.unwrap();
-    assert_eq!(ids(&store.history("r3").await.unwrap().unwrap()), ["c1", "i1", "o1a", "o1b", "i2", "o2", "c2", "i3"]);
+    assert_eq!(
+        ids(&store.history(OWNER, "r3").await.unwrap().unwrap()),
+        ["c1", "i1", "o1a", "o1b", "i2", "o2", "c2", "i3"]
+    );
     assert_eq!(listed(&store, "conv_1").await, ["c1", "i1", "o1a", "o1b", "i2", "o2", "c2", "i3"]);
-    let conv = store.conversation_history("conv_1").await.unwrap().unwrap();
+    let conv = store.conversation_history(OWNER, "conv_1").await.unwrap().unwrap();
     assert_eq!(ids(&conv.items), ["c1", "i1", "o1a", "o1b", "i2", "o2", "c2", "i3"]);
 
     // A response created in a conversation can be continued by previous_response_id, outside it.
     store.save(new_response("r4", Some("r1"), vec![user("i4")], vec![])).await.unwrap();
-    assert_eq!(ids(&store.history("r4").await.unwrap().unwrap()), ["c1", "i1", "o1a", "o1b", "i4"]);
+    assert_eq!(ids(&store.history(OWNER, "r4").await.unwrap().unwrap()), ["c1", "i1", "o1a", "o1b", "i4"]);
     assert_eq!(listed(&store, "conv_1").await.len(), 8);
 }
 
@@ -891,13 +988,13 @@ async fn stale_or_deleted_conversations_write_nothing(backend: Backend) {
     let store = backend.open().await;
     store.create_conversation(new_conversation("conv_1", vec![user("c1")])).await.unwrap();
     let v = version(&store, "conv_1").await;
-    store.append_conversation_items("conv_1", vec![user("c2")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("c2")]).await.unwrap().unwrap();
     let before = (count(&store, "items").await, count(&store, "conversation_items").await);
 
     let err =
         store.save(in_conversation("r1", "conv_1", v, vec![user("i1")], vec![assistant("o1")])).await.unwrap_err();
     assert!(matches!(&err, StoreError::ConversationChanged(id) if id == "conv_1"), "{err:?}");
-    assert!(store.response("r1").await.unwrap().is_none());
+    assert!(store.response(OWNER, "r1").await.unwrap().is_none());
     assert_eq!((count(&store, "items").await, count(&store, "conversation_items").await), before);
     assert_eq!(count(&store, "responses").await, 0);
     assert_eq!(listed(&store, "conv_1").await, ["c1", "c2"]);
@@ -912,7 +1009,7 @@ async fn stale_or_deleted_conversations_write_nothing(backend: Backend) {
     assert_eq!(version(&store, "conv_1").await, v);
 
     // Deleted (a tombstone, since r1 was created in it) or never created: gone.
-    assert!(store.delete_conversation("conv_1").await.unwrap());
+    assert!(store.delete_conversation(OWNER, "conv_1").await.unwrap());
     let before = count(&store, "items").await;
     for conv in ["conv_1", "conv_never"] {
         let err = store.save(in_conversation("r2", conv, v + 1, vec![user("i2")], vec![])).await.unwrap_err();
@@ -920,7 +1017,7 @@ async fn stale_or_deleted_conversations_write_nothing(backend: Backend) {
     }
     assert_eq!(count(&store, "items").await, before);
     assert_eq!(count(&store, "responses").await, 1);
-    assert_eq!(ids(&store.history("r1").await.unwrap().unwrap()), ["c1", "c2", "i1"]);
+    assert_eq!(ids(&store.history(OWNER, "r1").await.unwrap().unwrap()), ["c1", "c2", "i1"]);
 }
 
 /// Two stores (processes) on one database save into one conversation at once, each read of it
@@ -940,7 +1037,7 @@ async fn two_stores_racing_saves_into_one_conversation(backend: Backend) {
                 for n in 0..4 {
                     let id = format!("r{s}_{t}_{n}");
                     loop {
-                        let read = store.conversation_history("conv_race").await.unwrap().unwrap();
+                        let read = store.conversation_history(OWNER, "conv_race").await.unwrap().unwrap();
                         let input = vec![user(&format!("{id}_in"))];
                         let output = vec![assistant(&format!("{id}_out1")), assistant(&format!("{id}_out2"))];
                         match store.save(in_conversation(&id, "conv_race", read.version, input, output)).await {
@@ -972,7 +1069,7 @@ async fn two_stores_racing_saves_into_one_conversation(backend: Backend) {
     for (_, id, before) in &won {
         // Each winner's items follow exactly what it read, together and in order.
         assert_eq!(list[*before..before + 3], [format!("{id}_in"), format!("{id}_out1"), format!("{id}_out2")], "{id}");
-        let history = stores[0].history(id).await.unwrap().unwrap();
+        let history = stores[0].history(OWNER, id).await.unwrap().unwrap();
         assert_eq!(ids(&history), list[..before + 3].iter().map(String::as_str).collect::<Vec<_>>(), "{id}");
     }
     assert_eq!(count(&stores[0], "items").await, 1 + 32 * 3);
@@ -1015,10 +1112,10 @@ async fn deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing(back
         let mut expected: Vec<(String, Vec<String>)> = Vec::new();
         for (r, extra) in [("r1", false), ("r2", true), ("r3", false)] {
             if extra {
-                store.append_conversation_items(&conv, vec![user(&p("c3"))]).await.unwrap().unwrap();
+                store.append_conversation_items(OWNER, &conv, vec![user(&p("c3"))]).await.unwrap().unwrap();
             }
             let n = &r[1..];
-            let read = store.conversation_history(&conv).await.unwrap().unwrap();
+            let read = store.conversation_history(OWNER, &conv).await.unwrap().unwrap();
             let (input, output) = (user(&p(&format!("a{n}"))), assistant(&p(&format!("b{n}"))));
             let mut history: Vec<String> = ids(&read.items).into_iter().map(str::to_owned).collect();
             history.extend([input.id().to_owned(), output.id().to_owned()]);
@@ -1037,7 +1134,7 @@ async fn deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing(back
         for step in order {
             match *step {
                 Step::Item(item) => {
-                    let got = store.delete_conversation_item(&conv, &p(item)).await.unwrap();
+                    let got = store.delete_conversation_item(OWNER, &conv, &p(item)).await.unwrap();
                     if conversation_alive {
                         assert!(matches!(got, ConversationItemLookup::Found(_)), "{order:?}: {got:?}");
                         visible.retain(|id| *id != p(item));
@@ -1046,23 +1143,23 @@ async fn deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing(back
                     }
                 }
                 Step::Conversation => {
-                    assert!(store.delete_conversation(&conv).await.unwrap());
+                    assert!(store.delete_conversation(OWNER, &conv).await.unwrap());
                     conversation_alive = false;
                 }
                 Step::Response(r) => {
-                    assert!(store.delete(&p(r)).await.unwrap());
+                    assert!(store.delete(OWNER, &p(r)).await.unwrap());
                     expected.retain(|(id, _)| *id != p(r));
                 }
             }
             for (id, history) in &expected {
-                let got = store.history(id).await.unwrap().unwrap_or_else(|| panic!("{order:?}: {id} gone"));
+                let got = store.history(OWNER, id).await.unwrap().unwrap_or_else(|| panic!("{order:?}: {id} gone"));
                 assert_eq!(&ids(&got), history, "{order:?}: {id} after {step:?}");
             }
             assert_eq!(store.dangling_history_keys().await, 0, "{order:?} after {step:?}");
             if conversation_alive {
                 assert_eq!(listed(&store, &conv).await, visible, "{order:?} after {step:?}");
             } else {
-                assert!(store.conversation_history(&conv).await.unwrap().is_none());
+                assert!(store.conversation_history(OWNER, &conv).await.unwrap().is_none());
             }
         }
         for table in ["items", "conversation_items", "conversations", "responses", "response_items"] {
@@ -1132,19 +1229,21 @@ async fn a_version_2_database_is_migrated(backend: Backend) {
         TestStore::Sqlite(_) => store.sql_i64("PRAGMA user_version").await,
         TestStore::Postgres(_) => store.sql_i64("SELECT max(version)::bigint FROM respgw_schema_migrations").await,
     };
-    assert_eq!(schema, 3);
-    assert_eq!(store.history("r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
+    assert_eq!(schema, 4);
+    // Rows from before ownership belong to the tenant `default`, and to no other.
+    assert_eq!(store.history(DEFAULT, "r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
+    assert_eq!(store.history(OWNER, "r2").await.unwrap(), None);
 
     store.create_conversation(new_conversation("conv_1", vec![user("d")])).await.unwrap();
     let v = version(&store, "conv_1").await;
     store.save(in_conversation("r3", "conv_1", v, vec![user("e")], vec![])).await.unwrap();
-    assert_eq!(ids(&store.history("r3").await.unwrap().unwrap()), ["d", "e"]);
+    assert_eq!(ids(&store.history(OWNER, "r3").await.unwrap().unwrap()), ["d", "e"]);
 
-    assert!(store.delete("r1").await.unwrap());
-    assert!(store.delete("r2").await.unwrap());
-    assert!(store.delete_conversation("conv_1").await.unwrap());
+    assert!(store.delete(DEFAULT, "r1").await.unwrap());
+    assert!(store.delete(DEFAULT, "r2").await.unwrap());
+    assert!(store.delete_conversation(OWNER, "conv_1").await.unwrap());
     assert_eq!(items_left(&store).await, ["d", "e"]);
-    assert!(store.delete("r3").await.unwrap());
+    assert!(store.delete(OWNER, "r3").await.unwrap());
     assert!(items_left(&store).await.is_empty());
     assert_eq!(count(&store, "conversations").await, 0);
 }
@@ -1174,18 +1273,18 @@ async fn concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing(ba
         let mut tasks = Vec::new();
         for (n, id) in responses.into_iter().enumerate() {
             let store = Arc::clone(&stores[n % 2]);
-            tasks.push(tokio::spawn(async move { assert!(store.delete(&id).await.unwrap(), "{id}") }));
+            tasks.push(tokio::spawn(async move { assert!(store.delete(OWNER, &id).await.unwrap(), "{id}") }));
         }
         for (n, item) in [format!("{conv}_c"), format!("{conv}_r1_in")].into_iter().enumerate() {
             let (store, conv) = (Arc::clone(&stores[n % 2]), conv.clone());
             tasks.push(tokio::spawn(async move {
                 // Found, or the conversation was deleted first.
-                let got = store.delete_conversation_item(&conv, &item).await.unwrap();
+                let got = store.delete_conversation_item(OWNER, &conv, &item).await.unwrap();
                 assert_ne!(got, ConversationItemLookup::NoItem, "{item}");
             }));
         }
         let (store, conv2) = (Arc::clone(&stores[1]), conv.clone());
-        tasks.push(tokio::spawn(async move { assert!(store.delete_conversation(&conv2).await.unwrap()) }));
+        tasks.push(tokio::spawn(async move { assert!(store.delete_conversation(OWNER, &conv2).await.unwrap()) }));
         for task in tasks {
             task.await.unwrap();
         }
@@ -1215,20 +1314,20 @@ async fn saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing
             }));
         }
         for n in 0..2 {
-            stores[1].delete_conversation_item(&conv, &format!("{conv}_c{n}")).await.unwrap();
+            stores[1].delete_conversation_item(OWNER, &conv, &format!("{conv}_c{n}")).await.unwrap();
         }
-        assert!(stores[0].delete_conversation(&conv).await.unwrap());
+        assert!(stores[0].delete_conversation(OWNER, &conv).await.unwrap());
         let mut stored = Vec::new();
         for save in saves {
             let (id, saved) = save.await.unwrap();
             match saved {
                 Ok(()) => {
-                    let history = stores[1].history(&id).await.unwrap().unwrap();
+                    let history = stores[1].history(OWNER, &id).await.unwrap().unwrap();
                     assert_eq!(history.len(), 5, "{id}");
                     stored.push(id);
                 }
                 Err(StoreError::ConversationChanged(_) | StoreError::ConversationGone(_)) => {
-                    assert!(stores[0].response(&id).await.unwrap().is_none());
+                    assert!(stores[0].response(OWNER, &id).await.unwrap().is_none());
                 }
                 Err(e) => panic!("{id}: {e:?}"),
             }
@@ -1236,7 +1335,7 @@ async fn saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing
         assert!(stored.len() <= 1, "{stored:?}");
         assert_eq!(stores[0].dangling_history_keys().await, 0);
         for id in stored {
-            assert!(stores[0].delete(&id).await.unwrap());
+            assert!(stores[0].delete(OWNER, &id).await.unwrap());
         }
     }
     for table in ["items", "conversation_items", "conversations", "responses", "response_items"] {

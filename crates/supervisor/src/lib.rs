@@ -73,9 +73,13 @@ async fn check_code_interpreter(options: &mut GatewayOptions) -> Option<WorkRoot
 }
 
 fn log_auth(options: &GatewayOptions) {
-    if options.api_keys.iter().any(|k| !k.is_empty()) {
-        tracing::info!("API key authentication is on");
+    let tenants: Vec<&str> = options.tenants.tenants.iter().map(|t| t.name.as_str()).collect();
+    if options.api_keys.iter().any(|k| !k.is_empty()) || !tenants.is_empty() {
+        tracing::info!(?tenants, "API key authentication is on");
     } else {
-        tracing::warn!("API key authentication is OFF: no --api-key / GW_API_KEYS configured");
+        tracing::warn!(
+            "API key authentication is OFF: no --api-key / GW_API_KEYS or --api-keys-file configured; every request \
+             belongs to the tenant 'default'"
+        );
     }
 }

@@ -5,7 +5,9 @@
 //!   worker has lived a while). A worker that dies before the pool ever became ready fails the
 //!   start, with its own log explaining why.
 //! - SIGHUP replaces workers one slot at a time: the new worker starts on the same socket, and
-//!   only when it is ready is the old one told to drain, so no connection is refused.
+//!   only when it is ready is the old one told to drain, so no connection is refused and every
+//!   request and stream in progress finishes. The API keys file (`--api-keys-file`) is read again
+//!   first, so the new workers serve the new keys; an invalid file keeps the keys in use.
 //! - SIGTERM/SIGINT (or the caller's stop condition) drain every worker within a bound, then
 //!   kill what is left.
 //! - Metrics: every worker's snapshots are merged here; a scrape on any worker gets the merged
@@ -48,6 +50,8 @@ pub struct PoolConfig {
     pub sockets: PublicSockets,
     /// `GatewayOptions` as JSON, handed to every worker.
     pub worker_config_json: String,
+    /// The options `worker_config_json` encodes (their tenants change on SIGHUP).
+    pub gateway: respgw_server::GatewayOptions,
     pub drain_timeout: Duration,
     /// The merged metrics view (shared with the MCP helper process, which adds its counts).
     pub merged: Arc<Mutex<MergedMetrics>>,
@@ -66,6 +70,7 @@ impl PoolConfig {
             workers,
             sockets,
             worker_config_json: serde_json::to_string(gateway)?,
+            gateway: gateway.clone(),
             drain_timeout: gateway.drain_timeout,
             merged,
         })
@@ -179,7 +184,10 @@ pub async fn run(
                 stop = Some(PoolStop::Signal);
                 kill_at = Some(pool.begin_stop("SIGINT"));
             }
-            _ = hup.recv(), if !pool.stopping => pool.begin_rollover()?,
+            _ = hup.recv(), if !pool.stopping => {
+                pool.reload_api_keys();
+                pool.begin_rollover()?;
+            }
             code = &mut external_stop, if !pool.stopping => {
                 stop = Some(PoolStop::External(code));
                 kill_at = Some(pool.begin_stop("external stop"));
@@ -333,6 +341,30 @@ impl Pool {
         let id = self.spawn(slot)?;
         self.current[slot] = Some(id);
         Ok(())
+    }
+
+    /// Read the API keys file again for the workers started from now on. An unreadable or
+    /// invalid file is logged and the keys in use stay.
+    fn reload_api_keys(&mut self) {
+        let Some(path) = self.config.gateway.api_keys_file.clone() else { return };
+        let tenants = match respgw_server::TenantTable::load(&path) {
+            Ok(tenants) => tenants,
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: the API keys file was not reloaded; the keys in use stay");
+                return;
+            }
+        };
+        let mut gateway = self.config.gateway.clone();
+        gateway.tenants = tenants;
+        match serde_json::to_string(&gateway) {
+            Ok(json) => {
+                let names: Vec<&str> = gateway.tenants.tenants.iter().map(|t| t.name.as_str()).collect();
+                tracing::info!(tenants = ?names, "SIGHUP: API keys file reloaded");
+                self.config.worker_config_json = json;
+                self.config.gateway = gateway;
+            }
+            Err(e) => tracing::error!(error = %e, "SIGHUP: the reloaded API keys could not be handed to workers"),
+        }
     }
 
     fn begin_rollover(&mut self) -> anyhow::Result<()> {

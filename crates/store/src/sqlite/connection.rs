@@ -82,8 +82,15 @@ const SCHEMA_V3: &str = "
     CREATE INDEX responses_conversation_id ON responses(conversation_id);
     PRAGMA user_version = 3;";
 
+/// Version 4: ownership. Each response and conversation records the tenant that created it
+/// (`owner`); rows from before belong to the tenant `default`.
+const SCHEMA_V4: &str = "
+    ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE conversations ADD COLUMN owner TEXT NOT NULL DEFAULT 'default';
+    PRAGMA user_version = 4;";
+
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 /// Prepared statements kept per connection. The store uses about forty fixed statements (responses
 /// and conversations) plus one multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in

@@ -19,9 +19,13 @@ fn message(id: &str, role: MessageRole) -> Item {
     Item::Message(MessageItem { id: id.into(), role, status: ItemStatus::Completed, content: vec![content] })
 }
 
+/// The owner of everything these tests store.
+const OWNER: &str = "default";
+
 fn new_response(id: &str, history_from: Option<&str>, inputs: usize, outputs: usize) -> NewResponse {
     NewResponse {
         id: id.into(),
+        owner: OWNER.into(),
         previous_response_id: history_from.map(Into::into),
         model: "m".into(),
         created_at: 1_700_000_000,
@@ -81,7 +85,7 @@ async fn concurrent_saves_in_one_process_never_sleep() {
     let writers = save_many(&store, "w", 8, 80);
     let readers = async {
         for _ in 0..40 {
-            let got = store.history("w_0").await.unwrap();
+            let got = store.history(OWNER, "w_0").await.unwrap();
             assert!(got.is_none_or(|c| c.len() == 2));
         }
     };
@@ -103,9 +107,11 @@ async fn reads_do_not_wait_for_the_writer() {
     })
     .await
     .unwrap();
-    let conversation = tokio::time::timeout(Duration::from_secs(5), store.history("r1")).await.unwrap().unwrap();
+    let conversation = tokio::time::timeout(Duration::from_secs(5), store.history(OWNER, "r1")).await.unwrap().unwrap();
     assert_eq!(conversation.unwrap().len(), 2);
-    assert!(tokio::time::timeout(Duration::from_secs(5), store.response("r1")).await.unwrap().unwrap().is_some());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), store.response(OWNER, "r1")).await.unwrap().unwrap().is_some()
+    );
     tokio::task::spawn_blocking(move || writer.execute_batch("ROLLBACK").unwrap()).await.unwrap();
 }
 
@@ -145,7 +151,7 @@ async fn a_lock_held_past_the_budget_is_unavailable_and_writes_nothing() {
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
     assert!(started.elapsed() >= Duration::from_millis(90), "{:?}", started.elapsed());
     other.execute_batch("ROLLBACK").unwrap();
-    assert!(store.response("r1").await.unwrap().is_none());
+    assert!(store.response(OWNER, "r1").await.unwrap().is_none());
     assert_eq!(store.sql_i64("SELECT COUNT(*) FROM items").await, 0);
     // And the writer is usable again.
     store.save(new_response("r1", None, 1, 1)).await.unwrap();
@@ -186,10 +192,10 @@ async fn the_checkpointer_keeps_the_wal_bounded() {
     // snapshot open afterwards: that would stop the WAL from starting over below.
     for n in 0..20 {
         let id = format!("r_{n}");
-        assert!(store.response(&id).await.unwrap().is_some());
-        assert_eq!(store.history(&id).await.unwrap().unwrap().len(), 2);
+        assert!(store.response(OWNER, &id).await.unwrap().is_some());
+        assert_eq!(store.history(OWNER, &id).await.unwrap().unwrap().len(), 2);
         let page = InputItemsPage { after: None, limit: 10, order: InputItemsOrder::Desc };
-        assert_eq!(store.input_items(&id, page).await.unwrap().unwrap().items.len(), 1);
+        assert_eq!(store.input_items(OWNER, &id, page).await.unwrap().unwrap().items.len(), 1);
     }
     wait_for_full_checkpoint(&store).await;
     // The next write starts the WAL over and truncates its file to `journal_size_limit`.
@@ -228,14 +234,14 @@ async fn new_item_keys_are_contiguous() {
     // Deleting the newest response removes the largest keys: the next keys continue after them
     // (AUTOINCREMENT), not after the largest key left.
     store.save(new_response("gone", None, 3, 0)).await.unwrap();
-    assert!(store.delete("gone").await.unwrap());
-    let c1 = store.history("r1").await.unwrap().unwrap();
+    assert!(store.delete(OWNER, "gone").await.unwrap());
+    let c1 = store.history(OWNER, "r1").await.unwrap().unwrap();
 
     // More items than one multi-row INSERT takes (16): three statements, 23 input + 17 output.
     let r2 = new_response("r2", Some("r1"), 23, 17);
     let expected: Vec<Item> = c1.iter().cloned().chain(r2.input.clone()).chain(r2.output.clone()).collect();
     store.save(r2).await.unwrap();
-    assert_eq!(store.history("r2").await.unwrap().unwrap(), expected);
+    assert_eq!(store.history(OWNER, "r2").await.unwrap().unwrap(), expected);
     let history = history(&store, "r2").await;
     assert_eq!(history, [1, 2, 3].into_iter().chain(7..7 + 40).collect::<Vec<_>>(), "keys 4..=6 went to `gone`");
 
@@ -259,7 +265,7 @@ async fn new_item_keys_are_contiguous() {
         assert_eq!(*role, expected_role, "{item_id}");
     }
     let page = InputItemsPage { after: None, limit: 100, order: InputItemsOrder::Asc };
-    let input = store.input_items("r2", page).await.unwrap().unwrap();
+    let input = store.input_items(OWNER, "r2", page).await.unwrap().unwrap();
     assert_eq!(input.items.len(), 23);
     assert!(input.items.iter().enumerate().all(|(n, item)| item.id() == format!("r2_in{n}")));
 }
@@ -285,7 +291,7 @@ async fn concurrent_multi_row_saves_from_two_stores_do_not_interleave() {
     for s in 0..2 {
         for n in 0..10 {
             let id = format!("s{s}_{n}");
-            let conv = a.history(&id).await.unwrap().unwrap();
+            let conv = a.history(OWNER, &id).await.unwrap().unwrap();
             let keys = history(&a, &id).await;
             assert_eq!(keys, (keys[0]..keys[0] + 25).collect::<Vec<_>>(), "{id}");
             for (k, item) in conv.iter().enumerate() {
@@ -301,10 +307,10 @@ async fn dropping_the_store_closes_everything() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("drop.db")).await.unwrap();
     store.save(new_response("r1", None, 1, 1)).await.unwrap();
-    assert!(store.response("r1").await.unwrap().is_some());
+    assert!(store.response(OWNER, "r1").await.unwrap().is_some());
     let clone = store.clone();
     drop(store);
-    assert!(clone.history("r1").await.unwrap().is_some(), "clones share the connections");
+    assert!(clone.history(OWNER, "r1").await.unwrap().is_some(), "clones share the connections");
     // The counters are shared by every connection's busy handler and by the checkpointer thread:
     // once the last clone is gone, only this handle is left.
     let stats = Arc::clone(&clone.inner.stats);
@@ -321,7 +327,7 @@ async fn in_memory_store_serves_reads_from_its_one_connection() {
     let store = SqliteStore::open_in_memory().await.unwrap();
     store.save(new_response("r1", None, 2, 1)).await.unwrap();
     store.save(new_response("r2", Some("r1"), 1, 1)).await.unwrap();
-    assert_eq!(store.history("r2").await.unwrap().unwrap().len(), 5);
-    assert!(store.delete("r1").await.unwrap());
-    assert_eq!(store.history("r2").await.unwrap().unwrap().len(), 5);
+    assert_eq!(store.history(OWNER, "r2").await.unwrap().unwrap().len(), 5);
+    assert!(store.delete(OWNER, "r1").await.unwrap());
+    assert_eq!(store.history(OWNER, "r2").await.unwrap().unwrap().len(), 5);
 }

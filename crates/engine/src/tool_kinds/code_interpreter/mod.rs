@@ -73,6 +73,26 @@ pub(crate) fn container_for(history: &[Item]) -> String {
         .unwrap_or_else(|| new_id(IdKind::Container))
 }
 
+/// The sandbox container that container id `container_id` names for tenant `owner`: the same
+/// pair always gives the same container, and another owner naming the same id gets another one —
+/// a container id copied from another tenant's items opens a fresh, empty container. It has the
+/// container id format (`cntr_` + a UUID v7 shape; the bits come from SHA-256 of the pair, so
+/// its time field means nothing), so the sandbox can use it as a directory name.
+pub(crate) fn sandbox_container(owner: &str, container_id: &str) -> String {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in [owner, container_id] {
+        context.update(&(part.len() as u64).to_be_bytes());
+        context.update(part.as_bytes());
+    }
+    let digest = context.finish();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest.as_ref()[..16]);
+    bytes[6] = (bytes[6] & 0x0f) | 0x70; // version 7
+    bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("cntr_{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
 pub(crate) fn allowed_by(entry: &AllowedTool) -> bool {
     matches!(entry, AllowedTool::CodeInterpreter(_))
 }
@@ -189,4 +209,21 @@ pub(crate) fn result_text(item: &CodeInterpreterCallItem) -> String {
         text = "(no output)".into();
     }
     text
+}
+
+#[cfg(test)]
+mod tenant_tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_container_is_per_tenant_and_stable() {
+        let id = new_id(IdKind::Container);
+        let alpha = sandbox_container("alpha", &id);
+        assert_eq!(alpha, sandbox_container("alpha", &id), "the same pair, the same container");
+        assert_ne!(alpha, sandbox_container("beta", &id), "another tenant, another container");
+        assert_ne!(alpha, sandbox_container("alph", &format!("a{id}")), "the pair is encoded unambiguously");
+        assert!(is_own_id(IdKind::Container, &alpha), "{alpha}");
+        let uuid = alpha.strip_prefix("cntr_").expect("a container id");
+        assert_eq!((uuid.len(), &uuid[14..15], uuid.to_ascii_lowercase()), (36, "7", uuid.to_owned()), "{uuid}");
+    }
 }
