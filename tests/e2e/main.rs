@@ -28,6 +28,7 @@ mod responses;
 mod seed_parity;
 mod store;
 mod systemd;
+mod tenants;
 mod tokens_truncation;
 mod tracing_otlp;
 mod web_search;

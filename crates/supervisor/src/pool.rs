@@ -369,7 +369,11 @@ impl Pool {
 
     fn begin_rollover(&mut self) -> anyhow::Result<()> {
         if self.replacing.is_some() || !self.rollover.is_empty() {
-            tracing::info!("SIGHUP: a rolling restart is already in progress");
+            // Workers replaced so far in this round started with the settings of before this
+            // SIGHUP (the keys file may have changed): every slot is replaced once more.
+            tracing::info!("SIGHUP: a rolling restart is in progress; every worker will be replaced again");
+            self.rollover.clear();
+            self.rollover.extend(0..self.current.len());
             return Ok(());
         }
         tracing::info!("SIGHUP: replacing workers one by one");
