@@ -283,7 +283,7 @@ impl Engine {
 
     /// Reads and writes of conversations and their items.
     pub fn conversations(&self) -> Conversations<'_> {
-        Conversations { store: self.store.as_ref() }
+        Conversations { store: self.store.as_ref(), files: self.files.as_deref() }
     }
 
     pub fn metrics(&self) -> &Metrics {

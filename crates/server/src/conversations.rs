@@ -19,7 +19,7 @@ use crate::json_body::JsonBody;
 
 /// `POST /v1/conversations`.
 pub async fn create(State(engine): State<Arc<Engine>>, JsonBody(body): JsonBody) -> Result<Response, HttpError> {
-    let request = CreateConversation::from_slice(&body)?;
+    let request = CreateConversation::from_slice(&body, &engine.limits().request)?;
     Ok(Json(engine.conversations().create(request).await?).into_response())
 }
 
@@ -73,7 +73,7 @@ pub async fn add_items(
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("conversation_id"))?;
     let (_, include) = ListQueryParams::with_include(query.as_deref())?;
-    let request = AddItems::from_slice(&body)?;
+    let request = AddItems::from_slice(&body, &engine.limits().request)?;
     Ok(Json(engine.conversations().add_items(&id, request, &include).await?).into_response())
 }
 
