@@ -229,7 +229,19 @@ fn cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             Some("tool_choice.tools[0].name"),
         ),
         ("background mode", j(json!({"model":"m","input":"x","background":true})), 400, Some("background")),
-        ("conversation", j(json!({"model":"m","input":"x","conversation":"conv_1"})), 400, Some("conversation")),
+        ("conversation not an id", j(json!({"model":"m","input":"x","conversation":7})), 400, Some("conversation")),
+        (
+            "conversation and previous_response_id",
+            j(json!({"model":"m","input":"x","conversation":"conv_1","previous_response_id":"resp_1"})),
+            400,
+            Some("conversation"),
+        ),
+        (
+            "unknown conversation",
+            j(json!({"model":"m","input":"x","conversation":"conv_1"})),
+            404,
+            Some("conversation"),
+        ),
         (
             "empty previous_response_id",
             j(json!({"model":"m","input":"x","previous_response_id":""})),

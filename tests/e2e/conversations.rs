@@ -322,3 +322,31 @@ async fn two_gateways_share_conversations_on_postgres() {
     let items: Value = response.json().await.unwrap();
     assert_eq!(texts(items["data"].as_array().unwrap()), ["hi", "France?", "Paris.", "Again?", "Lyon."]);
 }
+
+/// An `input_file` added to a conversation is read once: the model gets its text on every turn,
+/// and a client listing the conversation gets the part exactly as it was sent.
+#[tokio::test]
+async fn files_in_a_conversation_reach_the_model_and_are_listed_as_sent() {
+    let h = Harness::start().await;
+    h.scenario("m", vec![text("It says hello."), text("Still hello.")]);
+    let data = "data:text/plain;base64,aGVsbG8gZnJvbSB0aGUgZmlsZQ=="; // "hello from the file"
+    let part = json!({"type": "input_file", "filename": "note.txt", "file_data": data});
+    let (status, conv) = post(
+        &h,
+        "/v1/conversations",
+        json!({"items": [{"role": "user", "content": [{"type": "input_text", "text": "Read this."}, part]}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{conv}");
+    let id = conv["id"].as_str().unwrap();
+    for input in ["What does it say?", "Again?"] {
+        let (status, body) = h.create(json!({"model": "m", "input": input, "conversation": id})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    for sent in h.upstream_messages("m") {
+        assert!(sent[0].to_string().contains("hello from the file"), "{}", sent[0]);
+    }
+    let (_, items) = h.get(&format!("/v1/conversations/{id}/items?order=asc")).await;
+    assert_eq!(items["data"][0]["content"][1], part, "{items}");
+    assert!(!items.to_string().contains("hello from the file"), "{items}");
+}

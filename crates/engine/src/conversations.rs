@@ -11,6 +11,7 @@ use respgw_protocol::listing::{Deleted, ListPage, ListQuery};
 use respgw_protocol::{ApiError, Item};
 use respgw_store_api::{ConversationItemLookup, ConversationRecord, NewConversation, ResponseStore};
 
+use crate::files::{FileReader, read_files};
 use crate::run::store_error;
 use crate::tool_kinds;
 
@@ -19,6 +20,8 @@ pub struct Conversations<'a> {
     pub(crate) store: &'a dyn ResponseStore,
     /// The tenant asking: it creates conversations it owns, and sees no other tenant's.
     pub(crate) owner: &'a str,
+    /// Reads the `input_file` parts of added items, as for a response's input (`None`: refused).
+    pub(crate) files: Option<&'a dyn FileReader>,
 }
 
 /// Where a conversation id came from, for the `param` of a 404.
@@ -32,15 +35,16 @@ fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
-/// An item as a client sees it in a conversation listing: what a response's output shows with
-/// the same `include`.
+/// An item as a client sees it in a conversation: what a response's output shows with the same
+/// `include`, and an input item as the client sent it (what the model got of a file is not shown).
 fn present(item: Item, include: &[String]) -> Item {
-    tool_kinds::present(&item, include)
+    tool_kinds::present(&item, include).client_view()
 }
 
 impl Conversations<'_> {
     /// Create a conversation with its initial items.
-    pub async fn create(&self, request: CreateConversation) -> Result<ConversationObject, ApiError> {
+    pub async fn create(&self, mut request: CreateConversation) -> Result<ConversationObject, ApiError> {
+        read_files(self.files, &mut request.items, "items").await?;
         let conversation = NewConversation {
             id: new_id(IdKind::Conversation),
             owner: self.owner.to_owned(),
@@ -89,7 +93,13 @@ impl Conversations<'_> {
     }
 
     /// Append items to the conversation; the page of what was added, in order.
-    pub async fn add_items(&self, id: &str, request: AddItems, include: &[String]) -> Result<ListPage<Item>, ApiError> {
+    pub async fn add_items(
+        &self,
+        id: &str,
+        mut request: AddItems,
+        include: &[String],
+    ) -> Result<ListPage<Item>, ApiError> {
+        read_files(self.files, &mut request.items, "items").await?;
         let added: Vec<Item> = request.items.iter().map(|item| present(item.clone(), include)).collect();
         self.store
             .append_conversation_items(self.owner, id, request.items)

@@ -19,9 +19,15 @@ pub trait FileReader: Send + Sync {
 /// ones were read when their request arrived). A file that cannot be read is a 400 naming its
 /// part (`input[0].content[1]`); without a reader, any `input_file` is.
 pub async fn read_input_files(reader: Option<&dyn FileReader>, input: &mut [Item]) -> Result<(), ApiError> {
-    for (i, item) in input.iter_mut().enumerate() {
-        for (field, file) in item.input_files_mut() {
-            let param = format!("input[{i}].{field}");
+    read_files(reader, input, "input").await
+}
+
+/// [`read_input_files`] for items that arrive under another field (`items` of the Conversations
+/// API), so an error names it (`items[0].content[1]`).
+pub async fn read_files(reader: Option<&dyn FileReader>, items: &mut [Item], field: &str) -> Result<(), ApiError> {
+    for (i, item) in items.iter_mut().enumerate() {
+        for (part, file) in item.input_files_mut() {
+            let param = format!("{field}[{i}].{part}");
             let Some(reader) = reader else {
                 return Err(ApiError::invalid(
                     param.clone(),

@@ -289,7 +289,7 @@ impl Engine {
 
     /// Reads and writes of `owner`'s conversations and their items.
     pub fn conversations<'a>(&'a self, owner: &'a str) -> Conversations<'a> {
-        Conversations { store: self.store.as_ref(), owner }
+        Conversations { store: self.store.as_ref(), owner, files: self.files.as_deref() }
     }
 
     pub fn metrics(&self) -> &Metrics {

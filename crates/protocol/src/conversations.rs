@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{ApiError, describe_json_syntax};
 use crate::items::Item;
-use crate::request::{check_metadata, normalize_items};
+use crate::limits::RequestLimits;
+use crate::request::{check_item_files, check_metadata, normalize_items};
 
 /// Most items one create call may add (the reference API's limit).
 pub const MAX_ITEMS_PER_CALL: usize = 20;
@@ -51,9 +52,10 @@ struct AddItemsBody {
 }
 
 impl CreateConversation {
-    /// Parse and check a create body: at most [`MAX_ITEMS_PER_CALL`] items, metadata within the
-    /// reference limits. An empty body creates an empty conversation.
-    pub fn from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
+    /// Parse and check a create body: at most [`MAX_ITEMS_PER_CALL`] items whose files are within
+    /// `limits`, metadata within the reference limits. An empty body creates an empty
+    /// conversation.
+    pub fn from_slice(bytes: &[u8], limits: &RequestLimits) -> Result<Self, ApiError> {
         let body: CreateBody = if bytes.iter().all(u8::is_ascii_whitespace) {
             CreateBody { items: None, metadata: None }
         } else {
@@ -61,7 +63,7 @@ impl CreateConversation {
         };
         let metadata = body.metadata.unwrap_or_default();
         check_metadata(&metadata)?;
-        Ok(CreateConversation { items: parse_items(body.items.unwrap_or_default())?, metadata })
+        Ok(CreateConversation { items: parse_items(body.items.unwrap_or_default(), limits)?, metadata })
     }
 }
 
@@ -79,8 +81,9 @@ impl UpdateConversation {
 }
 
 impl AddItems {
-    /// Parse and check an add-items body: 1 to [`MAX_ITEMS_PER_CALL`] items.
-    pub fn from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
+    /// Parse and check an add-items body: 1 to [`MAX_ITEMS_PER_CALL`] items whose files are
+    /// within `limits`.
+    pub fn from_slice(bytes: &[u8], limits: &RequestLimits) -> Result<Self, ApiError> {
         let body: AddItemsBody = parse_object(bytes)?;
         let Some(items) = body.items else {
             return Err(ApiError::invalid("items", "Missing required parameter: 'items'.")
@@ -89,7 +92,7 @@ impl AddItems {
         if items.is_empty() {
             return Err(ApiError::invalid("items", "'items' must hold at least one item."));
         }
-        Ok(AddItems { items: parse_items(items)? })
+        Ok(AddItems { items: parse_items(items, limits)? })
     }
 }
 
@@ -101,14 +104,16 @@ fn parse_object<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiEr
     serde_path_to_error::deserialize(body).map_err(|e| ApiError::from_path_error("", e))
 }
 
-fn parse_items(items: Vec<Value>) -> Result<Vec<Item>, ApiError> {
+fn parse_items(items: Vec<Value>, limits: &RequestLimits) -> Result<Vec<Item>, ApiError> {
     if items.len() > MAX_ITEMS_PER_CALL {
         return Err(ApiError::invalid(
             "items",
             format!("At most {MAX_ITEMS_PER_CALL} items can be added at a time; got {}.", items.len()),
         ));
     }
-    normalize_items(items, "items")
+    let items = normalize_items(items, "items")?;
+    check_item_files(&items, "items", limits)?;
+    Ok(items)
 }
 
 /// A conversation as clients see it.
@@ -133,12 +138,12 @@ mod tests {
     use super::*;
 
     fn create(body: Value) -> Result<CreateConversation, ApiError> {
-        CreateConversation::from_slice(body.to_string().as_bytes())
+        CreateConversation::from_slice(body.to_string().as_bytes(), &RequestLimits::default())
     }
 
     #[test]
     fn an_empty_body_creates_an_empty_conversation() {
-        let c = CreateConversation::from_slice(b"").unwrap();
+        let c = CreateConversation::from_slice(b"", &RequestLimits::default()).unwrap();
         assert!(c.items.is_empty() && c.metadata.is_empty());
         assert!(create(json!({})).unwrap().items.is_empty());
     }
@@ -156,7 +161,8 @@ mod tests {
         let items: Vec<Value> = (0..21).map(|i| json!({"role": "user", "content": format!("m{i}")})).collect();
         let e = create(json!({ "items": items })).unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (400, Some("items")));
-        let e = AddItems::from_slice(json!({ "items": items }).to_string().as_bytes()).unwrap_err();
+        let e = AddItems::from_slice(json!({ "items": items }).to_string().as_bytes(), &RequestLimits::default())
+            .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("items"));
     }
 
@@ -174,9 +180,9 @@ mod tests {
     fn update_needs_metadata_and_add_needs_items() {
         let e = UpdateConversation::from_slice(b"{}").unwrap_err();
         assert_eq!(e.param.as_deref(), Some("metadata"));
-        let e = AddItems::from_slice(b"{}").unwrap_err();
+        let e = AddItems::from_slice(b"{}", &RequestLimits::default()).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("items"));
-        let e = AddItems::from_slice(br#"{"items": []}"#).unwrap_err();
+        let e = AddItems::from_slice(br#"{"items": []}"#, &RequestLimits::default()).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("items"));
     }
 
@@ -184,7 +190,7 @@ mod tests {
     fn wrong_types_name_the_field() {
         let e = create(json!({"items": "hi"})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("items"));
-        let e = CreateConversation::from_slice(b"[1]").unwrap_err();
+        let e = CreateConversation::from_slice(b"[1]", &RequestLimits::default()).unwrap_err();
         assert_eq!(e.status, 400);
     }
 }

@@ -481,9 +481,14 @@ pub(crate) fn normalize_items(items: Vec<Value>, field: &str) -> Result<Vec<Item
 /// The `input_file` parts of this request's input pass the checks that need no I/O: one source,
 /// a decodable `file_data` of a supported type within the size cap.
 pub(crate) fn check_input_files(input: &[Item], limits: &RequestLimits) -> Result<(), ApiError> {
-    for (i, item) in input.iter().enumerate() {
-        for (field, part) in item.input_files() {
-            let param = format!("input[{i}].{field}");
+    check_item_files(input, "input", limits)
+}
+
+/// [`check_input_files`] for items under another field (`items` of the Conversations API).
+pub(crate) fn check_item_files(items: &[Item], field: &str, limits: &RequestLimits) -> Result<(), ApiError> {
+    for (i, item) in items.iter().enumerate() {
+        for (part_path, part) in item.input_files() {
+            let param = format!("{field}[{i}].{part_path}");
             crate::input_file::check(part, limits.max_input_file_bytes).map_err(|e| e.into_api_error(&param))?;
         }
     }

@@ -25,7 +25,7 @@ pub async fn create(
     tenant: Tenant,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
-    let request = CreateConversation::from_slice(&body)?;
+    let request = CreateConversation::from_slice(&body, &engine.limits().request)?;
     Ok(Json(engine.conversations(tenant.name()).create(request).await?).into_response())
 }
 
@@ -84,7 +84,7 @@ pub async fn add_items(
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("conversation_id"))?;
     let (_, include) = ListQueryParams::with_include(query.as_deref())?;
-    let request = AddItems::from_slice(&body)?;
+    let request = AddItems::from_slice(&body, &engine.limits().request)?;
     Ok(Json(engine.conversations(tenant.name()).add_items(&id, request, &include).await?).into_response())
 }
 
