@@ -530,3 +530,43 @@ async fn token_counters_equal_the_usage_of_every_round_of_a_tool_loop() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn hash_key_prints_the_keys_file_entry() {
+    let output = std::process::Command::new(common::respgw_bin())
+        .arg("hash-key")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().expect("stdin").write_all(b"sk-some-key\n")?;
+            child.wait_with_output()
+        })
+        .expect("respgw hash-key runs");
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8_lossy(&output.stdout), format!("\"{}\"\n", respgw_server::hash_key("sk-some-key")));
+
+    let output = std::process::Command::new(common::respgw_bin()).args(["hash-key", "--generate"]).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("sk-gw-") && lines[0].len() > 40, "{text}");
+    assert_eq!(lines[1], format!("\"{}\"", respgw_server::hash_key(lines[0])));
+}
+
+#[tokio::test]
+async fn a_keys_file_with_a_raw_key_stops_the_start_without_showing_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.toml");
+    std::fs::write(&keys, "[[tenant]]\nname = \"alpha\"\nkeys = [\"sk-live-raw-key\"]\n").unwrap();
+    let output = std::process::Command::new(common::respgw_bin())
+        .args(serve_args("http://127.0.0.1:1/v1", &["--api-keys-file", keys.to_str().unwrap()]))
+        .envs(common::quiet_env())
+        .output()
+        .expect("respgw runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("keys[0]") && stderr.contains("not a key hash"), "{stderr}");
+    assert!(!stderr.contains("sk-live-raw-key"), "the key was shown: {stderr}");
+}
