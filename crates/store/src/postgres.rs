@@ -16,6 +16,8 @@
 //!   response it continues (a foreign key, indexed); `deleted` marks a tombstone.
 //! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
 //!   input, 2 output), in order.
+//! - `background_runs` and `background_events` (version 3): background runs and their event
+//!   logs (see the `background` module).
 //!
 //! The tables live in the first schema of the connection's `search_path` (by default `public`);
 //! `?options=-c%20search_path%3Drespgw` in the URL puts them elsewhere.
@@ -51,11 +53,13 @@ use respgw_protocol::Item;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Row};
 
+mod background;
+
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError};
 
 /// The schema version this code reads and writes (the highest row of `respgw_schema_migrations`).
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The advisory lock key that serializes migrations ("respgw" in ASCII, then 1).
 const MIGRATION_LOCK: i64 = 0x7265_7370_6777_0001;
@@ -116,6 +120,25 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     AND EXISTS (SELECT 1 FROM responses p WHERE p.id = r.previous_response_id);
     DELETE FROM response_items WHERE role = 0;
     CREATE INDEX responses_history_from ON responses (history_from);",
+    "
+    CREATE TABLE background_runs (
+        id text PRIMARY KEY,
+        status text NOT NULL,
+        body text NOT NULL,
+        owner text NOT NULL,
+        lease_until bigint NOT NULL,
+        next_seq bigint NOT NULL,
+        ended_at bigint
+    );
+    CREATE INDEX background_runs_lease ON background_runs (lease_until) WHERE ended_at IS NULL;
+    CREATE INDEX background_runs_ended ON background_runs (ended_at) WHERE ended_at IS NOT NULL;
+    CREATE TABLE background_events (
+        run_id text NOT NULL REFERENCES background_runs(id) ON DELETE CASCADE,
+        seq bigint NOT NULL,
+        kind text NOT NULL,
+        data text NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );",
 ];
 
 /// The whole save as one statement. The new items (`$8` ids, `$9` bodies), each drawing its key
@@ -212,6 +235,9 @@ pub struct PostgresStore {
     items: Arc<ItemCache>,
     /// `host:port/database`, for messages (never the password).
     target: String,
+    /// Where [`respgw_store_api::BackgroundStore::changes`] listens: a pool of its own, of one
+    /// connection, so that listening never takes a connection from requests.
+    listen_options: PgConnectOptions,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -273,8 +299,8 @@ impl PostgresStore {
                     Ok(true)
                 })
             })
-            .connect_lazy_with(options);
-        Ok(Self { pool, items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)), target })
+            .connect_lazy_with(options.clone());
+        Ok(Self { pool, items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)), target, listen_options: options })
     }
 
     /// The pool (tests run raw SQL on it).
@@ -396,53 +422,7 @@ fn decode_rows(rows: Vec<sqlx::postgres::PgRow>, cache: &ItemCache) -> Result<Ve
 #[async_trait::async_trait]
 impl ResponseStore for PostgresStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
-        let NewResponse { id, previous_response_id, model, created_at, status, response, history_from, input, output } =
-            response;
-        let body = encode(&response, "response")?;
-        let inputs = input.len() as i64;
-        let (mut item_ids, mut bodies) = (Vec::with_capacity(input.len() + output.len()), Vec::new());
-        for item in input.iter().chain(&output) {
-            // The id column is for lookups (`after`); the body keeps the id as given.
-            item_ids.push(lookup_key(item.id()).into_owned());
-            bodies.push(encode(item, "item")?);
-        }
-        let saved = sqlx::query(SAVE)
-            .bind(&id)
-            .bind(&previous_response_id)
-            .bind(&model)
-            .bind(created_at)
-            .bind(&status)
-            .bind(&body)
-            .bind(&history_from)
-            .bind(&item_ids)
-            .bind(&bodies)
-            .bind(inputs)
-            .fetch_all(&self.pool)
-            .await;
-        match saved {
-            Ok(rows) => {
-                // The next continuation of this conversation need not decode what it just wrote.
-                let mut new_items: Vec<Option<(Item, usize)>> =
-                    input.into_iter().chain(output).zip(&bodies).map(|(item, body)| Some((item, body.len()))).collect();
-                for row in rows {
-                    // The save is committed: a row that does not decode only goes uncached.
-                    let (Ok(position), Ok(key)) = (row.try_get::<i32, _>(0), row.try_get::<i64, _>(1)) else {
-                        continue;
-                    };
-                    let slot = usize::try_from(position).ok().and_then(|p| new_items.get_mut(p));
-                    if let Some((item, bytes)) = slot.and_then(Option::take) {
-                        self.items.keep(key, item, bytes);
-                    }
-                }
-                Ok(())
-            }
-            Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
-            Err(e) if sqlstate(&e).as_deref() == Some("23503") => Err(StoreError::MissingHistory(format!(
-                "{} was deleted before its continuation {id} was saved",
-                history_from.as_deref().unwrap_or("(none)")
-            ))),
-            Err(e) => Err(map_err(e)),
-        }
+        save_on(&self.pool, &self.items, response).await
     }
 
     async fn response(&self, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -516,6 +496,63 @@ impl ResponseStore for PostgresStore {
         }
         tx.commit().await.map_err(map_err)?;
         Ok(true)
+    }
+}
+
+/// Save `response` with one statement on `executor` (the pool, or a background run's
+/// transaction).
+pub(crate) async fn save_on<'c>(
+    executor: impl sqlx::PgExecutor<'c>,
+    cache: &ItemCache,
+    response: NewResponse,
+) -> Result<(), StoreError> {
+    let NewResponse { id, previous_response_id, model, created_at, status, response, history_from, input, output } =
+        response;
+    let body = encode(&response, "response")?;
+    let inputs = input.len() as i64;
+    let (mut item_ids, mut bodies) = (Vec::with_capacity(input.len() + output.len()), Vec::new());
+    for item in input.iter().chain(&output) {
+        // The id column is for lookups (`after`); the body keeps the id as given.
+        item_ids.push(lookup_key(item.id()).into_owned());
+        bodies.push(encode(item, "item")?);
+    }
+    let saved = sqlx::query(SAVE)
+        .bind(&id)
+        .bind(&previous_response_id)
+        .bind(&model)
+        .bind(created_at)
+        .bind(&status)
+        .bind(&body)
+        .bind(&history_from)
+        .bind(&item_ids)
+        .bind(&bodies)
+        .bind(inputs)
+        .fetch_all(executor)
+        .await;
+    match saved {
+        Ok(rows) => {
+            // The next continuation of this conversation need not decode what it just wrote.
+            let mut new_items: Vec<Option<(Item, usize)>> =
+                input.into_iter().chain(output).zip(&bodies).map(|(item, body)| Some((item, body.len()))).collect();
+            for row in rows {
+                // The save is committed (or about to be, in a caller's transaction): a row that
+                // does not decode only goes uncached.
+                let (Ok(position), Ok(key)) = (row.try_get::<i32, _>(0), row.try_get::<i64, _>(1)) else {
+                    continue;
+                };
+                let slot = usize::try_from(position).ok().and_then(|p| new_items.get_mut(p));
+                if let Some((item, bytes)) = slot.and_then(Option::take) {
+                    cache.keep(key, item, bytes);
+                }
+            }
+            Ok(())
+        }
+        Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
+        Err(e) if sqlstate(&e).as_deref() == Some("23503") => Err(StoreError::MissingHistory(format!(
+            "{} was deleted before its continuation {id} was saved",
+            history_from.as_deref().unwrap_or("(none)")
+        ))),
+        Err(e) => Err(map_err(e)),
     }
 }
 

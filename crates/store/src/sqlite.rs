@@ -1,6 +1,6 @@
 //! The SQLite backend: one database file shared by every worker process, in WAL mode.
 //!
-//! Schema (version 2, recorded in `PRAGMA user_version`; version-1 files are migrated on open):
+//! Schema (version 3, recorded in `PRAGMA user_version`; older files are migrated on open):
 //!
 //! - `items(key, item_id, body)`: each item once, `body` being the serde JSON of
 //!   [`respgw_protocol::Item`]. `item_id` is not unique (clients may resend ids). `key` is
@@ -12,6 +12,8 @@
 //! - `response_items(response_id, position, item_key, role)`: the response's own items (role 1
 //!   input, 2 output), in order: what the input-items listing pages through and what a delete
 //!   collects.
+//! - `background_runs` and `background_events` (version 3): background runs and their event
+//!   logs (see the `background` module).
 //!
 //! # Threads and connections
 //!
@@ -31,6 +33,7 @@
 //!
 //! An in-memory store (tests) has a single connection that serves reads and writes alike.
 
+mod background;
 mod checkpoint;
 mod connection;
 
@@ -55,7 +58,7 @@ use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::{InputItemsList, InputItemsOrder, InputItemsPage, NewResponse, ResponseStore, StoreError};
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).
@@ -443,68 +446,112 @@ fn insert_items(tx: &Transaction<'_>, items: &[(String, String)]) -> Result<i64,
     first.ok_or_else(|| StoreError::Unavailable("no items to insert".into()))
 }
 
+/// A response to save, encoded before the writer is taken.
+pub(crate) struct EncodedResponse {
+    id: String,
+    previous_response_id: Option<String>,
+    model: String,
+    created_at: i64,
+    status: String,
+    body: String,
+    history_from: Option<String>,
+    inputs: i64,
+    /// The new items, input then output, with their `(item_id, body)` rows.
+    items: Vec<Item>,
+    rows: Vec<(String, String)>,
+}
+
+impl EncodedResponse {
+    pub(crate) fn new(response: NewResponse) -> Result<Self, StoreError> {
+        let NewResponse { id, previous_response_id, model, created_at, status, response, history_from, input, output } =
+            response;
+        let body = encode(&response, "response")?;
+        let inputs = input.len() as i64;
+        let items: Vec<Item> = input.into_iter().chain(output).collect();
+        let mut rows = Vec::with_capacity(items.len());
+        for item in &items {
+            rows.push((item.id().to_owned(), encode(item, "item")?));
+        }
+        Ok(Self { id, previous_response_id, model, created_at, status, body, history_from, inputs, items, rows })
+    }
+
+    /// Write the response row, its new items and their rows inside `tx`; returns the first new
+    /// item's key.
+    pub(crate) fn insert(&self, tx: &Transaction<'_>) -> Result<Option<i64>, StoreError> {
+        let id = &self.id;
+        let mut history = match &self.history_from {
+            None => Vec::with_capacity(self.rows.len()),
+            Some(parent) => {
+                let list = tx
+                    .prepare_cached(SELECT_HISTORY)
+                    .and_then(|mut s| s.query_row([parent], |row| row.get::<_, String>(0)))
+                    .map_err(|e| match e {
+                        rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
+                            "{parent} was deleted before its continuation {id} was saved"
+                        )),
+                        e => map_err(e),
+                    })?;
+                let mut keys: Vec<i64> = serde_json::from_str(&list)
+                    .map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
+                keys.reserve(self.rows.len());
+                keys
+            }
+        };
+        let first_key = if self.rows.is_empty() { None } else { Some(insert_items(tx, &self.rows)?) };
+        if let Some(first) = first_key {
+            history.extend(first..first + self.rows.len() as i64);
+        }
+        let history = encode(&history, "history")?;
+        let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
+            s.execute(params![
+                id,
+                self.previous_response_id,
+                self.model,
+                self.created_at,
+                self.status,
+                self.body,
+                self.history_from,
+                history
+            ])
+        });
+        match inserted {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id.clone())),
+            Err(e) => return Err(map_err(e)),
+        }
+        if let Some(first) = first_key {
+            tx.prepare_cached(INSERT_OWN_ITEMS)
+                .and_then(|mut s| {
+                    s.execute(params![id, first, self.inputs, self.rows.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
+                })
+                .map_err(map_err)?;
+        }
+        Ok(first_key)
+    }
+
+    /// After the commit: the next continuation of this conversation need not decode what was
+    /// just written.
+    pub(crate) fn keep_in(self, cache: &ItemCache, first_key: Option<i64>) {
+        if let Some(first) = first_key {
+            for ((item, (_, body)), key) in self.items.into_iter().zip(&self.rows).zip(first..) {
+                cache.keep(key, item, body.len());
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
-        let NewResponse { id, previous_response_id, model, created_at, status, response, history_from, input, output } =
-            response;
         // Encode everything before taking the writer, to hold it as briefly as possible.
-        let body = encode(&response, "response")?;
-        let inputs = input.len() as i64;
-        let mut new_items = Vec::with_capacity(input.len() + output.len());
-        for item in input.iter().chain(&output) {
-            new_items.push((item.id().to_owned(), encode(item, "item")?));
-        }
+        let encoded = EncodedResponse::new(response)?;
         let cache = Arc::clone(&self.inner.items);
-
         self.write(move |conn| {
             // Dropping `tx` on any error path below rolls everything back.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let mut history = match &history_from {
-                None => Vec::with_capacity(new_items.len()),
-                Some(parent) => {
-                    let list = tx
-                        .prepare_cached(SELECT_HISTORY)
-                        .and_then(|mut s| s.query_row([parent], |row| row.get::<_, String>(0)))
-                        .map_err(|e| match e {
-                            rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
-                                "{parent} was deleted before its continuation {id} was saved"
-                            )),
-                            e => map_err(e),
-                        })?;
-                    let mut keys: Vec<i64> = serde_json::from_str(&list)
-                        .map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
-                    keys.reserve(new_items.len());
-                    keys
-                }
-            };
-            let first_key = if new_items.is_empty() { None } else { Some(insert_items(&tx, &new_items)?) };
-            if let Some(first) = first_key {
-                history.extend(first..first + new_items.len() as i64);
-            }
-            let history = encode(&history, "history")?;
-            let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
-                s.execute(params![id, previous_response_id, model, created_at, status, body, history_from, history])
-            });
-            match inserted {
-                Ok(_) => {}
-                Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
-                Err(e) => return Err(map_err(e)),
-            }
-            if let Some(first) = first_key {
-                tx.prepare_cached(INSERT_OWN_ITEMS)
-                    .and_then(|mut s| {
-                        s.execute(params![id, first, inputs, new_items.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
-                    })
-                    .map_err(map_err)?;
-            }
+            let first_key = encoded.insert(&tx)?;
             tx.commit().map_err(map_err)?;
-            // The next continuation of this conversation need not decode what it just wrote.
-            if let Some(first) = first_key {
-                for ((item, (_, body)), key) in input.into_iter().chain(output).zip(&new_items).zip(first..) {
-                    cache.keep(key, item, body.len());
-                }
-            }
+            encoded.keep_in(&cache, first_key);
             Ok(())
         })
         .await
