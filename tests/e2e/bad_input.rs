@@ -228,7 +228,12 @@ fn cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             422,
             Some("tool_choice.tools[0].name"),
         ),
-        ("background without store", j(json!({"model":"m","input":"x","background":true,"store":false})), 400, Some("background")),
+        (
+            "background without store",
+            j(json!({"model":"m","input":"x","background":true,"store":false})),
+            400,
+            Some("background"),
+        ),
         ("conversation", j(json!({"model":"m","input":"x","conversation":"conv_1"})), 400, Some("conversation")),
         (
             "empty previous_response_id",

@@ -12,6 +12,7 @@
 //! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.
 //! It owns the end of every response stream: exactly one terminal event, even when a run panics.
 
+pub mod background;
 pub mod chat;
 mod cite;
 pub mod files;
@@ -26,8 +27,10 @@ pub mod tool_kinds;
 pub mod turn;
 pub mod upstream;
 
+pub use background::{BackgroundRuns, BackgroundSettings, ResumeFrom};
 pub use files::FileReader;
 pub use gateway_tool::{FunctionSpec, GatewayCall, GatewayTool, ResolvedTools, ToolResolver};
+pub use respgw_store_api::background::StoredEvent;
 pub use run::{Engine, Limits, LocalConversation, PreparedResponse, RunOutcome};
 pub use stored::StoredResponses;
 pub use tool_kinds::{

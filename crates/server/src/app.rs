@@ -26,7 +26,7 @@ use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
 use crate::passthrough::{self, Passthrough};
 use crate::websocket::{self, WebSocketMode};
-use crate::{request_id, responses};
+use crate::{background, request_id, responses};
 
 /// What the router needs.
 pub struct AppConfig {
@@ -60,6 +60,7 @@ pub fn router(config: AppConfig) -> Router {
         .route("/v1/responses", get(websocket::upgrade).with_state(websocket_mode).post(responses::create))
         .route("/v1/responses/{response_id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{response_id}/input_items", get(responses::input_items))
+        .route("/v1/responses/{response_id}/cancel", post(background::cancel))
         .with_state(Arc::clone(&config.engine))
         .merge(
             Router::new()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::{Extension, Router};
-use respgw_engine::{Engine, Upstream};
+use respgw_engine::{BackgroundRuns, Engine, Upstream};
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
@@ -33,9 +33,12 @@ pub async fn build(
     worker_label: Option<String>,
 ) -> anyhow::Result<Router> {
     let store_options = respgw_store::StoreOptions { pool_size: options.db_pool_size };
-    let store = respgw_store::open_with(&options.db_path, store_options).await.with_context(|| {
+    let stores = respgw_store::open_stores(&options.db_path, store_options).await.with_context(|| {
         format!("cannot open the response store at '{}'", respgw_store::redacted_location(&options.db_path))
     })?;
+    let background = BackgroundRuns::start(stores.background, options.background, metrics.clone())
+        .await
+        .context("cannot start the background responses")?;
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
     let mcp_helper = mcp_helper_client(options)?;
     let tools = gateway_tools(options, mcp_helper.clone()).await?;
@@ -48,8 +51,9 @@ pub async fn build(
     let files =
         InputFiles::new(options.input_files.clone()).map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?;
     let engine = Arc::new(
-        Engine::new(upstream, store, Arc::new(tools), metrics.clone())
+        Engine::new(upstream, stores.responses, Arc::new(tools), metrics.clone())
             .with_limits(options.limits)
+            .with_background(background)
             .with_reasoning_seal(seal)
             .with_file_reader(Arc::new(files)),
     );

@@ -1,5 +1,5 @@
 //! What both backends share for background runs: numbering the events that close a run from
-//! outside its owner (a cancel, an expired lease).
+//! outside its owner (a cancel, an expired lease), and the clock of `ended_at`.
 
 use respgw_store_api::StoreError;
 use respgw_store_api::background::StoredEvent;
@@ -20,4 +20,12 @@ pub(crate) fn number_events(
         numbered.push(StoredEvent { seq, kind, data });
     }
     Ok(numbered)
+}
+
+/// Unix milliseconds now (SQLite's `ended_at`; PostgreSQL takes the server's clock).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }

@@ -107,12 +107,20 @@ impl TestStore {
         }
     }
 
+    /// The background face of the same store.
+    fn background(&self) -> &dyn BackgroundStore {
+        match self {
+            TestStore::Sqlite(store) => store,
+            TestStore::Postgres(store) => store,
+        }
+    }
+
     /// Record a schema version newer than this code's.
     async fn bump_schema_version(&self) {
         match self {
-            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 3").await,
+            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 99").await,
             TestStore::Postgres(store) => {
-                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (3)")
+                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (99)")
                     .execute(store.pool())
                     .await
                     .unwrap();
@@ -150,6 +158,11 @@ both!(
     two_stores_on_one_database_write_concurrently,
     corrupt_rows_and_newer_schema_are_reported,
     deletes_racing_continuations_never_leave_dangling_history,
+    a_run_logs_batches_and_ends_with_its_save_in_one_transaction,
+    a_cancel_closes_the_log_and_turns_the_owner_away,
+    expired_leases_are_found_and_renewed_ones_are_not,
+    a_failed_save_writes_none_of_its_batch,
+    purging_drops_only_old_logs_of_ended_runs,
 );
 
 /// A delete of a response while continuations of it are being saved: every save either stores a
@@ -611,7 +624,7 @@ async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     store.bump_schema_version().await;
     drop(store);
     let err = backend.try_open().await.err().unwrap();
-    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 3")), "{err:?}");
+    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 99")), "{err:?}");
 }
 
 /// Not a test on its own: the body of one writer process for
@@ -669,3 +682,10 @@ async fn two_processes_on_one_file_write_concurrently() {
         }
     }
 }
+
+mod background;
+use background::{
+    a_cancel_closes_the_log_and_turns_the_owner_away, a_failed_save_writes_none_of_its_batch,
+    a_run_logs_batches_and_ends_with_its_save_in_one_transaction, expired_leases_are_found_and_renewed_ones_are_not,
+    purging_drops_only_old_logs_of_ended_runs,
+};

@@ -151,7 +151,7 @@ mod tests {
     use crate::recorder::{Metrics, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all ten families.
+    /// A merged view of two live workers and one that exited, touching all fourteen families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -171,6 +171,10 @@ mod tests {
         second.tool_requested(ToolType::new("mcp"));
         second.tool_executed(ToolType::new("mcp"), Duration::from_millis(80), true);
         let _second_stream = second.sse_stream("/v1/responses");
+        let _second_running = second.background_running();
+        let _second_queued = second.background_queued();
+        second.background_cancelled();
+        first.background_lost();
 
         let exited = Metrics::new();
         exited.record_request("POST", "/v1/responses", 500, Duration::from_millis(700));
@@ -191,7 +195,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 20, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 28, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

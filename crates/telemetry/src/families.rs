@@ -23,6 +23,15 @@ pub const TOOL_ERRORS_TOTAL: &str = "gw_responses_tool_errors_total";
 /// `gw_responses_mcp_server_startup_total` — counter {server_label, status}.
 pub const MCP_SERVER_STARTUP_TOTAL: &str = "gw_responses_mcp_server_startup_total";
 
+/// `gw_responses_background_queued` — gauge, no labels.
+pub const BACKGROUND_QUEUED: &str = "gw_responses_background_queued";
+/// `gw_responses_background_running` — gauge, no labels.
+pub const BACKGROUND_RUNNING: &str = "gw_responses_background_running";
+/// `gw_responses_background_cancels_total` — counter, no labels.
+pub const BACKGROUND_CANCELS_TOTAL: &str = "gw_responses_background_cancels_total";
+/// `gw_responses_background_lost_total` — counter, no labels.
+pub const BACKGROUND_LOST_TOTAL: &str = "gw_responses_background_lost_total";
+
 /// Upper bounds (seconds) of the HTTP handler duration histogram.
 pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
     &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0];
@@ -72,8 +81,8 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All ten families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 10] = [
+/// All fourteen families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 14] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -142,6 +151,34 @@ pub static FAMILIES: [FamilyDescriptor; 10] = [
         help: "Built-in MCP server startup outcomes.",
         kind: MetricKind::Counter,
         label_names: &["server_label", "status"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: BACKGROUND_QUEUED,
+        help: "Background responses accepted by this process and waiting for a run slot.",
+        kind: MetricKind::Gauge,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: BACKGROUND_RUNNING,
+        help: "Background responses running in this process.",
+        kind: MetricKind::Gauge,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: BACKGROUND_CANCELS_TOTAL,
+        help: "Background responses cancelled by a client.",
+        kind: MetricKind::Counter,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: BACKGROUND_LOST_TOTAL,
+        help: "Background responses failed because the process running them stopped renewing their lease.",
+        kind: MetricKind::Counter,
+        label_names: &[],
         buckets: &[],
     },
 ];

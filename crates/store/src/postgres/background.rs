@@ -83,7 +83,14 @@ async fn insert_events(tx: &mut sqlx::PgConnection, id: &str, events: &[StoredEv
     }
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
-    sqlx::query(INSERT_EVENTS).bind(id).bind(&seqs).bind(&kinds).bind(&data).execute(&mut *tx).await.map_err(map_err)?;
+    sqlx::query(INSERT_EVENTS)
+        .bind(id)
+        .bind(&seqs)
+        .bind(&kinds)
+        .bind(&data)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::{EncodedResponse, SqliteStore, map_err};
 use crate::StoreError;
-use crate::background::number_events;
+use crate::background::{now_ms, number_events};
 use respgw_store_api::background::{
     Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunRecord, RunStatus, StoredEvent,
 };
@@ -21,8 +21,7 @@ const INSERT_RUN: &str = "
 
 const INSERT_EVENT: &str = "INSERT INTO background_events (run_id, seq, kind, data) VALUES (?1, ?2, ?3, ?4)";
 
-const SELECT_RUN: &str =
-    "SELECT id, status, body, owner, lease_until, next_seq FROM background_runs WHERE id = ?1";
+const SELECT_RUN: &str = "SELECT id, status, body, owner, lease_until, next_seq FROM background_runs WHERE id = ?1";
 
 const SELECT_EVENTS: &str = "
     SELECT seq, kind, data FROM background_events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
@@ -47,13 +46,6 @@ const PURGE: &str = "
 const PURGE_RUNS: &str = "
     SELECT COUNT(DISTINCT run_id) FROM background_events WHERE run_id IN (
         SELECT id FROM background_runs WHERE ended_at IS NOT NULL AND ended_at < ?1)";
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 /// A run's row, with the number its next event gets.
 fn read_run(tx: &rusqlite::Connection, id: &str) -> Result<Option<(RunRecord, i64)>, StoreError> {
