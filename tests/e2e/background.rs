@@ -419,3 +419,21 @@ async fn the_official_python_sdk_runs_background_responses() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_stopping_gateway_lets_its_background_runs_finish_within_the_drain_timeout() {
+    let upstream = ReplayUpstream::start().await.unwrap();
+    upstream.add_scenario("slow", vec![slow_stream(20, Duration::from_millis(50))]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db").display().to_string();
+    let stopping = gateway_on(&upstream, &db).await;
+    let staying = gateway_on(&upstream, &db).await;
+    let created = create(stopping.base_url(), json!({"model":"slow","input":"x"})).await;
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    eventually("the upstream call is streaming", PATIENCE, async || upstream.requests("slow").len() == 1).await;
+    kill(Pid::from_raw(stopping.pid() as libc::pid_t), Signal::SIGTERM).expect("SIGTERM to the gateway");
+    // The other gateway on the same file sees it finish: the stopping one drained it.
+    let done = poll_until(staying.base_url(), "", &id, "completed").await;
+    assert_eq!(done["output"][0]["content"][0]["text"].as_str().map(|t| t.matches("part").count()), Some(20));
+    assert_eq!(upstream.unfinished_streams("slow"), 0);
+}

@@ -25,6 +25,15 @@ use tokio::sync::mpsc;
 
 use crate::error::{HttpError, path_rejection};
 
+/// How `serve_on` waits for the background runs of its process: each run holds a clone of
+/// `open` until it ends (one more is in the router), and draining waits until all are gone.
+#[derive(Clone)]
+pub struct BackgroundDrain {
+    /// Never sent on: each holder counts as a running background response until it drops it.
+    #[expect(dead_code, reason = "held for its drop, which is what serve_on waits for")]
+    pub open: mpsc::Sender<()>,
+}
+
 /// Stop batching waiting events once a chunk is this large.
 const MAX_CHUNK_BYTES: usize = 64 * 1024;
 

@@ -9,17 +9,17 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use respgw_engine::{Engine, ResumeFrom, RunOutcome};
 use respgw_protocol::listing::{ListQuery, ListQueryParams};
 use respgw_protocol::{ApiError, CreateResponseRequest};
 
-use crate::background::{RetrieveQuery, event_stream_response, retrieve_query};
+use crate::background::{BackgroundDrain, RetrieveQuery, event_stream_response, retrieve_query};
 use crate::error::{HttpError, path_rejection};
 use crate::json_body::JsonBody;
 use crate::request_id::RequestId;
@@ -32,6 +32,7 @@ const SSE_BUFFER: usize = 64;
 pub async fn create(
     State(engine): State<Arc<Engine>>,
     RequestId(request_id): RequestId,
+    drain: Option<Extension<BackgroundDrain>>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
     let request =
@@ -46,7 +47,8 @@ pub async fn create(
                 "Background responses are not enabled on this gateway.",
             )));
         };
-        let queued = prepared.start_background(runs).await?;
+        // The process's drain waits for the run, which holds this until it ends.
+        let queued = prepared.start_background(runs, drain.map(|Extension(drain)| drain)).await?;
         if !stream {
             return Ok(Json(queued).into_response());
         }

@@ -25,9 +25,13 @@ const FIRST_RUN_EVENT: u64 = 2;
 
 impl PreparedResponse {
     /// Accept this response as a background run on `runs`: record it with its first events and
-    /// start it. Returns the response as it stands (`queued`). 503 when the store cannot record
-    /// it.
-    pub async fn start_background(self, runs: &Arc<BackgroundRuns>) -> Result<ResponseObject, ApiError> {
+    /// start it; the run holds `keep_alive` until it ends (the caller's way of waiting for it).
+    /// Returns the response as it stands (`queued`). 503 when the store cannot record it.
+    pub async fn start_background<K: Send + 'static>(
+        self,
+        runs: &Arc<BackgroundRuns>,
+        keep_alive: K,
+    ) -> Result<ResponseObject, ApiError> {
         let mut queued = self.response().clone();
         queued.status = ResponseStatus::Queued;
         let announce = [
@@ -60,7 +64,14 @@ impl PreparedResponse {
         }
         let queued_gauge = runs.metrics.background_queued();
         let span = tracing::info_span!("background_response", response_id = %id);
-        tokio::spawn(run_detached(self, Arc::clone(runs), stop, queued_gauge).instrument(span));
+        let run = run_detached(self, Arc::clone(runs), stop, queued_gauge);
+        tokio::spawn(
+            async move {
+                run.await;
+                drop(keep_alive);
+            }
+            .instrument(span),
+        );
         Ok(queued)
     }
 }
