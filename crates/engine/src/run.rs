@@ -88,7 +88,7 @@ pub(crate) enum EventSink {
         ended: bool,
     },
     /// Background runs: the run's event log in the store (see `background::sink`).
-    Background(BackgroundSink),
+    Background(Box<BackgroundSink>),
 }
 
 /// The client disconnected; the run stops and nothing is stored.

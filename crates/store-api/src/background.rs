@@ -119,6 +119,11 @@ pub enum Appended {
     NotActive,
 }
 
+/// What closes a run: the final response object (JSON text) and the closing events, each as its
+/// `type` and its JSON without `sequence_number` (the store numbers them after the last logged
+/// one).
+pub type Closing = Result<(String, Vec<(String, serde_json::Value)>), StoreError>;
+
 /// How a run is ended from outside its owner (a cancel, or a lease that expired).
 #[derive(Debug, Clone)]
 pub struct EndRun {
@@ -130,7 +135,7 @@ pub struct EndRun {
     pub lease_expired_before_ms: Option<i64>,
     /// Makes the final response object and the closing events from the run's current body;
     /// the events are numbered after the last one logged.
-    pub close: fn(&RunRecord, RunStatus) -> Result<(String, Vec<(String, serde_json::Value)>), StoreError>,
+    pub close: fn(&RunRecord, RunStatus) -> Closing,
 }
 
 /// How ending a run went.

@@ -237,7 +237,7 @@ pub struct PostgresStore {
     target: String,
     /// Where [`respgw_store_api::BackgroundStore::changes`] listens: a pool of its own, of one
     /// connection, so that listening never takes a connection from requests.
-    listen_options: PgConnectOptions,
+    listen_options: Arc<PgConnectOptions>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -300,7 +300,12 @@ impl PostgresStore {
                 })
             })
             .connect_lazy_with(options.clone());
-        Ok(Self { pool, items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)), target, listen_options: options })
+        Ok(Self {
+            pool,
+            items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)),
+            target,
+            listen_options: Arc::new(options),
+        })
     }
 
     /// The pool (tests run raw SQL on it).

@@ -10,7 +10,7 @@
 use respgw_protocol::events::StreamError;
 use respgw_protocol::{ApiError, ErrorType, ResponseEvent};
 use respgw_store_api::StoreError;
-use respgw_store_api::background::{EndRun, Ended, RunRecord, RunStatus};
+use respgw_store_api::background::{Closing, EndRun, Ended, RunRecord, RunStatus};
 use serde_json::{Value, json};
 
 use super::{BackgroundRuns, EXPIRED_BATCH, now_ms};
@@ -21,9 +21,6 @@ const LOST: &str = "The gateway process running this background response stopped
 
 /// What a client is told about a run whose events could not be written.
 const UNWRITABLE: &str = "The events of this background response could not be written to the store.";
-
-/// The final response object and closing events.
-type Closing = Result<(String, Vec<(String, Value)>), StoreError>;
 
 /// The run's response object with `status`, and `error` when it failed.
 fn final_body(run: &RunRecord, status: RunStatus, error: Option<(&str, &str)>) -> Result<Value, StoreError> {

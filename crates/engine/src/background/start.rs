@@ -97,7 +97,7 @@ async fn run_detached(
     let _running = runs.metrics.background_running();
     let (tx, rx) = mpsc::channel(LOG_BUFFER);
     let writer = tokio::spawn(log_events(Arc::clone(&runs), id.clone(), rx).in_current_span());
-    let mut sink = EventSink::Background(BackgroundSink::new(tx, stop, FIRST_RUN_EVENT));
+    let mut sink = EventSink::Background(Box::new(BackgroundSink::new(tx, stop, FIRST_RUN_EVENT)));
     let mut response = prepared.response().clone();
     if let Err(panic) = AssertUnwindSafe(prepared.run_to_end(&mut sink, false)).catch_unwind().await {
         tracing::error!(

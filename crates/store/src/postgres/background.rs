@@ -221,7 +221,7 @@ impl BackgroundStore for PostgresStore {
     }
 
     async fn changes(&self) -> Result<Option<tokio::sync::mpsc::Receiver<String>>, StoreError> {
-        let pool = PgPoolOptions::new().max_connections(1).connect_lazy_with(self.listen_options.clone());
+        let pool = PgPoolOptions::new().max_connections(1).connect_lazy_with(self.listen_options.as_ref().clone());
         let mut listener = PgListener::connect_with(&pool).await.map_err(map_err)?;
         listener.listen(CHANNEL).await.map_err(map_err)?;
         let (tx, rx) = tokio::sync::mpsc::channel(CHANGES_BUFFER);

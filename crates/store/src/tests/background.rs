@@ -1,7 +1,9 @@
 //! Behaviour of background runs and their event logs, on both backends (run by `both!` in the
 //! parent module).
 
-use respgw_store_api::background::{Appended, EndRun, Ended, EventBatch, NewRun, RunRecord, RunStatus, StoredEvent};
+use respgw_store_api::background::{
+    Appended, Closing, EndRun, Ended, EventBatch, NewRun, RunRecord, RunStatus, StoredEvent,
+};
 use serde_json::json;
 
 use super::{Backend, assistant, new_response, user};
@@ -32,7 +34,7 @@ fn batch(id: &str, owner: &str, events: Vec<StoredEvent>) -> EventBatch {
 }
 
 /// How the tests close a run from outside: one `response.failed` carrying the new status.
-fn close(run: &RunRecord, status: RunStatus) -> Result<(String, Vec<(String, serde_json::Value)>), StoreError> {
+fn close(run: &RunRecord, status: RunStatus) -> Closing {
     let body = body(&run.id, status.as_str());
     let failed =
         json!({"type": "response.failed", "response": serde_json::from_str::<serde_json::Value>(&body).unwrap()});
