@@ -274,6 +274,11 @@ async fn a_stream_dropped_and_resumed_elsewhere_joins_into_the_uninterrupted_str
     // Resuming after the terminal event gives nothing more.
     let after_end = resume(base, "", &id, Some(whole.len() as u64 - 1)).await;
     assert!(after_end.is_empty(), "{after_end:?}");
+    // Deleted, it is gone for every reader, its stream included.
+    assert_eq!(h.delete(&format!("/v1/responses/{id}")).await.0, 200);
+    let r = elsewhere("", |c| c.get(format!("{base}/v1/responses/{id}?stream=true"))).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(h.get(&format!("/v1/responses/{id}")).await.0, 404);
 }
 
 #[tokio::test]

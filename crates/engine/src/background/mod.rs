@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use respgw_protocol::ApiError;
 use respgw_store_api::BackgroundStore;
-use respgw_store_api::background::{EndRun, Ended};
+use respgw_store_api::background::{EndRun, Ended, RunStatus};
 use respgw_telemetry::Metrics;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, watch};
@@ -273,6 +273,13 @@ impl crate::Engine {
         from: ResumeFrom,
     ) -> Result<tokio::sync::mpsc::Receiver<respgw_store_api::background::StoredEvent>, ApiError> {
         let runs = self.background_runs("stream")?;
+        // A finished response that was deleted is gone, its events with it.
+        let run = runs.store.run(id).await.map_err(|e| crate::run::store_error(&e))?;
+        if run.is_some_and(|r| matches!(r.status, RunStatus::Completed | RunStatus::Incomplete))
+            && !self.stored().is_stored(id).await?
+        {
+            return Err(ApiError::response_not_found(id));
+        }
         match runs.follow(id, from).await? {
             Some(events) => Ok(events),
             None if self.stored().is_stored(id).await? => Err(not_background(id, "streamed again")),
