@@ -150,6 +150,15 @@ pub enum Ended {
     Missing,
 }
 
+/// A change of a run another process made, as the store's notifications tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunChange {
+    pub id: String,
+    /// The run was ended from outside its owner ([`BackgroundStore::end_run`]): its owner must
+    /// stop it. Otherwise its log grew (or its owner ended it).
+    pub ended_elsewhere: bool,
+}
+
 /// Background runs and their event logs (see the module documentation).
 #[async_trait::async_trait]
 pub trait BackgroundStore: Send + Sync + 'static {
@@ -180,8 +189,8 @@ pub trait BackgroundStore: Send + Sync + 'static {
     /// logs went. Their records stay (GET keeps working; resuming their stream does not).
     async fn purge_events(&self, ended_before_ms: i64) -> Result<u64, StoreError>;
 
-    /// Wake-ups from other processes: the id of each run whose log or status changed, as soon as
-    /// the change commits (PostgreSQL `LISTEN/NOTIFY`). `None` where the store offers no such
-    /// channel (SQLite): callers poll.
-    async fn changes(&self) -> Result<Option<tokio::sync::mpsc::Receiver<String>>, StoreError>;
+    /// Wake-ups from other processes: each run whose log or status changed, as soon as the change
+    /// commits (PostgreSQL `LISTEN/NOTIFY`). `None` where the store offers no such channel
+    /// (SQLite): callers poll.
+    async fn changes(&self) -> Result<Option<tokio::sync::mpsc::Receiver<RunChange>>, StoreError>;
 }

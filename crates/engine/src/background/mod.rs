@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use respgw_protocol::ApiError;
 use respgw_store_api::BackgroundStore;
-use respgw_store_api::background::{EndRun, Ended, RunStatus};
+use respgw_store_api::background::{EndRun, Ended, RunChange, RunStatus};
 use respgw_telemetry::Metrics;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, watch};
@@ -233,14 +233,13 @@ async fn stop_ended_elsewhere(runs: &BackgroundRuns, held: &[String]) {
 }
 
 /// Hand the store's change notifications to this process: wake the followers of the run, and
-/// stop it if it is held here and was ended elsewhere.
-async fn dispatch_changes(runs: Weak<BackgroundRuns>, mut changes: tokio::sync::mpsc::Receiver<String>) {
-    while let Some(id) = changes.recv().await {
+/// stop it if it was ended elsewhere (and is held here).
+async fn dispatch_changes(runs: Weak<BackgroundRuns>, mut changes: tokio::sync::mpsc::Receiver<RunChange>) {
+    while let Some(change) = changes.recv().await {
         let Some(runs) = runs.upgrade() else { return };
-        runs.wake(&id);
-        let held = runs.held.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&id);
-        if held {
-            stop_ended_elsewhere(&runs, std::slice::from_ref(&id)).await;
+        runs.wake(&change.id);
+        if change.ended_elsewhere {
+            runs.stop(&change.id);
         }
     }
 }

@@ -4,7 +4,8 @@
 //! Every change is one transaction that first locks the run's row (`FOR UPDATE`), so an owner's
 //! batch, a cancel and a lease expiry take turns, and the log stays numbered without gaps. The
 //! transaction also sends `NOTIFY respgw_background, '<run id>'`, which PostgreSQL delivers to
-//! every listening process when (and only if) it commits. Listeners get each run's wake-ups over
+//! every listening process when (and only if) it commits; a run ended from outside its owner is
+//! notified as `'<run id> ended'`, so its owner stops it without reading it first. Listeners get each run's wake-ups over
 //! one dedicated connection per process; a notification lost while that connection reconnects
 //! is made up by the followers' fallback polling.
 
@@ -15,7 +16,7 @@ use super::{PostgresStore, map_err, save_on, sqlstate};
 use crate::StoreError;
 use crate::background::number_events;
 use respgw_store_api::background::{
-    Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunRecord, RunStatus, StoredEvent,
+    Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus, StoredEvent,
 };
 
 /// The notification channel.
@@ -94,6 +95,9 @@ async fn insert_events(tx: &mut sqlx::PgConnection, id: &str, events: &[StoredEv
     Ok(())
 }
 
+/// The suffix of a notification about a run ended from outside its owner.
+const ENDED: &str = " ended";
+
 /// Set the run's status, body and next number, and wake the listeners when this commits.
 async fn update_run(
     tx: &mut sqlx::PgConnection,
@@ -101,6 +105,7 @@ async fn update_run(
     status: RunStatus,
     body: &str,
     next_seq: i64,
+    ended_elsewhere: bool,
 ) -> Result<(), StoreError> {
     sqlx::query(UPDATE_RUN)
         .bind(id)
@@ -111,7 +116,8 @@ async fn update_run(
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-    sqlx::query(NOTIFY).bind(CHANNEL).bind(id).execute(&mut *tx).await.map_err(map_err)?;
+    let payload = if ended_elsewhere { format!("{id}{ENDED}") } else { id.to_owned() };
+    sqlx::query(NOTIFY).bind(CHANNEL).bind(payload).execute(&mut *tx).await.map_err(map_err)?;
     Ok(())
 }
 
@@ -154,7 +160,7 @@ impl BackgroundStore for PostgresStore {
             Some((status, body)) => (*status, body.as_str()),
             None => (run.status, run.body.as_str()),
         };
-        update_run(&mut tx, &batch.id, status, body, next_seq + batch.events.len() as i64).await?;
+        update_run(&mut tx, &batch.id, status, body, next_seq + batch.events.len() as i64, false).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(Appended::Done)
     }
@@ -196,7 +202,7 @@ impl BackgroundStore for PostgresStore {
         let (body, closing) = (end.close)(&run, end.status)?;
         let events = number_events(closing, next_seq)?;
         insert_events(&mut tx, &end.id, &events).await?;
-        update_run(&mut tx, &end.id, end.status, &body, next_seq + events.len() as i64).await?;
+        update_run(&mut tx, &end.id, end.status, &body, next_seq + events.len() as i64, true).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(Ended::Now(RunRecord { status: end.status, body, ..run }))
     }
@@ -220,7 +226,7 @@ impl BackgroundStore for PostgresStore {
         Ok(u64::try_from(runs).unwrap_or(0))
     }
 
-    async fn changes(&self) -> Result<Option<tokio::sync::mpsc::Receiver<String>>, StoreError> {
+    async fn changes(&self) -> Result<Option<tokio::sync::mpsc::Receiver<RunChange>>, StoreError> {
         let pool = PgPoolOptions::new().max_connections(1).connect_lazy_with(self.listen_options.as_ref().clone());
         let mut listener = PgListener::connect_with(&pool).await.map_err(map_err)?;
         listener.listen(CHANNEL).await.map_err(map_err)?;
@@ -229,7 +235,12 @@ impl BackgroundStore for PostgresStore {
             loop {
                 match listener.try_recv().await {
                     Ok(Some(notification)) => {
-                        if tx.send(notification.payload().to_owned()).await.is_err() {
+                        let payload = notification.payload();
+                        let change = match payload.strip_suffix(ENDED) {
+                            Some(id) => RunChange { id: id.to_owned(), ended_elsewhere: true },
+                            None => RunChange { id: payload.to_owned(), ended_elsewhere: false },
+                        };
+                        if tx.send(change).await.is_err() {
                             return;
                         }
                     }

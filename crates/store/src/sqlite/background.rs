@@ -13,7 +13,7 @@ use super::{EncodedResponse, SqliteStore, map_err};
 use crate::StoreError;
 use crate::background::{now_ms, number_events};
 use respgw_store_api::background::{
-    Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunRecord, RunStatus, StoredEvent,
+    Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus, StoredEvent,
 };
 
 const INSERT_RUN: &str = "
@@ -233,7 +233,7 @@ impl BackgroundStore for SqliteStore {
         .await
     }
 
-    async fn changes(&self) -> Result<Option<tokio::sync::mpsc::Receiver<String>>, StoreError> {
+    async fn changes(&self) -> Result<Option<tokio::sync::mpsc::Receiver<RunChange>>, StoreError> {
         Ok(None)
     }
 }
