@@ -145,3 +145,48 @@ pub(super) async fn fail_unwritable(runs: &BackgroundRuns, id: &str, cause: &Sto
         tracing::error!(response_id = %id, error = %e, %cause, "could not fail a background response; its lease will expire");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running() -> RunRecord {
+        RunRecord {
+            id: "resp_1".into(),
+            status: RunStatus::InProgress,
+            body: json!({"id": "resp_1", "status": "in_progress", "background": true, "error": null, "usage": null})
+                .to_string(),
+            owner: "p".into(),
+            lease_until_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_cancelled_run_ends_with_one_failed_event_carrying_the_cancelled_response() {
+        let (body, events) = close_cancelled(&running(), RunStatus::Cancelled).unwrap();
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!((body["status"].as_str(), body["background"].as_bool()), (Some("cancelled"), Some(true)));
+        assert!(body["error"].is_null());
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].0, "response.failed");
+        assert_eq!(events[0].1["response"], body);
+    }
+
+    #[test]
+    fn a_lost_run_ends_with_error_then_failed_saying_why() {
+        let (body, events) = close_lost(&running(), RunStatus::Failed).unwrap();
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["status"], "failed");
+        assert_eq!(body["error"]["code"], "server_error");
+        let kinds: Vec<&str> = events.iter().map(|(kind, _)| kind.as_str()).collect();
+        assert_eq!(kinds, ["error", "response.failed"]);
+        assert_eq!(events[0].1["type"], "error");
+        assert_eq!(events[0].1["error"]["message"], LOST);
+    }
+
+    #[test]
+    fn an_unreadable_record_is_reported_not_closed() {
+        let run = RunRecord { body: "not json".into(), ..running() };
+        assert!(matches!(close_lost(&run, RunStatus::Failed), Err(StoreError::Corrupt(_))));
+    }
+}

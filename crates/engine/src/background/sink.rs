@@ -206,3 +206,84 @@ async fn write(runs: &BackgroundRuns, batch: EventBatch) -> Result<Appended, Sto
 pub(crate) fn is_terminal_kind(kind: &str) -> bool {
     matches!(kind, "response.completed" | "response.incomplete" | "response.failed")
 }
+
+#[cfg(test)]
+mod tests {
+    use respgw_protocol::{CreateResponseRequest, ResponseObject};
+
+    use super::*;
+
+    fn response(status: ResponseStatus) -> ResponseObject {
+        let request = CreateResponseRequest::from_slice(br#"{"model":"m","input":"hi","background":true}"#)
+            .unwrap()
+            .validate(&Default::default())
+            .unwrap();
+        ResponseObject { status, ..ResponseObject::in_progress("resp_1".into(), 1, &request) }
+    }
+
+    #[test]
+    fn lifecycle_events_carry_the_runs_state_and_others_do_not() {
+        let event = ResponseEvent::Queued { response: Box::new(response(ResponseStatus::Queued)) };
+        let (stored, state) = stored_event(&event, 1).unwrap();
+        assert_eq!(stored.kind, "response.queued");
+        let data: serde_json::Value = serde_json::from_str(&stored.data).unwrap();
+        assert_eq!((data["sequence_number"].as_u64(), data["response"]["background"].as_bool()), (Some(1), Some(true)));
+        let (status, body) = state.unwrap();
+        assert_eq!(status, RunStatus::Queued);
+        assert!(body.contains("\"status\":\"queued\""));
+
+        let delta = ResponseEvent::OutputTextDelta {
+            item_id: "msg_1".into(),
+            output_index: 0,
+            content_index: 0,
+            delta: "x".into(),
+            logprobs: [],
+        };
+        let (stored, state) = stored_event(&delta, 7).unwrap();
+        assert!(state.is_none());
+        assert!(stored.data.ends_with("\"sequence_number\":7}"), "{}", stored.data);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_sink_refuses_events_and_the_terminal_event_carries_the_save() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let (stop, stopped) = watch::channel(false);
+        let mut sink = BackgroundSink::new(tx, stopped, 2);
+        sink.save_with_terminal(NewResponse {
+            id: "resp_1".into(),
+            previous_response_id: None,
+            model: "m".into(),
+            created_at: 1,
+            status: "completed".into(),
+            response: serde_json::json!({}),
+            history_from: None,
+            input: Vec::new(),
+            output: Vec::new(),
+        });
+        sink.send(ResponseEvent::InProgress { response: Box::new(response(ResponseStatus::InProgress)) })
+            .await
+            .unwrap();
+        sink.send(ResponseEvent::Completed { response: Box::new(response(ResponseStatus::Completed)) }).await.unwrap();
+        assert!(sink.ended());
+        let first = rx.recv().await.unwrap();
+        assert!((first.event.seq, first.save.is_none(), first.terminal) == (2, true, false));
+        let last = rx.recv().await.unwrap();
+        assert!((last.event.seq, last.save.is_some(), last.terminal) == (3, true, true));
+        // Nothing follows the terminal event; nor anything once the run must stop.
+        assert!(
+            sink.send(ResponseEvent::InProgress { response: Box::new(response(ResponseStatus::InProgress)) })
+                .await
+                .is_err()
+        );
+        let (tx, _rx) = mpsc::channel(8);
+        let mut stopped_sink = BackgroundSink::new(tx, stop.subscribe(), 0);
+        stop.send(true).unwrap();
+        stopped_sink.stopped().await;
+        assert!(
+            stopped_sink
+                .send(ResponseEvent::InProgress { response: Box::new(response(ResponseStatus::InProgress)) })
+                .await
+                .is_err()
+        );
+    }
+}
