@@ -127,10 +127,6 @@ impl BackgroundRuns {
         Ok(runs)
     }
 
-    pub fn settings(&self) -> &BackgroundSettings {
-        &self.settings
-    }
-
     pub(crate) fn store(&self) -> &dyn BackgroundStore {
         self.store.as_ref()
     }
