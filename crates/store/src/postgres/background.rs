@@ -1,9 +1,14 @@
 //! [`BackgroundStore`] on PostgreSQL: background runs and their event logs next to the
 //! responses, and `LISTEN/NOTIFY` as the wake-up between processes and hosts.
 //!
-//! Every change is one transaction that first locks the run's row (`FOR UPDATE`), so an owner's
-//! batch, a cancel and a lease expiry take turns, and the log stays numbered without gaps. The
-//! transaction also sends `NOTIFY respgw_background, '<run id>'`, which PostgreSQL delivers to
+//! Every change locks the run's row first, so an owner's batch, a cancel and a lease expiry take
+//! turns, and the log stays numbered without gaps. An owner's batch is one statement (one round
+//! trip): its `UPDATE` of the run's row takes the lock and checks that the run is still the
+//! owner's and continues where the log ends (re-checked on the newest row version after a wait),
+//! and the events are inserted only if it matched; a batch that saves the response is that
+//! statement and the save in one transaction. A run ended from outside (cancel, lease expiry)
+//! is a short transaction that locks the row `FOR UPDATE`. Each change also sends
+//! `NOTIFY respgw_background, '<run id>'`, which PostgreSQL delivers to
 //! every listening process when (and only if) it commits; a run ended from outside its owner is
 //! notified as `'<run id> ended'`, so its owner stops it without reading it first. Listeners get each run's wake-ups over
 //! one dedicated connection per process; a notification lost while that connection reconnects
@@ -25,8 +30,34 @@ const CHANNEL: &str = "respgw_background";
 /// Notifications waiting for the process's dispatcher before the listener waits.
 const CHANGES_BUFFER: usize = 1024;
 
+/// A new run and its first events (`$7` numbers, `$8` types, `$9` data), in one statement.
 const INSERT_RUN: &str = "
-    INSERT INTO background_runs (id, status, body, owner, lease_until, next_seq) VALUES ($1, $2, $3, $4, $5, $6)";
+    WITH run AS (
+        INSERT INTO background_runs (id, status, body, owner, lease_until, next_seq)
+        VALUES ($1, $2, $3, $4, $5, $6)
+        RETURNING id
+    )
+    INSERT INTO background_events (run_id, seq, kind, data)
+    SELECT run.id, e.seq, e.kind, e.data
+    FROM run, unnest($7::bigint[], $8::text[], $9::text[]) AS e(seq, kind, data)";
+
+/// An owner's batch in one statement: the run's row is updated (status `$5`, body `$6`, ended if
+/// `$7`) only if it is still `$2`'s, unfinished, and its log ends where the batch starts (`$3`);
+/// the events (`$8`–`$10`) are inserted, and the listeners notified (`$11`, payload the id),
+/// only if it was. Returns a row when the batch was written.
+const APPEND: &str = "
+    WITH run AS (
+        UPDATE background_runs SET status = coalesce($5, status), body = coalesce($6, body), next_seq = $4,
+            ended_at = CASE WHEN $7 THEN (extract(epoch FROM clock_timestamp()) * 1000)::bigint ELSE ended_at END
+        WHERE id = $1 AND owner = $2 AND ended_at IS NULL AND next_seq = $3
+        RETURNING id
+    ),
+    logged AS (
+        INSERT INTO background_events (run_id, seq, kind, data)
+        SELECT run.id, e.seq, e.kind, e.data
+        FROM run, unnest($8::bigint[], $9::text[], $10::text[]) AS e(seq, kind, data)
+    )
+    SELECT pg_notify($11, run.id) FROM run";
 
 const INSERT_EVENTS: &str = "
     INSERT INTO background_events (run_id, seq, kind, data)
@@ -74,16 +105,19 @@ fn decode_run(row: &sqlx::postgres::PgRow) -> Result<(RunRecord, i64), StoreErro
     Ok((record, row.try_get(5).map_err(map_err)?))
 }
 
-async fn insert_events(tx: &mut sqlx::PgConnection, id: &str, events: &[StoredEvent]) -> Result<(), StoreError> {
-    if events.is_empty() {
-        return Ok(());
-    }
+/// A batch of events as the three arrays the statements take.
+fn columns(events: &[StoredEvent]) -> Result<(Vec<i64>, Vec<&str>, Vec<&str>), StoreError> {
     let mut seqs = Vec::with_capacity(events.len());
     for event in events {
         seqs.push(i64::try_from(event.seq).map_err(|_| StoreError::Corrupt("event number out of range".into()))?);
     }
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-    let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+    let kinds = events.iter().map(|e| e.kind.as_str()).collect();
+    let data = events.iter().map(|e| e.data.as_str()).collect();
+    Ok((seqs, kinds, data))
+}
+
+async fn insert_events(tx: &mut sqlx::PgConnection, id: &str, events: &[StoredEvent]) -> Result<(), StoreError> {
+    let (seqs, kinds, data) = columns(events)?;
     sqlx::query(INSERT_EVENTS)
         .bind(id)
         .bind(&seqs)
@@ -98,14 +132,14 @@ async fn insert_events(tx: &mut sqlx::PgConnection, id: &str, events: &[StoredEv
 /// The suffix of a notification about a run ended from outside its owner.
 const ENDED: &str = " ended";
 
-/// Set the run's status, body and next number, and wake the listeners when this commits.
+/// End a run from outside its owner: its status, body and next number, and wake the listeners
+/// (saying so) when this commits.
 async fn update_run(
     tx: &mut sqlx::PgConnection,
     id: &str,
     status: RunStatus,
     body: &str,
     next_seq: i64,
-    ended_elsewhere: bool,
 ) -> Result<(), StoreError> {
     sqlx::query(UPDATE_RUN)
         .bind(id)
@@ -116,15 +150,14 @@ async fn update_run(
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
-    let payload = if ended_elsewhere { format!("{id}{ENDED}") } else { id.to_owned() };
-    sqlx::query(NOTIFY).bind(CHANNEL).bind(payload).execute(&mut *tx).await.map_err(map_err)?;
+    sqlx::query(NOTIFY).bind(CHANNEL).bind(format!("{id}{ENDED}")).execute(&mut *tx).await.map_err(map_err)?;
     Ok(())
 }
 
 #[async_trait::async_trait]
 impl BackgroundStore for PostgresStore {
     async fn create_run(&self, run: NewRun) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        let (seqs, kinds, data) = columns(&run.events)?;
         let inserted = sqlx::query(INSERT_RUN)
             .bind(&run.id)
             .bind(run.status.as_str())
@@ -132,35 +165,49 @@ impl BackgroundStore for PostgresStore {
             .bind(&run.owner)
             .bind(run.lease_until_ms)
             .bind(run.events.len() as i64)
-            .execute(&mut *tx)
+            .bind(&seqs)
+            .bind(&kinds)
+            .bind(&data)
+            .execute(&self.pool)
             .await;
         match inserted {
-            Ok(_) => {}
-            Err(e) if sqlstate(&e).as_deref() == Some("23505") => return Err(StoreError::Duplicate(run.id)),
-            Err(e) => return Err(map_err(e)),
+            Ok(_) => Ok(()),
+            Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(run.id)),
+            Err(e) => Err(map_err(e)),
         }
-        insert_events(&mut tx, &run.id, &run.events).await?;
-        tx.commit().await.map_err(map_err)
     }
 
     async fn append(&self, batch: EventBatch) -> Result<Appended, StoreError> {
+        let Some(first) = batch.events.first().map(|e| e.seq) else { return Ok(Appended::Done) };
+        let first = i64::try_from(first).map_err(|_| StoreError::Corrupt("event number out of range".into()))?;
+        let (seqs, kinds, data) = columns(&batch.events)?;
+        let (status, body) = match &batch.state {
+            Some((status, body)) => (Some(status.as_str()), Some(body.as_str())),
+            None => (None, None),
+        };
+        let terminal = batch.state.as_ref().is_some_and(|(status, _)| status.is_terminal());
+        let query = sqlx::query(APPEND)
+            .bind(&batch.id)
+            .bind(&batch.owner)
+            .bind(first)
+            .bind(first + batch.events.len() as i64)
+            .bind(status)
+            .bind(body)
+            .bind(terminal)
+            .bind(&seqs)
+            .bind(&kinds)
+            .bind(&data)
+            .bind(CHANNEL);
+        let Some(save) = batch.save else {
+            let written = query.fetch_optional(&self.pool).await.map_err(map_err)?;
+            return Ok(if written.is_some() { Appended::Done } else { Appended::NotActive });
+        };
         let mut tx = self.pool.begin().await.map_err(map_err)?;
-        let row = sqlx::query(LOCK_RUN).bind(&batch.id).fetch_optional(&mut *tx).await.map_err(map_err)?;
-        let Some(row) = row else { return Ok(Appended::NotActive) };
-        let (run, next_seq) = decode_run(&row)?;
-        let first = batch.events.first().map(|e| e.seq as i64);
-        if run.status.is_terminal() || run.owner != batch.owner || first.is_some_and(|f| f != next_seq) {
+        if query.fetch_optional(&mut *tx).await.map_err(map_err)?.is_none() {
+            // Dropping `tx` rolls back (nothing was written).
             return Ok(Appended::NotActive);
         }
-        insert_events(&mut tx, &batch.id, &batch.events).await?;
-        if let Some(save) = batch.save {
-            save_on(&mut *tx, &self.items, save).await?;
-        }
-        let (status, body) = match &batch.state {
-            Some((status, body)) => (*status, body.as_str()),
-            None => (run.status, run.body.as_str()),
-        };
-        update_run(&mut tx, &batch.id, status, body, next_seq + batch.events.len() as i64, false).await?;
+        save_on(&mut *tx, &self.items, save).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(Appended::Done)
     }
@@ -202,7 +249,7 @@ impl BackgroundStore for PostgresStore {
         let (body, closing) = (end.close)(&run, end.status)?;
         let events = number_events(closing, next_seq)?;
         insert_events(&mut tx, &end.id, &events).await?;
-        update_run(&mut tx, &end.id, end.status, &body, next_seq + events.len() as i64, true).await?;
+        update_run(&mut tx, &end.id, end.status, &body, next_seq + events.len() as i64).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(Ended::Now(RunRecord { status: end.status, body, ..run }))
     }
