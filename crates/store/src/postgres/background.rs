@@ -106,18 +106,24 @@ fn decode_run(row: &sqlx::postgres::PgRow) -> Result<(RunRecord, i64), StoreErro
 }
 
 /// A batch of events as the three arrays the statements take.
-fn columns(events: &[StoredEvent]) -> Result<(Vec<i64>, Vec<&str>, Vec<&str>), StoreError> {
+struct Columns<'a> {
+    seqs: Vec<i64>,
+    kinds: Vec<&'a str>,
+    data: Vec<&'a str>,
+}
+
+fn columns(events: &[StoredEvent]) -> Result<Columns<'_>, StoreError> {
     let mut seqs = Vec::with_capacity(events.len());
     for event in events {
         seqs.push(i64::try_from(event.seq).map_err(|_| StoreError::Corrupt("event number out of range".into()))?);
     }
     let kinds = events.iter().map(|e| e.kind.as_str()).collect();
     let data = events.iter().map(|e| e.data.as_str()).collect();
-    Ok((seqs, kinds, data))
+    Ok(Columns { seqs, kinds, data })
 }
 
 async fn insert_events(tx: &mut sqlx::PgConnection, id: &str, events: &[StoredEvent]) -> Result<(), StoreError> {
-    let (seqs, kinds, data) = columns(events)?;
+    let Columns { seqs, kinds, data } = columns(events)?;
     sqlx::query(INSERT_EVENTS)
         .bind(id)
         .bind(&seqs)
@@ -157,7 +163,7 @@ async fn update_run(
 #[async_trait::async_trait]
 impl BackgroundStore for PostgresStore {
     async fn create_run(&self, run: NewRun) -> Result<(), StoreError> {
-        let (seqs, kinds, data) = columns(&run.events)?;
+        let Columns { seqs, kinds, data } = columns(&run.events)?;
         let inserted = sqlx::query(INSERT_RUN)
             .bind(&run.id)
             .bind(run.status.as_str())
@@ -180,7 +186,7 @@ impl BackgroundStore for PostgresStore {
     async fn append(&self, batch: EventBatch) -> Result<Appended, StoreError> {
         let Some(first) = batch.events.first().map(|e| e.seq) else { return Ok(Appended::Done) };
         let first = i64::try_from(first).map_err(|_| StoreError::Corrupt("event number out of range".into()))?;
-        let (seqs, kinds, data) = columns(&batch.events)?;
+        let Columns { seqs, kinds, data } = columns(&batch.events)?;
         let (status, body) = match &batch.state {
             Some((status, body)) => (Some(status.as_str()), Some(body.as_str())),
             None => (None, None),
