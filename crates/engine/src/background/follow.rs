@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use respgw_protocol::ApiError;
-use respgw_store_api::background::StoredEvent;
+use respgw_store_api::background::{RunRecord, StoredEvent};
 use tokio::sync::mpsc;
 
 use super::BackgroundRuns;
@@ -42,14 +42,13 @@ impl ResumeFrom {
 }
 
 impl BackgroundRuns {
-    /// Follow run `id` from `from`. `None` when there is no such run; 400 when its events are no
-    /// longer kept.
+    /// Follow `run` from `from`. 400 when its events are no longer kept.
     pub(crate) async fn follow(
         self: &Arc<Self>,
-        id: &str,
+        run: &RunRecord,
         from: ResumeFrom,
-    ) -> Result<Option<mpsc::Receiver<StoredEvent>>, ApiError> {
-        let Some(run) = self.store.run(id).await.map_err(|e| store_error(&e))? else { return Ok(None) };
+    ) -> Result<mpsc::Receiver<StoredEvent>, ApiError> {
+        let id = &run.id;
         if run.status.is_terminal()
             && self.store.events_after(id, None, 1).await.map_err(|e| store_error(&e))?.is_empty()
         {
@@ -64,8 +63,8 @@ impl BackgroundRuns {
         }
         let (tx, rx) = mpsc::channel(FOLLOW_BUFFER);
         let poll = if self.notified { self.settings.heartbeat() } else { self.settings.poll_interval };
-        tokio::spawn(follow_log(Arc::clone(self), id.to_owned(), from.after(), poll, tx));
-        Ok(Some(rx))
+        tokio::spawn(follow_log(Arc::clone(self), id.clone(), from.after(), poll, tx));
+        Ok(rx)
     }
 }
 

@@ -268,18 +268,18 @@ impl crate::Engine {
         from: ResumeFrom,
     ) -> Result<tokio::sync::mpsc::Receiver<respgw_store_api::background::StoredEvent>, ApiError> {
         let runs = self.background_runs("stream")?;
+        let Some(run) = runs.store.run(id).await.map_err(|e| crate::run::store_error(&e))? else {
+            return Err(if self.stored().is_stored(id).await? {
+                not_background(id, "streamed again")
+            } else {
+                ApiError::response_not_found(id)
+            });
+        };
         // A finished response that was deleted is gone, its events with it.
-        let run = runs.store.run(id).await.map_err(|e| crate::run::store_error(&e))?;
-        if run.is_some_and(|r| matches!(r.status, RunStatus::Completed | RunStatus::Incomplete))
-            && !self.stored().is_stored(id).await?
-        {
+        if matches!(run.status, RunStatus::Completed | RunStatus::Incomplete) && !self.stored().is_stored(id).await? {
             return Err(ApiError::response_not_found(id));
         }
-        match runs.follow(id, from).await? {
-            Some(events) => Ok(events),
-            None if self.stored().is_stored(id).await? => Err(not_background(id, "streamed again")),
-            None => Err(ApiError::response_not_found(id)),
-        }
+        runs.follow(&run, from).await
     }
 }
 
