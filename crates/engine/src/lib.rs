@@ -5,8 +5,11 @@
 //! ([`upstream`]), turns chunks into items and events ([`turn`]), runs the gateway tools the model
 //! called (one module per tool kind: [`tool_kinds`]), persists the result and emits the terminal
 //! event. A non-stream request awaits [`PreparedResponse::run`] for the outcome; a streaming one
-//! gets the events of [`PreparedResponse::spawn`] — the same run either way. Stored responses
-//! are read and deleted through [`Engine::stored`].
+//! gets the events of [`PreparedResponse::spawn`] — the same run either way. A background one
+//! (`background: true`) is handed to [`BackgroundRuns`] with `PreparedResponse::start_background`:
+//! the same run again, detached from the request, its events logged in the store for any process
+//! to poll, cancel or resume ([`background`]). Stored responses are read and deleted through
+//! [`Engine::stored`].
 //!
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
 //! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.
