@@ -8,6 +8,7 @@
 
 mod app;
 mod auth;
+mod background;
 mod connections;
 mod conversations;
 mod error;
@@ -29,6 +30,6 @@ pub use auth::ApiKeys;
 pub use metrics::{MetricsView, local_view};
 pub use options::{ClientLimits, GatewayOptions};
 pub use respgw_engine::sealed::ReasoningKeys;
-pub use respgw_engine::{Limits, UpstreamConfig};
+pub use respgw_engine::{BackgroundSettings, Limits, UpstreamConfig};
 pub use respgw_protocol::RequestLimits;
 pub use serve::{build, serve_on};

@@ -245,6 +245,14 @@ impl Connection {
     async fn start(&mut self, frame: &[u8]) -> Result<(), ApiError> {
         let engine = &self.mode.engine;
         let request = parse_response_create(frame)?.validate(&engine.capabilities())?;
+        if request.background {
+            // A WebSocket response lives as long as its connection; a detached one is created
+            // over HTTP.
+            return Err(ApiError::invalid(
+                "background",
+                "Background responses are created with POST /v1/responses, not over a WebSocket.",
+            ));
+        }
         self.started += 1;
         let request_id = format!("{}.{}", self.request_id, self.started);
         let prepared =

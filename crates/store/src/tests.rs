@@ -129,12 +129,20 @@ impl TestStore {
         }
     }
 
+    /// The background face of the same store.
+    fn background(&self) -> &dyn BackgroundStore {
+        match self {
+            TestStore::Sqlite(store) => store,
+            TestStore::Postgres(store) => store,
+        }
+    }
+
     /// Record a schema version newer than this code's.
     async fn bump_schema_version(&self) {
         match self {
-            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 4").await,
+            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 99").await,
             TestStore::Postgres(store) => {
-                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (4)")
+                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (99)")
                     .execute(store.pool())
                     .await
                     .unwrap();
@@ -181,6 +189,11 @@ both!(
     a_version_2_database_is_migrated,
     concurrent_deletes_of_a_conversation_and_its_responses_leave_nothing,
     saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing,
+    a_run_logs_batches_and_ends_with_its_save_in_one_transaction,
+    a_cancel_closes_the_log_and_turns_the_owner_away,
+    expired_leases_are_found_and_renewed_ones_are_not,
+    a_failed_save_writes_none_of_its_batch,
+    purging_drops_only_old_logs_of_ended_runs,
 );
 
 /// A delete of a response while continuations of it are being saved: every save either stores a
@@ -642,7 +655,7 @@ async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     store.bump_schema_version().await;
     drop(store);
     let err = backend.try_open().await.err().unwrap();
-    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 4")), "{err:?}");
+    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 99")), "{err:?}");
 }
 
 /// Not a test on its own: the body of one writer process for
@@ -1132,7 +1145,7 @@ async fn a_version_2_database_is_migrated(backend: Backend) {
         TestStore::Sqlite(_) => store.sql_i64("PRAGMA user_version").await,
         TestStore::Postgres(_) => store.sql_i64("SELECT max(version)::bigint FROM respgw_schema_migrations").await,
     };
-    assert_eq!(schema, 3);
+    assert_eq!(schema, 4);
     assert_eq!(store.history("r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
 
     store.create_conversation(new_conversation("conv_1", vec![user("d")])).await.unwrap();
@@ -1243,3 +1256,10 @@ async fn saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing
         assert_eq!(count(&stores[0], table).await, 0, "{table}");
     }
 }
+
+mod background;
+use background::{
+    a_cancel_closes_the_log_and_turns_the_owner_away, a_failed_save_writes_none_of_its_batch,
+    a_run_logs_batches_and_ends_with_its_save_in_one_transaction, expired_leases_are_found_and_renewed_ones_are_not,
+    purging_drops_only_old_logs_of_ended_runs,
+};

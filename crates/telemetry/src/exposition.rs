@@ -151,7 +151,7 @@ mod tests {
     use crate::recorder::{CompactionTrigger, Metrics, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all thirteen families.
+    /// A merged view of two live workers and one that exited, touching all seventeen families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -177,6 +177,10 @@ mod tests {
         second.mcp_approval_requested("files");
         second.mcp_approval_answered("(remote)", false);
         let _second_stream = second.sse_stream("/v1/responses");
+        let _second_running = second.background_running();
+        let _second_queued = second.background_queued();
+        second.background_cancelled();
+        first.background_lost();
 
         let exited = Metrics::new();
         exited.record_request("POST", "/v1/responses", 500, Duration::from_millis(700));
@@ -209,7 +213,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 26, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 34, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]
