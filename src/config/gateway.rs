@@ -9,7 +9,8 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
-    ClientLimits, GatewayOptions, Limits, ReasoningKeys, RequestLimits, TenantLimits, TenantTable, UpstreamConfig,
+    BackgroundSettings, ClientLimits, GatewayOptions, Limits, ReasoningKeys, RequestLimits, TenantLimits, TenantTable,
+    UpstreamConfig,
 };
 use respgw_supervisor::{ExaServer, McpSetup};
 use respgw_telemetry::tracing_otlp::{TracingConfig, parse_collector_host, parse_sample_ratio};
@@ -18,7 +19,7 @@ use respgw_tools::input_files::InputFileSettings;
 use respgw_tools::mcp::{RemoteMcp, RemoteMcpSettings};
 use respgw_tools::web_search::{FetchSettings, Profile, WebSearchSettings};
 
-use super::values::{at_least_one, positive_seconds, profile, seconds_up_to_a_day};
+use super::values::{at_least_one, hours_up_to_ten_years, positive_seconds, profile, seconds_up_to_a_day};
 
 /// Gateway settings shared by both modes.
 #[derive(Args)]
@@ -136,6 +137,9 @@ pub struct GatewayArgs {
 
     #[command(flatten)]
     tracing: TracingArgs,
+
+    #[command(flatten)]
+    background: BackgroundArgs,
 }
 
 impl GatewayArgs {
@@ -198,6 +202,7 @@ impl GatewayArgs {
             input_files,
             reasoning_keys: reasoning_keys(self.reasoning_keys_file, self.reasoning_keys)?,
             tracing,
+            background: self.background.settings(),
         };
         Ok((options, mcp))
     }
@@ -661,6 +666,43 @@ impl TracingArgs {
             collector_host: self.opentelemetry_host.clone(),
             collector_port: self.opentelemetry_port,
             service_name: self.otel_service_name.clone(),
+        }
+    }
+}
+
+/// Background responses (`background: true`).
+#[derive(Args)]
+#[command(next_help_heading = "Background responses")]
+struct BackgroundArgs {
+    /// Background responses one worker runs at once; more are accepted and wait, `queued`.
+    #[arg(long, env = "GW_BACKGROUND_MAX_RUNNING", default_value_t = 16, value_parser = at_least_one)]
+    background_max_running: usize,
+
+    /// Seconds a background response's lease holds; the worker running it renews it every third
+    /// of that. A response whose worker (or host) died is failed by another worker within about
+    /// 4/3 of this.
+    #[arg(long, env = "GW_BACKGROUND_LEASE", default_value_t = 15.0, value_parser = seconds_up_to_a_day)]
+    background_lease: f64,
+
+    /// Milliseconds between looks at the store for what other processes changed (cancels, new
+    /// events of a followed response) when it cannot notify (SQLite); PostgreSQL notifies, and
+    /// is polled every third of the lease as a fallback.
+    #[arg(long, env = "GW_BACKGROUND_POLL_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(5..=60_000))]
+    background_poll_ms: u64,
+
+    /// Hours the events of a finished background response are kept, so its stream can be
+    /// resumed; the response itself stays.
+    #[arg(long, env = "GW_BACKGROUND_RETENTION_HOURS", default_value_t = 24.0, value_parser = hours_up_to_ten_years)]
+    background_retention_hours: f64,
+}
+
+impl BackgroundArgs {
+    fn settings(&self) -> BackgroundSettings {
+        BackgroundSettings {
+            max_running: self.background_max_running,
+            lease: Duration::from_secs_f64(self.background_lease),
+            poll_interval: Duration::from_millis(self.background_poll_ms),
+            retention: Duration::from_secs_f64(self.background_retention_hours * 3600.0),
         }
     }
 }

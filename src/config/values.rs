@@ -27,6 +27,14 @@ pub fn seconds_up_to_a_day(raw: &str) -> Result<f64, String> {
     }
 }
 
+/// Hours, more than zero and at most ten years (the retention of background events).
+pub fn hours_up_to_ten_years(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 87_600.0 => Ok(v),
+        _ => Err(format!("expected a number of hours between 0 and 87600, got '{raw}'")),
+    }
+}
+
 /// A whole number, at least one.
 pub fn at_least_one(raw: &str) -> Result<usize, String> {
     match raw.parse::<usize>() {

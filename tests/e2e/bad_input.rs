@@ -228,7 +228,12 @@ fn cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             422,
             Some("tool_choice.tools[0].name"),
         ),
-        ("background mode", j(json!({"model":"m","input":"x","background":true})), 400, Some("background")),
+        (
+            "background without store",
+            j(json!({"model":"m","input":"x","background":true,"store":false})),
+            400,
+            Some("background"),
+        ),
         ("conversation not an id", j(json!({"model":"m","input":"x","conversation":7})), 400, Some("conversation")),
         (
             "conversation and previous_response_id",

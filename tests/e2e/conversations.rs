@@ -350,3 +350,30 @@ async fn files_in_a_conversation_reach_the_model_and_are_listed_as_sent() {
     assert_eq!(items["data"][0]["content"][1], part, "{items}");
     assert!(!items.to_string().contains("hello from the file"), "{items}");
 }
+
+/// A background response created in a conversation extends it when it finishes, like any other.
+#[tokio::test]
+async fn a_background_response_extends_its_conversation() {
+    let h = Harness::start().await;
+    h.scenario("m", vec![Step::slow_text(&["Done.".to_owned()], Duration::from_millis(100))]);
+    let (_, conv) = post(&h, "/v1/conversations", json!({"items": [{"role": "user", "content": "Start."}]})).await;
+    let id = conv["id"].as_str().unwrap();
+    let (status, queued) =
+        h.create(json!({"model": "m", "input": "Work on it.", "conversation": id, "background": true})).await;
+    assert_eq!(status, 200, "{queued}");
+    assert_eq!(queued["conversation"], json!({"id": id}));
+    let response_id = queued["id"].as_str().unwrap();
+    let mut finished = Value::Null;
+    for _ in 0..100 {
+        let (_, got) = h.get(&format!("/v1/responses/{response_id}")).await;
+        if got["status"] == "completed" {
+            finished = got;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(finished["status"], "completed", "{finished}");
+    let (_, items) = h.get(&format!("/v1/conversations/{id}/items?order=asc")).await;
+    assert_eq!(texts(items["data"].as_array().unwrap()), ["Start.", "Work on it.", "Done."]);
+    assert_eq!(texts(&h.upstream_messages("m")[0]), ["Start.", "Work on it."]);
+}

@@ -7,6 +7,7 @@ mod common;
 
 mod agents_sdk;
 mod auth_and_passthrough;
+mod background;
 mod bad_input;
 mod code_interpreter;
 mod codex_cli;

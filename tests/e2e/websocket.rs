@@ -243,6 +243,11 @@ async fn bad_frames_get_an_error_frame_and_the_connection_stays_usable() {
     assert_rejection(&frame, 400);
     assert_eq!(frame["error"]["code"], "previous_response_not_found");
 
+    send(&mut socket, json!({"type":"response.create","model":"text","input":"x","background":true})).await;
+    let frame = next_frame(&mut socket).await;
+    assert_rejection(&frame, 400);
+    assert_eq!(frame["error"]["param"], "background");
+
     send(&mut socket, json!({"type":"response.create","model":"text","input":"x","tool_choice":"required"})).await;
     assert_rejection(&next_frame(&mut socket).await, 422);
 
@@ -255,7 +260,7 @@ async fn bad_frames_get_an_error_frame_and_the_connection_stays_usable() {
         format!(r#"gw_responses_http_requests_total{{method="WEBSOCKET",route="/v1/responses",status="{status}"}}"#)
     };
     assert_eq!(common::sample(&text, &series("200")), 1.0, "{text}");
-    assert_eq!(common::sample(&text, &series("400")), 4.0, "{text}");
+    assert_eq!(common::sample(&text, &series("400")), 5.0, "{text}");
     assert_eq!(common::sample(&text, &series("422")), 1.0, "{text}");
     assert_eq!(
         common::sample(&text, r#"gw_responses_http_requests_total{method="GET",route="/v1/responses",status="101"}"#),

@@ -14,6 +14,8 @@
 //!   where the machine's cores went ([`scaling`], against the out-of-process mock [`fastmock`]);
 //! - continuation cost by history depth (1, 10, 50 responses) on SQLite and on PostgreSQL
 //!   ([`continuation`]), each depth against depth 1;
+//! - the added p50 of a background stream (`background: true`, its events logged in the store)
+//!   over a plain streamed `store: true` request, on SQLite and on PostgreSQL ([`background`]);
 //! - respgw's resident memory with many streams open at once: 1,000 through one worker, and
 //!   10,000 through N workers (the mock in its own process, for the open-files limit).
 //!
@@ -21,6 +23,7 @@
 //! (the numbers are the output); it fails only when something breaks. Loopback only; every loop
 //! is bounded in count and time. Run it through `scripts/bench`.
 
+mod background;
 mod continuation;
 mod fastmock;
 mod gateway;
@@ -149,7 +152,16 @@ struct Cli {
     #[arg(long, default_value_t = 200)]
     continuation_rounds: usize,
 
-    /// PostgreSQL server for the continuation test (a fresh schema is created and dropped);
+    /// Measured streams per kind (plain, background) and backend in the background test (0 skips
+    /// it).
+    #[arg(long, default_value_t = 200)]
+    background_rounds: usize,
+
+    /// Content deltas per stream in the background test.
+    #[arg(long, default_value_t = 16)]
+    background_deltas: usize,
+
+    /// PostgreSQL server for the continuation and background tests (a fresh schema is created and dropped);
     /// empty skips the PostgreSQL rows.
     #[arg(long, env = "RESPGW_BENCH_POSTGRES_URL", default_value = "postgres://postgres@127.0.0.1:5432/test")]
     postgres_url: String,
@@ -396,6 +408,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.continuation_rounds > 0 {
         continuation_rows(&cli, &mock, &mut table).await?;
     }
+    if cli.background_rounds > 0 {
+        background_rows(&cli, &mock, &mut table).await?;
+    }
 
     table.row(Row::info("respgw CPU per request (seq)", format!("{:.0} us", seq.gateway_cpu_us)));
     if let Some(r) = &unstored {
@@ -580,6 +595,57 @@ async fn continuation_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) ->
                 note: format!("p99 {:.3} ms", percentile_ms(&r.latencies, 99.0)),
             });
         }
+    }
+    if let Some(schema) = schema {
+        schema.drop_now().await.context("cannot drop the bench schema")?;
+    }
+    Ok(())
+}
+
+/// The background test on each backend: p50 of a plain and of a background stream, and the
+/// difference.
+async fn background_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) -> anyhow::Result<()> {
+    let schema = if cli.postgres_url.is_empty() {
+        None
+    } else {
+        match continuation::BenchSchema::create(&cli.postgres_url).await {
+            Ok(schema) => Some(schema),
+            Err(e) => {
+                progress(&format!("background: PostgreSQL rows skipped: {e:#}"));
+                None
+            }
+        }
+    };
+    let mut backends = vec![("SQLite", None)];
+    if let Some(schema) = &schema {
+        backends.push(("PostgreSQL", Some(schema.url()?)));
+    }
+    for (backend, db) in backends {
+        progress(&format!(
+            "background on {backend}: {} plain and {} background streams of {} deltas",
+            cli.background_rounds, cli.background_rounds, cli.background_deltas
+        ));
+        let mut gw = Gateway::start_on(&cli.respgw, &mock.base_url(), &cli.respgw_args, db.as_deref()).await?;
+        let times = background::measure(gw.base_url(), cli.background_deltas, cli.background_rounds)
+            .await
+            .with_context(|| format!("background test on {backend}"))?;
+        gw.check_alive().await?;
+        gw.stop().await?;
+        let plain = percentile_ms(&times.plain, 50.0);
+        let detached = percentile_ms(&times.background, 50.0);
+        table.row(Row {
+            metric: format!("background stream p50, {} deltas ({backend})", cli.background_deltas),
+            direct: format!("{plain:.3} ms"),
+            respgw: format!("{detached:.3} ms"),
+            delta: format!("+{:.3} ms", detached - plain),
+            target: "-".into(),
+            verdict: "info",
+            note: format!(
+                "direct = plain stream; p99 {:.3} vs {:.3} ms",
+                percentile_ms(&times.plain, 99.0),
+                percentile_ms(&times.background, 99.0)
+            ),
+        });
     }
     if let Some(schema) = schema {
         schema.drop_now().await.context("cannot drop the bench schema")?;

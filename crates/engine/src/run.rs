@@ -29,6 +29,8 @@ use respgw_telemetry::{Metrics, TokenCounts};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::background::BackgroundRuns;
+use crate::background::sink::BackgroundSink;
 use crate::chat::{ChatRequest, ToolOffer};
 use crate::compaction;
 use crate::conversations::Conversations;
@@ -79,6 +81,8 @@ pub struct Engine {
     pub(crate) files: Option<Arc<dyn FileReader>>,
     /// How this process's upstream counts input tokens, once found.
     counter: InputTokenCounter,
+    /// Background responses; without them, `background: true` is refused.
+    background: Option<Arc<BackgroundRuns>>,
 }
 
 /// Where a running response sends its events. One run path serves both: a non-stream request
@@ -93,6 +97,8 @@ pub(crate) enum EventSink {
         /// The terminal event was sent: nothing may follow it.
         ended: bool,
     },
+    /// Background runs: the run's event log in the store (see `background::sink`).
+    Background(Box<BackgroundSink>),
 }
 
 /// The client disconnected; the run stops and nothing is stored.
@@ -113,18 +119,26 @@ impl EventSink {
                 *ended |= terminal;
                 Ok(())
             }
+            EventSink::Background(sink) => sink.send(event).await,
         }
     }
 
     /// Whether the terminal event was sent.
     pub(crate) fn ended(&self) -> bool {
-        matches!(self, EventSink::Channel { ended: true, .. })
+        match self {
+            EventSink::Discard => false,
+            EventSink::Channel { ended, .. } => *ended,
+            EventSink::Background(sink) => sink.ended(),
+        }
     }
 
+    /// Resolves when the run must stop: the client went away (or, for a background run, it was
+    /// ended elsewhere).
     pub(crate) async fn closed(&self) {
         match self {
             EventSink::Discard => std::future::pending().await,
             EventSink::Channel { tx, .. } => tx.closed().await,
+            EventSink::Background(sink) => sink.stopped().await,
         }
     }
 }
@@ -221,6 +235,7 @@ impl Engine {
             seal: None,
             files: None,
             counter: InputTokenCounter::default(),
+            background: None,
         }
     }
 
@@ -278,13 +293,28 @@ impl Engine {
         Ok(())
     }
 
+    /// Run `background: true` responses on `runs`.
+    pub fn with_background(mut self, runs: Arc<BackgroundRuns>) -> Self {
+        self.background = Some(runs);
+        self
+    }
+
+    /// The background runs, when background responses are on.
+    pub fn background(&self) -> Option<&Arc<BackgroundRuns>> {
+        self.background.as_ref()
+    }
+
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
     }
 
     /// Reads and deletes of `owner`'s responses in the store.
     pub fn stored<'a>(&'a self, owner: &'a str) -> StoredResponses<'a> {
-        StoredResponses { store: self.store.as_ref(), owner }
+        StoredResponses {
+            store: self.store.as_ref(),
+            owner,
+            background: self.background.as_deref().map(BackgroundRuns::store),
+        }
     }
 
     /// Reads and writes of `owner`'s conversations and their items.
@@ -422,6 +452,11 @@ impl PreparedResponse {
         &self.response.id
     }
 
+    /// The tenant it runs for.
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
+    }
+
     /// The chat request of the first model turn, as the run sends it (no turn dropped).
     pub(crate) fn first_turn_request(&self) -> serde_json::Value {
         let offer = self.menu.offer(&self.request.tool_choice, TurnPhase::First);
@@ -487,7 +522,10 @@ impl PreparedResponse {
     }
 
     async fn run_inner(&mut self, sink: &mut EventSink) -> RunOutcome {
-        if sink.send(ResponseEvent::Created { response: Box::new(self.response.clone()) }).await.is_err()
+        // A background run's `response.created` was logged when it was accepted.
+        let announced = matches!(sink, EventSink::Background(_));
+        if (!announced
+            && sink.send(ResponseEvent::Created { response: Box::new(self.response.clone()) }).await.is_err())
             || sink.send(ResponseEvent::InProgress { response: Box::new(self.response.clone()) }).await.is_err()
         {
             return RunOutcome::ClientGone;
@@ -528,7 +566,7 @@ impl PreparedResponse {
             }
         }
         if self.request.store
-            && let Err(e) = self.persist().await
+            && let Err(e) = self.persist(sink).await
         {
             tracing::error!(response_id = %self.response.id, error = %e, "could not store the response");
             let error = match (&e, &self.history_from) {
@@ -802,29 +840,34 @@ impl PreparedResponse {
     }
 
     /// Store the response: the object as the client sees it, and the unfiltered items the
-    /// conversation continues from.
-    async fn persist(&self) -> Result<(), StoreError> {
+    /// conversation continues from. A background run's save goes with its terminal event, in
+    /// one transaction.
+    async fn persist(&self, sink: &mut EventSink) -> Result<(), StoreError> {
         let response = serde_json::to_value(&self.response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let status = match self.response.status {
             ResponseStatus::Incomplete => "incomplete",
             _ => "completed",
         };
-        self.engine
-            .store
-            .save(NewResponse {
-                id: self.response.id.clone(),
-                owner: self.owner.clone(),
-                previous_response_id: self.request.previous_response_id.clone(),
-                model: self.request.model.clone(),
-                created_at: self.response.created_at,
-                status: status.to_owned(),
-                response,
-                history_from: self.history_from.clone(),
-                input: self.unstored_inherited.iter().chain(&self.request.input).cloned().collect(),
-                output: self.output.clone(),
-                conversation: self.conversation.clone(),
-            })
-            .await
+        let response = NewResponse {
+            id: self.response.id.clone(),
+            owner: self.owner.clone(),
+            previous_response_id: self.request.previous_response_id.clone(),
+            model: self.request.model.clone(),
+            created_at: self.response.created_at,
+            status: status.to_owned(),
+            response,
+            history_from: self.history_from.clone(),
+            input: self.unstored_inherited.iter().chain(&self.request.input).cloned().collect(),
+            output: self.output.clone(),
+            conversation: self.conversation.clone(),
+        };
+        match sink {
+            EventSink::Background(sink) => {
+                sink.save_with_terminal(response);
+                Ok(())
+            }
+            _ => self.engine.store.save(response).await,
+        }
     }
 
     /// End with `error` + `response.failed`. Items finished before the failure stay in `output`.

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::run::{EventSink, LocalConversation, PreparedResponse, end_failed};
 
 /// What a client is told when a run dies.
-const RUN_DIED: &str = "The gateway stopped producing this response unexpectedly.";
+pub(crate) const RUN_DIED: &str = "The gateway stopped producing this response unexpectedly.";
 
 impl PreparedResponse {
     /// Run on a task of its own (in the current tracing span); its events come out of the
@@ -58,7 +58,7 @@ impl PreparedResponse {
 }
 
 /// The message a panic was raised with.
-fn panic_text(panic: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_text(panic: &(dyn Any + Send)) -> &str {
     match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
         (Some(text), _) => text,
         (None, Some(text)) => text,

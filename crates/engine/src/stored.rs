@@ -1,11 +1,14 @@
 //! Stored responses as clients read them: retrieve one, delete one, list its input items —
 //! `GET`/`DELETE /v1/responses/{id}` and `GET /v1/responses/{id}/input_items`. The runs that
 //! write them are `run.rs`; this is the other half of what the engine does with the store, so a
-//! handler never reaches past the engine into it.
+//! handler never reaches past the engine into it. A background response is read from its run's
+//! record until it is stored (and for good when it ends `failed` or `cancelled`, which are not
+//! stored responses).
 
 use respgw_protocol::listing::{Deleted, ListPage, ListQuery};
 use respgw_protocol::{ApiError, Item};
-use respgw_store_api::ResponseStore;
+use respgw_store_api::background::RunStatus;
+use respgw_store_api::{BackgroundStore, ResponseStore};
 use serde_json::Value;
 
 use crate::run::store_error;
@@ -15,17 +18,36 @@ pub struct StoredResponses<'a> {
     pub(crate) store: &'a dyn ResponseStore,
     /// The tenant asking: another tenant's responses are not stored, as far as it can tell.
     pub(crate) owner: &'a str,
+    /// Where background runs are, when they are on.
+    pub(crate) background: Option<&'a dyn BackgroundStore>,
 }
 
 impl StoredResponses<'_> {
     /// The stored response object, exactly as it was when it finished. 404 when the owner
     /// stored no response `id`.
     pub async fn retrieve(&self, id: &str) -> Result<Value, ApiError> {
-        self.store
-            .response(self.owner, id)
-            .await
-            .map_err(|e| store_error(&e))?
-            .ok_or_else(|| ApiError::response_not_found(id))
+        if let Some(response) = self.store.response(self.owner, id).await.map_err(|e| store_error(&e))? {
+            return Ok(response);
+        }
+        let Some(background) = self.background else { return Err(ApiError::response_not_found(id)) };
+        match background.run(id).await.map_err(|e| store_error(&e))?.filter(|run| run.tenant == self.owner) {
+            // Stored as it ended (the read above may have come just before): read it there, where
+            // a delete also removes it.
+            Some(run) if matches!(run.status, RunStatus::Completed | RunStatus::Incomplete) => self
+                .store
+                .response(self.owner, id)
+                .await
+                .map_err(|e| store_error(&e))?
+                .ok_or_else(|| ApiError::response_not_found(id)),
+            Some(run) => serde_json::from_str(&run.body)
+                .map_err(|e| ApiError::internal(format!("The stored response {id} is unreadable: {e}"))),
+            None => Err(ApiError::response_not_found(id)),
+        }
+    }
+
+    /// Whether the owner stored response `id` (not as a background run of its own).
+    pub(crate) async fn is_stored(&self, id: &str) -> Result<bool, ApiError> {
+        Ok(self.store.response(self.owner, id).await.map_err(|e| store_error(&e))?.is_some())
     }
 
     /// Delete response `id`; 404 when it is not stored.

@@ -3,15 +3,17 @@
 //! fake gateway tool standing in for an MCP tool, whose calls are recorded. Every stream is checked
 //! against the sequence rules (numbered from 0, one terminal event, last), and every event and
 //! response object against the Open Responses schema — except those of responses with gateway
-//! tools, whose `mcp` declarations and `mcp_call` items the schema does not define.
+//! tools, whose `mcp` declarations and `mcp_call` items the schema does not define. Background
+//! runs (cancelling one mid tool call) use the same SQLite file for their event logs.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use respgw_engine::{
-    Engine, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, Limits, ResolvedTools, RunOutcome,
-    ToolResolver, Upstream, UpstreamConfig,
+    BackgroundRuns, BackgroundSettings, Engine, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool,
+    Limits, ResolvedTools, ResumeFrom, RunOutcome, ToolResolver, Upstream, UpstreamConfig,
 };
 use respgw_protocol::events::numbered_json;
 use respgw_protocol::tools::ToolDeclaration;
@@ -36,11 +38,23 @@ const OWNER: &str = "default";
 const TOOL_FUNCTION: &str = "mcp__calc__add";
 
 /// A gateway tool that adds two numbers and records the arguments of every call; asked to
-/// (`"explode": true`), it panics, standing in for a tool with a bug.
+/// (`"explode": true`), it panics, standing in for a tool with a bug; asked to `"hang"`, it never
+/// answers, and records when its call is dropped (as a sandbox execution is killed then).
 struct RecordingTool {
     spec: FunctionSpec,
     kind: GatewayKind,
     calls: Mutex<Vec<String>>,
+    /// Set when a hanging call's future is dropped.
+    dropped: Arc<AtomicBool>,
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 impl RecordingTool {
@@ -54,6 +68,7 @@ impl RecordingTool {
             },
             kind: GatewayKind::Mcp { server_label: "calc".into(), tool_name: "add".into() },
             calls: Mutex::new(Vec::new()),
+            dropped: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -74,6 +89,10 @@ impl GatewayTool for RecordingTool {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner).push(call.arguments.to_owned());
         let args: Value = serde_json::from_str(call.arguments).unwrap_or_default();
         assert!(args["explode"] != true, "the calculator exploded");
+        if args["hang"] == true {
+            let _dropped = SetOnDrop(Arc::clone(&self.dropped));
+            std::future::pending::<()>().await;
+        }
         let sum = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
         GatewayOutcome::Mcp(Ok(format!("{sum}")))
     }
@@ -209,12 +228,22 @@ impl Fixture {
     }
 
     async fn build(limits: Limits, saves: Saves) -> Fixture {
+        Fixture::build_with(limits, saves, false).await
+    }
+
+    /// With background responses on, over the same SQLite file.
+    async fn with_background() -> Fixture {
+        Fixture::build_with(Limits::default(), Saves::Normally, true).await
+    }
+
+    async fn build_with(limits: Limits, saves: Saves, background: bool) -> Fixture {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("responses.db");
-        let store = respgw_store::open_with(path.to_str().expect("a UTF-8 path"), StoreOptions { pool_size: 2 })
+        let stores = respgw_store::open_stores(path.to_str().expect("a UTF-8 path"), StoreOptions { pool_size: 2 })
             .await
             .expect("the SQLite store opens");
+        let store = stores.responses;
         let upstream = ReplayUpstream::start().await.expect("the replay upstream starts");
         let client = Upstream::new(UpstreamConfig {
             base_url: upstream.base_url(),
@@ -225,8 +254,15 @@ impl Fixture {
         .expect("the upstream client");
         let tool = Arc::new(RecordingTool::new());
         let engine_store = Arc::new(WrappedStore { inner: store.clone(), saves });
-        let engine = Engine::new(client, engine_store, Arc::new(FakeResolver { tool: tool.clone() }), Metrics::new())
-            .with_limits(limits);
+        let mut engine =
+            Engine::new(client, engine_store, Arc::new(FakeResolver { tool: tool.clone() }), Metrics::new())
+                .with_limits(limits);
+        if background {
+            let runs = BackgroundRuns::start(stores.background, BackgroundSettings::default(), Metrics::new())
+                .await
+                .expect("background runs start");
+            engine = engine.with_background(runs);
+        }
         Fixture { engine: Arc::new(engine), upstream, tool, store, _dir: dir }
     }
 
@@ -594,4 +630,49 @@ async fn truncation_auto_applies_to_every_model_turn_of_the_tool_loop() {
             vec!["user", "assistant", "tool"],
         ]
     );
+}
+
+#[tokio::test]
+async fn cancelling_a_background_run_drops_its_running_gateway_tool_and_starts_no_further_turn() {
+    let f = Fixture::with_background().await;
+    f.upstream.add_scenario("hang", vec![tool_call_turn(json!({"hang":true})), Step::text(&["Never."], "stop", None)]);
+    let request = f.request(json!({"model":"hang","input":"x","tools":[calc_tool()],"background":true}));
+    let prepared = f.engine.prepare(OWNER, request, Vec::new()).await.expect("the request prepares");
+    let runs = Arc::clone(f.engine.background().expect("background runs are on"));
+    let queued = prepared.start_background(&runs, ()).await.expect("the run starts");
+    assert_eq!(serde_json::to_value(&queued).unwrap()["status"], "queued");
+    for _ in 0..200 {
+        if !f.tool.calls().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(f.tool.calls(), [r#"{"hang":true}"#], "the tool is running");
+
+    let cancelled = f.engine.cancel_background(OWNER, &queued.id).await.expect("the run is cancelled");
+    assert_eq!(cancelled["status"], "cancelled");
+    for _ in 0..200 {
+        if f.tool.dropped.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(f.tool.dropped.load(Ordering::SeqCst), "the running tool call was dropped");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(f.upstream_bodies("hang").len(), 1, "no further model turn");
+    assert!(f.store.response(OWNER, &queued.id).await.unwrap().is_none(), "a cancelled response is not stored");
+
+    // Its log ends with one terminal event, the cancelled response, numbered on from what ran.
+    let mut events = f.engine.resume_background(OWNER, &queued.id, ResumeFrom::Start).await.expect("the log is kept");
+    let mut logged = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(10), events.recv()).await.expect("the log ends") {
+        logged.push(serde_json::from_str::<Value>(&event.data).expect("JSON"));
+    }
+    check_sequence(&logged).expect("one numbered stream");
+    let last = logged.last().expect("events");
+    assert_eq!(
+        (last["type"].as_str(), last["response"]["status"].as_str()),
+        (Some("response.failed"), Some("cancelled"))
+    );
+    assert!(logged.iter().any(|e| e["type"] == "response.mcp_call.in_progress"), "the tool call was logged");
 }

@@ -17,6 +17,8 @@ use crate::response::ResponseObject;
 pub enum ResponseEvent {
     #[serde(rename = "response.created")]
     Created { response: Box<ResponseObject> },
+    #[serde(rename = "response.queued")]
+    Queued { response: Box<ResponseObject> },
     #[serde(rename = "response.in_progress")]
     InProgress { response: Box<ResponseObject> },
     #[serde(rename = "response.completed")]
@@ -136,6 +138,7 @@ impl ResponseEvent {
     pub fn kind(&self) -> &'static str {
         match self {
             ResponseEvent::Created { .. } => "response.created",
+            ResponseEvent::Queued { .. } => "response.queued",
             ResponseEvent::InProgress { .. } => "response.in_progress",
             ResponseEvent::Completed { .. } => "response.completed",
             ResponseEvent::Incomplete { .. } => "response.incomplete",

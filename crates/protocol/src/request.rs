@@ -221,6 +221,8 @@ pub struct ValidatedRequest {
     pub tool_choice: ToolChoice,
     pub store: bool,
     pub stream: bool,
+    /// Run detached from the connection (`background: true`; always stored).
+    pub background: bool,
     pub include: Vec<String>,
     /// Sampling values the client set; `None` means "let the upstream decide".
     pub temperature: Option<f64>,
@@ -295,8 +297,12 @@ impl CreateResponseRequest {
         {
             return Err(ApiError::invalid("previous_response_id", "'previous_response_id' must not be empty."));
         }
-        if self.background == Some(true) {
-            return Err(ApiError::invalid("background", "Background mode is not supported by this gateway."));
+        let background = self.background.unwrap_or(false);
+        if background && self.store == Some(false) {
+            return Err(ApiError::invalid(
+                "background",
+                "Background responses must be stored: 'background: true' needs 'store' true or left out.",
+            ));
         }
         let conversation = parse_conversation(self.conversation)?;
         if conversation.is_some() && self.previous_response_id.is_some() {
@@ -370,6 +376,7 @@ impl CreateResponseRequest {
             tool_choice,
             store: self.store.unwrap_or(true),
             stream: self.stream.unwrap_or(false),
+            background,
             include,
             temperature: self.temperature,
             top_p: self.top_p,

@@ -9,14 +9,18 @@ use crate::items::Item;
 use crate::request::{ReasoningConfig, ServiceTier, TextConfig, Truncation, ValidatedRequest};
 use crate::tools::{ToolChoice, ToolDeclaration};
 
-/// Where a response is in its life. The terminal ones are `Completed`, `Incomplete`, `Failed`.
+/// Where a response is in its life. The terminal ones are `Completed`, `Incomplete`, `Failed`
+/// and `Cancelled`; only background responses are ever `Queued` (waiting for a free run slot) or
+/// `Cancelled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResponseStatus {
+    Queued,
     InProgress,
     Completed,
     Incomplete,
     Failed,
+    Cancelled,
 }
 
 /// Why a response stopped early.
@@ -168,7 +172,7 @@ impl ResponseObject {
             object: "response",
             created_at,
             status: ResponseStatus::InProgress,
-            background: false,
+            background: req.background,
             completed_at: None,
             error: None,
             incomplete_details: None,

@@ -26,7 +26,7 @@ use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
 use crate::passthrough::{self, Passthrough};
 use crate::websocket::{self, WebSocketMode};
-use crate::{conversations, input_tokens, request_id, responses};
+use crate::{background, conversations, input_tokens, request_id, responses};
 
 /// What the router needs.
 pub struct AppConfig {
@@ -75,6 +75,7 @@ pub fn router(config: AppConfig) -> Router {
             get(conversations::retrieve_item).delete(conversations::delete_item),
         )
         .route("/v1/responses/compact", post(responses::compact))
+        .route("/v1/responses/{response_id}/cancel", post(background::cancel))
         .with_state(Arc::clone(&config.engine))
         .merge(
             Router::new()

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use respgw_engine::sealed::ReasoningKeys;
-use respgw_engine::{Limits, UpstreamConfig};
+use respgw_engine::{BackgroundSettings, Limits, UpstreamConfig};
 use respgw_mcp::McpTimeouts;
 use respgw_telemetry::tracing_otlp::TracingConfig;
 use respgw_tools::code_interpreter::SandboxSettings;
@@ -80,6 +80,9 @@ pub struct GatewayOptions {
     /// Span export (`--tracing-*`); only workers export.
     #[serde(default)]
     pub tracing: TracingConfig,
+    /// Background responses: run slots per worker, lease, polling, retention (`--background-*`).
+    #[serde(default)]
+    pub background: BackgroundSettings,
 }
 
 fn default_db_pool_size() -> u32 {

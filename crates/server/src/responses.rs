@@ -5,23 +5,25 @@
 //! ([`respgw_protocol::listing`]), let the engine prepare (history lookup can still fail with a
 //! plain HTTP error), then either run to the outcome (JSON) or let the engine spawn the run and
 //! frame its events (SSE). Stored responses are read through the engine too
-//! ([`Engine::stored`]). Everything is done for the request's [`Tenant`]: the owner of what a
-//! response stores, and the only one that reads it back.
+//! ([`Engine::stored`]). A background response is handed to the engine's background runs
+//! instead, and its stream comes from its event log (see [`crate::background`]). Everything is done for the request's
+//! [`Tenant`]: the owner of what a response stores, and the only one that reads it back.
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use respgw_engine::{Engine, RunOutcome};
+use axum::{Extension, Json};
+use respgw_engine::{Engine, ResumeFrom, RunOutcome};
 use respgw_protocol::compaction::CompactRequest;
 use respgw_protocol::listing::{ListQuery, ListQueryParams};
 use respgw_protocol::{ApiError, CreateResponseRequest};
 
 use crate::auth::Tenant;
+use crate::background::{BackgroundDrain, RetrieveQuery, event_stream_response, retrieve_query};
 use crate::error::{HttpError, path_rejection};
 use crate::json_body::JsonBody;
 use crate::request_id::RequestId;
@@ -35,17 +37,36 @@ pub async fn create(
     State(engine): State<Arc<Engine>>,
     tenant: Tenant,
     RequestId(request_id): RequestId,
+    drain: Option<Extension<BackgroundDrain>>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
     let request =
         CreateResponseRequest::from_slice(&body)?.validate_within(&engine.capabilities(), &engine.limits().request)?;
-    let stream = request.stream;
-    // A stream over the tenant's limit is refused before anything is read or sent upstream.
-    let slot = match stream.then(|| tenant.open_stream()).transpose() {
+    let (stream, background) = (request.stream, request.background);
+    // A stream or background run over the tenant's limit is refused before anything is read or
+    // sent upstream.
+    let slot = match (stream || background).then(|| tenant.open_stream()).transpose() {
         Ok(slot) => slot,
         Err(limited) => return Ok(limited.into_response()),
     };
     let prepared = engine.prepare(tenant.name(), request, vec![("x-request-id", request_id)]).await?;
+
+    if background {
+        let Some(runs) = engine.background() else {
+            return Err(HttpError(ApiError::invalid(
+                "background",
+                "Background responses are not enabled on this gateway.",
+            )));
+        };
+        // The process's drain waits for the run, which holds this until it ends.
+        // The run also holds its place among the tenant's open streams and runs.
+        let queued = prepared.start_background(runs, (drain.map(|Extension(drain)| drain), slot)).await?;
+        if !stream {
+            return Ok(Json(queued).into_response());
+        }
+        let events = engine.resume_background(tenant.name(), &queued.id, ResumeFrom::Start).await?;
+        return Ok(event_stream_response(events, engine.metrics().sse_stream("/v1/responses")));
+    }
 
     if !stream {
         return match prepared.run().await {
@@ -67,14 +88,22 @@ pub async fn create(
     Ok(response)
 }
 
-/// `GET /v1/responses/{response_id}`.
+/// `GET /v1/responses/{response_id}`: the response object, or with `stream=true` the events of
+/// a background response (after `starting_after`).
 pub async fn retrieve(
     State(engine): State<Arc<Engine>>,
     tenant: Tenant,
     id: Result<Path<String>, PathRejection>,
+    query: Result<Query<RetrieveQuery>, QueryRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
-    Ok(Json(engine.stored(tenant.name()).retrieve(&id).await?).into_response())
+    match retrieve_query(query)? {
+        None => Ok(Json(engine.stored(tenant.name()).retrieve(&id).await?).into_response()),
+        Some(from) => {
+            let events = engine.resume_background(tenant.name(), &id, from).await?;
+            Ok(event_stream_response(events, engine.metrics().sse_stream("/v1/responses/{response_id}")))
+        }
+    }
 }
 
 /// `DELETE /v1/responses/{response_id}`.
@@ -92,7 +121,7 @@ pub async fn input_items(
     State(engine): State<Arc<Engine>>,
     tenant: Tenant,
     id: Result<Path<String>, PathRejection>,
-    params: Result<Query<ListQueryParams>, axum::extract::rejection::QueryRejection>,
+    params: Result<Query<ListQueryParams>, QueryRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
     let Query(params) =

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::{Extension, Router};
-use respgw_engine::{Engine, Upstream};
+use respgw_engine::{BackgroundRuns, Engine, Upstream};
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
@@ -16,6 +16,7 @@ use respgw_tools::web_search::WebSearch;
 
 use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
+use crate::background::BackgroundDrain;
 use crate::connections::Connections;
 use crate::metrics::MetricsView;
 use crate::options::GatewayOptions;
@@ -33,9 +34,12 @@ pub async fn build(
     worker_label: Option<String>,
 ) -> anyhow::Result<Router> {
     let store_options = respgw_store::StoreOptions { pool_size: options.db_pool_size };
-    let store = respgw_store::open_with(&options.db_path, store_options).await.with_context(|| {
+    let stores = respgw_store::open_stores(&options.db_path, store_options).await.with_context(|| {
         format!("cannot open the response store at '{}'", respgw_store::redacted_location(&options.db_path))
     })?;
+    let background = BackgroundRuns::start(stores.background, options.background, metrics.clone())
+        .await
+        .context("cannot start the background responses")?;
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
     let mcp_helper = mcp_helper_client(options)?;
     let tools = gateway_tools(options, mcp_helper.clone()).await?;
@@ -48,8 +52,9 @@ pub async fn build(
     let files =
         InputFiles::new(options.input_files.clone()).map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?;
     let engine = Arc::new(
-        Engine::new(upstream, store, Arc::new(tools), metrics.clone())
+        Engine::new(upstream, stores.responses, Arc::new(tools), metrics.clone())
             .with_limits(options.limits)
+            .with_background(background)
             .with_reasoning_seal(seal)
             .with_file_reader(Arc::new(files)),
     );
@@ -100,7 +105,9 @@ fn mcp_helper_client(options: &GatewayOptions) -> anyhow::Result<Option<McpHelpe
 const ACCEPT_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Serve `app` on `listener` until `shutdown` resolves; then stop accepting and let in-flight
-/// requests, streams and WebSocket responses finish for at most `options.drain_timeout`.
+/// requests, streams, WebSocket responses and the background responses this process runs finish
+/// for at most `options.drain_timeout` (background ones still running then are failed by their
+/// lease).
 /// Connections are held to `options.client_limits` (see [`crate::connections`]).
 pub async fn serve_on(
     listener: std::net::TcpListener,
@@ -113,7 +120,11 @@ pub async fn serve_on(
     // Upgraded connections leave the HTTP server's books: they are drained through this.
     let (draining, draining_rx) = tokio::sync::watch::channel(false);
     let (open_websockets, mut websockets_closed) = tokio::sync::mpsc::channel::<()>(1);
-    let app = app.layer(Extension(WebSocketDrain { draining: draining_rx, open: open_websockets }));
+    // Background runs outlive their request: each holds a clone of this until it ends.
+    let (open_background, mut background_done) = tokio::sync::mpsc::channel::<()>(1);
+    let app = app
+        .layer(Extension(WebSocketDrain { draining: draining_rx, open: open_websockets }))
+        .layer(Extension(BackgroundDrain { open: open_background }));
     let connections = Connections::new(options.client_limits);
     tokio::select! {
         () = connections.accept(&listener, &app) => {}
@@ -135,6 +146,7 @@ pub async fn serve_on(
         connections.closed().await;
         // Every sender is gone once the last connection's router and the last WebSocket connection are.
         let _ = websockets_closed.recv().await;
+        let _ = background_done.recv().await;
     };
     if tokio::time::timeout(drain_timeout, drained).await.is_err() {
         tracing::warn!("drain timeout reached; closing the remaining connections");

@@ -255,6 +255,14 @@ impl Connection {
         self.tenant.take_request().map_err(|limited| limited.error)?;
         let slot = self.tenant.open_stream().map_err(|limited| limited.error)?;
         let request = parse_response_create(frame)?.validate(&engine.capabilities())?;
+        if request.background {
+            // A WebSocket response lives as long as its connection; a detached one is created
+            // over HTTP.
+            return Err(ApiError::invalid(
+                "background",
+                "Background responses are created with POST /v1/responses, not over a WebSocket.",
+            ));
+        }
         self.started += 1;
         let request_id = format!("{}.{}", self.request_id, self.started);
         let local = self.local.as_ref();

@@ -10,7 +10,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use respgw_mcp::McpTimeouts;
-use respgw_server::{ClientLimits, GatewayOptions, Limits, ReasoningKeys, UpstreamConfig, local_view};
+use respgw_server::{
+    BackgroundSettings, ClientLimits, GatewayOptions, Limits, ReasoningKeys, UpstreamConfig, local_view,
+};
 use respgw_telemetry::Metrics;
 use respgw_telemetry::tracing_otlp::TracingConfig;
 use respgw_testkit::{ReplayUpstream, SchemaValidator, Step, check_stream};
@@ -122,6 +124,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
         web_search: None,
         reasoning_keys: ReasoningKeys::default(),
         tracing: TracingConfig::default(),
+        background: BackgroundSettings::default(),
     }
 }
 

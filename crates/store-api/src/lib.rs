@@ -14,6 +14,9 @@
 //! choosing one from a location are in `respgw-store`, so a crate that never opens a database
 //! does not compile a driver.
 
+pub mod background;
+
+pub use background::BackgroundStore;
 use respgw_protocol::Item;
 use respgw_protocol::listing::{ListOrder, ListQuery};
 

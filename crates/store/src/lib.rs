@@ -66,6 +66,7 @@
 //! [`open`] picks one from the location (`postgres://…` or a SQLite path); both pass the same
 //! behaviour tests (`tests.rs`).
 
+mod background;
 mod item_cache;
 pub mod postgres;
 pub mod sqlite;
@@ -74,8 +75,8 @@ use std::sync::Arc;
 
 pub use postgres::PostgresStore;
 pub use respgw_store_api::{
-    ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList,
-    InputItemsOrder, InputItemsPage, NewConversation, NewResponse, ResponseStore, StoreError,
+    BackgroundStore, ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord,
+    InputItemsList, InputItemsOrder, InputItemsPage, NewConversation, NewResponse, ResponseStore, StoreError,
 };
 pub use sqlite::SqliteStore;
 
@@ -189,14 +190,30 @@ pub async fn open(location: &str) -> Result<Arc<dyn ResponseStore>, StoreError> 
 /// SQLite file, if missing. Anything else is an [`StoreError::Unavailable`] saying which locations
 /// are supported. Messages never contain a password.
 pub async fn open_with(location: &str, options: StoreOptions) -> Result<Arc<dyn ResponseStore>, StoreError> {
-    match parse_location(location)? {
-        Location::Sqlite(path) if path == ":memory:" => Ok(Arc::new(SqliteStore::open_in_memory().await?)),
+    Ok(open_stores(location, options).await?.responses)
+}
+
+/// Both faces of one opened store: the responses and the background runs, sharing connections.
+#[derive(Clone)]
+pub struct Stores {
+    pub responses: Arc<dyn ResponseStore>,
+    pub background: Arc<dyn BackgroundStore>,
+}
+
+/// [`open_with`], giving the background runs' face of the same store too.
+pub async fn open_stores(location: &str, options: StoreOptions) -> Result<Stores, StoreError> {
+    fn both<S: ResponseStore + BackgroundStore>(store: S) -> Stores {
+        let store = Arc::new(store);
+        Stores { responses: Arc::clone(&store) as Arc<dyn ResponseStore>, background: store }
+    }
+    Ok(match parse_location(location)? {
+        Location::Sqlite(path) if path == ":memory:" => both(SqliteStore::open_in_memory().await?),
         Location::Sqlite(path) => {
             let config = sqlite::Config { max_readers: options.pool_size.max(1) as usize, ..Default::default() };
-            Ok(Arc::new(SqliteStore::open_with(std::path::Path::new(&path), config).await?))
+            both(SqliteStore::open_with(std::path::Path::new(&path), config).await?)
         }
-        Location::Postgres(url) => Ok(Arc::new(PostgresStore::open(&url, options.pool_size).await?)),
-    }
+        Location::Postgres(url) => both(PostgresStore::open(&url, options.pool_size).await?),
+    })
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@
 //! - `conversation_items(conversation_id, position, item_key, removed)`: a conversation's items in
 //!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
 //!   the responses created in it.
+//! - `background_runs` and `background_events` (version 4): background runs and their event
+//!   logs (see the `background` module).
 //!
 //! The tables live in the first schema of the connection's `search_path` (by default `public`);
 //! `?options=-c%20search_path%3Drespgw` in the URL puts them elsewhere.
@@ -70,6 +72,8 @@ use respgw_protocol::Item;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Row};
 
+mod background;
+
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::{
     ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsOrder, InputItemsPage,
@@ -77,7 +81,7 @@ use crate::{
 };
 
 /// The schema version this code reads and writes (the highest row of `respgw_schema_migrations`).
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// The advisory lock key that serializes migrations ("respgw" in ASCII, then 1).
 const MIGRATION_LOCK: i64 = 0x7265_7370_6777_0001;
@@ -156,11 +160,32 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX conversation_items_item_key ON conversation_items (item_key);
     ALTER TABLE responses ADD COLUMN conversation_id text REFERENCES conversations(id);
     CREATE INDEX responses_conversation_id ON responses (conversation_id);",
-    // Ownership: rows from before belong to the tenant `default`. Lookups are by primary key, so
-    // the column needs no index.
+    "
+    CREATE TABLE background_runs (
+        id text PRIMARY KEY,
+        status text NOT NULL,
+        body text NOT NULL,
+        owner text NOT NULL,
+        lease_until bigint NOT NULL,
+        next_seq bigint NOT NULL,
+        ended_at bigint
+    );
+    CREATE INDEX background_runs_lease ON background_runs (lease_until) WHERE ended_at IS NULL;
+    CREATE INDEX background_runs_ended ON background_runs (ended_at) WHERE ended_at IS NOT NULL;
+    CREATE TABLE background_events (
+        run_id text NOT NULL REFERENCES background_runs(id) ON DELETE CASCADE,
+        seq bigint NOT NULL,
+        kind text NOT NULL,
+        data text NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );",
+    // Ownership: rows from before belong to the tenant `default` (a background run's `owner` is
+    // the process running it, its tenant is `tenant`). Lookups are by primary key, so the columns
+    // need no index.
     "
     ALTER TABLE responses ADD COLUMN owner text NOT NULL DEFAULT 'default';
-    ALTER TABLE conversations ADD COLUMN owner text NOT NULL DEFAULT 'default';",
+    ALTER TABLE conversations ADD COLUMN owner text NOT NULL DEFAULT 'default';
+    ALTER TABLE background_runs ADD COLUMN tenant text NOT NULL DEFAULT 'default';",
 ];
 
 /// The whole save as one statement. The new items (`$8` ids, `$9` bodies), each drawing its key
@@ -443,6 +468,9 @@ pub struct PostgresStore {
     items: Arc<ItemCache>,
     /// `host:port/database`, for messages (never the password).
     target: String,
+    /// Where [`respgw_store_api::BackgroundStore::changes`] listens: a pool of its own, of one
+    /// connection, so that listening never takes a connection from requests.
+    listen_options: Arc<PgConnectOptions>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -504,8 +532,13 @@ impl PostgresStore {
                     Ok(true)
                 })
             })
-            .connect_lazy_with(options);
-        Ok(Self { pool, items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)), target })
+            .connect_lazy_with(options.clone());
+        Ok(Self {
+            pool,
+            items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)),
+            target,
+            listen_options: Arc::new(options),
+        })
     }
 
     /// The pool (tests run raw SQL on it).
@@ -627,85 +660,14 @@ fn decode_rows(rows: Vec<sqlx::postgres::PgRow>, cache: &ItemCache) -> Result<Ve
 #[async_trait::async_trait]
 impl ResponseStore for PostgresStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
-        let NewResponse {
-            id,
-            owner,
-            previous_response_id,
-            model,
-            created_at,
-            status,
-            response,
-            history_from,
-            input,
-            output,
-            conversation,
-        } = response;
-        let body = encode(&response, "response")?;
-        let inputs = input.len() as i64;
-        let (mut item_ids, mut bodies) = (Vec::with_capacity(input.len() + output.len()), Vec::new());
-        for item in input.iter().chain(&output) {
-            // The id column is for lookups (`after`); the body keeps the id as given.
-            item_ids.push(lookup_key(item.id()).into_owned());
-            bodies.push(encode(item, "item")?);
-        }
-        if let Some(append) = conversation {
-            let conversation_id = lookup_key(&append.id).into_owned();
+        if response.conversation.is_some() {
+            // The conversation's row is locked until the save commits (see the module's docs).
             let mut tx = self.pool.begin().await.map_err(map_err)?;
-            match lock_conversation(&mut tx, &owner, &conversation_id).await? {
-                Some((false, version)) if version == append.version => {}
-                // Dropping `tx` rolls back.
-                Some((false, _)) => return Err(StoreError::ConversationChanged(append.id)),
-                Some((true, _)) | None => return Err(StoreError::ConversationGone(append.id)),
-            }
-            let saved = sqlx::query(SAVE_IN_CONVERSATION)
-                .bind(&id)
-                .bind(&previous_response_id)
-                .bind(&model)
-                .bind(created_at)
-                .bind(&status)
-                .bind(&body)
-                .bind(&conversation_id)
-                .bind(&item_ids)
-                .bind(&bodies)
-                .bind(inputs)
-                .bind(&owner)
-                .fetch_all(&mut *tx)
-                .await;
-            let rows = match saved {
-                Ok(rows) => rows,
-                Err(e) if sqlstate(&e).as_deref() == Some("23505") => return Err(StoreError::Duplicate(id)),
-                Err(e) => return Err(map_err(e)),
-            };
-            tx.commit().await.map_err(map_err)?;
-            keep_saved(&self.items, input.into_iter().chain(output), &bodies, rows);
-            return Ok(());
+            save_on(&mut tx, &self.items, response).await?;
+            return tx.commit().await.map_err(map_err);
         }
-        let saved = sqlx::query(SAVE)
-            .bind(&id)
-            .bind(&previous_response_id)
-            .bind(&model)
-            .bind(created_at)
-            .bind(&status)
-            .bind(&body)
-            .bind(&history_from)
-            .bind(&item_ids)
-            .bind(&bodies)
-            .bind(inputs)
-            .bind(&owner)
-            .fetch_all(&self.pool)
-            .await;
-        match saved {
-            Ok(rows) => {
-                keep_saved(&self.items, input.into_iter().chain(output), &bodies, rows);
-                Ok(())
-            }
-            Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
-            Err(e) if sqlstate(&e).as_deref() == Some("23503") => Err(StoreError::MissingHistory(format!(
-                "{} was deleted before its continuation {id} was saved",
-                history_from.as_deref().unwrap_or("(none)")
-            ))),
-            Err(e) => Err(map_err(e)),
-        }
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        save_on(&mut conn, &self.items, response).await
     }
 
     async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -1003,6 +965,91 @@ impl ResponseStore for PostgresStore {
     }
 }
 
+/// Save `response` with one statement on `executor` (the pool, or a background run's
+/// transaction).
+pub(crate) async fn save_on(
+    conn: &mut PgConnection,
+    cache: &ItemCache,
+    response: NewResponse,
+) -> Result<(), StoreError> {
+    let NewResponse {
+        id,
+        owner,
+        previous_response_id,
+        model,
+        created_at,
+        status,
+        response,
+        history_from,
+        input,
+        output,
+        conversation,
+    } = response;
+    let body = encode(&response, "response")?;
+    let inputs = input.len() as i64;
+    let (mut item_ids, mut bodies) = (Vec::with_capacity(input.len() + output.len()), Vec::new());
+    for item in input.iter().chain(&output) {
+        // The id column is for lookups (`after`); the body keeps the id as given.
+        item_ids.push(lookup_key(item.id()).into_owned());
+        bodies.push(encode(item, "item")?);
+    }
+    let saved = match &conversation {
+        Some(append) => {
+            let conversation_id = lookup_key(&append.id).into_owned();
+            match lock_conversation(conn, &owner, &conversation_id).await? {
+                Some((false, version)) if version == append.version => {}
+                // The caller's transaction rolls back.
+                Some((false, _)) => return Err(StoreError::ConversationChanged(append.id.clone())),
+                Some((true, _)) | None => return Err(StoreError::ConversationGone(append.id.clone())),
+            }
+            sqlx::query(SAVE_IN_CONVERSATION)
+                .bind(&id)
+                .bind(&previous_response_id)
+                .bind(&model)
+                .bind(created_at)
+                .bind(&status)
+                .bind(&body)
+                .bind(&conversation_id)
+                .bind(&item_ids)
+                .bind(&bodies)
+                .bind(inputs)
+                .bind(&owner)
+                .fetch_all(&mut *conn)
+                .await
+        }
+        None => {
+            sqlx::query(SAVE)
+                .bind(&id)
+                .bind(&previous_response_id)
+                .bind(&model)
+                .bind(created_at)
+                .bind(&status)
+                .bind(&body)
+                .bind(&history_from)
+                .bind(&item_ids)
+                .bind(&bodies)
+                .bind(inputs)
+                .bind(&owner)
+                .fetch_all(&mut *conn)
+                .await
+        }
+    };
+    match saved {
+        Ok(rows) => {
+            // The next continuation need not decode what was just written. Kept before the
+            // caller commits: keys are never reused, so a rolled-back save's are never read.
+            keep_saved(cache, input.into_iter().chain(output), &bodies, rows);
+            Ok(())
+        }
+        Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
+        Err(e) if sqlstate(&e).as_deref() == Some("23503") => Err(StoreError::MissingHistory(format!(
+            "{} was deleted before its continuation {id} was saved",
+            history_from.as_deref().unwrap_or("(none)")
+        ))),
+        Err(e) => Err(map_err(e)),
+    }
+}
+
 /// A client-given id as a query parameter. PostgreSQL `text` cannot hold NUL, and no stored id
 /// contains one, so NUL becomes U+FFFD: the id still names nothing, and the lookup is a plain
 /// "not found" instead of a database error. (Stored text is JSON, where NUL is escaped.)
@@ -1026,7 +1073,7 @@ fn keep_saved(
     let mut new_items: Vec<Option<(Item, usize)>> =
         items.zip(bodies).map(|(item, body)| Some((item, body.len()))).collect();
     for row in rows {
-        // The write is committed: a row that does not decode only goes uncached.
+        // The write is committed (or about to be): a row that does not decode only goes uncached.
         let (Ok(index), Ok(key)) = (row.try_get::<i32, _>(0), row.try_get::<i64, _>(1)) else {
             continue;
         };

@@ -1,6 +1,6 @@
 //! The SQLite backend: one database file shared by every worker process, in WAL mode.
 //!
-//! Schema (version 4, recorded in `PRAGMA user_version`; older files are migrated on open):
+//! Schema (version 5, recorded in `PRAGMA user_version`; older files are migrated on open):
 //!
 //! - `items(key, item_id, body)`: each item once, `body` being the serde JSON of
 //!   [`respgw_protocol::Item`]. `item_id` is not unique (clients may resend ids). `key` is
@@ -21,6 +21,8 @@
 //! - `conversation_items(conversation_id, position, item_key, removed)`: a conversation's items in
 //!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
 //!   the responses created in it. What is kept, and when it goes, is in the crate's docs.
+//! - `background_runs` and `background_events` (version 4): background runs and their event
+//!   logs (see the `background` module).
 //!
 //! # Threads and connections
 //!
@@ -40,6 +42,7 @@
 //!
 //! An in-memory store (tests) has a single connection that serves reads and writes alike.
 
+mod background;
 mod checkpoint;
 mod connection;
 
@@ -62,12 +65,12 @@ pub(crate) use self::connection::{SCHEMA_V1, SCHEMA_V2};
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::{
-    ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsOrder, InputItemsPage,
-    NewConversation, NewResponse, ResponseStore, StoreError,
+    ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList,
+    InputItemsOrder, InputItemsPage, NewConversation, NewResponse, ResponseStore, StoreError,
 };
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).
@@ -581,9 +584,27 @@ fn insert_items(tx: &Transaction<'_>, items: &[(String, String)]) -> Result<i64,
     first.ok_or_else(|| StoreError::Unavailable("no items to insert".into()))
 }
 
-#[async_trait::async_trait]
-impl ResponseStore for SqliteStore {
-    async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
+/// A response to save, encoded before the writer is taken.
+pub(crate) struct EncodedResponse {
+    id: String,
+    /// The tenant saving it (see [`NewResponse::owner`]).
+    owner: String,
+    previous_response_id: Option<String>,
+    model: String,
+    created_at: i64,
+    status: String,
+    body: String,
+    history_from: Option<String>,
+    /// The conversation the response was created in, at the version it read.
+    conversation: Option<ConversationAppend>,
+    inputs: i64,
+    /// The new items, input then output, with their `(item_id, body)` rows.
+    items: Vec<Item>,
+    rows: Vec<(String, String)>,
+}
+
+impl EncodedResponse {
+    pub(crate) fn new(response: NewResponse) -> Result<Self, StoreError> {
         let NewResponse {
             id,
             owner,
@@ -599,86 +620,119 @@ impl ResponseStore for SqliteStore {
         } = response;
         // A response created in a conversation continues the conversation, nothing else.
         let history_from = if conversation.is_some() { None } else { history_from };
-        // Encode everything before taking the writer, to hold it as briefly as possible.
         let body = encode(&response, "response")?;
         let inputs = input.len() as i64;
-        let mut new_items = Vec::with_capacity(input.len() + output.len());
-        for item in input.iter().chain(&output) {
-            new_items.push((item.id().to_owned(), encode(item, "item")?));
+        let items: Vec<Item> = input.into_iter().chain(output).collect();
+        let mut rows = Vec::with_capacity(items.len());
+        for item in &items {
+            rows.push((item.id().to_owned(), encode(item, "item")?));
         }
-        let cache = Arc::clone(&self.inner.items);
+        Ok(Self {
+            id,
+            owner,
+            previous_response_id,
+            model,
+            created_at,
+            status,
+            body,
+            history_from,
+            conversation,
+            inputs,
+            items,
+            rows,
+        })
+    }
 
+    /// Write the response row, its new items and their rows inside `tx`; returns the first new
+    /// item's key.
+    pub(crate) fn insert(&self, tx: &Transaction<'_>) -> Result<Option<i64>, StoreError> {
+        let id = &self.id;
+        let mut history = match (&self.conversation, &self.history_from) {
+            (Some(append), _) => {
+                match conversation_state(tx, &self.owner, &append.id)? {
+                    Some((false, version)) if version == append.version => {}
+                    Some((false, _)) => return Err(StoreError::ConversationChanged(append.id.clone())),
+                    Some((true, _)) | None => return Err(StoreError::ConversationGone(append.id.clone())),
+                }
+                let mut keys = query_keys(tx, CONVERSATION_KEYS, [&append.id])?;
+                keys.reserve(self.rows.len());
+                keys
+            }
+            (None, None) => Vec::with_capacity(self.rows.len()),
+            (None, Some(parent)) => {
+                let list = tx
+                    .prepare_cached(SELECT_HISTORY)
+                    .and_then(|mut s| s.query_row([parent, &self.owner], |row| row.get::<_, String>(0)))
+                    .map_err(|e| match e {
+                        rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
+                            "{parent} was deleted before its continuation {id} was saved"
+                        )),
+                        e => map_err(e),
+                    })?;
+                let mut keys: Vec<i64> = serde_json::from_str(&list)
+                    .map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
+                keys.reserve(self.rows.len());
+                keys
+            }
+        };
+        let first_key = if self.rows.is_empty() { None } else { Some(insert_items(tx, &self.rows)?) };
+        if let Some(first) = first_key {
+            history.extend(first..first + self.rows.len() as i64);
+        }
+        let history = encode(&history, "history")?;
+        let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
+            s.execute(params![
+                id,
+                self.previous_response_id,
+                self.model,
+                self.created_at,
+                self.status,
+                self.body,
+                self.history_from,
+                history,
+                self.conversation.as_ref().map(|c| &c.id),
+                self.owner
+            ])
+        });
+        match inserted {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id.clone())),
+            Err(e) => return Err(map_err(e)),
+        }
+        if let Some(first) = first_key {
+            tx.prepare_cached(INSERT_OWN_ITEMS)
+                .and_then(|mut s| {
+                    s.execute(params![id, first, self.inputs, self.rows.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
+                })
+                .map_err(map_err)?;
+            if let Some(append) = &self.conversation {
+                append_rows(tx, &append.id, first, self.rows.len())?;
+            }
+        }
+        Ok(first_key)
+    }
+
+    /// After the commit: the next continuation of this conversation need not decode what was
+    /// just written.
+    pub(crate) fn keep_in(self, cache: &ItemCache, first_key: Option<i64>) {
+        if let Some(first) = first_key {
+            keep_items(cache, self.items, &self.rows, first);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ResponseStore for SqliteStore {
+    async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
+        // Encode everything before taking the writer, to hold it as briefly as possible.
+        let encoded = EncodedResponse::new(response)?;
+        let cache = Arc::clone(&self.inner.items);
         self.write(move |conn| {
             // Dropping `tx` on any error path below rolls everything back.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let mut history = match (&conversation, &history_from) {
-                (Some(append), _) => {
-                    match conversation_state(&tx, &owner, &append.id)? {
-                        Some((false, version)) if version == append.version => {}
-                        Some((false, _)) => return Err(StoreError::ConversationChanged(append.id.clone())),
-                        Some((true, _)) | None => return Err(StoreError::ConversationGone(append.id.clone())),
-                    }
-                    let mut keys = query_keys(&tx, CONVERSATION_KEYS, [&append.id])?;
-                    keys.reserve(new_items.len());
-                    keys
-                }
-                (None, None) => Vec::with_capacity(new_items.len()),
-                (None, Some(parent)) => {
-                    let list = tx
-                        .prepare_cached(SELECT_HISTORY)
-                        .and_then(|mut s| s.query_row([parent, &owner], |row| row.get::<_, String>(0)))
-                        .map_err(|e| match e {
-                            rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
-                                "{parent} was deleted before its continuation {id} was saved"
-                            )),
-                            e => map_err(e),
-                        })?;
-                    let mut keys: Vec<i64> = serde_json::from_str(&list)
-                        .map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
-                    keys.reserve(new_items.len());
-                    keys
-                }
-            };
-            let first_key = if new_items.is_empty() { None } else { Some(insert_items(&tx, &new_items)?) };
-            if let Some(first) = first_key {
-                history.extend(first..first + new_items.len() as i64);
-            }
-            let history = encode(&history, "history")?;
-            let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
-                let conversation_id = conversation.as_ref().map(|c| &c.id);
-                s.execute(params![
-                    id,
-                    previous_response_id,
-                    model,
-                    created_at,
-                    status,
-                    body,
-                    history_from,
-                    history,
-                    conversation_id,
-                    owner
-                ])
-            });
-            match inserted {
-                Ok(_) => {}
-                Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
-                Err(e) => return Err(map_err(e)),
-            }
-            if let Some(first) = first_key {
-                tx.prepare_cached(INSERT_OWN_ITEMS)
-                    .and_then(|mut s| {
-                        s.execute(params![id, first, inputs, new_items.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
-                    })
-                    .map_err(map_err)?;
-                if let Some(append) = &conversation {
-                    append_rows(&tx, &append.id, first, new_items.len())?;
-                }
-            }
+            let first_key = encoded.insert(&tx)?;
             tx.commit().map_err(map_err)?;
-            // The next continuation of this conversation need not decode what it just wrote.
-            if let Some(first) = first_key {
-                keep_items(&cache, input.into_iter().chain(output), &new_items, first);
-            }
+            encoded.keep_in(&cache, first_key);
             Ok(())
         })
         .await

@@ -129,12 +129,20 @@ impl TestStore {
         }
     }
 
+    /// The background face of the same store.
+    fn background(&self) -> &dyn BackgroundStore {
+        match self {
+            TestStore::Sqlite(store) => store,
+            TestStore::Postgres(store) => store,
+        }
+    }
+
     /// Record a schema version newer than this code's.
     async fn bump_schema_version(&self) {
         match self {
-            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 5").await,
+            TestStore::Sqlite(store) => store.sql_execute("PRAGMA user_version = 99").await,
             TestStore::Postgres(store) => {
-                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (5)")
+                sqlx::raw_sql("INSERT INTO respgw_schema_migrations (version) VALUES (99)")
                     .execute(store.pool())
                     .await
                     .unwrap();
@@ -183,6 +191,11 @@ both!(
     saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing,
     another_owners_responses_are_not_there,
     another_owners_conversations_are_not_there,
+    a_run_logs_batches_and_ends_with_its_save_in_one_transaction,
+    a_cancel_closes_the_log_and_turns_the_owner_away,
+    expired_leases_are_found_and_renewed_ones_are_not,
+    a_failed_save_writes_none_of_its_batch,
+    purging_drops_only_old_logs_of_ended_runs,
 );
 
 /// Another owner's response id reads, pages, continues and deletes exactly like an unknown one,
@@ -719,7 +732,7 @@ async fn corrupt_rows_and_newer_schema_are_reported(backend: Backend) {
     store.bump_schema_version().await;
     drop(store);
     let err = backend.try_open().await.err().unwrap();
-    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 5")), "{err:?}");
+    assert!(matches!(&err, StoreError::Corrupt(m) if m.contains("version 99")), "{err:?}");
 }
 
 /// Not a test on its own: the body of one writer process for
@@ -1229,7 +1242,7 @@ async fn a_version_2_database_is_migrated(backend: Backend) {
         TestStore::Sqlite(_) => store.sql_i64("PRAGMA user_version").await,
         TestStore::Postgres(_) => store.sql_i64("SELECT max(version)::bigint FROM respgw_schema_migrations").await,
     };
-    assert_eq!(schema, 4);
+    assert_eq!(schema, 5);
     // Rows from before ownership belong to the tenant `default`, and to no other.
     assert_eq!(store.history(DEFAULT, "r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
     assert_eq!(store.history(OWNER, "r2").await.unwrap(), None);
@@ -1342,3 +1355,10 @@ async fn saves_racing_deletes_in_a_conversation_store_whole_histories_or_nothing
         assert_eq!(count(&stores[0], table).await, 0, "{table}");
     }
 }
+
+mod background;
+use background::{
+    a_cancel_closes_the_log_and_turns_the_owner_away, a_failed_save_writes_none_of_its_batch,
+    a_run_logs_batches_and_ends_with_its_save_in_one_transaction, expired_leases_are_found_and_renewed_ones_are_not,
+    purging_drops_only_old_logs_of_ended_runs,
+};

@@ -151,7 +151,7 @@ mod tests {
     use crate::recorder::{CompactionTrigger, MAX_MODEL_LABELS, Metrics, TokenCounts, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all fifteen families.
+    /// A merged view of two live workers and one that exited, touching all nineteen families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -181,6 +181,10 @@ mod tests {
         let _second_stream = second.sse_stream("/v1/responses");
         second.tokens("alpha", "qwen", TokenCounts { input: 1, output: 2, cached: 0, reasoning: 0 });
         second.tenant_request("beta", 429);
+        let _second_running = second.background_running();
+        let _second_queued = second.background_queued();
+        second.background_cancelled();
+        first.background_lost();
 
         let exited = Metrics::new();
         exited.record_request("POST", "/v1/responses", 500, Duration::from_millis(700));
@@ -244,7 +248,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 30, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 38, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

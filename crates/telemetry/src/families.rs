@@ -33,6 +33,15 @@ pub const TOKENS_TOTAL: &str = "gw_responses_tokens_total";
 /// `gw_responses_requests_by_tenant_total` — counter {status, tenant}.
 pub const REQUESTS_BY_TENANT_TOTAL: &str = "gw_responses_requests_by_tenant_total";
 
+/// `gw_responses_background_queued` — gauge, no labels.
+pub const BACKGROUND_QUEUED: &str = "gw_responses_background_queued";
+/// `gw_responses_background_running` — gauge, no labels.
+pub const BACKGROUND_RUNNING: &str = "gw_responses_background_running";
+/// `gw_responses_background_cancels_total` — counter, no labels.
+pub const BACKGROUND_CANCELS_TOTAL: &str = "gw_responses_background_cancels_total";
+/// `gw_responses_background_lost_total` — counter, no labels.
+pub const BACKGROUND_LOST_TOTAL: &str = "gw_responses_background_lost_total";
+
 /// Upper bounds (seconds) of the HTTP handler duration histogram.
 pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
     &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0];
@@ -82,8 +91,8 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All fifteen families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 15] = [
+/// All nineteen families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 19] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -173,6 +182,34 @@ pub static FAMILIES: [FamilyDescriptor; 15] = [
         help: "Client answers to MCP approval requests acted on, by decision (approved, denied).",
         kind: MetricKind::Counter,
         label_names: &["decision", "server_label"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: BACKGROUND_QUEUED,
+        help: "Background responses accepted by this process and waiting for a run slot.",
+        kind: MetricKind::Gauge,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: BACKGROUND_RUNNING,
+        help: "Background responses running in this process.",
+        kind: MetricKind::Gauge,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: BACKGROUND_CANCELS_TOTAL,
+        help: "Background responses cancelled by a client.",
+        kind: MetricKind::Counter,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: BACKGROUND_LOST_TOTAL,
+        help: "Background responses failed because the process running them stopped renewing their lease.",
+        kind: MetricKind::Counter,
+        label_names: &[],
         buckets: &[],
     },
     FamilyDescriptor {

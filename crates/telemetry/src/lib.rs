@@ -1,4 +1,4 @@
-//! Metrics for respgw: the fifteen `gw_responses_*` families, how a worker records them, how the
+//! Metrics for respgw: the nineteen `gw_responses_*` families, how a worker records them, how the
 //! supervisor merges the workers' snapshots, and how a merged view is exposed to Prometheus.
 //!
 //! Flow in standalone mode:
@@ -25,5 +25,5 @@ pub mod tracing_otlp;
 pub use exposition::{CONTENT_TYPE, render};
 pub use families::{FAMILIES, FamilyDescriptor, MetricKind};
 pub use merge::MergedMetrics;
-pub use recorder::{CompactionTrigger, InFlightGuard, Metrics, SseStreamGuard, TokenCounts, ToolType};
+pub use recorder::{BackgroundGuard, CompactionTrigger, InFlightGuard, Metrics, SseStreamGuard, TokenCounts, ToolType};
 pub use snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot};

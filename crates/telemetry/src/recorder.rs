@@ -14,11 +14,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::families::{
-    COMPACTIONS_TOTAL, HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS,
-    HTTP_REQUESTS_TOTAL, MCP_APPROVAL_REQUESTS_TOTAL, MCP_APPROVAL_RESPONSES_TOTAL, MCP_SERVER_STARTUP_TOTAL,
-    REQUESTS_BY_TENANT_TOTAL, SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS,
-    TOKENS_TOTAL, TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL,
-    TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
+    BACKGROUND_CANCELS_TOTAL, BACKGROUND_LOST_TOTAL, BACKGROUND_QUEUED, BACKGROUND_RUNNING, COMPACTIONS_TOTAL,
+    HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS, HTTP_REQUESTS_TOTAL,
+    MCP_APPROVAL_REQUESTS_TOTAL, MCP_APPROVAL_RESPONSES_TOTAL, MCP_SERVER_STARTUP_TOTAL, REQUESTS_BY_TENANT_TOTAL,
+    SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS, TOKENS_TOTAL,
+    TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL, TOOL_EXECUTION_DURATION_BUCKETS,
+    TOOL_EXECUTION_DURATION_SECONDS,
 };
 use crate::snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot, sorted_labels};
 
@@ -69,6 +70,8 @@ pub struct Metrics {
 struct Registry {
     http_in_flight: AtomicI64,
     sse_in_flight: AtomicI64,
+    background_queued: AtomicI64,
+    background_running: AtomicI64,
     series: Mutex<SeriesStore>,
     /// The model names given their own `model` label so far (at most [`MAX_MODEL_LABELS`]).
     models: Mutex<BTreeSet<String>>,
@@ -220,6 +223,31 @@ impl Metrics {
             .increment(COMPACTIONS_TOTAL, sorted_labels(&[("outcome", outcome), ("trigger", trigger.as_str())]));
     }
 
+    /// Counts one background response as waiting for a run slot in this process until the guard
+    /// is dropped (`background_queued`).
+    #[must_use = "the response stops counting as queued when the guard is dropped"]
+    pub fn background_queued(&self) -> BackgroundGuard {
+        BackgroundGuard::new(&self.registry, |r| &r.background_queued)
+    }
+
+    /// Counts one background response as running in this process until the guard is dropped
+    /// (`background_running`).
+    #[must_use = "the response stops counting as running when the guard is dropped"]
+    pub fn background_running(&self) -> BackgroundGuard {
+        BackgroundGuard::new(&self.registry, |r| &r.background_running)
+    }
+
+    /// Counts one background response a client cancelled (`background_cancels_total`).
+    pub fn background_cancelled(&self) {
+        self.lock_series().increment(BACKGROUND_CANCELS_TOTAL, Vec::new());
+    }
+
+    /// Counts one background response failed because its owner stopped renewing its lease
+    /// (`background_lost_total`).
+    pub fn background_lost(&self) {
+        self.lock_series().increment(BACKGROUND_LOST_TOTAL, Vec::new());
+    }
+
     /// Adds one response's token counts to `tokens_total{tenant,model,kind}`. `tenant` must come
     /// from the keys file (never from a request); `model` is folded into `other` past
     /// [`MAX_MODEL_LABELS`] distinct models.
@@ -257,7 +285,7 @@ impl Metrics {
         OTHER_MODEL.to_owned()
     }
 
-    /// Copies every series as it is now. Both gauges are always present; counters and histograms
+    /// Copies every series as it is now. The gauges are always present; counters and histograms
     /// appear once they have a sample. Series are sorted by (name, labels).
     pub fn snapshot(&self) -> MetricsSnapshot {
         let gauges = vec![
@@ -270,6 +298,16 @@ impl Metrics {
                 name: SSE_CONNECTIONS_IN_FLIGHT.to_owned(),
                 labels: Vec::new(),
                 value: self.registry.sse_in_flight.load(Ordering::Relaxed),
+            },
+            GaugeSample {
+                name: BACKGROUND_QUEUED.to_owned(),
+                labels: Vec::new(),
+                value: self.registry.background_queued.load(Ordering::Relaxed),
+            },
+            GaugeSample {
+                name: BACKGROUND_RUNNING.to_owned(),
+                labels: Vec::new(),
+                value: self.registry.background_running.load(Ordering::Relaxed),
             },
         ];
         let series = self.lock_series();
@@ -327,6 +365,33 @@ pub struct InFlightGuard {
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         self.registry.http_in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Keeps one of the background gauges incremented while alive; see [`Metrics::background_queued`]
+/// and [`Metrics::background_running`].
+#[must_use = "the gauge is decremented when the guard is dropped"]
+pub struct BackgroundGuard {
+    registry: Arc<Registry>,
+    gauge: fn(&Registry) -> &AtomicI64,
+}
+
+impl std::fmt::Debug for BackgroundGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundGuard").finish_non_exhaustive()
+    }
+}
+
+impl BackgroundGuard {
+    fn new(registry: &Arc<Registry>, gauge: fn(&Registry) -> &AtomicI64) -> Self {
+        gauge(registry).fetch_add(1, Ordering::Relaxed);
+        BackgroundGuard { registry: Arc::clone(registry), gauge }
+    }
+}
+
+impl Drop for BackgroundGuard {
+    fn drop(&mut self) {
+        (self.gauge)(&self.registry).fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -82,15 +82,41 @@ const SCHEMA_V3: &str = "
     CREATE INDEX responses_conversation_id ON responses(conversation_id);
     PRAGMA user_version = 3;";
 
-/// Version 4: ownership. Each response and conversation records the tenant that created it
-/// (`owner`); rows from before belong to the tenant `default`.
+/// Version 4: background runs (`background_runs`: status, the response object as it stands, the
+/// owning process and its lease, the next event number, when it ended) and their event logs
+/// (`background_events`). New tables only.
 const SCHEMA_V4: &str = "
-    ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT 'default';
-    ALTER TABLE conversations ADD COLUMN owner TEXT NOT NULL DEFAULT 'default';
+    CREATE TABLE background_runs (
+        id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        body TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        lease_until INTEGER NOT NULL,
+        next_seq INTEGER NOT NULL,
+        ended_at INTEGER
+    );
+    CREATE INDEX background_runs_lease ON background_runs(lease_until) WHERE ended_at IS NULL;
+    CREATE INDEX background_runs_ended ON background_runs(ended_at) WHERE ended_at IS NOT NULL;
+    CREATE TABLE background_events (
+        run_id TEXT NOT NULL REFERENCES background_runs(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
     PRAGMA user_version = 4;";
 
+/// Version 5: ownership. Each response and conversation records the tenant that created it
+/// (`owner`), and each background run (`tenant`: its `owner` is the process running it); rows from
+/// before belong to the tenant `default`.
+const SCHEMA_V5: &str = "
+    ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE conversations ADD COLUMN owner TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE background_runs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+    PRAGMA user_version = 5;";
+
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
 /// Prepared statements kept per connection. The store uses about forty fixed statements (responses
 /// and conversations) plus one multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in

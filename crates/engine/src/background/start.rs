@@ -1,0 +1,118 @@
+//! Starting a background run: its record and first events are in the store before the client
+//! hears of it; then it waits for a run slot of this process (`queued`) and runs on a task of its
+//! own, detached from the request — the client going away does not stop it.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use respgw_protocol::{ApiError, ResponseEvent, ResponseObject, ResponseStatus};
+use respgw_store_api::background::{NewRun, RunStatus};
+use respgw_telemetry::BackgroundGuard;
+use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
+
+use super::sink::{BackgroundSink, log_events, stored_event};
+use super::{BackgroundRuns, now_ms};
+use crate::run::{EventSink, PreparedResponse, end_failed, store_error};
+use crate::spawn::{RUN_DIED, panic_text};
+
+/// Events between the run and its log writer before the run waits for the store.
+const LOG_BUFFER: usize = 1024;
+
+/// The number of the first event a run sends (after `response.created` and `response.queued`).
+const FIRST_RUN_EVENT: u64 = 2;
+
+impl PreparedResponse {
+    /// Accept this response as a background run on `runs`: record it with its first events and
+    /// start it; the run holds `keep_alive` until it ends (the caller's way of waiting for it).
+    /// Returns the response as it stands (`queued`). 503 when the store cannot record it.
+    pub async fn start_background<K: Send + 'static>(
+        self,
+        runs: &Arc<BackgroundRuns>,
+        keep_alive: K,
+    ) -> Result<ResponseObject, ApiError> {
+        let mut queued = self.response().clone();
+        queued.status = ResponseStatus::Queued;
+        let announce = [
+            ResponseEvent::Created { response: Box::new(queued.clone()) },
+            ResponseEvent::Queued { response: Box::new(queued.clone()) },
+        ];
+        let mut events = Vec::with_capacity(announce.len());
+        for (seq, event) in (0..).zip(&announce) {
+            let (stored, _) =
+                stored_event(event, seq).map_err(|e| ApiError::internal(format!("cannot encode: {e}")))?;
+            events.push(stored);
+        }
+        let body = serde_json::to_string(&queued).map_err(|e| ApiError::internal(format!("cannot encode: {e}")))?;
+        let lease = i64::try_from(runs.settings.lease.as_millis()).unwrap_or(i64::MAX);
+        let id = queued.id.clone();
+        let run = NewRun {
+            id: id.clone(),
+            owner: runs.owner.clone(),
+            tenant: self.owner().to_owned(),
+            lease_until_ms: now_ms().saturating_add(lease),
+            status: RunStatus::Queued,
+            body,
+            events,
+        };
+        // Held (its lease renewed) from before it exists in the store: no other process can find
+        // it expired in between.
+        let stop = runs.hold(&id);
+        if let Err(e) = runs.store.create_run(run).await {
+            runs.release(&id);
+            return Err(store_error(&e));
+        }
+        let queued_gauge = runs.metrics.background_queued();
+        let span = tracing::info_span!("background_response", response_id = %id);
+        let run = run_detached(self, Arc::clone(runs), stop, queued_gauge);
+        tokio::spawn(
+            async move {
+                run.await;
+                drop(keep_alive);
+            }
+            .instrument(span),
+        );
+        Ok(queued)
+    }
+}
+
+/// Wait for a slot, run to the terminal event, let go of the run.
+async fn run_detached(
+    prepared: PreparedResponse,
+    runs: Arc<BackgroundRuns>,
+    mut stop: watch::Receiver<bool>,
+    queued_gauge: BackgroundGuard,
+) {
+    let id = prepared.id().to_owned();
+    let slot = tokio::select! {
+        slot = Arc::clone(&runs.slots).acquire_owned() => slot.ok(),
+        _ = stop.wait_for(|stop| *stop) => None,
+    };
+    drop(queued_gauge);
+    let Some(_slot) = slot else {
+        tracing::info!("background response ended while it was queued");
+        runs.release(&id);
+        return;
+    };
+    let _running = runs.metrics.background_running();
+    let (tx, rx) = mpsc::channel(LOG_BUFFER);
+    let writer = tokio::spawn(log_events(Arc::clone(&runs), id.clone(), rx).in_current_span());
+    let mut sink = EventSink::Background(Box::new(BackgroundSink::new(tx, stop, FIRST_RUN_EVENT)));
+    let mut response = prepared.response().clone();
+    if let Err(panic) = AssertUnwindSafe(prepared.run_to_end(&mut sink, false)).catch_unwind().await {
+        tracing::error!(
+            panic = panic_text(panic.as_ref()),
+            "the background response's run panicked; it ends as failed"
+        );
+        if !sink.ended() {
+            end_failed(&mut response, &ApiError::internal(RUN_DIED), &mut sink).await;
+        }
+    }
+    // Closing the channel lets the writer finish with what it has.
+    drop(sink);
+    if let Err(e) = writer.await {
+        tracing::error!(error = %e, "the background response's log writer stopped unexpectedly");
+    }
+    runs.release(&id);
+}
