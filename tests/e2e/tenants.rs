@@ -66,12 +66,14 @@ fn text(t: &str, usage: (u64, u64)) -> Step {
     Step::text(&[t], "stop", Some(usage))
 }
 
-/// What alpha stored: a response continued once, and a conversation with a response in it.
+/// What alpha stored: a response continued once, a conversation with a response in it, and a
+/// background response still running.
 struct AlphasState {
     response: String,
     continued: String,
     conversation: String,
     item: String,
+    background: String,
 }
 
 /// Alpha stores a response, its continuation and a conversation (through `base`).
@@ -97,13 +99,23 @@ async fn alpha_stores(client: &reqwest::Client, base: &str) -> AlphasState {
     let (status, _, in_conversation) =
         post("/v1/responses", json!({"model":"alpha-m","input":"secret four","conversation":conversation})).await;
     assert_eq!(status, 200, "{in_conversation}");
-    AlphasState { response, continued, conversation, item: "msg_alpha_1".into() }
+    let (status, _, queued) =
+        post("/v1/responses", json!({"model":"alpha-bg","input":"secret five","background":true})).await;
+    assert_eq!(status, 200, "{queued}");
+    let background = queued["id"].as_str().expect("an id").to_owned();
+    AlphasState { response, continued, conversation, item: "msg_alpha_1".into(), background }
 }
 
 /// Beta's answer for each of alpha's ids is the answer for an id nobody stored — status and body,
 /// the id aside — and the upstream hears nothing of it. Then alpha still finds everything.
 async fn beta_sees_unknown_ids(client: &reqwest::Client, alpha_base: &str, beta_base: &str, upstream: &ReplayUpstream) {
     let state = alpha_stores(client, alpha_base).await;
+    // Alpha's background run reaches the upstream on its own time: count from after that.
+    let start = Instant::now();
+    while upstream.requests("alpha-bg").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the background run never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let upstream_calls = upstream.all_requests().len();
     let unknown_response = "resp_019abcde-0000-7000-8000-000000000000";
     let unknown_conversation = "conv_019abcde-0000-7000-8000-000000000000";
@@ -174,7 +186,30 @@ async fn beta_sees_unknown_ids(client: &reqwest::Client, alpha_base: &str, beta_
             );
         }
     }
+    // Alpha's background response, running: read, followed and cancelled as an unknown one.
+    let background_probes = [
+        (M::GET, "/v1/responses/{r}"),
+        (M::GET, "/v1/responses/{r}?stream=true"),
+        (M::POST, "/v1/responses/{r}/cancel"),
+    ];
+    for (method, path) in background_probes {
+        let theirs =
+            call(client, method.clone(), format!("{beta_base}{}", path.replace("{r}", &state.background)), BETA, None)
+                .await;
+        let unknown =
+            call(client, method.clone(), format!("{beta_base}{}", path.replace("{r}", unknown_response)), BETA, None)
+                .await;
+        assert_eq!(theirs.0, 404, "{method} {path}: {}", theirs.2);
+        assert_eq!(
+            theirs.2.to_string(),
+            unknown.2.to_string().replace(unknown_response, &state.background),
+            "{method} {path}: another tenant's background response must answer as an unknown one"
+        );
+    }
     assert_eq!(upstream.all_requests().len(), upstream_calls, "the upstream was called for another tenant's id");
+    let (status, _, own) =
+        call(client, M::POST, format!("{alpha_base}/v1/responses/{}/cancel", state.background), ALPHA, None).await;
+    assert_eq!((status, own["status"].as_str()), (200, Some("cancelled")), "{own}");
     assert!(upstream.requests("beta-m").is_empty());
 
     // Alpha's records are all still there.
@@ -199,6 +234,8 @@ async fn gateway_with(upstream: &ReplayUpstream, args: &[&str]) -> GatewayProces
 
 fn alpha_scenario(upstream: &ReplayUpstream) {
     upstream.add_repeating_scenario("alpha-m", text("Noted.", (12, 3)));
+    let words: Vec<String> = (0..100).map(|n| format!("w{n} ")).collect();
+    upstream.add_scenario("alpha-bg", vec![Step::slow_text(&words, Duration::from_millis(100))]);
 }
 
 #[tokio::test]
@@ -435,6 +472,16 @@ async fn a_tenant_over_its_limits_gets_429_and_another_does_not() {
     .await;
     assert_eq!((status, body["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")), "{body}");
     assert!(retry_after.is_some());
+    // A background response counts as well while it runs.
+    let (status, _, body) = call(
+        &client,
+        reqwest::Method::POST,
+        h.url("/v1/responses"),
+        BETA,
+        Some(&json!({"model":"slow","input":"z","background":true})),
+    )
+    .await;
+    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")), "{body}");
     assert_eq!(h.upstream.all_requests().len(), upstream_calls, "a refused stream never reaches the upstream");
     assert!(first.text().await.expect("the first stream ends").contains("response.completed"));
 }
