@@ -480,6 +480,40 @@ impl std::fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
+    /// One page of items through `[ascending, descending]`, two statements of the same shape
+    /// (`$1` the id, `$2` the exclusive cursor, `$3` how many, `$4` the owner; no row at all when
+    /// nothing has that id). None when nothing has that id.
+    async fn items_page(
+        &self,
+        [ascending, descending]: [&'static str; 2],
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError> {
+        let after = page.after.as_deref().map(lookup_key);
+        let sql = match page.order {
+            InputItemsOrder::Asc => ascending,
+            InputItemsOrder::Desc => descending,
+        };
+        // One row more than asked tells whether more follow.
+        let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sql)
+            .bind(&*lookup_key(id))
+            .bind(after.as_deref())
+            .bind(fetch)
+            .bind(&*lookup_key(owner))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut items = decode_rows(rows, &self.items)?;
+        let has_more = items.len() > page.limit;
+        items.truncate(page.limit);
+        Ok(Some(InputItemsList { items, has_more }))
+    }
+
     /// Connect to the database at `url` (a `postgres://` or `postgresql://` URL) with a pool of up
     /// to `pool_size` connections, and create or migrate the schema. Fails with
     /// [`StoreError::Unavailable`] naming the server and database (never the password) when it
@@ -702,29 +736,7 @@ impl ResponseStore for PostgresStore {
         id: &str,
         page: InputItemsPage,
     ) -> Result<Option<InputItemsList>, StoreError> {
-        let id = &*lookup_key(id);
-        let after = page.after.as_deref().map(lookup_key);
-        let sql = match page.order {
-            InputItemsOrder::Asc => INPUT_ITEMS_ASC,
-            InputItemsOrder::Desc => INPUT_ITEMS_DESC,
-        };
-        // One row more than asked tells whether more follow.
-        let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let rows = sqlx::query(sql)
-            .bind(id)
-            .bind(after.as_deref())
-            .bind(fetch)
-            .bind(&*lookup_key(owner))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        let mut items = decode_rows(rows, &self.items)?;
-        let has_more = items.len() > page.limit;
-        items.truncate(page.limit);
-        Ok(Some(InputItemsList { items, has_more }))
+        self.items_page([INPUT_ITEMS_ASC, INPUT_ITEMS_DESC], owner, id, page).await
     }
 
     async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
@@ -851,28 +863,7 @@ impl ResponseStore for PostgresStore {
         id: &str,
         page: InputItemsPage,
     ) -> Result<Option<InputItemsList>, StoreError> {
-        let id = &*lookup_key(id);
-        let after = page.after.as_deref().map(lookup_key);
-        let sql = match page.order {
-            InputItemsOrder::Asc => CONVERSATION_ITEMS_ASC,
-            InputItemsOrder::Desc => CONVERSATION_ITEMS_DESC,
-        };
-        let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let rows = sqlx::query(sql)
-            .bind(id)
-            .bind(after.as_deref())
-            .bind(fetch)
-            .bind(&*lookup_key(owner))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        let mut items = decode_rows(rows, &self.items)?;
-        let has_more = items.len() > page.limit;
-        items.truncate(page.limit);
-        Ok(Some(InputItemsList { items, has_more }))
+        self.items_page([CONVERSATION_ITEMS_ASC, CONVERSATION_ITEMS_DESC], owner, id, page).await
     }
 
     async fn append_conversation_items(
