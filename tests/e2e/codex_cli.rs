@@ -20,9 +20,10 @@ use respgw_testkit::ClientLog;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
-/// The pinned Codex CLI is installed (`scripts/setup-test-clients`).
+/// The pinned Codex CLI is installed (`scripts/setup-test-clients`), with the Node.js it runs on.
 fn codex_installed() -> Result<(), String> {
-    respgw_testkit::prerequisites::file(&codex_bin(), "scripts/setup-test-clients installs it, or set RESPGW_CODEX")
+    respgw_testkit::prerequisites::file(&codex_bin(), "scripts/setup-test-clients installs it, or set RESPGW_CODEX")?;
+    respgw_testkit::prerequisites::program("node", "the Codex CLI is a Node.js program: Debian's nodejs")
 }
 
 fn codex_bin() -> PathBuf {
