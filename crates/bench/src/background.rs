@@ -4,16 +4,13 @@
 //! machine. The difference is the event log: a background run's events are written to the store
 //! in batches and the client reads them back from there.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::ensure;
 use serde_json::json;
 
 use crate::measure;
 use crate::mock;
-
-/// Longest any single stream may take before the run is declared broken.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Rounds before the measured ones.
 const WARMUP_ROUNDS: usize = 20;
@@ -33,12 +30,7 @@ async fn stream(client: &reqwest::Client, url: &str, deltas: usize, background: 
         "stream": true,
         "background": background,
     });
-    let started = Instant::now();
-    let response = client.post(url).json(&body).timeout(REQUEST_TIMEOUT).send().await?;
-    let status = response.status();
-    let bytes = response.bytes().await?;
-    let elapsed = started.elapsed();
-    ensure!(status.is_success(), "respgw answered {status}: {}", String::from_utf8_lossy(&bytes));
+    let (bytes, elapsed) = measure::timed_post(client, url, &body).await?;
     ensure!(bytes.ends_with(b"data: [DONE]\n\n"), "a stream without its end");
     ensure!(
         bytes.windows(b"response.completed".len()).any(|w| w == b"response.completed"),

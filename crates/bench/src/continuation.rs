@@ -8,17 +8,14 @@
 //! its depth (the chain itself never grows), with the depths interleaved round by round so that
 //! they all see the same machine conditions. The PostgreSQL run uses a fresh schema, dropped after.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor, PgConnection};
 
 use crate::measure;
 use crate::mock;
-
-/// Longest any single request may take before the run is declared broken.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Continuations measured per depth before the measured rounds.
 const WARMUP_ROUNDS: usize = 20;
@@ -37,12 +34,7 @@ async fn create(client: &reqwest::Client, url: &str, previous: Option<&str>) -> 
         "store": true,
         "previous_response_id": previous,
     });
-    let started = Instant::now();
-    let response = client.post(url).json(&body).timeout(REQUEST_TIMEOUT).send().await?;
-    let status = response.status();
-    let bytes = response.bytes().await?;
-    let elapsed = started.elapsed();
-    ensure!(status.is_success(), "respgw answered {status}: {}", String::from_utf8_lossy(&bytes));
+    let (bytes, elapsed) = measure::timed_post(client, url, &body).await?;
     let value: Value = serde_json::from_slice(&bytes).context("respgw's body is not JSON")?;
     let id = value["id"].as_str().context("a response without id")?.to_owned();
     Ok((id, elapsed))

@@ -555,15 +555,21 @@ fn with_workers(args: &[String], n: usize) -> Vec<String> {
 
 /// The worker-scaling test: the same loads through respgw with 1 worker, then (a fresh instance)
 /// with `cli.scaling_workers`, both in front of the out-of-process mock.
-/// Continuation cost by depth on each backend: p50 per depth, and its ratio to depth 1.
-async fn continuation_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) -> anyhow::Result<()> {
+/// The stores a per-backend test runs on, each with its `--db-path` (`None`: the gateway's own
+/// SQLite file): SQLite, and PostgreSQL in a schema of its own when `--postgres-url` names a
+/// server that lets the bench make one (the caller drops it when done). `test` names the test in
+/// the line that says PostgreSQL was skipped.
+async fn bench_backends(
+    cli: &Cli,
+    test: &str,
+) -> anyhow::Result<(Option<continuation::BenchSchema>, Vec<(&'static str, Option<String>)>)> {
     let schema = if cli.postgres_url.is_empty() {
         None
     } else {
         match continuation::BenchSchema::create(&cli.postgres_url).await {
             Ok(schema) => Some(schema),
             Err(e) => {
-                progress(&format!("continuation: PostgreSQL rows skipped: {e:#}"));
+                progress(&format!("{test}: PostgreSQL rows skipped: {e:#}"));
                 None
             }
         }
@@ -572,6 +578,12 @@ async fn continuation_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) ->
     if let Some(schema) = &schema {
         backends.push(("PostgreSQL", Some(schema.url()?)));
     }
+    Ok((schema, backends))
+}
+
+/// Continuation cost by depth on each backend: p50 per depth, and its ratio to depth 1.
+async fn continuation_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) -> anyhow::Result<()> {
+    let (schema, backends) = bench_backends(cli, "continuation").await?;
     for (backend, db) in backends {
         progress(&format!("continuation on {backend}: {} continuations per depth {DEPTHS:?}", cli.continuation_rounds));
         let mut gw = Gateway::start_on(&cli.respgw, &mock.base_url(), &cli.respgw_args, db.as_deref()).await?;
@@ -605,21 +617,7 @@ async fn continuation_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) ->
 /// The background test on each backend: p50 of a plain and of a background stream, and the
 /// difference.
 async fn background_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) -> anyhow::Result<()> {
-    let schema = if cli.postgres_url.is_empty() {
-        None
-    } else {
-        match continuation::BenchSchema::create(&cli.postgres_url).await {
-            Ok(schema) => Some(schema),
-            Err(e) => {
-                progress(&format!("background: PostgreSQL rows skipped: {e:#}"));
-                None
-            }
-        }
-    };
-    let mut backends = vec![("SQLite", None)];
-    if let Some(schema) = &schema {
-        backends.push(("PostgreSQL", Some(schema.url()?)));
-    }
+    let (schema, backends) = bench_backends(cli, "background").await?;
     for (backend, db) in backends {
         progress(&format!(
             "background on {backend}: {} plain and {} background streams of {} deltas",

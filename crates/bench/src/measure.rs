@@ -32,6 +32,18 @@ pub fn client(idle: usize) -> anyhow::Result<reqwest::Client> {
         .context("cannot build the HTTP client")
 }
 
+/// POST `body` to `url` and read the whole reply (a stream to its end): the reply and how long it
+/// took. A status other than success is an error carrying the reply.
+pub async fn timed_post(client: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<(bytes::Bytes, Duration)> {
+    let started = Instant::now();
+    let response = client.post(url).json(body).timeout(REQUEST_TIMEOUT).send().await?;
+    let status = response.status();
+    let bytes = response.bytes().await?;
+    let elapsed = started.elapsed();
+    ensure!(status.is_success(), "respgw answered {status}: {}", String::from_utf8_lossy(&bytes));
+    Ok((bytes, elapsed))
+}
+
 /// Where the two sides of a comparison are.
 pub struct Targets {
     /// `POST` target of the baseline: the mock's `/v1/chat/completions`.

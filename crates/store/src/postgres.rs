@@ -219,8 +219,8 @@ const SAVE: &str = "
     RETURNING position, item_key";
 
 /// The save of a response created in a conversation (`$7`) by owner `$11`, run once the
-/// conversation's row is locked and its owner and version checked: the new items (`$8` ids, `$9` bodies, the first `$10` being
-/// input); the response row, whose key list is the conversation's visible keys followed by the new
+/// conversation's row is locked and its owner and version checked: the new items (`$8` ids, `$9`
+/// bodies, the first `$10` being input); the response row, whose key list is the conversation's visible keys followed by the new
 /// ones; its own items' rows; the same keys appended to the conversation after its last position;
 /// and the conversation's next version (when anything was appended). Returns each new item's
 /// position and key, as [`SAVE`] does.
