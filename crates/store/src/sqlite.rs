@@ -341,6 +341,34 @@ enum Opened {
 }
 
 impl SqliteStore {
+    /// One page of items through `[ascending, descending]`, two statements of the same shape
+    /// (`?1` the id, `?2` the exclusive cursor, `?3` how many, `?4` the owner; no row at all when
+    /// nothing has that id). None when nothing has that id.
+    async fn items_page(
+        &self,
+        [ascending, descending]: [&'static str; 2],
+        owner: &str,
+        id: &str,
+        page: InputItemsPage,
+    ) -> Result<Option<InputItemsList>, StoreError> {
+        let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
+        self.read(move |conn| {
+            let sql = match page.order {
+                InputItemsOrder::Asc => ascending,
+                InputItemsOrder::Desc => descending,
+            };
+            // One row more than asked tells whether more follow.
+            let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
+            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch, owner])? else {
+                return Ok(None);
+            };
+            let has_more = items.len() > page.limit;
+            items.truncate(page.limit);
+            Ok(Some(InputItemsList { items, has_more }))
+        })
+        .await
+    }
+
     /// Open the database file at `path` (relative to the CWD), creating the file and schema if
     /// missing. Safe to call from several processes at once on the same file.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
@@ -761,22 +789,7 @@ impl ResponseStore for SqliteStore {
         id: &str,
         page: InputItemsPage,
     ) -> Result<Option<InputItemsList>, StoreError> {
-        let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
-        self.read(move |conn| {
-            let sql = match page.order {
-                InputItemsOrder::Asc => INPUT_ITEMS_ASC,
-                InputItemsOrder::Desc => INPUT_ITEMS_DESC,
-            };
-            // One row more than asked tells whether more follow.
-            let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch, owner])? else {
-                return Ok(None);
-            };
-            let has_more = items.len() > page.limit;
-            items.truncate(page.limit);
-            Ok(Some(InputItemsList { items, has_more }))
-        })
-        .await
+        self.items_page([INPUT_ITEMS_ASC, INPUT_ITEMS_DESC], owner, id, page).await
     }
 
     async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
@@ -922,21 +935,7 @@ impl ResponseStore for SqliteStore {
         id: &str,
         page: InputItemsPage,
     ) -> Result<Option<InputItemsList>, StoreError> {
-        let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
-        self.read(move |conn| {
-            let sql = match page.order {
-                InputItemsOrder::Asc => CONVERSATION_ITEMS_ASC,
-                InputItemsOrder::Desc => CONVERSATION_ITEMS_DESC,
-            };
-            let fetch = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
-            let Some(mut items) = query_items(conn, &cache, sql, params![id, page.after, fetch, owner])? else {
-                return Ok(None);
-            };
-            let has_more = items.len() > page.limit;
-            items.truncate(page.limit);
-            Ok(Some(InputItemsList { items, has_more }))
-        })
-        .await
+        self.items_page([CONVERSATION_ITEMS_ASC, CONVERSATION_ITEMS_DESC], owner, id, page).await
     }
 
     async fn append_conversation_items(
