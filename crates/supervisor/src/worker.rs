@@ -43,7 +43,10 @@ pub fn run(mut options: GatewayOptions) -> anyhow::Result<()> {
     fit_connection_cap(&mut options);
     let slot = std::env::var(SLOT_ENV).unwrap_or_else(|_| "0".into());
     let listener = inherited_listener()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // One thread per worker: the supervisor scales by processes (one worker per core), and a
+    // single-threaded runtime has no cross-thread wake-ups, work stealing or allocator contention.
+    // Blocking work (SQLite, file reads) still goes to tokio's blocking pool.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(serve(options, slot, listener))
 }
 
