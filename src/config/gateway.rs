@@ -9,8 +9,8 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
-    BackgroundSettings, ClientLimits, GatewayOptions, Limits, ReasoningKeys, RequestLimits, TenantLimits, TenantTable,
-    UpstreamConfig,
+    BackgroundSettings, ClientLimits, DEFAULT_MAX_IDLE_CONNECTIONS, GatewayOptions, Limits, ReasoningKeys,
+    RequestLimits, TenantLimits, TenantTable, UpstreamConfig,
 };
 use respgw_supervisor::{ExaServer, McpSetup};
 use respgw_telemetry::tracing_otlp::{TracingConfig, parse_collector_host, parse_sample_ratio};
@@ -28,6 +28,11 @@ pub struct GatewayArgs {
     /// (waiting for the first byte, or between two chunks).
     #[arg(long, env = "GW_UPSTREAM_TIMEOUT", default_value_t = 600.0, value_parser = positive_seconds, help_heading = "Gateway")]
     upstream_timeout: f64,
+
+    /// Idle keep-alive connections to the model server each worker keeps for reuse; one that
+    /// falls idle beyond these is closed.
+    #[arg(long, env = "GW_UPSTREAM_MAX_IDLE_CONNECTIONS", default_value_t = DEFAULT_MAX_IDLE_CONNECTIONS, help_heading = "Gateway")]
+    upstream_max_idle_connections: usize,
 
     /// Seconds a stopping worker waits for in-flight requests and streams.
     #[arg(long, env = "GW_DRAIN_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds, help_heading = "Gateway")]
@@ -165,7 +170,11 @@ impl GatewayArgs {
         let tracing = self.tracing.config();
         tracing.check()?;
         let options = GatewayOptions {
-            upstream: UpstreamConfig { idle_timeout: Duration::from_secs_f64(self.upstream_timeout), ..upstream },
+            upstream: UpstreamConfig {
+                idle_timeout: Duration::from_secs_f64(self.upstream_timeout),
+                max_idle_connections: self.upstream_max_idle_connections,
+                ..upstream
+            },
             code_interpreter: self.code_interpreter.code_interpreter == CodeInterpreterMode::Spawn,
             code_interpreter_settings: self.code_interpreter.settings(&self.db_path, port)?,
             db_path: self.db_path,

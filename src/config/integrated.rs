@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::{ArgMatches, Args, Command, FromArgMatches};
-use respgw_server::UpstreamConfig;
+use respgw_server::{DEFAULT_MAX_IDLE_CONNECTIONS, UpstreamConfig};
 use respgw_supervisor::integrated::IntegratedOptions;
 
 use super::gateway::GatewayArgs;
@@ -93,6 +93,7 @@ impl IntegratedArgs {
             api_key: None,
             connect_timeout: MODEL_SERVER_CONNECT_TIMEOUT,
             idle_timeout: Duration::ZERO,
+            max_idle_connections: DEFAULT_MAX_IDLE_CONNECTIONS,
         };
         let (gateway, mcp) = self.gateway.resolve(upstream, own.port, None)?;
         Ok(IntegratedOptions {

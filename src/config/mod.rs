@@ -25,7 +25,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use respgw_mcp::McpConfig;
 use respgw_mcp_helper::HelperSettings;
-use respgw_server::UpstreamConfig;
+use respgw_server::{DEFAULT_MAX_IDLE_CONNECTIONS, UpstreamConfig};
 use respgw_supervisor::standalone::StandaloneOptions;
 use respgw_tools::web_search::{EXA_SERVER_LABEL, exa_server_entry};
 
@@ -138,6 +138,7 @@ impl ServeArgs {
             api_key: self.upstream_api_key.filter(|k| !k.is_empty()),
             connect_timeout: Duration::from_secs_f64(self.upstream_connect_timeout),
             idle_timeout: Duration::ZERO,
+            max_idle_connections: DEFAULT_MAX_IDLE_CONNECTIONS,
         };
         let (gateway, mcp) = self.gateway.resolve(upstream, self.gateway_port, self.mcp_helper_url)?;
         Ok(StandaloneOptions {

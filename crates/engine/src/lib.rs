@@ -48,4 +48,4 @@ pub use stored::StoredResponses;
 pub use tool_kinds::{
     CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, GatewayKind, GatewayOutcome, WebSearchOutcome,
 };
-pub use upstream::{ContextOverflow, Upstream, UpstreamConfig, UpstreamError};
+pub use upstream::{ContextOverflow, DEFAULT_MAX_IDLE_CONNECTIONS, Upstream, UpstreamConfig, UpstreamError};

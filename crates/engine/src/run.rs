@@ -475,15 +475,16 @@ impl PreparedResponse {
 
     /// Run to the outcome, for a non-stream request (no events). A streaming request runs on a
     /// task of its own instead: [`PreparedResponse::spawn`].
-    pub async fn run(self) -> RunOutcome {
+    pub async fn run(mut self) -> RunOutcome {
         self.run_to_end(&mut EventSink::Discard, false).await.0
     }
 
     /// Run, sending events to `sink`; when `keep_conversation` is set, also give back the
     /// conversation of a `store:false` response that finished (`completed` or `incomplete`), for
-    /// a connection to continue from.
+    /// a connection to continue from. Borrows the response rather than taking it, so that the
+    /// run's future holds it once, in its task's caller.
     pub(crate) async fn run_to_end(
-        self,
+        &mut self,
         sink: &mut EventSink,
         keep_conversation: bool,
     ) -> (RunOutcome, Option<LocalConversation>) {
@@ -500,7 +501,7 @@ impl PreparedResponse {
     }
 
     /// Run; when `conversation` is given, fill it with the history followed by the output.
-    async fn run_observed(mut self, sink: &mut EventSink, conversation: Option<&mut Vec<Item>>) -> RunOutcome {
+    async fn run_observed(&mut self, sink: &mut EventSink, conversation: Option<&mut Vec<Item>>) -> RunOutcome {
         let started = Instant::now();
         let outcome = self.run_inner(sink).await;
         match &outcome {

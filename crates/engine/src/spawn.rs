@@ -41,7 +41,11 @@ impl PreparedResponse {
     }
 
     /// Run to the terminal event, sending events to `tx`; a panic ends the stream as failed.
-    async fn run_guarded(self, tx: mpsc::Sender<ResponseEvent>, keep_conversation: bool) -> Option<LocalConversation> {
+    async fn run_guarded(
+        mut self,
+        tx: mpsc::Sender<ResponseEvent>,
+        keep_conversation: bool,
+    ) -> Option<LocalConversation> {
         let mut sink = EventSink::channel(tx);
         let mut response = self.response().clone();
         match AssertUnwindSafe(self.run_to_end(&mut sink, keep_conversation)).catch_unwind().await {
@@ -212,6 +216,7 @@ mod tests {
             api_key: None,
             connect_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(5),
+            max_idle_connections: 32,
         })
         .unwrap();
         let engine = Arc::new(Engine::new(

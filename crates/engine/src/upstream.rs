@@ -37,6 +37,18 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     /// Longest silence allowed while waiting for response bytes (headers or the next chunk).
     pub idle_timeout: Duration,
+    /// Idle keep-alive connections kept for reuse (per worker); a connection that falls idle
+    /// beyond these is closed, so a burst of streams does not leave its connections and their
+    /// buffers behind.
+    #[serde(default = "default_max_idle_connections")]
+    pub max_idle_connections: usize,
+}
+
+/// [`UpstreamConfig::max_idle_connections`] when none is given.
+pub const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
+
+fn default_max_idle_connections() -> usize {
+    DEFAULT_MAX_IDLE_CONNECTIONS
 }
 
 /// Why an upstream call failed.
@@ -306,6 +318,7 @@ impl Upstream {
             .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(config.max_idle_connections)
             .build()
             .map_err(|e| UpstreamError::Unreachable(format!("cannot build HTTP client: {e}")))?;
         let base_url = config.base_url.trim_end_matches('/').to_owned();

@@ -250,6 +250,7 @@ impl Fixture {
             api_key: None,
             connect_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(5),
+            max_idle_connections: 32,
         })
         .expect("the upstream client");
         let tool = Arc::new(RecordingTool::new());

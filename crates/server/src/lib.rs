@@ -31,7 +31,7 @@ pub use auth::{ApiKeys, Tenant};
 pub use metrics::{MetricsView, local_view};
 pub use options::{ClientLimits, GatewayOptions};
 pub use respgw_engine::sealed::ReasoningKeys;
-pub use respgw_engine::{BackgroundSettings, Limits, UpstreamConfig};
+pub use respgw_engine::{BackgroundSettings, DEFAULT_MAX_IDLE_CONNECTIONS, Limits, UpstreamConfig};
 pub use respgw_protocol::RequestLimits;
 pub use serve::{build, serve_on};
 pub use tenants::{DEFAULT_TENANT, KeySpec, TenantLimits, TenantSpec, TenantTable, hash_key};

@@ -84,6 +84,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
             api_key: None,
             connect_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(5),
+            max_idle_connections: 32,
         },
         db_path: dir.path().join("responses.db").display().to_string(),
         db_pool_size: 2,

@@ -11,6 +11,7 @@
 
 pub mod integrated;
 mod mcp_helper_process;
+mod memory;
 mod notify;
 mod open_files;
 mod pool;

@@ -17,8 +17,8 @@ use respgw_telemetry::{Metrics, MetricsSnapshot};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::open_files;
 use crate::sockets::inherited_listener;
+use crate::{memory, open_files};
 
 /// Environment variable carrying the worker's [`GatewayOptions`] as JSON.
 pub const CONFIG_ENV: &str = "RESPGW_WORKER_CONFIG";
@@ -79,6 +79,7 @@ async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpLis
     tokio::spawn(read_frames(reader, Arc::clone(&pending), stop_tx.clone()));
     tokio::spawn(stop_on_signals(stop_tx.clone()));
     tokio::spawn(report_metrics(metrics.clone(), outbox.clone(), stop_rx.clone()));
+    tokio::spawn(memory::release_freed_memory());
 
     let view = merged_view(metrics.clone(), outbox.clone(), pending);
     let app = respgw_server::build(&options, metrics.clone(), view, Some(slot.clone())).await?;

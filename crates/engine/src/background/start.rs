@@ -79,7 +79,7 @@ impl PreparedResponse {
 
 /// Wait for a slot, run to the terminal event, let go of the run.
 async fn run_detached(
-    prepared: PreparedResponse,
+    mut prepared: PreparedResponse,
     runs: Arc<BackgroundRuns>,
     mut stop: watch::Receiver<bool>,
     queued_gauge: BackgroundGuard,
