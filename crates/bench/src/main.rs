@@ -47,12 +47,26 @@ use crate::measure::{LatencyResult, Targets};
 use crate::mock::MockUpstream;
 use crate::scaling::{Load, ScalingRun};
 
-/// Issue targets.
+/// Targets. Latency a lone request adds (sequential, store:true).
 const TARGET_ADDED_P50_MS: f64 = 0.5;
 const TARGET_ADDED_P99_MS: f64 = 2.0;
+/// Latency added at `--concurrency` (8) concurrent non-stream store:true requests.
+const TARGET_CONCURRENT_ADDED_P50_MS: f64 = 1.0;
+const TARGET_CONCURRENT_ADDED_P99_MS: f64 = 3.0;
+/// respgw CPU per non-stream request, with and without the store write.
+const TARGET_CPU_PER_STORED_REQUEST_US: f64 = 100.0;
+const TARGET_CPU_PER_UNSTORED_REQUEST_US: f64 = 50.0;
+/// respgw CPU per streamed delta, with one stream and with `--stream-concurrency` (16).
+const TARGET_CPU_PER_DELTA_US: f64 = 2.0;
+/// SSE events/s through respgw against content chunks/s read directly (one stream).
 const TARGET_SSE_RATIO: f64 = 0.90;
-const TARGET_SCALING: f64 = 1.7;
+/// CPU per request and per delta at N workers within this fraction of 1 worker's.
+const TARGET_WORKER_CPU_DRIFT: f64 = 0.10;
+/// The big memory test: total RSS with every stream open, RSS per open stream, and RSS
+/// `--settle-seconds` after they closed against idle.
 const TARGET_BIG_RSS_BYTES: f64 = 300e6;
+const TARGET_KIB_PER_STREAM: f64 = 24.0;
+const TARGET_AFTER_CLOSE_RATIO: f64 = 2.0;
 const TARGET_DEPTH_RATIO: f64 = 1.3;
 /// History depths of the continuation test; the last is held to [`TARGET_DEPTH_RATIO`] x the first.
 const DEPTHS: [usize; 3] = [1, 10, 50];
@@ -97,7 +111,7 @@ struct Cli {
     stream_runs: usize,
 
     /// Concurrent streams in the second SSE throughput test (0 skips it).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 16)]
     stream_concurrency: usize,
 
     /// Streams held open at once in the memory test (0 skips it).
@@ -111,6 +125,10 @@ struct Cli {
     /// Longest wait, in seconds, for the memory test's streams to open (and to finish).
     #[arg(long, default_value_t = 60)]
     open_timeout: u64,
+
+    /// Seconds after the memory tests' streams closed before respgw's RSS is read again.
+    #[arg(long, default_value_t = 10.0)]
+    settle_seconds: f64,
 
     /// Worker processes compared with one in the scaling test (0 skips it).
     #[arg(long, default_value_t = 2)]
@@ -301,7 +319,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .await
         .context("sequential latency test")?;
     gw.check_alive().await?;
-    table.latency("sequential", &seq, true, false);
+    table.latency("sequential", &seq, Some((TARGET_ADDED_P50_MS, TARGET_ADDED_P99_MS)), false);
 
     // The same without the store write: how much of the added latency is the store's.
     let unstored_requests = cli.requests / 2;
@@ -318,7 +336,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .await
         .context("sequential store:false latency test")?;
         gw.check_alive().await?;
-        table.latency("seq., store:false", &r, false, false);
+        table.latency("seq., store:false", &r, None, false);
         Some(r)
     } else {
         None
@@ -330,7 +348,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
             .context("concurrent latency test")?;
         gw.check_alive().await?;
-        table.latency(&format!("concurrency {}", cli.concurrency), &r, false, true);
+        table.latency(
+            &format!("concurrency {}", cli.concurrency),
+            &r,
+            Some((TARGET_CONCURRENT_ADDED_P50_MS, TARGET_CONCURRENT_ADDED_P99_MS)),
+            true,
+        );
         Some(r)
     } else {
         None
@@ -412,9 +435,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         background_rows(&cli, &mock, &mut table).await?;
     }
 
-    table.row(Row::info("respgw CPU per request (seq)", format!("{:.0} us", seq.gateway_cpu_us)));
+    table.row(Row::at_most("respgw CPU per request (seq)", seq.gateway_cpu_us, TARGET_CPU_PER_STORED_REQUEST_US, "us"));
     if let Some(r) = &unstored {
-        table.row(Row::info("respgw CPU per request (seq, store:false)", format!("{:.0} us", r.gateway_cpu_us)));
+        table.row(Row::at_most(
+            "respgw CPU per request (seq, store:false)",
+            r.gateway_cpu_us,
+            TARGET_CPU_PER_UNSTORED_REQUEST_US,
+            "us",
+        ));
     }
     if let Some(c) = &conc {
         table.row(Row::info(
@@ -423,9 +451,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ));
     }
     for (streams, r) in &throughputs {
-        table.row(Row::info(
+        table.row(Row::at_most(
             &format!("respgw CPU per SSE delta ({streams} str.)"),
-            format!("{:.2} us", r.gateway_cpu_us),
+            r.gateway_cpu_us,
+            TARGET_CPU_PER_DELTA_US,
+            "us",
         ));
     }
 
@@ -449,7 +479,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         // the per-stream cost.
         let mut gw = Gateway::start(&cli.respgw, &mock.base_url(), &cli.respgw_args).await?;
         progress(&format!("memory: {} streams held open through a fresh respgw (pid {})", cli.open_streams, gw.pid()));
-        let m = measure::memory(&mock, &mut gw, cli.open_streams, limit).await.context("memory test")?;
+        let settle = Duration::from_secs_f64(cli.settle_seconds.max(0.0));
+        let m = measure::memory(&mock, &mut gw, cli.open_streams, limit, settle).await.context("memory test")?;
         gw.stop().await?;
         table.row(Row::info(
             &format!("respgw RSS idle ({} processes, warmed)", m.processes),
@@ -465,7 +496,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             verdict: "info",
             note: String::new(),
         });
-        table.row(Row::info("respgw RSS after they closed", format!("{:.1} MiB", m.after_kib as f64 / 1024.0)));
+        table.row(Row::info(
+            &format!("respgw RSS {} s after they closed", cli.settle_seconds),
+            format!("{:.1} MiB", m.after_kib as f64 / 1024.0),
+        ));
         table.row(Row::info(
             &format!("time to open {} streams", m.streams),
             format!("{:.0} ms", m.open_time.as_secs_f64() * 1e3),
@@ -716,22 +750,32 @@ fn scaling_table(table: &mut Table, metric: &str, cpu_metric: &str, runs: &[Scal
         direct: format!("{:.0} @1w", one.rate),
         respgw: format!("{:.0} @{n}w", many.rate),
         delta: format!("{ratio:.2}x"),
-        target: format!(">= {TARGET_SCALING}x"),
-        verdict: verdict(ratio >= TARGET_SCALING),
+        target: "-".into(),
+        verdict: "info",
         note: scaling_note(one, many, n),
     });
+    let drift = many.respgw_cpu_us / one.respgw_cpu_us;
     table.row(Row {
         metric: format!("{cpu_metric}, 1 -> {n} workers"),
         direct: format!("{:.1} us", one.respgw_cpu_us),
         respgw: format!("{:.1} us", many.respgw_cpu_us),
-        delta: format!("{:.2}x", many.respgw_cpu_us / one.respgw_cpu_us),
-        target: "-".into(),
-        verdict: "info",
-        note: format!(
-            "process tree; conns per worker at {n}: {} (balanced; the kernel's hash gave {})",
-            join(&many.conns_per_worker),
-            join(&many.natural_per_worker)
-        ),
+        delta: format!("{drift:.2}x"),
+        target: format!("{:.2}x - {:.2}x", 1.0 - TARGET_WORKER_CPU_DRIFT, 1.0 + TARGET_WORKER_CPU_DRIFT),
+        verdict: verdict((drift - 1.0).abs() <= TARGET_WORKER_CPU_DRIFT),
+        note: "process tree".into(),
+    });
+    let (fewest, most) = (
+        many.conns_per_worker.iter().copied().min().unwrap_or(0),
+        many.conns_per_worker.iter().copied().max().unwrap_or(0),
+    );
+    table.row(Row {
+        metric: format!("  connections per worker at {n} workers"),
+        direct: "-".into(),
+        respgw: join(&many.conns_per_worker),
+        delta: format!("{} apart", most - fewest),
+        target: "<= 1 apart".into(),
+        verdict: verdict(most - fewest <= 1),
+        note: format!("the kernel's hash alone gave {}", join(&many.natural_per_worker)),
     });
     for (w, r) in [(1, one), (n, many)] {
         table.row(Row {
@@ -765,7 +809,7 @@ fn scaling_note(one: &ScalingRun, many: &ScalingRun, n: usize) -> String {
         ));
     }
     if one.respgw_cores > 1.15 {
-        notes.push(format!("1 worker already used {:.2} cores (multi-threaded runtime)", one.respgw_cores));
+        notes.push(format!("1 worker already used {:.2} cores", one.respgw_cores));
     }
     let other = one.other_cores().max(many.other_cores());
     if other > 0.1 {
@@ -795,26 +839,44 @@ async fn big_memory_rows(cli: &Cli, mock: &MockProcess, table: &mut Table) -> an
         cli.big_streams,
         gw.pid()
     ));
-    let m = measure::memory(mock, &mut gw, cli.big_streams, limit).await.context("big memory test")?;
+    let settle = Duration::from_secs_f64(cli.settle_seconds.max(0.0));
+    let m = measure::memory(mock, &mut gw, cli.big_streams, limit, settle).await.context("big memory test")?;
     gw.stop().await?;
     let per_stream = m.open_kib.saturating_sub(m.idle_kib) as f64 / m.streams as f64;
     let bytes = m.open_kib as f64 * 1024.0;
+    let idle_mib = m.idle_kib as f64 / 1024.0;
     table.row(Row {
         metric: format!("respgw RSS, {} open streams, {workers} workers", m.streams),
-        direct: "-".into(),
+        direct: format!("{idle_mib:.1} MiB idle"),
         respgw: format!("{:.1} MiB", m.open_kib as f64 / 1024.0),
         delta: format!("+{per_stream:.1} KiB/stream"),
         target: format!("<= {:.0} MB", TARGET_BIG_RSS_BYTES / 1e6),
         verdict: verdict(bytes <= TARGET_BIG_RSS_BYTES),
         note: format!(
-            "{} processes, sum of VmRSS; idle {:.1} MiB; {:.1} MiB after they closed; opened in {:.1} s, \
-             finished {:.1} s after release",
+            "{} processes, sum of VmRSS; opened in {:.1} s, finished {:.1} s after release",
             m.processes,
-            m.idle_kib as f64 / 1024.0,
-            m.after_kib as f64 / 1024.0,
             m.open_time.as_secs_f64(),
             m.finish_time.as_secs_f64()
         ),
+    });
+    table.row(Row {
+        metric: format!("  respgw RSS per open stream, {} streams", m.streams),
+        direct: "-".into(),
+        respgw: format!("{per_stream:.1} KiB"),
+        delta: "-".into(),
+        target: format!("<= {TARGET_KIB_PER_STREAM:.0} KiB"),
+        verdict: verdict(per_stream <= TARGET_KIB_PER_STREAM),
+        note: "(RSS with every stream open - idle) / streams".into(),
+    });
+    let after_ratio = m.after_kib as f64 / m.idle_kib.max(1) as f64;
+    table.row(Row {
+        metric: format!("  respgw RSS {} s after they closed", cli.settle_seconds),
+        direct: format!("{idle_mib:.1} MiB idle"),
+        respgw: format!("{:.1} MiB", m.after_kib as f64 / 1024.0),
+        delta: format!("{after_ratio:.2}x idle"),
+        target: format!("<= {TARGET_AFTER_CLOSE_RATIO:.0}x idle"),
+        verdict: verdict(after_ratio <= TARGET_AFTER_CLOSE_RATIO),
+        note: String::new(),
     });
     Ok(())
 }
@@ -852,6 +914,19 @@ struct Row {
 }
 
 impl Row {
+    /// A respgw-only figure held to at most `target`, both in `unit`.
+    fn at_most(metric: &str, value: f64, target: f64, unit: &str) -> Self {
+        Row {
+            metric: metric.to_owned(),
+            direct: "-".into(),
+            respgw: format!("{value:.2} {unit}"),
+            delta: "-".into(),
+            target: format!("<= {target} {unit}"),
+            verdict: verdict(value <= target),
+            note: String::new(),
+        }
+    }
+
     /// A respgw-only, informational line.
     fn info(metric: &str, respgw: String) -> Self {
         Row {
@@ -877,10 +952,11 @@ impl Table {
         self.rows.push(row);
     }
 
-    /// p50/p99 lines of a latency test; `targets` applies the issue's targets, `rate` adds a
-    /// requests/s line.
-    fn latency(&mut self, label: &str, r: &LatencyResult, targets: bool, rate: bool) {
-        for (p, target) in [(50.0, TARGET_ADDED_P50_MS), (99.0, TARGET_ADDED_P99_MS)] {
+    /// p50/p99 lines of a latency test; `targets` are the most the p50 and the p99 may add, `rate`
+    /// adds a requests/s line.
+    fn latency(&mut self, label: &str, r: &LatencyResult, targets: Option<(f64, f64)>, rate: bool) {
+        let (p50_target, p99_target) = targets.unwrap_or((f64::NAN, f64::NAN));
+        for (p, target) in [(50.0, p50_target), (99.0, p99_target)] {
             let direct = percentile_ms(&r.direct, p);
             let through = percentile_ms(&r.gateway, p);
             let added = through - direct;
@@ -889,8 +965,8 @@ impl Table {
                 direct: format!("{direct:.3} ms"),
                 respgw: format!("{through:.3} ms"),
                 delta: format!("{added:+.3} ms"),
-                target: if targets { format!("<= {target} ms added") } else { "-".into() },
-                verdict: if targets { verdict(added <= target) } else { "info" },
+                target: if targets.is_some() { format!("<= {target} ms added") } else { "-".into() },
+                verdict: if targets.is_some() { verdict(added <= target) } else { "info" },
                 note: String::new(),
             });
         }

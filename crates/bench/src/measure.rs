@@ -434,7 +434,7 @@ pub struct MemoryResult {
     pub processes: usize,
     /// With every stream open and past its first delta.
     pub open_kib: u64,
-    /// After every stream finished.
+    /// `settle` after every stream finished and its connection closed.
     pub after_kib: u64,
     /// Time to open all streams and see each one's first delta.
     pub open_time: Duration,
@@ -443,12 +443,14 @@ pub struct MemoryResult {
 }
 
 /// Open `streams` SSE streams through a fresh gateway (model `hold`), measure RSS once each one
-/// has received its first delta, then release them and check that all complete.
+/// has received its first delta, then release them, check that all complete, and measure RSS
+/// again `settle` after their connections closed.
 pub async fn memory(
     mock: &impl HeldStreams,
     gateway: &mut Gateway,
     streams: usize,
     limit: Duration,
+    settle: Duration,
 ) -> anyhow::Result<MemoryResult> {
     let url = format!("{}/v1/responses", gateway.base_url());
     let warm = client(2)?;
@@ -541,7 +543,7 @@ pub async fn memory(
     ensure!(!waited_out, "only {opened} of {streams} streams got their first delta within {limit:?}");
     ensure!(holding == streams, "the mock held {holding} upstream streams, expected {streams}");
     drop(client);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(settle).await;
     let (after_kib, _) = gateway.rss_kib().await?;
     Ok(MemoryResult { streams, idle_kib, processes, open_kib, after_kib, open_time, finish_time })
 }

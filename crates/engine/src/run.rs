@@ -123,6 +123,12 @@ impl EventSink {
         }
     }
 
+    /// Whether events reach anyone (not [`EventSink::Discard`]): the costly ones need not be
+    /// built otherwise.
+    pub(crate) fn wants_events(&self) -> bool {
+        !matches!(self, EventSink::Discard)
+    }
+
     /// Whether the terminal event was sent.
     pub(crate) fn ended(&self) -> bool {
         match self {
@@ -523,11 +529,13 @@ impl PreparedResponse {
     }
 
     async fn run_inner(&mut self, sink: &mut EventSink) -> RunOutcome {
-        // A background run's `response.created` was logged when it was accepted.
-        let announced = matches!(sink, EventSink::Background(_));
+        // A background run's `response.created` was logged when it was accepted; a sink that
+        // discards events is sent none of these.
+        let announced = matches!(sink, EventSink::Background(_)) || !sink.wants_events();
         if (!announced
             && sink.send(ResponseEvent::Created { response: Box::new(self.response.clone()) }).await.is_err())
-            || sink.send(ResponseEvent::InProgress { response: Box::new(self.response.clone()) }).await.is_err()
+            || (sink.wants_events()
+                && sink.send(ResponseEvent::InProgress { response: Box::new(self.response.clone()) }).await.is_err())
         {
             return RunOutcome::ClientGone;
         }
@@ -577,12 +585,14 @@ impl PreparedResponse {
             };
             return self.fail(sink, error).await;
         }
-        let terminal = match self.response.status {
-            ResponseStatus::Incomplete => ResponseEvent::Incomplete { response: Box::new(self.response.clone()) },
-            _ => ResponseEvent::Completed { response: Box::new(self.response.clone()) },
-        };
-        // A client that leaves now still gets its stored response; the outcome is the same.
-        let _ = sink.send(terminal).await;
+        if sink.wants_events() {
+            let terminal = match self.response.status {
+                ResponseStatus::Incomplete => ResponseEvent::Incomplete { response: Box::new(self.response.clone()) },
+                _ => ResponseEvent::Completed { response: Box::new(self.response.clone()) },
+            };
+            // A client that leaves now still gets its stored response; the outcome is the same.
+            let _ = sink.send(terminal).await;
+        }
         RunOutcome::Finished(Box::new(self.response.clone()))
     }
 

@@ -308,6 +308,9 @@ pub struct Upstream {
     config: UpstreamConfig,
     /// Host and port of `config.base_url`, for the client spans' `server.address`/`server.port`.
     server: (String, Option<u16>),
+    /// `{base}/chat/completions`, parsed once (a URL is parsed on every call otherwise); `None`
+    /// when the base does not parse, and each call reports that.
+    chat_url: Option<reqwest::Url>,
 }
 
 impl Upstream {
@@ -325,7 +328,8 @@ impl Upstream {
         let server = reqwest::Url::parse(&base_url)
             .map(|url| (url.host_str().unwrap_or_default().to_owned(), url.port_or_known_default()))
             .unwrap_or_default();
-        Ok(Upstream { client, config: UpstreamConfig { base_url, ..config }, server })
+        let chat_url = reqwest::Url::parse(&format!("{base_url}/chat/completions")).ok();
+        Ok(Upstream { client, config: UpstreamConfig { base_url, ..config }, server, chat_url })
     }
 
     pub fn config(&self) -> &UpstreamConfig {
@@ -339,7 +343,7 @@ impl Upstream {
 
     /// A request to an absolute URL on the model server (integrated mode forwards paths outside
     /// the API base), with the upstream key applied.
-    pub fn raw_request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+    pub fn raw_request(&self, method: reqwest::Method, url: impl reqwest::IntoUrl) -> reqwest::RequestBuilder {
         let rb = self.client.request(method, url);
         match &self.config.api_key {
             Some(key) => rb.bearer_auth(key),
@@ -385,7 +389,11 @@ impl Upstream {
     /// [`UpstreamError::Status`] before any chunk is yielded.
     pub async fn stream_chat(&self, body: &Value, headers: &[(&str, String)]) -> Result<ChunkStream, UpstreamError> {
         let span = self.client_span(&reqwest::Method::POST, "/chat/completions");
-        let mut rb = self.request(reqwest::Method::POST, "/chat/completions").json(body);
+        let rb = match &self.chat_url {
+            Some(url) => self.raw_request(reqwest::Method::POST, url.clone()),
+            None => self.request(reqwest::Method::POST, "/chat/completions"),
+        };
+        let mut rb = rb.json(body);
         for (name, value) in headers {
             rb = rb.header(*name, value);
         }

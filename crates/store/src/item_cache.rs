@@ -10,18 +10,25 @@
 //! conversation exists is still read from the database on every read (the cache only replaces
 //! decoding the rows that read returns).
 //!
-//! Bounded by the stored JSON's size (a data-URL image can be megabytes), evicting the least
-//! recently used (quick_cache's CLOCK-Pro: concurrent and weighted, which a hand-rolled LRU is not).
+//! Bounded by an estimate of the memory each decoded item holds: its stored JSON's size (a
+//! data-URL image can be megabytes; decoded text takes about as much) plus a fixed cost per entry
+//! (the item's own struct, its small strings and the cache's slot), which is most of a short
+//! message's. Evicts the least recently used (quick_cache's CLOCK-Pro: concurrent and weighted,
+//! which a hand-rolled LRU is not).
 
 use quick_cache::Weighter;
 use respgw_protocol::Item;
 
 use crate::StoreError;
 
-/// Stored JSON bytes of decoded items kept per process (its memory use is about twice that).
+/// Memory, estimated, of the decoded items kept per process.
 pub const DEFAULT_ITEM_CACHE_BYTES: u64 = 16 << 20;
 
-/// A cached item with the size of its stored JSON, its weight.
+/// What an entry costs besides its JSON's size: an [`Item`] is 176 bytes, its id, role and status
+/// strings are separate allocations, and the cache's slot and table hold a few words.
+const ENTRY_OVERHEAD_BYTES: u64 = 384;
+
+/// A cached item with the size of its stored JSON.
 #[derive(Clone)]
 struct Entry {
     item: Item,
@@ -33,8 +40,7 @@ struct ByBytes;
 
 impl Weighter<i64, Entry> for ByBytes {
     fn weight(&self, _key: &i64, entry: &Entry) -> u64 {
-        // Zero would never be evicted.
-        entry.bytes.max(1)
+        entry.bytes + ENTRY_OVERHEAD_BYTES
     }
 }
 
@@ -44,7 +50,7 @@ pub(crate) struct ItemCache {
 }
 
 impl ItemCache {
-    /// A cache holding decoded items of up to `max_bytes` of stored JSON (0 disables it).
+    /// A cache holding decoded items of up to about `max_bytes` of memory (0 disables it).
     pub fn new(max_bytes: u64) -> Self {
         // quick_cache sizes its table from an estimate of the entries: assume ~1 KiB per item.
         let estimated_items = usize::try_from(max_bytes / 1024).unwrap_or(usize::MAX).max(16);
@@ -99,7 +105,7 @@ mod tests {
             cache.decode(key, &big).unwrap();
         }
         let kept = (3..200).filter(|&key| cache.get(key).is_some()).count();
-        assert!(kept > 0 && kept * big.len() <= 64 << 10, "{kept} kept");
+        assert!(kept > 0 && kept as u64 * (big.len() as u64 + ENTRY_OVERHEAD_BYTES) <= 64 << 10, "{kept} kept");
         assert!(matches!(cache.decode(500, "{\"type\":\"nonsense\"}"), Err(StoreError::Corrupt(_))));
         assert!(cache.get(500).is_none());
     }
