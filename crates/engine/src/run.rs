@@ -479,6 +479,11 @@ impl PreparedResponse {
         &self.response
     }
 
+    /// The response as the run left it, for ending a run that panicked.
+    pub(crate) fn response_mut(&mut self) -> &mut ResponseObject {
+        &mut self.response
+    }
+
     /// Run to the outcome, for a non-stream request (no events). A streaming request runs on a
     /// task of its own instead: [`PreparedResponse::spawn`].
     pub async fn run(mut self) -> RunOutcome {

@@ -40,20 +40,21 @@ impl PreparedResponse {
         (rx, task)
     }
 
-    /// Run to the terminal event, sending events to `tx`; a panic ends the stream as failed.
+    /// Run to the terminal event, sending events to `tx`; a panic ends the stream as failed, with
+    /// the response as the run left it.
     async fn run_guarded(
         mut self,
         tx: mpsc::Sender<ResponseEvent>,
         keep_conversation: bool,
     ) -> Option<LocalConversation> {
         let mut sink = EventSink::channel(tx);
-        let mut response = self.response().clone();
         match AssertUnwindSafe(self.run_to_end(&mut sink, keep_conversation)).catch_unwind().await {
             Ok((_, conversation)) => conversation,
             Err(panic) => {
+                let response = self.response_mut();
                 tracing::error!(response_id = %response.id, panic = panic_text(panic.as_ref()), "the response's run panicked; it ends as failed");
                 if !sink.ended() {
-                    end_failed(&mut response, &ApiError::internal(RUN_DIED), &mut sink).await;
+                    end_failed(response, &ApiError::internal(RUN_DIED), &mut sink).await;
                 }
                 None
             }

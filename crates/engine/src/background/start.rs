@@ -99,14 +99,13 @@ async fn run_detached(
     let (tx, rx) = mpsc::channel(LOG_BUFFER);
     let writer = tokio::spawn(log_events(Arc::clone(&runs), id.clone(), rx).in_current_span());
     let mut sink = EventSink::Background(Box::new(BackgroundSink::new(tx, stop, FIRST_RUN_EVENT)));
-    let mut response = prepared.response().clone();
     if let Err(panic) = AssertUnwindSafe(prepared.run_to_end(&mut sink, false)).catch_unwind().await {
         tracing::error!(
             panic = panic_text(panic.as_ref()),
             "the background response's run panicked; it ends as failed"
         );
         if !sink.ended() {
-            end_failed(&mut response, &ApiError::internal(RUN_DIED), &mut sink).await;
+            end_failed(prepared.response_mut(), &ApiError::internal(RUN_DIED), &mut sink).await;
         }
     }
     // Closing the channel lets the writer finish with what it has.
