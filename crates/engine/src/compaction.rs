@@ -275,7 +275,7 @@ async fn summarise_into_output(
     let output_index = log.allocate_index();
     let announced =
         CompactionItem { id: id.clone(), encrypted_content: String::new(), created_by: None, model_summary: None };
-    sink.send(ResponseEvent::OutputItemAdded { output_index, item: Item::Compaction(announced) })
+    sink.send(ResponseEvent::OutputItemAdded { output_index, item: Box::new(Item::Compaction(announced)) })
         .await
         .map_err(gone)?;
     let body = summary_request(
@@ -295,7 +295,9 @@ async fn summarise_into_output(
     };
     let item = Item::Compaction(sealed_item(engine, id, summary.text).map_err(Stop::Error)?);
     log.items.push(item.clone());
-    sink.send(ResponseEvent::OutputItemDone { output_index, item: item.client_view() }).await.map_err(gone)?;
+    sink.send(ResponseEvent::OutputItemDone { output_index, item: Box::new(item.client_view()) })
+        .await
+        .map_err(gone)?;
     Ok(summary.usage)
 }
 

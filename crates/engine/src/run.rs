@@ -798,7 +798,9 @@ impl PreparedResponse {
         let presented = self.present(&done.item);
         log.items.push(done.item);
         sink.send(done.done_event).await.map_err(|_| Stop::ClientGone)?;
-        sink.send(ResponseEvent::OutputItemDone { output_index, item: presented }).await.map_err(|_| Stop::ClientGone)
+        sink.send(ResponseEvent::OutputItemDone { output_index, item: Box::new(presented) })
+            .await
+            .map_err(|_| Stop::ClientGone)
     }
 
     /// Show an MCP server's tools as an `mcp_list_tools` item.
@@ -837,7 +839,8 @@ impl PreparedResponse {
             return;
         }
         for event in events.iter_mut() {
-            let ResponseEvent::OutputItemDone { item: Item::Reasoning(r), .. } = event else { continue };
+            let ResponseEvent::OutputItemDone { item, .. } = event else { continue };
+            let Item::Reasoning(r) = item.as_mut() else { continue };
             match seal.seal(&r.text()) {
                 Ok(blob) => {
                     if let Some(Item::Reasoning(logged)) = log.items.iter_mut().find(|i| i.id() == r.id) {

@@ -192,12 +192,12 @@ impl TurnState {
             let output_index = log.allocate();
             events.push(ResponseEvent::OutputItemAdded {
                 output_index,
-                item: Item::Reasoning(ReasoningItem {
+                item: Box::new(Item::Reasoning(ReasoningItem {
                     id: id.clone(),
                     summary: Vec::new(),
                     content: Vec::new(),
                     encrypted_content: None,
-                }),
+                })),
             });
             OpenReasoning { id, output_index, text: String::new() }
         });
@@ -221,18 +221,18 @@ impl TurnState {
             let output_index = log.allocate();
             events.push(ResponseEvent::OutputItemAdded {
                 output_index,
-                item: Item::Message(MessageItem {
+                item: Box::new(Item::Message(MessageItem {
                     id: id.clone(),
                     role: MessageRole::Assistant,
                     status: ItemStatus::InProgress,
                     content: Vec::new(),
-                }),
+                })),
             });
             events.push(ResponseEvent::ContentPartAdded {
                 item_id: id.clone(),
                 output_index,
                 content_index: 0,
-                part: ContentPart::output_text(""),
+                part: Box::new(ContentPart::output_text("")),
             });
             self.message = Some(OpenMessage { id, output_index, text: String::new(), annotations: Vec::new() });
         }
@@ -319,7 +319,7 @@ impl TurnState {
                 content: vec![ReasoningText { text: r.text }],
                 encrypted_content: None,
             });
-            events.push(ResponseEvent::OutputItemDone { output_index: r.output_index, item: item.clone() });
+            events.push(ResponseEvent::OutputItemDone { output_index: r.output_index, item: Box::new(item.clone()) });
             log.items.push(item);
         }
     }
@@ -339,11 +339,11 @@ impl TurnState {
                 item_id: m.id.clone(),
                 output_index: m.output_index,
                 content_index: 0,
-                part: part.clone(),
+                part: Box::new(part.clone()),
             });
             let item =
                 Item::Message(MessageItem { id: m.id, role: MessageRole::Assistant, status, content: vec![part] });
-            events.push(ResponseEvent::OutputItemDone { output_index: m.output_index, item: item.clone() });
+            events.push(ResponseEvent::OutputItemDone { output_index: m.output_index, item: Box::new(item.clone()) });
             log.items.push(item);
         }
     }
@@ -426,7 +426,7 @@ fn announce_citations(m: &mut OpenMessage, citable: &[CitableSource], complete: 
             output_index: m.output_index,
             content_index: 0,
             annotation_index: m.annotations.len(),
-            annotation: annotation.clone(),
+            annotation: Box::new(annotation.clone()),
         });
         m.annotations.push(annotation);
     }
@@ -558,7 +558,10 @@ mod tests {
         let calls = function_calls(&state.finish(&mut log, &mut events).unwrap());
         assert_eq!((calls[0].name.as_str(), calls[0].namespace.as_deref()), ("close_agent", Some("multi_agent_v1")));
         let added = events.iter().find_map(|e| match e {
-            ResponseEvent::OutputItemAdded { item: Item::FunctionCall(f), .. } => Some(f.clone()),
+            ResponseEvent::OutputItemAdded { item, .. } => match item.as_ref() {
+                Item::FunctionCall(f) => Some(f.clone()),
+                _ => None,
+            },
             _ => None,
         });
         assert_eq!(added.and_then(|f| f.namespace), Some("multi_agent_v1".to_owned()));
@@ -710,7 +713,8 @@ mod tests {
         assert!(log.items.is_empty(), "the item is done only after it has run");
         let GatewayCallItem::CodeInterpreter(call) = &result.gateway_calls[0].item else { panic!("{result:?}") };
         assert_eq!(call.code(), "import math\nmath.sqrt(2)");
-        let ResponseEvent::OutputItemAdded { item: Item::CodeInterpreterCall(ci), .. } = &events[0] else { panic!() };
+        let ResponseEvent::OutputItemAdded { item, .. } = &events[0] else { panic!() };
+        let Item::CodeInterpreterCall(ci) = item.as_ref() else { panic!() };
         assert_eq!((ci.container_id.as_str(), ci.outputs.is_none()), ("cntr_1", true));
     }
 
@@ -813,7 +817,8 @@ mod tests {
                 "response.mcp_call_arguments.done"
             ]
         );
-        let ResponseEvent::OutputItemAdded { item: Item::McpCall(m), .. } = &events[0] else { panic!() };
+        let ResponseEvent::OutputItemAdded { item, .. } = &events[0] else { panic!() };
+        let Item::McpCall(m) = item.as_ref() else { panic!() };
         assert_eq!((m.server_label.as_str(), m.name.as_str()), ("docs", "search.v2"));
         assert_eq!(result.gateway_calls[0].arguments, "{}");
     }

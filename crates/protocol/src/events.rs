@@ -10,8 +10,9 @@ use serde::Serialize;
 use crate::items::{ContentPart, Item};
 use crate::response::ResponseObject;
 
-/// One event of a response stream. Lifecycle events box their response so the enum stays small
-/// (events queue in per-stream channels).
+/// One event of a response stream. Events with a large payload (a response, an item, a content
+/// part, an annotation, error details) box it so the enum stays small: events queue in
+/// per-stream channels, whose buffers hold a few dozen of them each.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type")]
 pub enum ResponseEvent {
@@ -28,13 +29,13 @@ pub enum ResponseEvent {
     #[serde(rename = "response.failed")]
     Failed { response: Box<ResponseObject> },
     #[serde(rename = "response.output_item.added")]
-    OutputItemAdded { output_index: usize, item: Item },
+    OutputItemAdded { output_index: usize, item: Box<Item> },
     #[serde(rename = "response.output_item.done")]
-    OutputItemDone { output_index: usize, item: Item },
+    OutputItemDone { output_index: usize, item: Box<Item> },
     #[serde(rename = "response.content_part.added")]
-    ContentPartAdded { item_id: String, output_index: usize, content_index: usize, part: ContentPart },
+    ContentPartAdded { item_id: String, output_index: usize, content_index: usize, part: Box<ContentPart> },
     #[serde(rename = "response.content_part.done")]
-    ContentPartDone { item_id: String, output_index: usize, content_index: usize, part: ContentPart },
+    ContentPartDone { item_id: String, output_index: usize, content_index: usize, part: Box<ContentPart> },
     #[serde(rename = "response.output_text.delta")]
     OutputTextDelta { item_id: String, output_index: usize, content_index: usize, delta: String, logprobs: [(); 0] },
     #[serde(rename = "response.output_text.done")]
@@ -46,7 +47,7 @@ pub enum ResponseEvent {
         output_index: usize,
         content_index: usize,
         annotation_index: usize,
-        annotation: serde_json::Value,
+        annotation: Box<serde_json::Value>,
     },
     #[serde(rename = "response.reasoning.delta")]
     ReasoningDelta { item_id: String, output_index: usize, content_index: usize, delta: String },
@@ -99,7 +100,7 @@ pub enum ResponseEvent {
     /// official SDKs type them flat, so `code`, `message` and `param` are repeated at the top.
     /// Build it with [`ResponseEvent::error`].
     #[serde(rename = "error")]
-    Error { code: Option<String>, message: String, param: Option<String>, error: StreamError },
+    Error { code: Option<String>, message: String, param: Option<String>, error: Box<StreamError> },
 }
 
 /// The payload of a stream-level `error` event.
@@ -130,7 +131,7 @@ impl ResponseEvent {
             code: error.code.clone(),
             message: error.message.clone(),
             param: error.param.clone(),
-            error,
+            error: Box::new(error),
         }
     }
 

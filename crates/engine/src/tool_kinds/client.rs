@@ -138,14 +138,14 @@ impl OpenCall {
                 let (name, namespace) = declared_name(&shape, name);
                 events.push(ResponseEvent::OutputItemAdded {
                     output_index,
-                    item: Item::FunctionCall(FunctionCallItem {
+                    item: Box::new(Item::FunctionCall(FunctionCallItem {
                         id: item_id.clone(),
                         call_id,
                         name,
                         namespace,
                         arguments: String::new(),
                         status: ItemStatus::InProgress,
-                    }),
+                    })),
                 });
                 item_id
             }
@@ -187,8 +187,8 @@ impl OpenCall {
                 }
                 other => other.clone(),
             };
-            events.push(ResponseEvent::OutputItemAdded { output_index, item: announced });
-            events.push(ResponseEvent::OutputItemDone { output_index, item: item.clone() });
+            events.push(ResponseEvent::OutputItemAdded { output_index, item: Box::new(announced) });
+            events.push(ResponseEvent::OutputItemDone { output_index, item: Box::new(item.clone()) });
             return item;
         }
         if arguments.is_empty() {
@@ -215,7 +215,7 @@ impl OpenCall {
             arguments,
             status: ItemStatus::Completed,
         });
-        events.push(ResponseEvent::OutputItemDone { output_index, item: item.clone() });
+        events.push(ResponseEvent::OutputItemDone { output_index, item: Box::new(item.clone()) });
         item
     }
 

@@ -94,7 +94,7 @@ impl CallItem {
             model_result: None,
         };
         let output_index = place.output_index;
-        events.push(ResponseEvent::OutputItemAdded { output_index, item: Item::WebSearchCall(item.clone()) });
+        events.push(ResponseEvent::OutputItemAdded { output_index, item: Box::new(Item::WebSearchCall(item.clone())) });
         events.push(ResponseEvent::WebSearchCallInProgress { item_id: item.id.clone(), output_index });
         CallItem { item, output_index }
     }

@@ -116,7 +116,10 @@ impl CallItem {
             outputs: None,
         };
         let output_index = place.output_index;
-        events.push(ResponseEvent::OutputItemAdded { output_index, item: Item::CodeInterpreterCall(item.clone()) });
+        events.push(ResponseEvent::OutputItemAdded {
+            output_index,
+            item: Box::new(Item::CodeInterpreterCall(item.clone())),
+        });
         events.push(ResponseEvent::CodeInterpreterCallInProgress { item_id: item.id.clone(), output_index });
         CallItem { item, output_index, code: CodeStream::default() }
     }

@@ -79,7 +79,10 @@ impl RequestItem {
             arguments: String::new(),
         };
         let output_index = place.output_index;
-        events.push(ResponseEvent::OutputItemAdded { output_index, item: Item::McpApprovalRequest(item.clone()) });
+        events.push(ResponseEvent::OutputItemAdded {
+            output_index,
+            item: Box::new(Item::McpApprovalRequest(item.clone())),
+        });
         RequestItem { item, output_index }
     }
 
@@ -87,7 +90,7 @@ impl RequestItem {
     pub(crate) fn finish(mut self, arguments: String, events: &mut Vec<ResponseEvent>) -> Item {
         self.item.arguments = if arguments.is_empty() { "{}".to_owned() } else { arguments };
         let item = Item::McpApprovalRequest(self.item);
-        events.push(ResponseEvent::OutputItemDone { output_index: self.output_index, item: item.clone() });
+        events.push(ResponseEvent::OutputItemDone { output_index: self.output_index, item: Box::new(item.clone()) });
         item
     }
 }
@@ -401,9 +404,8 @@ mod tests {
                 "response.mcp_call_arguments.done"
             ]
         );
-        let ResponseEvent::OutputItemAdded { output_index: 3, item: Item::McpCall(added) } = &events[0] else {
-            panic!("{events:?}")
-        };
+        let ResponseEvent::OutputItemAdded { output_index: 3, item } = &events[0] else { panic!("{events:?}") };
+        let Item::McpCall(added) = item.as_ref() else { panic!("{events:?}") };
         assert_eq!(added.approval_request_id.as_deref(), Some(id.as_str()));
         assert_eq!(TurnStamp::of(&added.id), Some(turn));
         assert_eq!((call.function.as_str(), call.arguments.as_str()), ("mcp__docs__delete", "{\"path\":\"a\"}"));

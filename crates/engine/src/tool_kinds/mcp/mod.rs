@@ -109,10 +109,10 @@ pub(crate) fn listing_events(listing: McpListToolsItem, output_index: usize) -> 
     };
     let item = Item::McpListTools(listing);
     let events = [
-        ResponseEvent::OutputItemAdded { output_index, item: Item::McpListTools(announced) },
+        ResponseEvent::OutputItemAdded { output_index, item: Box::new(Item::McpListTools(announced)) },
         ResponseEvent::McpListToolsInProgress { item_id, output_index },
         finished,
-        ResponseEvent::OutputItemDone { output_index, item: item.clone() },
+        ResponseEvent::OutputItemDone { output_index, item: Box::new(item.clone()) },
     ];
     (events, item)
 }
@@ -155,7 +155,7 @@ impl CallItem {
             approval_request_id,
         };
         let output_index = place.output_index;
-        events.push(ResponseEvent::OutputItemAdded { output_index, item: Item::McpCall(item.clone()) });
+        events.push(ResponseEvent::OutputItemAdded { output_index, item: Box::new(Item::McpCall(item.clone())) });
         events.push(ResponseEvent::McpCallInProgress { item_id: item.id.clone(), output_index });
         CallItem { item, output_index }
     }
