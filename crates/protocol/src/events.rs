@@ -239,6 +239,12 @@ mod tests {
     }
 
     #[test]
+    fn events_stay_small() {
+        // Each stream's channel allocates room for 32 events at a time.
+        assert!(std::mem::size_of::<ResponseEvent>() <= 88, "{} bytes", std::mem::size_of::<ResponseEvent>());
+    }
+
+    #[test]
     fn frames_carry_type_and_sequence_number() {
         let ev = ResponseEvent::OutputTextDelta {
             item_id: "msg_1".into(),
