@@ -26,25 +26,29 @@
 //!
 //! # Threads and connections
 //!
-//! SQLite is synchronous, so every trait call is one closure on tokio's blocking pool that runs
+//! SQLite is synchronous, so every trait call is one closure, run off the async runtime, that runs
 //! all of its statements (one thread hop per call, with statements prepared once per connection).
 //!
-//! - Writes go through the process's single writer connection, behind an async mutex: this
-//!   process's writers queue for it in order instead of racing for SQLite's write lock and
-//!   sleeping in its busy handler. Writers use `BEGIN IMMEDIATE`, so a write lock held by another
-//!   process is waited for at the start, never by upgrading a read snapshot.
-//! - Reads use a small pool of reader connections (up to 8, created on demand); in WAL mode they
+//! - Writes are jobs for the process's writer thread, which owns its single writer connection
+//!   (see the `writer` module): this process's writers queue for it in order instead of racing
+//!   for SQLite's write lock and sleeping in its busy handler, and the writes waiting together are
+//!   committed in one transaction, each in its own savepoint. Transactions begin with `BEGIN
+//!   IMMEDIATE`, so a write lock held by another process is waited for at the start, never by
+//!   upgrading a read snapshot.
+//! - Reads run on tokio's blocking pool and use a small pool of reader connections (up to 8, created on demand); in WAL mode they
 //!   never wait for writers. Each read is a single statement, hence one consistent snapshot.
 //! - Locks held by other processes are waited for by a busy handler with fine-grained sleeps (see
 //!   the `connection` module), within the same 5 s budget the busy timeout had.
 //! - WAL checkpoints run on a background thread, not inside commits; a commit waits for one only
 //!   when the WAL has grown past its limit under overload (see the `checkpoint` module).
 //!
-//! An in-memory store (tests) has a single connection that serves reads and writes alike.
+//! An in-memory store (tests) has a single connection, on the writer thread, that serves reads and
+//! writes alike.
 
 mod background;
 mod checkpoint;
 mod connection;
+mod writer;
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
@@ -55,7 +59,7 @@ use std::time::Duration;
 use respgw_protocol::Item;
 use rusqlite::hooks::Wal;
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, params};
 use tokio::sync::Semaphore;
 
 use self::checkpoint::{Checkpointer, Signal};
@@ -63,6 +67,7 @@ pub(crate) use self::connection::Config;
 #[cfg(test)]
 pub(crate) use self::connection::{SCHEMA_V1, SCHEMA_V2};
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
+use self::writer::Writer;
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::{
     ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList,
@@ -287,9 +292,9 @@ pub struct SqliteStore {
 struct Inner {
     /// Where the database is (`:memory:` for a private one), for `Debug`.
     location: PathBuf,
-    /// The one writer connection of this process. An async mutex: a save waits for its turn as a
-    /// parked future, not as a blocked thread, and moves the guard into its blocking closure.
-    writer: Arc<tokio::sync::Mutex<Connection>>,
+    /// The thread that owns this process's one writer connection and runs every write (see the
+    /// `writer` module).
+    writer: Writer,
     /// Reader connections; `None` for an in-memory store, whose writer serves reads too.
     readers: Option<Arc<Readers>>,
     /// Items decoded by reads, and written by saves, of this process.
@@ -398,7 +403,7 @@ impl SqliteStore {
                 Err(e) => return Err(map_err(e)),
             }
         };
-        let writer = Arc::new(tokio::sync::Mutex::new(writer));
+        let writer = start_writer(writer, &stats)?;
         let checkpointer =
             Checkpointer::start(checkpoint_conn, signal, config.clone(), Arc::clone(&stats), path.to_owned())
                 .map_err(|e| StoreError::Unavailable(format!("cannot start the WAL checkpointer thread: {e}")))?;
@@ -428,37 +433,28 @@ impl SqliteStore {
         if version > SCHEMA_VERSION {
             return Err(newer_schema(version));
         }
+        let stats = Arc::new(Stats::default());
         Ok(Self {
             inner: Arc::new(Inner {
                 location: PathBuf::from(":memory:"),
-                writer: Arc::new(tokio::sync::Mutex::new(conn)),
+                writer: start_writer(conn, &stats)?,
                 readers: None,
                 items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)),
-                stats: Arc::new(Stats::default()),
+                stats,
                 _checkpointer: None,
             }),
         })
     }
 
-    /// Run `f` on the writer connection, once this process's earlier writes are done.
+    /// Run `f` inside a write transaction on the writer thread, once this process's earlier
+    /// writes are done: committed if it returns `Ok`, rolled back if it fails. Even if this future
+    /// is dropped, `f` runs to its end (committed or rolled back, never left half-done).
     async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        let mut writer = Arc::clone(&self.inner.writer).lock_owned().await;
-        // The guard moves into the closure: it is released on the blocking thread as soon as `f`
-        // is done, and even if this future is dropped meanwhile, `f` runs to its end (a save is
-        // then committed, or rolled back by its own error path; never left half-done).
-        spawn_blocking(move || {
-            if !writer.is_autocommit() {
-                // A transaction left open (its rollback failed, e.g. on an I/O error) would make
-                // every later `BEGIN` fail: end it first.
-                writer.execute_batch("ROLLBACK").map_err(map_err)?;
-            }
-            f(&mut writer)
-        })
-        .await
+        self.inner.writer.write(f).await
     }
 
     /// Run `f` on a reader connection (the writer for an in-memory store).
@@ -495,6 +491,12 @@ where
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| StoreError::Unavailable(format!("store operation did not finish: {e}")))?
+}
+
+/// Start the writer thread on `conn`.
+fn start_writer(conn: Connection, stats: &Arc<Stats>) -> Result<Writer, StoreError> {
+    Writer::start(conn, Arc::clone(stats))
+        .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite writer thread: {e}")))
 }
 
 fn newer_schema(version: i64) -> StoreError {
@@ -586,7 +588,7 @@ fn query_items_and_version(
 /// `first..first + n`, even when deleted items left gaps below or above the current maximum. The
 /// chunk boundaries are checked anyway (cheaply), and the test `new_item_keys_are_contiguous`
 /// checks the whole mapping.
-fn insert_items(tx: &Transaction<'_>, items: &[(String, String)]) -> Result<i64, StoreError> {
+fn insert_items(tx: &Connection, items: &[(String, String)]) -> Result<i64, StoreError> {
     let mut first = None;
     let mut next = 0;
     for chunk in items.chunks(ITEMS_PER_INSERT) {
@@ -673,7 +675,7 @@ impl EncodedResponse {
 
     /// Write the response row, its new items and their rows inside `tx`; returns the first new
     /// item's key.
-    pub(crate) fn insert(&self, tx: &Transaction<'_>) -> Result<Option<i64>, StoreError> {
+    pub(crate) fn insert(&self, tx: &Connection) -> Result<Option<i64>, StoreError> {
         let id = &self.id;
         let mut history = match (&self.conversation, &self.history_from) {
             (Some(append), _) => {
@@ -754,16 +756,14 @@ impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
         // Encode everything before taking the writer, to hold it as briefly as possible.
         let encoded = EncodedResponse::new(response)?;
-        let cache = Arc::clone(&self.inner.items);
-        self.write(move |conn| {
-            // Dropping `tx` on any error path below rolls everything back.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let first_key = encoded.insert(&tx)?;
-            tx.commit().map_err(map_err)?;
-            encoded.keep_in(&cache, first_key);
-            Ok(())
-        })
-        .await
+        let (first_key, encoded) = self
+            .write(move |tx| {
+                let first_key = encoded.insert(tx)?;
+                Ok((first_key, encoded))
+            })
+            .await?;
+        encoded.keep_in(&self.inner.items, first_key);
+        Ok(())
     }
 
     async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -794,8 +794,7 @@ impl ResponseStore for SqliteStore {
 
     async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+        self.write(move |tx| {
             let found = tx
                 .prepare_cached(SELECT_FOR_DELETE)
                 .and_then(|mut s| s.query_row([&id, &owner], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
@@ -805,10 +804,10 @@ impl ResponseStore for SqliteStore {
                 Ok((true, _)) | Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(false),
                 Err(e) => return Err(map_err(e)),
             };
-            if has_continuations(&tx, &id)? {
+            if has_continuations(tx, &id)? {
                 tx.prepare_cached(MAKE_TOMBSTONE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
             } else {
-                remove(&tx, &owner, &id)?;
+                remove(tx, &owner, &id)?;
                 // Up the chain: each tombstone whose last continuation just went goes too.
                 let mut parent = history_from;
                 while let Some(p) = parent.take() {
@@ -816,8 +815,8 @@ impl ResponseStore for SqliteStore {
                         .prepare_cached(SELECT_FOR_DELETE)
                         .and_then(|mut s| s.query_row([&p, &owner], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
                     match row {
-                        Ok((true, next)) if !has_continuations(&tx, &p)? => {
-                            remove(&tx, &owner, &p)?;
+                        Ok((true, next)) if !has_continuations(tx, &p)? => {
+                            remove(tx, &owner, &p)?;
                             parent = next;
                         }
                         Ok(_) | Err(rusqlite::Error::QueryReturnedNoRows) => {}
@@ -825,7 +824,6 @@ impl ResponseStore for SqliteStore {
                     }
                 }
             }
-            tx.commit().map_err(map_err)?;
             Ok(true)
         })
         .await
@@ -835,33 +833,32 @@ impl ResponseStore for SqliteStore {
         let NewConversation { id, owner, created_at, metadata, items } = conversation;
         let metadata = encode(&metadata, "metadata")?;
         let new_items = encode_items(&items)?;
-        let cache = Arc::clone(&self.inner.items);
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let inserted = tx
-                .prepare_cached(INSERT_CONVERSATION)
-                .and_then(|mut s| s.execute(params![id, created_at, metadata, owner]));
-            match inserted {
-                Ok(_) => {}
-                Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
-                Err(e) => return Err(map_err(e)),
-            }
-            let first = if new_items.is_empty() {
-                None
-            } else {
-                let first = insert_items(&tx, &new_items)?;
-                tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
-                    .and_then(|mut s| s.execute(params![id, first, new_items.len() as i64, 0]))
-                    .map_err(map_err)?;
-                Some(first)
-            };
-            tx.commit().map_err(map_err)?;
-            if let Some(first) = first {
-                keep_items(&cache, items, &new_items, first);
-            }
-            Ok(())
-        })
-        .await
+        let (first, new_items) = self
+            .write(move |tx| {
+                let inserted = tx
+                    .prepare_cached(INSERT_CONVERSATION)
+                    .and_then(|mut s| s.execute(params![id, created_at, metadata, owner]));
+                match inserted {
+                    Ok(_) => {}
+                    Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
+                    Err(e) => return Err(map_err(e)),
+                }
+                let first = if new_items.is_empty() {
+                    None
+                } else {
+                    let first = insert_items(tx, &new_items)?;
+                    tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
+                        .and_then(|mut s| s.execute(params![id, first, new_items.len() as i64, 0]))
+                        .map_err(map_err)?;
+                    Some(first)
+                };
+                Ok((first, new_items))
+            })
+            .await?;
+        if let Some(first) = first {
+            keep_items(&self.inner.items, items, &new_items, first);
+        }
+        Ok(())
     }
 
     async fn conversation(&self, owner: &str, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
@@ -902,19 +899,17 @@ impl ResponseStore for SqliteStore {
 
     async fn delete_conversation(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            match conversation_state(&tx, &owner, &id)? {
+        self.write(move |tx| {
+            match conversation_state(tx, &owner, &id)? {
                 Some((false, _)) => {}
                 // Not stored, or already deleted: nothing changes.
                 Some((true, _)) | None => return Ok(false),
             }
-            if conversation_referenced(&tx, &id)? {
+            if conversation_referenced(tx, &id)? {
                 tx.prepare_cached(MAKE_CONVERSATION_TOMBSTONE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
             } else {
-                collect_conversation(&tx, &id)?;
+                collect_conversation(tx, &id)?;
             }
-            tx.commit().map_err(map_err)?;
             Ok(true)
         })
         .await
@@ -946,23 +941,25 @@ impl ResponseStore for SqliteStore {
     ) -> Result<Option<()>, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
         let new_items = encode_items(&items)?;
-        let cache = Arc::clone(&self.inner.items);
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            match conversation_state(&tx, &owner, &id)? {
-                Some((false, _)) => {}
-                Some((true, _)) | None => return Ok(None),
-            }
-            if new_items.is_empty() {
-                return Ok(Some(()));
-            }
-            let first = insert_items(&tx, &new_items)?;
-            append_rows(&tx, &id, first, new_items.len())?;
-            tx.commit().map_err(map_err)?;
-            keep_items(&cache, items, &new_items, first);
-            Ok(Some(()))
-        })
-        .await
+        let appended = self
+            .write(move |tx| {
+                match conversation_state(tx, &owner, &id)? {
+                    Some((false, _)) => {}
+                    Some((true, _)) | None => return Ok(None),
+                }
+                if new_items.is_empty() {
+                    return Ok(Some(None));
+                }
+                let first = insert_items(tx, &new_items)?;
+                append_rows(tx, &id, first, new_items.len())?;
+                Ok(Some(Some((first, new_items))))
+            })
+            .await?;
+        let Some(appended) = appended else { return Ok(None) };
+        if let Some((first, new_items)) = appended {
+            keep_items(&self.inner.items, items, &new_items, first);
+        }
+        Ok(Some(()))
     }
 
     async fn conversation_item(
@@ -992,9 +989,8 @@ impl ResponseStore for SqliteStore {
         item_id: &str,
     ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
         let (owner, id, item_id) = (owner.to_owned(), id.to_owned(), item_id.to_owned());
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            match conversation_state(&tx, &owner, &id)? {
+        self.write(move |tx| {
+            match conversation_state(tx, &owner, &id)? {
                 Some((false, _)) => {}
                 Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
             }
@@ -1006,15 +1002,14 @@ impl ResponseStore for SqliteStore {
                 Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(ConversationItemLookup::NoItem),
                 Err(e) => return Err(map_err(e)),
             };
-            if conversation_referenced(&tx, &id)? {
+            if conversation_referenced(tx, &id)? {
                 // A stored response's history may hold it: only hidden.
                 tx.prepare_cached(FLAG_REMOVED).and_then(|mut s| s.execute(params![id, position])).map_err(map_err)?;
             } else {
-                let keys = query_keys(&tx, DELETE_CONVERSATION_ROW, params![id, position])?;
-                delete_orphans(&tx, &keys)?;
+                let keys = query_keys(tx, DELETE_CONVERSATION_ROW, params![id, position])?;
+                delete_orphans(tx, &keys)?;
             }
-            let record = bump_version(&tx, &id)?;
-            tx.commit().map_err(map_err)?;
+            let record = bump_version(tx, &id)?;
             Ok(ConversationItemLookup::Found(record))
         })
         .await
@@ -1022,13 +1017,13 @@ impl ResponseStore for SqliteStore {
 }
 
 /// Whether a stored response (or tombstone) continues `id`.
-fn has_continuations(tx: &Transaction<'_>, id: &str) -> Result<bool, StoreError> {
+fn has_continuations(tx: &Connection, id: &str) -> Result<bool, StoreError> {
     tx.prepare_cached(HAS_CONTINUATIONS).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)
 }
 
 /// Remove owner `owner`'s response that nothing continues, with those of its own items that no
 /// conversation holds; then release the conversation it was created in (the same owner's), if any.
-fn remove(tx: &Transaction<'_>, owner: &str, id: &str) -> Result<(), StoreError> {
+fn remove(tx: &Connection, owner: &str, id: &str) -> Result<(), StoreError> {
     let keys = query_keys(tx, DELETE_OWN_ITEMS, [id])?;
     let conversation: Option<String> =
         tx.prepare_cached(DELETE_RESPONSE).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)?;
@@ -1047,7 +1042,7 @@ fn query_keys(tx: &Connection, sql: &str, params: impl rusqlite::Params) -> Resu
 }
 
 /// Delete the items under `keys` that nothing holds any more.
-fn delete_orphans(tx: &Transaction<'_>, keys: &[i64]) -> Result<(), StoreError> {
+fn delete_orphans(tx: &Connection, keys: &[i64]) -> Result<(), StoreError> {
     if !keys.is_empty() {
         let keys = encode(keys, "keys")?;
         tx.prepare_cached(DELETE_ORPHAN_ITEMS).and_then(|mut s| s.execute([&keys])).map_err(map_err)?;
@@ -1056,7 +1051,7 @@ fn delete_orphans(tx: &Transaction<'_>, keys: &[i64]) -> Result<(), StoreError> 
 }
 
 /// Tombstone or not, and the version, of a conversation `owner` stored.
-fn conversation_state(tx: &Transaction<'_>, owner: &str, id: &str) -> Result<Option<(bool, i64)>, StoreError> {
+fn conversation_state(tx: &Connection, owner: &str, id: &str) -> Result<Option<(bool, i64)>, StoreError> {
     let row = tx
         .prepare_cached(SELECT_CONVERSATION_STATE)
         .and_then(|mut s| s.query_row([id, owner], |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?))));
@@ -1068,13 +1063,13 @@ fn conversation_state(tx: &Transaction<'_>, owner: &str, id: &str) -> Result<Opt
 }
 
 /// Whether a stored response (or tombstone) was created in the conversation.
-fn conversation_referenced(tx: &Transaction<'_>, id: &str) -> Result<bool, StoreError> {
+fn conversation_referenced(tx: &Connection, id: &str) -> Result<bool, StoreError> {
     tx.prepare_cached(CONVERSATION_REFERENCED).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)
 }
 
 /// Append `count` new items, whose keys start at `first`, to the conversation and bump its
 /// version; the conversation's record.
-fn append_rows(tx: &Transaction<'_>, id: &str, first: i64, count: usize) -> Result<ConversationRecord, StoreError> {
+fn append_rows(tx: &Connection, id: &str, first: i64, count: usize) -> Result<ConversationRecord, StoreError> {
     let next: i64 =
         tx.prepare_cached(NEXT_POSITION).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)?;
     tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
@@ -1084,7 +1079,7 @@ fn append_rows(tx: &Transaction<'_>, id: &str, first: i64, count: usize) -> Resu
 }
 
 /// Move the conversation to its next version; its record.
-fn bump_version(tx: &Transaction<'_>, id: &str) -> Result<ConversationRecord, StoreError> {
+fn bump_version(tx: &Connection, id: &str) -> Result<ConversationRecord, StoreError> {
     let (created_at, metadata): (i64, String) = tx
         .prepare_cached(BUMP_VERSION)
         .and_then(|mut s| s.query_row([id], |row| Ok((row.get(0)?, row.get(1)?))))
@@ -1093,7 +1088,7 @@ fn bump_version(tx: &Transaction<'_>, id: &str) -> Result<ConversationRecord, St
 }
 
 /// Remove a conversation with its rows and the items no response holds.
-fn collect_conversation(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+fn collect_conversation(tx: &Connection, id: &str) -> Result<(), StoreError> {
     let keys = query_keys(tx, DELETE_CONVERSATION_ROWS, [id])?;
     tx.prepare_cached(DELETE_CONVERSATION).and_then(|mut s| s.execute([id])).map_err(map_err)?;
     delete_orphans(tx, &keys)
@@ -1102,7 +1097,7 @@ fn collect_conversation(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError
 /// After a response created in conversation `id` was removed: if no stored response names the
 /// conversation any more, what was kept only for such responses goes — the whole conversation if
 /// it is a tombstone, else its removed rows (and their items, unless held elsewhere).
-fn release_conversation(tx: &Transaction<'_>, owner: &str, id: &str) -> Result<(), StoreError> {
+fn release_conversation(tx: &Connection, owner: &str, id: &str) -> Result<(), StoreError> {
     if conversation_referenced(tx, id)? {
         return Ok(());
     }
@@ -1138,10 +1133,10 @@ fn keep_items(cache: &ItemCache, items: impl IntoIterator<Item = Item>, encoded:
 /// Access for tests: raw SQL on the writer connection, and the internal counters.
 #[cfg(test)]
 impl SqliteStore {
-    /// Run `f` on the writer connection; panics on an error (tests only).
+    /// Run `f` in a write transaction on the writer connection; panics on an error (tests only).
     pub(crate) async fn with_writer<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> T {
         self.write(move |conn| f(conn).map_err(map_err)).await.unwrap()
     }
@@ -1175,8 +1170,16 @@ impl SqliteStore {
         &self.inner.stats
     }
 
-    pub(crate) fn writer(&self) -> &Arc<tokio::sync::Mutex<Connection>> {
-        &self.inner.writer
+    /// Run `f` in a write transaction on the writer connection, rolled back afterwards whatever it
+    /// returns.
+    pub(crate) async fn with_writer_rolled_back(&self, f: impl FnOnce(&Connection) + Send + 'static) {
+        let rolled_back = self
+            .write(move |conn| -> Result<(), StoreError> {
+                f(conn);
+                Err(StoreError::Unavailable("rolled back".into()))
+            })
+            .await;
+        assert!(rolled_back.is_err());
     }
 }
 

@@ -1,13 +1,13 @@
 //! [`BackgroundStore`] on SQLite: background runs and their event logs in the same file as the
 //! responses.
 //!
-//! Every write is one `BEGIN IMMEDIATE` transaction on the process's writer connection, which
+//! Every write runs inside a `BEGIN IMMEDIATE` transaction of the process's writer thread, which
 //! serialises it with every other write to the file (from any process): reading the run's row and
 //! changing it are therefore atomic, as PostgreSQL's row lock makes them there. SQLite has no
 //! notification channel between processes, so [`BackgroundStore::changes`] is `None` and
 //! followers poll.
 
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{EncodedResponse, SqliteStore, map_err};
 use crate::StoreError;
@@ -50,7 +50,7 @@ const PURGE_RUNS: &str = "
         SELECT id FROM background_runs WHERE ended_at IS NOT NULL AND ended_at < ?1)";
 
 /// A run's row, with the number its next event gets.
-fn read_run(tx: &rusqlite::Connection, id: &str) -> Result<Option<(RunRecord, i64)>, StoreError> {
+fn read_run(tx: &Connection, id: &str) -> Result<Option<(RunRecord, i64)>, StoreError> {
     let row = tx
         .prepare_cached(SELECT_RUN)
         .and_then(|mut s| {
@@ -72,7 +72,7 @@ fn read_run(tx: &rusqlite::Connection, id: &str) -> Result<Option<(RunRecord, i6
     Ok(Some((RunRecord { id, status: RunStatus::parse(&status)?, body, owner, lease_until_ms, tenant }, next_seq)))
 }
 
-fn insert_events(tx: &Transaction<'_>, id: &str, events: &[StoredEvent]) -> Result<(), StoreError> {
+fn insert_events(tx: &Connection, id: &str, events: &[StoredEvent]) -> Result<(), StoreError> {
     let mut stmt = tx.prepare_cached(INSERT_EVENT).map_err(map_err)?;
     for event in events {
         let seq = i64::try_from(event.seq).map_err(|_| StoreError::Corrupt("event number out of range".into()))?;
@@ -84,8 +84,7 @@ fn insert_events(tx: &Transaction<'_>, id: &str, events: &[StoredEvent]) -> Resu
 #[async_trait::async_trait]
 impl BackgroundStore for SqliteStore {
     async fn create_run(&self, run: NewRun) -> Result<(), StoreError> {
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+        self.write(move |tx| {
             let next = run.events.len() as i64;
             let inserted = tx.prepare_cached(INSERT_RUN).and_then(|mut s| {
                 s.execute(params![
@@ -103,43 +102,43 @@ impl BackgroundStore for SqliteStore {
                 Err(e) if super::is_unique_violation(&e) => return Err(StoreError::Duplicate(run.id)),
                 Err(e) => return Err(map_err(e)),
             }
-            insert_events(&tx, &run.id, &run.events)?;
-            tx.commit().map_err(map_err)
+            insert_events(tx, &run.id, &run.events)
         })
         .await
     }
 
     async fn append(&self, batch: EventBatch) -> Result<Appended, StoreError> {
         let save = batch.save.map(EncodedResponse::new).transpose()?;
-        let cache = std::sync::Arc::clone(&self.inner.items);
         let (id, owner, events, state) = (batch.id, batch.owner, batch.events, batch.state);
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let Some((run, next_seq)) = read_run(&tx, &id)? else { return Ok(Appended::NotActive) };
-            let first = events.first().map(|e| e.seq as i64);
-            if run.status.is_terminal() || run.owner != owner || first.is_some_and(|f| f != next_seq) {
-                return Ok(Appended::NotActive);
-            }
-            insert_events(&tx, &id, &events)?;
-            let first_key = match &save {
-                Some(save) => save.insert(&tx)?,
-                None => None,
-            };
-            let (status, body) = match &state {
-                Some((status, body)) => (*status, body.as_str()),
-                None => (run.status, run.body.as_str()),
-            };
-            let next = next_seq + events.len() as i64;
-            tx.prepare_cached(UPDATE_RUN)
-                .and_then(|mut s| s.execute(params![id, status.as_str(), body, next, status.is_terminal(), now_ms()]))
-                .map_err(map_err)?;
-            tx.commit().map_err(map_err)?;
-            if let Some(save) = save {
-                save.keep_in(&cache, first_key);
-            }
-            Ok(Appended::Done)
-        })
-        .await
+        let (appended, saved) = self
+            .write(move |tx| {
+                let Some((run, next_seq)) = read_run(tx, &id)? else { return Ok((Appended::NotActive, None)) };
+                let first = events.first().map(|e| e.seq as i64);
+                if run.status.is_terminal() || run.owner != owner || first.is_some_and(|f| f != next_seq) {
+                    return Ok((Appended::NotActive, None));
+                }
+                insert_events(tx, &id, &events)?;
+                let first_key = match &save {
+                    Some(save) => save.insert(tx)?,
+                    None => None,
+                };
+                let (status, body) = match &state {
+                    Some((status, body)) => (*status, body.as_str()),
+                    None => (run.status, run.body.as_str()),
+                };
+                let next = next_seq + events.len() as i64;
+                tx.prepare_cached(UPDATE_RUN)
+                    .and_then(|mut s| {
+                        s.execute(params![id, status.as_str(), body, next, status.is_terminal(), now_ms()])
+                    })
+                    .map_err(map_err)?;
+                Ok((Appended::Done, save.map(|save| (save, first_key))))
+            })
+            .await?;
+        if let Some((save, first_key)) = saved {
+            save.keep_in(&self.inner.items, first_key);
+        }
+        Ok(appended)
     }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -170,21 +169,19 @@ impl BackgroundStore for SqliteStore {
     }
 
     async fn end_run(&self, end: EndRun) -> Result<Ended, StoreError> {
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
-            let Some((run, next_seq)) = read_run(&tx, &end.id)? else { return Ok(Ended::Missing) };
+        self.write(move |tx| {
+            let Some((run, next_seq)) = read_run(tx, &end.id)? else { return Ok(Ended::Missing) };
             let renewed = end.lease_expired_before_ms.is_some_and(|before| run.lease_until_ms >= before);
             if run.status.is_terminal() || renewed {
                 return Ok(Ended::Unchanged(run));
             }
             let (body, closing) = (end.close)(&run, end.status)?;
             let events = number_events(closing, next_seq)?;
-            insert_events(&tx, &end.id, &events)?;
+            insert_events(tx, &end.id, &events)?;
             let next = next_seq + events.len() as i64;
             tx.prepare_cached(UPDATE_RUN)
                 .and_then(|mut s| s.execute(params![end.id, end.status.as_str(), body, next, true, now_ms()]))
                 .map_err(map_err)?;
-            tx.commit().map_err(map_err)?;
             Ok(Ended::Now(RunRecord { status: end.status, body, ..run }))
         })
         .await
@@ -232,14 +229,12 @@ impl BackgroundStore for SqliteStore {
     }
 
     async fn purge_events(&self, ended_before_ms: i64) -> Result<u64, StoreError> {
-        self.write(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_err)?;
+        self.write(move |tx| {
             let runs: i64 = tx
                 .prepare_cached(PURGE_RUNS)
                 .and_then(|mut s| s.query_row([ended_before_ms], |row| row.get(0)))
                 .map_err(map_err)?;
             tx.prepare_cached(PURGE).and_then(|mut s| s.execute([ended_before_ms])).map_err(map_err)?;
-            tx.commit().map_err(map_err)?;
             Ok(u64::try_from(runs).unwrap_or(0))
         })
         .await

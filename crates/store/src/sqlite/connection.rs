@@ -1,7 +1,8 @@
 //! Opening and configuring SQLite connections: the writer, the readers and the checkpointer's,
 //! their busy handler, the schema migration, and the mapping of driver errors to [`StoreError`].
 //!
-//! Everything here is synchronous and runs on a blocking thread (never on the async runtime).
+//! Everything here is synchronous and runs on a thread of its own or of tokio's blocking pool (never
+//! on the async runtime).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -167,6 +168,11 @@ impl Default for Config {
 pub(crate) struct Stats {
     /// Sleeps taken by the busy handler of any connection of this store.
     pub busy_sleeps: AtomicU64,
+    /// The time those sleeps took, in microseconds: how long this process waited for locks held by
+    /// other processes.
+    pub busy_wait_micros: AtomicU64,
+    /// Write transactions the writer thread began (each commits a group of writes).
+    pub write_transactions: AtomicU64,
     /// Checkpoints the checkpointer ran (successful or not).
     pub checkpoints: AtomicU64,
     /// Commits that waited for a checkpoint because the WAL had reached `max_wal_pages`.
@@ -212,7 +218,10 @@ fn set_busy_handler(conn: &mut Connection, budget: Duration, stats: &Arc<Stats>)
             return false;
         }
         stats.busy_sleeps.fetch_add(1, Ordering::Relaxed);
+        let slept = Instant::now();
         std::thread::sleep(sleep);
+        let micros = u64::try_from(slept.elapsed().as_micros()).unwrap_or(u64::MAX);
+        stats.busy_wait_micros.fetch_add(micros, Ordering::Relaxed);
         true
     }))
 }
