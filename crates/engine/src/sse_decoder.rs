@@ -169,8 +169,15 @@ mod tests {
     /// Every split of `body` into two and three chunks decodes as `expected`, and as
     /// eventsource-stream decodes it.
     fn check(body: &[u8], expected: &[&str]) {
-        assert_eq!(decode(&[body]), expected, "whole body");
         assert_eq!(reference(&[body]), expected, "reference, whole body");
+        let bytes: Vec<&[u8]> = body.chunks(1).collect();
+        assert_eq!(reference(&bytes), expected, "reference, byte by byte");
+        check_splits(body, expected);
+    }
+
+    /// Every split of `body` into two and three chunks, and byte by byte, decodes as `expected`.
+    fn check_splits(body: &[u8], expected: &[&str]) {
+        assert_eq!(decode(&[body]), expected, "whole body");
         for i in 0..=body.len() {
             let two = [&body[..i], &body[i..]];
             assert_eq!(decode(&two), expected, "split at {i}");
@@ -181,7 +188,6 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = body.chunks(1).collect();
         assert_eq!(decode(&bytes), expected, "byte by byte");
-        assert_eq!(reference(&bytes), expected, "reference, byte by byte");
     }
 
     #[test]
@@ -205,7 +211,11 @@ mod tests {
             b": keep-alive\n\nevent: message\nid: 7\nretry: 10\ndata: x\n: between\nfoo\n\n\n\nid: 8\n\ndata: y\n\n",
             &["x", "y"],
         );
-        check(b"\xEF\xBB\xBFdata: bom\n\n", &["bom"]);
+        // Not compared: eventsource-stream 0.2 panics on a leading BOM (it slices one byte off
+        // the three-byte character).
+        check_splits(b"\xEF\xBB\xBFdata: bom\n\n", &["bom"]);
+        // A broken BOM belongs to the first line, whose field is then not `data`.
+        check_splits(b"\xEF\xBBdata: x\n\ndata: y\n\n", &["y"]);
         check("data: é ☃ 🦀\n\n".as_bytes(), &["é ☃ 🦀"]);
     }
 
