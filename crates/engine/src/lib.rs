@@ -30,6 +30,7 @@ mod offer;
 mod run;
 pub mod sealed;
 mod spawn;
+mod sse_decoder;
 mod stored;
 pub mod think;
 pub mod tool_kinds;

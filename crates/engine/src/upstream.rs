@@ -14,9 +14,9 @@
 //! bodies is recorded on it.
 
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use respgw_protocol::ApiError;
 use respgw_protocol::error::ErrorType;
@@ -25,6 +25,7 @@ use serde_json::Value;
 use tracing::field::Empty;
 
 use crate::chat::ChatChunk;
+use crate::sse_decoder::SseDecoder;
 
 /// How to reach the model server.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -443,25 +444,49 @@ impl Upstream {
 }
 
 /// The upstream's body bytes, however they are split into chunks, as chat-completion events:
-/// SSE framing (eventsource-stream), then `[DONE]` or a parsed chunk per `data:` payload. Pure
-/// over its input, so the fuzz targets drive it with arbitrary byte splits.
+/// SSE framing ([`SseDecoder`]), then `[DONE]` or a parsed chunk per event's data. Pure over its
+/// input, so the fuzz targets drive it with arbitrary byte splits.
 pub fn decode_stream<B: AsRef<[u8]>>(
     bytes: impl Stream<Item = Result<B, UpstreamError>>,
 ) -> impl Stream<Item = Result<UpstreamEvent, UpstreamError>> {
-    bytes.eventsource().map(|event| match event {
-        Ok(ev) if ev.data.trim() == "[DONE]" => Ok(UpstreamEvent::Done),
-        Ok(ev) => parse_chunk(&ev.data),
-        Err(eventsource_stream::EventStreamError::Transport(e)) => Err(e),
-        Err(e) => Err(UpstreamError::Protocol(e.to_string())),
+    let mut bytes = Box::pin(bytes);
+    let mut decoder = SseDecoder::default();
+    let mut ended = false;
+    futures::stream::poll_fn(move |cx| {
+        loop {
+            if let Some(data) = decoder.next_data() {
+                return Poll::Ready(Some(parse_data(data)));
+            }
+            if ended {
+                return Poll::Ready(None);
+            }
+            match bytes.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => decoder.push(chunk.as_ref()),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => ended = true,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     })
+}
+
+/// One event's data: `[DONE]` (surrounding whitespace allowed), or a chunk.
+fn parse_data(data: &[u8]) -> Result<UpstreamEvent, UpstreamError> {
+    // Chunks are JSON objects: only other data is compared with `[DONE]`.
+    let trimmed = data.trim_ascii_start();
+    if trimmed.first() != Some(&b'{') && std::str::from_utf8(trimmed).is_ok_and(|text| text.trim() == "[DONE]") {
+        return Ok(UpstreamEvent::Done);
+    }
+    parse_chunk(data)
 }
 
 /// Parse one `data:` payload. Servers such as vLLM report mid-stream failures as
 /// `data: {"error": {...}}`; that becomes an error, not a chunk.
-fn parse_chunk(data: &str) -> Result<UpstreamEvent, UpstreamError> {
+fn parse_chunk(data: &[u8]) -> Result<UpstreamEvent, UpstreamError> {
     // Straight into the typed chunk (this runs once per token): no intermediate `Value`.
-    let chunk: ChatChunk = serde_json::from_str(data).map_err(|e| {
-        UpstreamError::Protocol(format!("chunk is not a chat.completion.chunk ({e}): {}", truncate(data, 200)))
+    let chunk: ChatChunk = serde_json::from_slice(data).map_err(|e| {
+        let text = String::from_utf8_lossy(data);
+        UpstreamError::Protocol(format!("chunk is not a chat.completion.chunk ({e}): {}", truncate(&text, 200)))
     })?;
     if let Some(err) = chunk.error.as_ref().filter(|e| !e.is_null()) {
         let status = err.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(500);
@@ -604,7 +629,7 @@ mod tests {
         assert!(api.message.contains("'truncation' to 'auto'"), "{}", api.message);
         // Mid-stream error payloads are classified the same way.
         let Err(e) = parse_chunk(
-            r#"{"error":{"message":"request (9 tokens) exceeds the available context size (8 tokens)","type":"exceed_context_size_error","code":400}}"#,
+            br#"{"error":{"message":"request (9 tokens) exceeds the available context size (8 tokens)","type":"exceed_context_size_error","code":400}}"#,
         ) else {
             panic!("an error payload parsed as a chunk");
         };
@@ -620,9 +645,9 @@ mod tests {
 
     #[test]
     fn mid_stream_error_payload_is_an_error() {
-        let e = parse_chunk(r#"{"error":{"message":"oom","code":500}}"#);
+        let e = parse_chunk(br#"{"error":{"message":"oom","code":500}}"#);
         assert!(matches!(e, Err(UpstreamError::Status { status: 500, .. })));
-        assert!(matches!(parse_chunk("not json"), Err(UpstreamError::Protocol(_))));
-        assert!(matches!(parse_chunk(r#"{"choices":[]}"#), Ok(UpstreamEvent::Chunk(_))));
+        assert!(matches!(parse_chunk(b"not json"), Err(UpstreamError::Protocol(_))));
+        assert!(matches!(parse_chunk(br#"{"choices":[]}"#), Ok(UpstreamEvent::Chunk(_))));
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! [`ResponseEvent`] is every event the gateway emits; its serde tag is the wire `type`. The
 //! `sequence_number` is not part of the event: the stream that numbers events owns it, and
-//! [`SseFrame::encode`] adds it while writing `event: <type>\ndata: <json>\n\n` (or
+//! [`SseFrame::encode_into`] adds it while writing `event: <type>\ndata: <json>\n\n` (or
 //! [`numbered_json`] for a WebSocket text frame: the same JSON).
 
 use serde::Serialize;
@@ -190,30 +190,101 @@ impl ResponseEvent {
 /// SSE framing of events.
 pub struct SseFrame;
 
-#[derive(Serialize)]
-struct Numbered<'a> {
-    #[serde(flatten)]
-    event: &'a ResponseEvent,
-    sequence_number: u64,
-}
-
 /// One event as its wire JSON, `sequence_number` included: the `data:` of an SSE frame, the text
 /// of a WebSocket frame.
 pub fn numbered_json(event: &ResponseEvent, sequence_number: u64) -> Result<String, serde_json::Error> {
-    serde_json::to_string(&Numbered { event, sequence_number })
+    let mut out = Vec::with_capacity(128);
+    write_numbered_json(&mut out, event, sequence_number)?;
+    String::from_utf8(out).map_err(|e| serde::ser::Error::custom(format!("event JSON is not UTF-8: {e}")))
+}
+
+/// Append [`numbered_json`] to `out`; on an error, `out` may hold part of it.
+///
+/// The event's fields come first and `sequence_number` last. Deltas, one per streamed token,
+/// are written field by field with their constant parts pre-encoded (strings escaped by
+/// serde_json); other events are serialised by serde and the number is spliced in before the
+/// object's closing brace.
+pub fn write_numbered_json(
+    out: &mut Vec<u8>,
+    event: &ResponseEvent,
+    sequence_number: u64,
+) -> Result<(), serde_json::Error> {
+    match event {
+        ResponseEvent::OutputTextDelta { item_id, output_index, content_index, delta, logprobs: [] } => {
+            let head = br#"{"type":"response.output_text.delta","item_id":"#;
+            let tail = br#","logprobs":[],"sequence_number":"#;
+            write_delta(out, head, item_id, *output_index, Some(*content_index), delta, tail, sequence_number)
+        }
+        ResponseEvent::ReasoningDelta { item_id, output_index, content_index, delta } => {
+            let head = br#"{"type":"response.reasoning.delta","item_id":"#;
+            let tail = br#","sequence_number":"#;
+            write_delta(out, head, item_id, *output_index, Some(*content_index), delta, tail, sequence_number)
+        }
+        ResponseEvent::FunctionCallArgumentsDelta { item_id, output_index, delta } => {
+            let head = br#"{"type":"response.function_call_arguments.delta","item_id":"#;
+            let tail = br#","sequence_number":"#;
+            write_delta(out, head, item_id, *output_index, None, delta, tail, sequence_number)
+        }
+        _ => {
+            serde_json::to_writer(&mut *out, event)?;
+            // Every event is a JSON object: the number goes before its closing brace.
+            debug_assert_eq!(out.last(), Some(&b'}'));
+            out.pop();
+            out.extend_from_slice(br#","sequence_number":"#);
+            serde_json::to_writer(&mut *out, &sequence_number)?;
+            out.push(b'}');
+            Ok(())
+        }
+    }
+}
+
+/// A delta event's JSON: `head` ends with `"item_id":`, `tail` with `"sequence_number":`.
+#[expect(clippy::too_many_arguments, reason = "the fields of the three delta events")]
+fn write_delta(
+    out: &mut Vec<u8>,
+    head: &[u8],
+    item_id: &str,
+    output_index: usize,
+    content_index: Option<usize>,
+    delta: &str,
+    tail: &[u8],
+    sequence_number: u64,
+) -> Result<(), serde_json::Error> {
+    out.reserve(head.len() + item_id.len() + delta.len() + tail.len() + 64);
+    out.extend_from_slice(head);
+    serde_json::to_writer(&mut *out, item_id)?;
+    out.extend_from_slice(br#","output_index":"#);
+    serde_json::to_writer(&mut *out, &output_index)?;
+    if let Some(content_index) = content_index {
+        out.extend_from_slice(br#","content_index":"#);
+        serde_json::to_writer(&mut *out, &content_index)?;
+    }
+    out.extend_from_slice(br#","delta":"#);
+    serde_json::to_writer(&mut *out, delta)?;
+    out.extend_from_slice(tail);
+    serde_json::to_writer(&mut *out, &sequence_number)?;
+    out.push(b'}');
+    Ok(())
 }
 
 impl SseFrame {
-    /// `event: <type>\ndata: <compact json with sequence_number>\n\n`.
-    pub fn encode(event: &ResponseEvent, sequence_number: u64) -> Result<Vec<u8>, serde_json::Error> {
-        let kind = event.kind();
-        let mut out = Vec::with_capacity(kind.len() + 128);
+    /// Append `event: <type>\ndata: <compact json with sequence_number>\n\n` to `out`; on an
+    /// error, `out` is left as it was.
+    pub fn encode_into(
+        out: &mut Vec<u8>,
+        event: &ResponseEvent,
+        sequence_number: u64,
+    ) -> Result<(), serde_json::Error> {
+        let start = out.len();
         out.extend_from_slice(b"event: ");
-        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(event.kind().as_bytes());
         out.extend_from_slice(b"\ndata: ");
-        serde_json::to_writer(&mut out, &Numbered { event, sequence_number })?;
+        if let Err(e) = write_numbered_json(out, event, sequence_number) {
+            out.truncate(start);
+            return Err(e);
+        }
         out.extend_from_slice(b"\n\n");
-        Ok(out)
+        Ok(())
     }
 
     /// The `data: [DONE]` frame that ends every stream after its terminal event.
@@ -253,10 +324,74 @@ mod tests {
             delta: "Pa\nris".into(),
             logprobs: [],
         };
-        let frame = String::from_utf8(SseFrame::encode(&ev, 4).unwrap()).unwrap();
+        let mut frame = Vec::new();
+        SseFrame::encode_into(&mut frame, &ev, 4).unwrap();
+        let frame = String::from_utf8(frame).unwrap();
         assert_eq!(
             frame,
             "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Pa\\nris\",\"logprobs\":[],\"sequence_number\":4}\n\n"
         );
+    }
+
+    /// The event with its number as serde writes it through `#[serde(flatten)]`: what
+    /// [`write_numbered_json`] must match byte for byte.
+    fn flattened(event: &ResponseEvent, sequence_number: u64) -> String {
+        #[derive(Serialize)]
+        struct Numbered<'a> {
+            #[serde(flatten)]
+            event: &'a ResponseEvent,
+            sequence_number: u64,
+        }
+        serde_json::to_string(&Numbered { event, sequence_number }).unwrap()
+    }
+
+    #[test]
+    fn hand_written_deltas_match_serde_byte_for_byte() {
+        let tricky = [
+            "",
+            "plain",
+            "quote \" backslash \\ slash /",
+            "controls \u{0}\u{1}\u{8}\t\n\u{b}\u{c}\r\u{1f}\u{7f}",
+            "line sep \u{2028} para sep \u{2029}",
+            "emoji 🦀👩‍👩‍👧 é ☃ \u{fffd}",
+            "<script>&amp;</script>",
+        ];
+        for (i, text) in tricky.into_iter().enumerate() {
+            let item_id = format!("msg_{text}");
+            let events = [
+                ResponseEvent::OutputTextDelta {
+                    item_id: item_id.clone(),
+                    output_index: i,
+                    content_index: 7 * i,
+                    delta: text.into(),
+                    logprobs: [],
+                },
+                ResponseEvent::ReasoningDelta {
+                    item_id: item_id.clone(),
+                    output_index: usize::MAX - i,
+                    content_index: i,
+                    delta: text.into(),
+                },
+                ResponseEvent::FunctionCallArgumentsDelta { item_id, output_index: i, delta: text.into() },
+                ResponseEvent::OutputTextDone {
+                    item_id: "msg_1".into(),
+                    output_index: 0,
+                    content_index: 0,
+                    text: text.into(),
+                    logprobs: [],
+                },
+                ResponseEvent::error(StreamError {
+                    error_type: crate::ErrorType::ApiError,
+                    code: None,
+                    message: text.into(),
+                    param: Some(text.into()),
+                }),
+            ];
+            for event in &events {
+                for number in [0, 1, 4_294_967_296, u64::MAX] {
+                    assert_eq!(numbered_json(event, number).unwrap(), flattened(event, number), "{event:?}");
+                }
+            }
+        }
     }
 }

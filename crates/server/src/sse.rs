@@ -5,7 +5,7 @@
 
 use std::convert::Infallible;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::Stream;
 use respgw_protocol::{ResponseEvent, SseFrame};
 use respgw_telemetry::SseStreamGuard;
@@ -28,10 +28,9 @@ struct Framer {
 }
 
 impl Framer {
-    fn frame(&mut self, (event, number): (ResponseEvent, u64), out: &mut BytesMut) {
-        match SseFrame::encode(&event, number) {
-            Ok(bytes) => out.extend_from_slice(&bytes),
-            Err(e) => tracing::error!(error = %e, kind = event.kind(), "could not serialize an event"),
+    fn frame(&mut self, (event, number): (ResponseEvent, u64), out: &mut Vec<u8>) {
+        if let Err(e) = SseFrame::encode_into(out, &event, number) {
+            tracing::error!(error = %e, kind = event.kind(), "could not serialize an event");
         }
         if self.events.is_finished() {
             self.done = true;
@@ -39,13 +38,29 @@ impl Framer {
         }
     }
 
-    /// The next chunk of the body: every event already waiting, framed into one buffer, so a
-    /// burst of events costs one write rather than one per event.
+    /// Frame the events already waiting, up to [`MAX_BATCH_BYTES`].
+    fn drain_ready(&mut self, out: &mut Vec<u8>) {
+        while !self.done && out.len() < MAX_BATCH_BYTES {
+            match self.events.next_ready() {
+                Some(event) => self.frame(event, out),
+                None => break,
+            }
+        }
+    }
+
+    /// The next chunk of the body: the next event and every event that becomes ready while the
+    /// other tasks run, framed into one buffer, so a burst of events costs one write rather than
+    /// one per event.
+    ///
+    /// The run produces an event only after the upstream connection's task hands it the next
+    /// frame, so after each drain this task yields once to let them run; it stops when a yield
+    /// brought nothing (the producer waits on the network), at the terminal event, or once the
+    /// chunk reaches [`MAX_BATCH_BYTES`].
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if self.done {
             return None;
         }
-        let mut out = BytesMut::new();
+        let mut out = Vec::new();
         match self.events.next().await {
             Some(first) => self.frame(first, &mut out),
             None => {
@@ -53,13 +68,16 @@ impl Framer {
                 out.extend_from_slice(SseFrame::DONE);
             }
         }
+        self.drain_ready(&mut out);
         while !self.done && out.len() < MAX_BATCH_BYTES {
-            match self.events.next_ready() {
-                Some(event) => self.frame(event, &mut out),
-                None => break,
+            let before = out.len();
+            tokio::task::yield_now().await;
+            self.drain_ready(&mut out);
+            if out.len() == before {
+                break;
             }
         }
-        Some(out.freeze())
+        Some(Bytes::from(out))
     }
 }
 

@@ -58,6 +58,8 @@ pub const ROUTE_ALLOW: &str = "GET, POST";
 const METRICS_METHOD: &str = "WEBSOCKET";
 /// Events buffered between the run and a slow client before the run waits.
 const EVENT_BUFFER: usize = 64;
+/// Events sent with one flush at most.
+const MAX_BATCH_EVENTS: usize = 256;
 
 /// What the WebSocket route needs.
 #[derive(Clone)]
@@ -183,7 +185,7 @@ impl Connection {
                     tracing::debug!(error = %e, "WebSocket read failed");
                     Err(ClientGone)
                 }
-                Input::Event(Some((event, number))) => self.send_event(&event, number, &mut sender).await,
+                Input::Event(Some(first)) => self.send_events(first, &mut sender).await,
                 Input::Event(None) => {
                     self.settle().await;
                     Ok(())
@@ -209,12 +211,46 @@ impl Connection {
         }
     }
 
-    async fn send_event(&mut self, event: &ResponseEvent, number: u64, sender: &mut Sender) -> Result<(), ClientGone> {
+    /// Send `first` and every event of the running response that becomes ready while the other
+    /// tasks run, as one flush: the run produces an event only after the upstream connection's
+    /// task hands it the next frame, so this yields once after each drain and stops when a yield
+    /// brought nothing (the producer waits on the network) or after [`MAX_BATCH_EVENTS`].
+    async fn send_events(&mut self, first: (ResponseEvent, u64), sender: &mut Sender) -> Result<(), ClientGone> {
+        self.feed_event(first, sender).await?;
+        let mut sent = 1 + self.feed_ready(MAX_BATCH_EVENTS - 1, sender).await?;
+        while self.running.is_some() && sent < MAX_BATCH_EVENTS {
+            tokio::task::yield_now().await;
+            match self.feed_ready(MAX_BATCH_EVENTS - sent, sender).await? {
+                0 => break,
+                fed => sent += fed,
+            }
+        }
+        sender.flush().await.map_err(write_failed)
+    }
+
+    /// Queue up to `max` events of the running response that are already waiting; how many.
+    async fn feed_ready(&mut self, max: usize, sender: &mut Sender) -> Result<usize, ClientGone> {
+        let mut fed = 0;
+        while fed < max {
+            let Some(next) = self.running.as_mut().and_then(|running| running.events.next_ready()) else { break };
+            self.feed_event(next, sender).await?;
+            fed += 1;
+        }
+        Ok(fed)
+    }
+
+    /// Queue one event's text frame on the connection (written at the next flush, or sooner
+    /// when the write buffer fills).
+    async fn feed_event(
+        &mut self,
+        (event, number): (ResponseEvent, u64),
+        sender: &mut Sender,
+    ) -> Result<(), ClientGone> {
         if self.running.as_ref().is_some_and(|r| r.events.is_finished()) {
             self.settle().await;
         }
-        match numbered_json(event, number) {
-            Ok(json) => send_text(sender, json).await,
+        match numbered_json(&event, number) {
+            Ok(json) => sender.feed(Message::Text(json.into())).await.map_err(write_failed),
             Err(e) => {
                 tracing::error!(error = %e, kind = event.kind(), "could not serialize an event");
                 Ok(())
@@ -283,10 +319,12 @@ impl Connection {
 type Sender = futures::stream::SplitSink<WebSocket, Message>;
 
 async fn send_text(sender: &mut Sender, text: String) -> Result<(), ClientGone> {
-    sender.send(Message::Text(text.into())).await.map_err(|e| {
-        tracing::debug!(error = %e, "WebSocket write failed");
-        ClientGone
-    })
+    sender.send(Message::Text(text.into())).await.map_err(write_failed)
+}
+
+fn write_failed(e: axum::Error) -> ClientGone {
+    tracing::debug!(error = %e, "WebSocket write failed");
+    ClientGone
 }
 
 /// The next event of the running response; pending forever when none runs (so `select!` waits
