@@ -17,6 +17,10 @@ use crate::event_sequence::EventSequence;
 /// Stop batching waiting events once a chunk is this large.
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
+/// Yields in a row that brought no event before a chunk goes out: the run and the upstream
+/// connection's task take turns, so one turn can pass without an event while the next has one.
+const IDLE_YIELDS: u32 = 2;
+
 struct Framer {
     events: EventSequence,
     /// `data: [DONE]` was written: the body is complete.
@@ -53,9 +57,9 @@ impl Framer {
     /// one per event.
     ///
     /// The run produces an event only after the upstream connection's task hands it the next
-    /// frame, so after each drain this task yields once to let them run; it stops when a yield
-    /// brought nothing (the producer waits on the network), at the terminal event, or once the
-    /// chunk reaches [`MAX_BATCH_BYTES`].
+    /// frame, so after each drain this task yields to let them run; it stops after
+    /// [`IDLE_YIELDS`] yields in a row brought nothing (the producer waits on the network), at the
+    /// terminal event, or once the chunk reaches [`MAX_BATCH_BYTES`].
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if self.done {
             return None;
@@ -69,13 +73,12 @@ impl Framer {
             }
         }
         self.drain_ready(&mut out);
-        while !self.done && out.len() < MAX_BATCH_BYTES {
+        let mut idle_yields = 0;
+        while !self.done && out.len() < MAX_BATCH_BYTES && idle_yields < IDLE_YIELDS {
             let before = out.len();
             tokio::task::yield_now().await;
             self.drain_ready(&mut out);
-            if out.len() == before {
-                break;
-            }
+            idle_yields = if out.len() == before { idle_yields + 1 } else { 0 };
         }
         Some(Bytes::from(out))
     }
