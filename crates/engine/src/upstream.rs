@@ -339,7 +339,7 @@ impl Upstream {
 
     /// A request to `{base}{path}` (path starts with `/`), with the upstream key applied.
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.raw_request(method, &format!("{}{}", self.config.base_url, path))
+        self.raw_request(method, format!("{}{}", self.config.base_url, path))
     }
 
     /// A request to an absolute URL on the model server (integrated mode forwards paths outside

@@ -76,7 +76,7 @@ async fn forward(
     let mut request = match target {
         Target::UnderUpstreamBase(path) => upstream.request(method, &with_query(path)),
         Target::Raw(base) => {
-            upstream.raw_request(method, &format!("{}{}", base.trim_end_matches('/'), with_query(uri.path())))
+            upstream.raw_request(method, format!("{}{}", base.trim_end_matches('/'), with_query(uri.path())))
         }
     };
     let upstream_has_key = upstream.config().api_key.is_some();
