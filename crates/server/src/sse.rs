@@ -19,7 +19,7 @@ const MAX_BATCH_BYTES: usize = 64 * 1024;
 
 /// Yields in a row that brought no event before a chunk goes out: the run and the upstream
 /// connection's task take turns, so one turn can pass without an event while the next has one.
-const IDLE_YIELDS: u32 = 2;
+pub(crate) const IDLE_YIELDS: u32 = 2;
 
 struct Framer {
     events: EventSequence,

@@ -48,6 +48,7 @@ use crate::auth::{StreamSlot, Tenant};
 use crate::error::HttpError;
 use crate::event_sequence::EventSequence;
 use crate::request_id::RequestId;
+use crate::sse::IDLE_YIELDS;
 
 /// The route, as the metrics and error messages name it.
 pub const ROUTE: &str = "/v1/responses";
@@ -213,16 +214,21 @@ impl Connection {
 
     /// Send `first` and every event of the running response that becomes ready while the other
     /// tasks run, as one flush: the run produces an event only after the upstream connection's
-    /// task hands it the next frame, so this yields once after each drain and stops when a yield
-    /// brought nothing (the producer waits on the network) or after [`MAX_BATCH_EVENTS`].
+    /// task hands it the next frame, so this yields after each drain and stops after
+    /// [`IDLE_YIELDS`] yields in a row brought nothing (the producer waits on the network) or after
+    /// [`MAX_BATCH_EVENTS`].
     async fn send_events(&mut self, first: (ResponseEvent, u64), sender: &mut Sender) -> Result<(), ClientGone> {
         self.feed_event(first, sender).await?;
         let mut sent = 1 + self.feed_ready(MAX_BATCH_EVENTS - 1, sender).await?;
-        while self.running.is_some() && sent < MAX_BATCH_EVENTS {
+        let mut idle_yields = 0;
+        while self.running.is_some() && sent < MAX_BATCH_EVENTS && idle_yields < IDLE_YIELDS {
             tokio::task::yield_now().await;
             match self.feed_ready(MAX_BATCH_EVENTS - sent, sender).await? {
-                0 => break,
-                fed => sent += fed,
+                0 => idle_yields += 1,
+                fed => {
+                    sent += fed;
+                    idle_yields = 0;
+                }
             }
         }
         sender.flush().await.map_err(write_failed)
