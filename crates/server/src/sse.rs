@@ -127,6 +127,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn events_a_run_produces_in_turns_go_out_in_one_chunk() {
+        // A run that yields between events, as one waiting on its upstream connection's task
+        // does, on the same thread as the framer.
+        let (tx, rx) = mpsc::channel(8);
+        let run = tokio::spawn(async move {
+            tx.send(ResponseEvent::Created { response: Box::new(response()) }).await.unwrap();
+            for i in 0..100 {
+                let delta = ResponseEvent::OutputTextDelta {
+                    item_id: "msg_1".into(),
+                    output_index: 0,
+                    content_index: 0,
+                    delta: format!("{i} "),
+                    logprobs: [],
+                };
+                tx.send(delta).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            tx.send(ResponseEvent::Completed { response: Box::new(response()) }).await.unwrap();
+        });
+        let metrics = respgw_telemetry::Metrics::new();
+        let chunks: Vec<Bytes> =
+            event_stream(rx, metrics.sse_stream("/v1/responses"), None).map(|f| f.unwrap()).collect().await;
+        run.await.unwrap();
+        let text: String = chunks.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+        assert_eq!(text.matches("event: response.output_text.delta").count(), 100);
+        assert!(chunks.len() <= 3, "102 events in {} chunks", chunks.len());
+    }
+
+    #[tokio::test]
     async fn a_failed_run_ends_with_error_failed_and_done() {
         // What the engine sends when a run dies: `error`, then `response.failed`.
         let (tx, rx) = mpsc::channel(8);
