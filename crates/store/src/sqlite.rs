@@ -35,8 +35,9 @@
 //!   committed in one transaction, each in its own savepoint. Transactions begin with `BEGIN
 //!   IMMEDIATE`, so a write lock held by another process is waited for at the start, never by
 //!   upgrading a read snapshot.
-//! - Reads run on tokio's blocking pool and use a small pool of reader connections (up to 8, created on demand); in WAL mode they
-//!   never wait for writers. Each read is a single statement, hence one consistent snapshot.
+//! - Reads run on tokio's blocking pool and use a small pool of reader connections (up to 8,
+//!   created on demand); in WAL mode they never wait for writers. Each read is a single
+//!   statement, hence one consistent snapshot.
 //! - Locks held by other processes are waited for by a busy handler with fine-grained sleeps (see
 //!   the `connection` module), within the same 5 s budget the busy timeout had.
 //! - WAL checkpoints run on a background thread, not inside commits; a commit waits for one only
