@@ -507,6 +507,76 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[tokio::test]
+    async fn idle_connections_beyond_the_cap_are_closed() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // A model server on loopback that answers every request with an empty stream and counts
+        // the connections it has open (and the most at once).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (server_open, server_most) = (Arc::clone(&open), Arc::clone(&most));
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let now = server_open.fetch_add(1, Ordering::SeqCst) + 1;
+                server_most.fetch_max(now, Ordering::SeqCst);
+                let open = Arc::clone(&server_open);
+                tokio::spawn(async move {
+                    let (mut received, mut chunk) = (Vec::new(), [0u8; 4096]);
+                    while let Ok(n @ 1..) = socket.read(&mut chunk).await {
+                        received.extend_from_slice(&chunk[..n]);
+                        // Every whole request (headers and a `content-length` body) gets its reply.
+                        while let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&received[..end]).to_ascii_lowercase();
+                            let length: usize = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse().ok())
+                                .unwrap_or(0);
+                            if received.len() < end + 4 + length {
+                                break;
+                            }
+                            received.drain(..end + 4 + length);
+                            let body = "data: [DONE]\n\n";
+                            let reply = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            socket.write_all(reply.as_bytes()).await.unwrap();
+                        }
+                    }
+                    open.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        let upstream = Upstream::new(UpstreamConfig {
+            base_url: format!("http://{addr}/v1"),
+            api_key: None,
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            max_idle_connections: 2,
+        })
+        .unwrap();
+        // Five calls at once, each on a connection of its own; all five then fall idle.
+        let calls = (0..5).map(|_| async {
+            let mut events = upstream.stream_chat(&json!({"model": "m"}), &[]).await.unwrap();
+            while events.next().await.is_some() {}
+        });
+        futures::future::join_all(calls).await;
+        for _ in 0..250 {
+            if open.load(Ordering::SeqCst) <= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(most.load(Ordering::SeqCst) > 2, "the calls shared connections: {most:?}");
+        assert_eq!(open.load(Ordering::SeqCst), 2, "idle connections kept");
+    }
+
     #[test]
     fn upstream_404_keeps_status_and_message() {
         let e = UpstreamError::Status {
