@@ -1,7 +1,13 @@
 //! Decoded stored items by store key, so that continuing a history decodes each item once per
 //! process rather than once per continuation (decoding is most of what a long history costs a
 //! read: about 1 µs per item, against 0.1 µs to clone a decoded one). Conversation reads use it
-//! too, and every write (a save, a conversation's creation or append) keeps what it stored.
+//! too.
+//!
+//! Only reads fill it: an item is kept once something read it. Writes keep nothing, so a
+//! continuation decodes the previous turn's new items once, and responses that are never
+//! continued cost no memory. It also keeps a burst of streams from pinning memory: an item saved
+//! at the end of a stream was allocated among the buffers of the streams being served, and keeping
+//! it would hold those heap pages resident after the streams close.
 //!
 //! Always consistent without invalidation: an item's row never changes once written, and a key is
 //! never handed out twice (SQLite `AUTOINCREMENT`, a PostgreSQL sequence), so a cached key can only

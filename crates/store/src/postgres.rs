@@ -191,9 +191,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
 /// The whole save as one statement. The new items (`$8` ids, `$9` bodies), each drawing its key
 /// in a materialized CTE so that a key and its item stay paired; the response row, whose key list
 /// is that of the response it continues (`$7`) followed by the new keys; then the rows of its own
-/// items, the first `$10` being input, returning each new item's position and key. The foreign
-/// key on `history_from` fails the statement as a whole when that response is gone; a response
-/// of another owner than `$11` counts as gone (its id is replaced by `''`, which names no row).
+/// items, the first `$10` being input. The foreign key on `history_from` fails the statement as a
+/// whole when that response is gone; a response of another owner than `$11` counts as gone (its id
+/// is replaced by `''`, which names no row).
 const SAVE: &str = "
     WITH new_items AS MATERIALIZED (
         SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
@@ -215,15 +215,13 @@ const SAVE: &str = "
     )
     INSERT INTO response_items (response_id, position, item_key, role)
     SELECT (SELECT id FROM response), n.ord - 1, n.key, CASE WHEN n.ord <= $10 THEN 1 ELSE 2 END
-    FROM new_items n
-    RETURNING position, item_key";
+    FROM new_items n";
 
 /// The save of a response created in a conversation (`$7`) by owner `$11`, run once the
 /// conversation's row is locked and its owner and version checked: the new items (`$8` ids, `$9`
 /// bodies, the first `$10` being input); the response row, whose key list is the conversation's visible keys followed by the new
 /// ones; its own items' rows; the same keys appended to the conversation after its last position;
-/// and the conversation's next version (when anything was appended). Returns each new item's
-/// position and key, as [`SAVE`] does.
+/// and the conversation's next version (when anything was appended).
 const SAVE_IN_CONVERSATION: &str = "
     WITH new_items AS MATERIALIZED (
         SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
@@ -253,8 +251,7 @@ const SAVE_IN_CONVERSATION: &str = "
     )
     INSERT INTO response_items (response_id, position, item_key, role)
     SELECT (SELECT id FROM response), n.ord - 1, n.key, CASE WHEN n.ord <= $10 THEN 1 ELSE 2 END
-    FROM new_items n
-    RETURNING position, item_key";
+    FROM new_items n";
 
 /// Lock a conversation's row for a write (every write of a conversation takes it first, so they
 /// run one after the other, each seeing the one before); its tombstone flag and version. Only
@@ -262,7 +259,7 @@ const SAVE_IN_CONVERSATION: &str = "
 const LOCK_CONVERSATION: &str = "SELECT deleted, version FROM conversations WHERE id = $1 AND owner = $2 FOR UPDATE";
 
 /// A new conversation (`$1` id, `$2` created_at, `$3` metadata, `$6` owner) with its items (`$4`
-/// ids, `$5` bodies), in one statement; returns each new item's index and key.
+/// ids, `$5` bodies), in one statement.
 const CREATE_CONVERSATION: &str = "
     WITH new_items AS MATERIALIZED (
         SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
@@ -273,15 +270,12 @@ const CREATE_CONVERSATION: &str = "
     ),
     conversation AS (
         INSERT INTO conversations (id, created_at, metadata, owner) VALUES ($1, $2, $3, $6) RETURNING id
-    ),
-    rows AS (
-        INSERT INTO conversation_items (conversation_id, position, item_key)
-        SELECT (SELECT id FROM conversation), n.ord - 1, n.key FROM new_items n
     )
-    SELECT (n.ord - 1)::integer, n.key FROM new_items n";
+    INSERT INTO conversation_items (conversation_id, position, item_key)
+    SELECT (SELECT id FROM conversation), n.ord - 1, n.key FROM new_items n";
 
 /// Append items (`$2` ids, `$3` bodies) to the locked conversation `$1` after its last position
-/// and bump its version; returns each new item's index and key.
+/// and bump its version.
 const APPEND_CONVERSATION_ITEMS: &str = "
     WITH new_items AS MATERIALIZED (
         SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
@@ -295,11 +289,8 @@ const APPEND_CONVERSATION_ITEMS: &str = "
         SELECT $1, (SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = $1)
             + n.ord - 1, n.key
         FROM new_items n
-    ),
-    bumped AS (
-        UPDATE conversations SET version = version + 1 WHERE id = $1
     )
-    SELECT (n.ord - 1)::integer, n.key FROM new_items n";
+    UPDATE conversations SET version = version + 1 WHERE id = $1";
 
 const SELECT_CONVERSATION: &str =
     "SELECT created_at, metadata FROM conversations WHERE id = $1 AND owner = $2 AND NOT deleted";
@@ -697,11 +688,11 @@ impl ResponseStore for PostgresStore {
         if response.conversation.is_some() {
             // The conversation's row is locked until the save commits (see the module's docs).
             let mut tx = self.pool.begin().await.map_err(map_err)?;
-            save_on(&mut tx, &self.items, response).await?;
+            save_on(&mut tx, response).await?;
             return tx.commit().await.map_err(map_err);
         }
         let mut conn = self.pool.acquire().await.map_err(map_err)?;
-        save_on(&mut conn, &self.items, response).await
+        save_on(&mut conn, response).await
     }
 
     async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -785,13 +776,10 @@ impl ResponseStore for PostgresStore {
             .bind(&item_ids)
             .bind(&bodies)
             .bind(&owner)
-            .fetch_all(&self.pool)
+            .execute(&self.pool)
             .await;
         match created {
-            Ok(rows) => {
-                keep_saved(&self.items, items.into_iter(), &bodies, rows);
-                Ok(())
-            }
+            Ok(_) => Ok(()),
             Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
             Err(e) => Err(map_err(e)),
         }
@@ -882,15 +870,14 @@ impl ResponseStore for PostgresStore {
         if items.is_empty() {
             return Ok(Some(()));
         }
-        let rows = sqlx::query(APPEND_CONVERSATION_ITEMS)
+        sqlx::query(APPEND_CONVERSATION_ITEMS)
             .bind(id)
             .bind(&item_ids)
             .bind(&bodies)
-            .fetch_all(&mut *tx)
+            .execute(&mut *tx)
             .await
             .map_err(map_err)?;
         tx.commit().await.map_err(map_err)?;
-        keep_saved(&self.items, items.into_iter(), &bodies, rows);
         Ok(Some(()))
     }
 
@@ -958,11 +945,7 @@ impl ResponseStore for PostgresStore {
 
 /// Save `response` with one statement on `executor` (the pool, or a background run's
 /// transaction).
-pub(crate) async fn save_on(
-    conn: &mut PgConnection,
-    cache: &ItemCache,
-    response: NewResponse,
-) -> Result<(), StoreError> {
+pub(crate) async fn save_on(conn: &mut PgConnection, response: NewResponse) -> Result<(), StoreError> {
     let NewResponse {
         id,
         owner,
@@ -1005,7 +988,7 @@ pub(crate) async fn save_on(
                 .bind(&bodies)
                 .bind(inputs)
                 .bind(&owner)
-                .fetch_all(&mut *conn)
+                .execute(&mut *conn)
                 .await
         }
         None => {
@@ -1021,17 +1004,12 @@ pub(crate) async fn save_on(
                 .bind(&bodies)
                 .bind(inputs)
                 .bind(&owner)
-                .fetch_all(&mut *conn)
+                .execute(&mut *conn)
                 .await
         }
     };
     match saved {
-        Ok(rows) => {
-            // The next continuation need not decode what was just written. Kept before the
-            // caller commits: keys are never reused, so a rolled-back save's are never read.
-            keep_saved(cache, input.into_iter().chain(output), &bodies, rows);
-            Ok(())
-        }
+        Ok(_) => Ok(()),
         Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
         Err(e) if sqlstate(&e).as_deref() == Some("23503") => Err(StoreError::MissingHistory(format!(
             "{} was deleted before its continuation {id} was saved",
@@ -1051,28 +1029,6 @@ fn lookup_key(id: &str) -> std::borrow::Cow<'_, str> {
 /// Whether a stored response (or tombstone) continues `id`.
 async fn has_continuations(tx: &mut sqlx::PgConnection, id: &str) -> Result<bool, StoreError> {
     sqlx::query_scalar(HAS_CONTINUATIONS).bind(id).fetch_one(&mut *tx).await.map_err(map_err)
-}
-
-/// Keep items just written (with their encoded `bodies`) in the cache, from the committed
-/// statement's `(index, key)` rows: the next read of them need not decode them.
-fn keep_saved(
-    cache: &ItemCache,
-    items: impl Iterator<Item = Item>,
-    bodies: &[String],
-    rows: Vec<sqlx::postgres::PgRow>,
-) {
-    let mut new_items: Vec<Option<(Item, usize)>> =
-        items.zip(bodies).map(|(item, body)| Some((item, body.len()))).collect();
-    for row in rows {
-        // The write is committed (or about to be): a row that does not decode only goes uncached.
-        let (Ok(index), Ok(key)) = (row.try_get::<i32, _>(0), row.try_get::<i64, _>(1)) else {
-            continue;
-        };
-        let slot = usize::try_from(index).ok().and_then(|p| new_items.get_mut(p));
-        if let Some((item, bytes)) = slot.and_then(Option::take) {
-            cache.keep(key, item, bytes);
-        }
-    }
 }
 
 /// Lookup ids and encoded bodies of new items.

@@ -629,8 +629,7 @@ pub(crate) struct EncodedResponse {
     /// The conversation the response was created in, at the version it read.
     conversation: Option<ConversationAppend>,
     inputs: i64,
-    /// The new items, input then output, with their `(item_id, body)` rows.
-    items: Vec<Item>,
+    /// The new items, input then output, as `(item_id, body)` rows.
     rows: Vec<(String, String)>,
 }
 
@@ -653,9 +652,8 @@ impl EncodedResponse {
         let history_from = if conversation.is_some() { None } else { history_from };
         let body = encode(&response, "response")?;
         let inputs = input.len() as i64;
-        let items: Vec<Item> = input.into_iter().chain(output).collect();
-        let mut rows = Vec::with_capacity(items.len());
-        for item in &items {
+        let mut rows = Vec::with_capacity(input.len() + output.len());
+        for item in input.iter().chain(&output) {
             rows.push((item.id().to_owned(), encode(item, "item")?));
         }
         Ok(Self {
@@ -669,14 +667,12 @@ impl EncodedResponse {
             history_from,
             conversation,
             inputs,
-            items,
             rows,
         })
     }
 
-    /// Write the response row, its new items and their rows inside `tx`; returns the first new
-    /// item's key.
-    pub(crate) fn insert(&self, tx: &Connection) -> Result<Option<i64>, StoreError> {
+    /// Write the response row, its new items and their rows inside `tx`.
+    pub(crate) fn insert(&self, tx: &Connection) -> Result<(), StoreError> {
         let id = &self.id;
         let mut history = match (&self.conversation, &self.history_from) {
             (Some(append), _) => {
@@ -740,15 +736,7 @@ impl EncodedResponse {
                 append_rows(tx, &append.id, first, self.rows.len())?;
             }
         }
-        Ok(first_key)
-    }
-
-    /// After the commit: the next continuation of this conversation need not decode what was
-    /// just written.
-    pub(crate) fn keep_in(self, cache: &ItemCache, first_key: Option<i64>) {
-        if let Some(first) = first_key {
-            keep_items(cache, self.items, &self.rows, first);
-        }
+        Ok(())
     }
 }
 
@@ -757,14 +745,7 @@ impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
         // Encode everything before taking the writer, to hold it as briefly as possible.
         let encoded = EncodedResponse::new(response)?;
-        let (first_key, encoded) = self
-            .write(move |tx| {
-                let first_key = encoded.insert(tx)?;
-                Ok((first_key, encoded))
-            })
-            .await?;
-        encoded.keep_in(&self.inner.items, first_key);
-        Ok(())
+        self.write(move |tx| encoded.insert(tx)).await
     }
 
     async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -834,32 +815,24 @@ impl ResponseStore for SqliteStore {
         let NewConversation { id, owner, created_at, metadata, items } = conversation;
         let metadata = encode(&metadata, "metadata")?;
         let new_items = encode_items(&items)?;
-        let (first, new_items) = self
-            .write(move |tx| {
-                let inserted = tx
-                    .prepare_cached(INSERT_CONVERSATION)
-                    .and_then(|mut s| s.execute(params![id, created_at, metadata, owner]));
-                match inserted {
-                    Ok(_) => {}
-                    Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
-                    Err(e) => return Err(map_err(e)),
-                }
-                let first = if new_items.is_empty() {
-                    None
-                } else {
-                    let first = insert_items(tx, &new_items)?;
-                    tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
-                        .and_then(|mut s| s.execute(params![id, first, new_items.len() as i64, 0]))
-                        .map_err(map_err)?;
-                    Some(first)
-                };
-                Ok((first, new_items))
-            })
-            .await?;
-        if let Some(first) = first {
-            keep_items(&self.inner.items, items, &new_items, first);
-        }
-        Ok(())
+        self.write(move |tx| {
+            let inserted = tx
+                .prepare_cached(INSERT_CONVERSATION)
+                .and_then(|mut s| s.execute(params![id, created_at, metadata, owner]));
+            match inserted {
+                Ok(_) => {}
+                Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id)),
+                Err(e) => return Err(map_err(e)),
+            }
+            if !new_items.is_empty() {
+                let first = insert_items(tx, &new_items)?;
+                tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
+                    .and_then(|mut s| s.execute(params![id, first, new_items.len() as i64, 0]))
+                    .map_err(map_err)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn conversation(&self, owner: &str, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
@@ -942,25 +915,18 @@ impl ResponseStore for SqliteStore {
     ) -> Result<Option<()>, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
         let new_items = encode_items(&items)?;
-        let appended = self
-            .write(move |tx| {
-                match conversation_state(tx, &owner, &id)? {
-                    Some((false, _)) => {}
-                    Some((true, _)) | None => return Ok(None),
-                }
-                if new_items.is_empty() {
-                    return Ok(Some(None));
-                }
+        self.write(move |tx| {
+            match conversation_state(tx, &owner, &id)? {
+                Some((false, _)) => {}
+                Some((true, _)) | None => return Ok(None),
+            }
+            if !new_items.is_empty() {
                 let first = insert_items(tx, &new_items)?;
                 append_rows(tx, &id, first, new_items.len())?;
-                Ok(Some(Some((first, new_items))))
-            })
-            .await?;
-        let Some(appended) = appended else { return Ok(None) };
-        if let Some((first, new_items)) = appended {
-            keep_items(&self.inner.items, items, &new_items, first);
-        }
-        Ok(Some(()))
+            }
+            Ok(Some(()))
+        })
+        .await
     }
 
     async fn conversation_item(
@@ -1122,13 +1088,6 @@ fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecor
 /// Encode new items for [`insert_items`].
 fn encode_items(items: &[Item]) -> Result<Vec<(String, String)>, StoreError> {
     items.iter().map(|item| Ok((item.id().to_owned(), encode(item, "item")?))).collect()
-}
-
-/// Keep new items, just stored from `first` on, in the cache.
-fn keep_items(cache: &ItemCache, items: impl IntoIterator<Item = Item>, encoded: &[(String, String)], first: i64) {
-    for ((item, (_, body)), key) in items.into_iter().zip(encoded).zip(first..) {
-        cache.keep(key, item, body.len());
-    }
 }
 
 /// Access for tests: raw SQL on the writer connection, and the internal counters.

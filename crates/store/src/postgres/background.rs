@@ -217,7 +217,7 @@ impl BackgroundStore for PostgresStore {
             // Dropping `tx` rolls back (nothing was written).
             return Ok(Appended::NotActive);
         }
-        save_on(&mut tx, &self.items, save).await?;
+        save_on(&mut tx, save).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(Appended::Done)
     }

@@ -110,35 +110,27 @@ impl BackgroundStore for SqliteStore {
     async fn append(&self, batch: EventBatch) -> Result<Appended, StoreError> {
         let save = batch.save.map(EncodedResponse::new).transpose()?;
         let (id, owner, events, state) = (batch.id, batch.owner, batch.events, batch.state);
-        let (appended, saved) = self
-            .write(move |tx| {
-                let Some((run, next_seq)) = read_run(tx, &id)? else { return Ok((Appended::NotActive, None)) };
-                let first = events.first().map(|e| e.seq as i64);
-                if run.status.is_terminal() || run.owner != owner || first.is_some_and(|f| f != next_seq) {
-                    return Ok((Appended::NotActive, None));
-                }
-                insert_events(tx, &id, &events)?;
-                let first_key = match &save {
-                    Some(save) => save.insert(tx)?,
-                    None => None,
-                };
-                let (status, body) = match &state {
-                    Some((status, body)) => (*status, body.as_str()),
-                    None => (run.status, run.body.as_str()),
-                };
-                let next = next_seq + events.len() as i64;
-                tx.prepare_cached(UPDATE_RUN)
-                    .and_then(|mut s| {
-                        s.execute(params![id, status.as_str(), body, next, status.is_terminal(), now_ms()])
-                    })
-                    .map_err(map_err)?;
-                Ok((Appended::Done, save.map(|save| (save, first_key))))
-            })
-            .await?;
-        if let Some((save, first_key)) = saved {
-            save.keep_in(&self.inner.items, first_key);
-        }
-        Ok(appended)
+        self.write(move |tx| {
+            let Some((run, next_seq)) = read_run(tx, &id)? else { return Ok(Appended::NotActive) };
+            let first = events.first().map(|e| e.seq as i64);
+            if run.status.is_terminal() || run.owner != owner || first.is_some_and(|f| f != next_seq) {
+                return Ok(Appended::NotActive);
+            }
+            insert_events(tx, &id, &events)?;
+            if let Some(save) = &save {
+                save.insert(tx)?;
+            }
+            let (status, body) = match &state {
+                Some((status, body)) => (*status, body.as_str()),
+                None => (run.status, run.body.as_str()),
+            };
+            let next = next_seq + events.len() as i64;
+            tx.prepare_cached(UPDATE_RUN)
+                .and_then(|mut s| s.execute(params![id, status.as_str(), body, next, status.is_terminal(), now_ms()]))
+                .map_err(map_err)?;
+            Ok(Appended::Done)
+        })
+        .await
     }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
