@@ -134,8 +134,7 @@ pub(crate) struct Config {
     pub max_readers: usize,
     /// The checkpointer runs at least this often.
     pub checkpoint_interval: Duration,
-    /// A commit that leaves at least this many frames in the WAL wakes the checkpointer early
-    /// (SQLite's own automatic checkpoint uses the same default, 1000).
+    /// A commit that leaves at least this many frames in the WAL wakes the checkpointer early.
     pub checkpoint_pages: i32,
     /// A commit that leaves this many frames in the WAL waits, holding the writer, for a
     /// checkpoint that copies them all, so that the WAL cannot keep growing under overload (see
@@ -152,13 +151,17 @@ impl Default for Config {
             busy_budget: Duration::from_secs(5),
             max_readers: 8,
             checkpoint_interval: Duration::from_secs(1),
-            checkpoint_pages: 1000,
-            // 16 MiB: never reached while the checkpointer keeps up.
-            max_wal_pages: 4000,
-            // About twice the usual high-water mark (1000 frames of 4 KiB pages plus what arrives
-            // while a checkpoint runs), so that a WAL of normal size is reused, not truncated and
-            // regrown every time.
-            journal_size_limit: 8 << 20,
+            // 16 MiB of 4 KiB pages, four times SQLite's own automatic checkpoint. A checkpoint
+            // syncs both files and copies each page once however many commits rewrote it (a
+            // table's last leaf, an index's), so fewer, larger rounds cost less per write: at a
+            // saved response every 0.35 ms, the checkpointer's CPU per save halves against 1000.
+            checkpoint_pages: 4000,
+            // 64 MiB: never reached while the checkpointer keeps up.
+            max_wal_pages: 16000,
+            // About twice the usual high-water mark (`checkpoint_pages` plus what arrives while a
+            // checkpoint runs), so that a WAL of normal size is reused, not truncated and regrown
+            // every time.
+            journal_size_limit: 32 << 20,
         }
     }
 }
