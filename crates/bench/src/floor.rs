@@ -12,8 +12,8 @@
 //! The bench measures it exactly as it measures respgw (CPU and RSS of its process tree from
 //! `/proc`) and prints its figures as the baseline of respgw's CPU and memory rows: what the
 //! stack itself costs (connections, HTTP framing, JSON, the runtime), against which respgw's own
-//! logic is the difference. It does its JSON plainly, in `Value`s: a gateway that decodes
-//! upstream chunks into typed structs in place, as respgw does, can spend less per delta.
+//! logic is the difference. It does its JSON plainly, in `Value`s: a gateway that parses
+//! upstream chunks straight into typed structs, as respgw does, can spend less per delta.
 
 use std::process::ExitCode;
 use std::sync::Arc;
