@@ -13,7 +13,8 @@
 //!
 //! `hold` works as in the axum mock: role chunk and one delta (chunked encoding), then nothing
 //! until released. Control is line-based on stdin/stdout: `holding` answers `holding N`,
-//! `release` answers `released`; end of stdin ends the process.
+//! `release` answers `released`, `arm` (later holds wait again) answers `armed`; end of stdin
+//! ends the process.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -93,6 +94,10 @@ pub fn serve_main(hold_limit: Duration) -> ExitCode {
                 "release" => {
                     state.release.send_replace(true);
                     writeln!(out, "released")?;
+                }
+                "arm" => {
+                    state.release.send_replace(false);
+                    writeln!(out, "armed")?;
                 }
                 other => writeln!(out, "error unknown command {other:?}")?,
             }
@@ -285,6 +290,10 @@ impl crate::measure::HeldStreams for MockProcess {
 
     async fn release(&self) -> anyhow::Result<()> {
         self.command("release").await.map(drop)
+    }
+
+    async fn arm(&self) -> anyhow::Result<()> {
+        self.command("arm").await.map(drop)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The gateway under test: the real `respgw` binary as a child process, plus what `/proc` says
-//! about it (resident memory, CPU time).
+//! The process under test: the real `respgw` binary, or the bench's own floor proxy
+//! ([`crate::floor`]), as a child process, plus what `/proc` says about it (resident memory, CPU
+//! time). Both are started, watched and measured by the same code, so their figures compare.
 //!
 //! `respgw serve` is a supervisor that re-executes itself as worker processes, so every number
 //! here is taken over the whole process tree: the child and all its descendants.
@@ -17,15 +18,15 @@ use nix::unistd::{Pid, SysconfVar, sysconf};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// How long `respgw serve` may take to print its `listening on` line.
+/// How long the child may take to print its `listening on` line.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
-/// respgw log lines kept for the error message if it dies.
+/// Log lines kept for the error message if the child dies.
 const LOG_TAIL: usize = 20;
-/// respgw log lines forwarded to stderr per instance; the rest are counted (a flood of the same
+/// Log lines forwarded to stderr per instance; the rest are counted (a flood of the same
 /// warning under 10,000 streams would bury the table).
 const LOG_FORWARD: usize = 10;
 
-/// How long a stopped respgw may take to exit after SIGTERM before it is killed.
+/// How long a stopped child may take to exit after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The window over which [`Gateway::settle`] measures the tree's CPU use.
@@ -37,18 +38,24 @@ const SETTLED_CPU: f64 = 0.1;
 /// How long [`Gateway::settle`] waits at most.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A running `respgw serve` on `127.0.0.1:<free port>`, its store in a private temp dir.
-/// Killed (SIGKILL) when dropped; [`Gateway::stop`] shuts it down gracefully.
+/// The open-files limit [`raise_open_files_limit`] aims for.
+const WANTED_OPEN_FILES: u64 = 65_536;
+
+/// A running gateway on `127.0.0.1:<free port>`: `respgw serve` with its store in a private
+/// temp dir, or the floor proxy. Killed (SIGKILL) when dropped; [`Gateway::stop`] shuts it down
+/// gracefully.
 pub struct Gateway {
+    /// What it is, in messages: `respgw` or `floor proxy`.
+    name: &'static str,
     child: Child,
     pid: u32,
     base_url: String,
-    /// respgw's last log lines (stderr).
+    /// The child's last log lines (stderr).
     log_tail: Arc<Mutex<VecDeque<String>>>,
-    /// The task forwarding respgw's log lines; returns how many there were.
+    /// The task forwarding the child's log lines; returns how many there were.
     log_forwarder: Option<tokio::task::JoinHandle<usize>>,
-    /// Holds the SQLite file; removed on drop, after the child is gone.
-    _dir: tempfile::TempDir,
+    /// Holds respgw's SQLite file; removed on drop, after the child is gone.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Gateway {
@@ -73,7 +80,8 @@ impl Gateway {
             Some(db) => db.into(),
             None => dir.path().join("respgw.db").into_os_string(),
         };
-        let mut child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("serve")
             .arg("--upstream")
             .arg(upstream)
@@ -85,8 +93,32 @@ impl Gateway {
             .env("NO_COLOR", "1")
             // No key: auth off. Make sure nothing from the caller's environment turns it on.
             .env_remove("GW_API_KEYS")
-            .env_remove("GW_UPSTREAM_API_KEY")
-            // Loopback only: respgw's upstream client honours proxy variables.
+            .env_remove("GW_UPSTREAM_API_KEY");
+        let cannot_start =
+            format!("cannot start {} (build it with `cargo build --release -p respgw`)", binary.display());
+        Self::spawn("respgw", command, &cannot_start, Some(dir)).await
+    }
+
+    /// Start the floor proxy (`<this executable> --serve-floor-proxy`, see [`crate::floor`]) in
+    /// front of `upstream` and wait until it listens.
+    pub async fn start_floor(upstream: &str) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("cannot find the respgw-bench executable")?;
+        let mut command = Command::new(&exe);
+        command.arg("--serve-floor-proxy").arg("--floor-upstream").arg(upstream);
+        let cannot_start = format!("cannot start the floor proxy ({})", exe.display());
+        Self::spawn("floor proxy", command, &cannot_start, None).await
+    }
+
+    /// Spawn `command` (stdout and stderr piped; `cannot_start` is the error if that fails),
+    /// forward its log, wait for its `listening on` line and for its start-up work to settle.
+    async fn spawn(
+        name: &'static str,
+        mut command: Command,
+        cannot_start: &str,
+        dir: Option<tempfile::TempDir>,
+    ) -> anyhow::Result<Self> {
+        let mut child = command
+            // Loopback only: both upstream clients honour proxy variables.
             .env_remove("HTTP_PROXY")
             .env_remove("http_proxy")
             .env_remove("ALL_PROXY")
@@ -96,13 +128,11 @@ impl Gateway {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| {
-                format!("cannot start {} (build it with `cargo build --release -p respgw`)", binary.display())
-            })?;
-        let pid = child.id().context("respgw exited at once")?;
+            .context(cannot_start.to_owned())?;
+        let pid = child.id().with_context(|| format!("the {name} exited at once"))?;
 
-        // Forward respgw's log lines, minus the expected "authentication is OFF" warning, and
-        // keep the last few for an error message.
+        // Forward the child's log lines, minus respgw's expected "authentication is OFF"
+        // warning, and keep the last few for an error message.
         let log_tail = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_TAIL)));
         let mut log_forwarder = None;
         if let Some(stderr) = child.stderr.take() {
@@ -116,7 +146,7 @@ impl Gateway {
                     }
                     forwarded += 1;
                     if forwarded <= LOG_FORWARD {
-                        eprintln!("  respgw[{pid}]: {line}");
+                        eprintln!("  {name}[{pid}]: {line}");
                     }
                     let mut tail = log_tail.lock().unwrap_or_else(PoisonError::into_inner);
                     if tail.len() == LOG_TAIL {
@@ -128,7 +158,7 @@ impl Gateway {
             }));
         }
 
-        let stdout = child.stdout.take().context("respgw stdout is not piped")?;
+        let stdout = child.stdout.take().with_context(|| format!("the {name}'s stdout is not piped"))?;
         let mut lines = BufReader::new(stdout).lines();
         let base_url = tokio::time::timeout(START_TIMEOUT, async {
             while let Some(line) = lines.next_line().await? {
@@ -136,14 +166,14 @@ impl Gateway {
                     return Ok(url.to_owned());
                 }
             }
-            bail!("respgw exited before it was listening")
+            bail!("the {name} exited before it was listening")
         })
         .await
-        .context("respgw did not print `listening on` in time")??;
+        .with_context(|| format!("the {name} did not print `listening on` in time"))??;
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
-        let mut gateway = Gateway { child, pid, base_url, log_tail, log_forwarder, _dir: dir };
+        let mut gateway = Gateway { name, child, pid, base_url, log_tail, log_forwarder, _dir: dir };
         gateway.settle().await?;
         Ok(gateway)
     }
@@ -164,7 +194,11 @@ impl Gateway {
             }
             before = now;
         }
-        eprintln!("respgw-bench: respgw was still busy {} s after start; measuring anyway", SETTLE_TIMEOUT.as_secs());
+        eprintln!(
+            "respgw-bench: the {} was still busy {} s after start; measuring anyway",
+            self.name,
+            SETTLE_TIMEOUT.as_secs()
+        );
         Ok(())
     }
 
@@ -194,7 +228,8 @@ impl Gateway {
         let tail = self.log_tail.lock().unwrap_or_else(PoisonError::into_inner);
         let log: Vec<&str> = tail.iter().map(String::as_str).collect();
         bail!(
-            "respgw (pid {}) exited unexpectedly: {status}; its last log lines:\n{}",
+            "the {} (pid {}) exited unexpectedly: {status}; its last log lines:\n{}",
+            self.name,
             self.pid,
             if log.is_empty() { "(none)".to_owned() } else { log.join("\n") }
         )
@@ -240,12 +275,12 @@ impl Gateway {
         if !sent || tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await.is_err() {
             self.child.start_kill().ok();
         }
-        self.child.wait().await.context("cannot reap respgw")?;
+        self.child.wait().await.with_context(|| format!("cannot reap the {}", self.name))?;
         if let Some(forwarder) = self.log_forwarder.take()
             && let Ok(Ok(lines)) = tokio::time::timeout(Duration::from_secs(1), forwarder).await
             && lines > LOG_FORWARD
         {
-            eprintln!("  respgw[{}]: ({} more log lines not shown)", self.pid, lines - LOG_FORWARD);
+            eprintln!("  {}[{}]: ({} more log lines not shown)", self.name, self.pid, lines - LOG_FORWARD);
         }
         Ok(())
     }
@@ -344,14 +379,21 @@ fn tree_cpu_ns(pid: u32) -> u64 {
     stat_ticks_ns(pid, &[11, 12, 13, 14])
 }
 
-/// Raise this process's soft open-files limit towards its hard limit, up to 65,536 (children
-/// inherit it), and return the soft limit now in force.
+/// Raise this process's open-files limit to 65,536 (children inherit it): both limits where the
+/// process may raise its hard limit (root), else the soft limit as far as the hard one allows.
+/// Returns the soft limit now in force.
 pub fn raise_open_files_limit() -> anyhow::Result<u64> {
     let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok(limit) => limit,
         Err(errno) => bail!("getrlimit(RLIMIT_NOFILE) failed: {}", std::io::Error::from(errno)),
     };
-    let wanted = hard.min(65_536);
+    if soft >= WANTED_OPEN_FILES {
+        return Ok(soft);
+    }
+    if hard < WANTED_OPEN_FILES && setrlimit(Resource::RLIMIT_NOFILE, WANTED_OPEN_FILES, WANTED_OPEN_FILES).is_ok() {
+        return Ok(WANTED_OPEN_FILES);
+    }
+    let wanted = hard.min(WANTED_OPEN_FILES);
     if soft < wanted && setrlimit(Resource::RLIMIT_NOFILE, wanted, hard).is_ok() {
         return Ok(wanted);
     }

@@ -19,6 +19,11 @@
 //! - respgw's resident memory with many streams open at once: 1,000 through one worker, and
 //!   10,000 through N workers (the mock in its own process, for the open-files limit).
 //!
+//! respgw's CPU per request, CPU per delta and memory per open stream also get a second baseline:
+//! the same measurement through the bare proxy floor ([`floor`]), a gateway that does only what
+//! any Responses gateway on this stack must, run and measured as respgw is. Its figures show how
+//! much of respgw's cost is the stack's, and whether a target is reachable on it at all.
+//!
 //! It prints a table with ratios and the issue's targets, and exits 0 whatever the numbers say
 //! (the numbers are the output); it fails only when something breaks. Loopback only; every loop
 //! is bounded in count and time. Run it through `scripts/bench`.
@@ -26,6 +31,7 @@
 mod background;
 mod continuation;
 mod fastmock;
+mod floor;
 mod gateway;
 mod load;
 mod measure;
@@ -43,7 +49,7 @@ use clap::Parser;
 
 use crate::fastmock::MockProcess;
 use crate::gateway::Gateway;
-use crate::measure::{LatencyResult, Targets};
+use crate::measure::{LatencyResult, MemoryResult, Targets};
 use crate::mock::MockUpstream;
 use crate::scaling::{Load, ScalingRun};
 
@@ -184,6 +190,11 @@ struct Cli {
     #[arg(long, env = "RESPGW_BENCH_POSTGRES_URL", default_value = "postgres://postgres@127.0.0.1:5432/test")]
     postgres_url: String,
 
+    /// Also measure the bare proxy floor (see `floor.rs`), as the baseline of respgw's CPU and
+    /// memory rows.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    floor_proxy: bool,
+
     /// Quicker run: skips the big memory test and shortens the scaling test's windows.
     #[arg(long)]
     quick: bool,
@@ -212,12 +223,23 @@ struct Cli {
     /// Internal: run only the out-of-process mock upstream (see `fastmock`).
     #[arg(long, hide = true)]
     serve_mock: bool,
+
+    /// Internal: run only the floor proxy in front of `--floor-upstream` (see `floor`).
+    #[arg(long, hide = true, requires = "floor_upstream")]
+    serve_floor_proxy: bool,
+
+    /// Internal: the floor proxy's upstream base URL, `/v1` included.
+    #[arg(long, hide = true)]
+    floor_upstream: Option<String>,
 }
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     if cli.serve_mock {
         return fastmock::serve_main(Duration::from_secs(cli.open_timeout.max(1)));
+    }
+    if let (true, Some(upstream)) = (cli.serve_floor_proxy, &cli.floor_upstream) {
+        return floor::serve_main(upstream);
     }
     if cli.quick {
         cli.big_streams = 0;
@@ -428,6 +450,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     gw.stop().await?;
 
+    // Time the run spends on the floor proxy alone, for the footer.
+    let mut floor_time = Duration::ZERO;
+    let floor_cpu = if cli.floor_proxy {
+        let floor_started = Instant::now();
+        let cpu = floor_cpu(&cli, &mock).await?;
+        floor_time += floor_started.elapsed();
+        Some(cpu)
+    } else {
+        None
+    };
+
     if cli.continuation_rounds > 0 {
         continuation_rows(&cli, &mock, &mut table).await?;
     }
@@ -435,14 +468,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         background_rows(&cli, &mock, &mut table).await?;
     }
 
-    table.row(Row::at_most("respgw CPU per request (seq)", seq.gateway_cpu_us, TARGET_CPU_PER_STORED_REQUEST_US, "us"));
+    table.row(
+        Row::at_most("respgw CPU per request (seq)", seq.gateway_cpu_us, TARGET_CPU_PER_STORED_REQUEST_US, "us")
+            .against_floor(
+                floor_cpu.as_ref().map(|f| f.stored),
+                seq.gateway_cpu_us,
+                TARGET_CPU_PER_STORED_REQUEST_US,
+                "us",
+            ),
+    );
     if let Some(r) = &unstored {
-        table.row(Row::at_most(
-            "respgw CPU per request (seq, store:false)",
-            r.gateway_cpu_us,
-            TARGET_CPU_PER_UNSTORED_REQUEST_US,
-            "us",
-        ));
+        table.row(
+            Row::at_most(
+                "respgw CPU per request (seq, store:false)",
+                r.gateway_cpu_us,
+                TARGET_CPU_PER_UNSTORED_REQUEST_US,
+                "us",
+            )
+            .against_floor(
+                floor_cpu.as_ref().and_then(|f| f.unstored),
+                r.gateway_cpu_us,
+                TARGET_CPU_PER_UNSTORED_REQUEST_US,
+                "us",
+            ),
+        );
     }
     if let Some(c) = &conc {
         table.row(Row::info(
@@ -451,12 +500,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ));
     }
     for (streams, r) in &throughputs {
-        table.row(Row::at_most(
-            &format!("respgw CPU per SSE delta ({streams} str.)"),
-            r.gateway_cpu_us,
-            TARGET_CPU_PER_DELTA_US,
-            "us",
-        ));
+        let floor = floor_cpu.as_ref().map(|f| f.per_delta).filter(|_| *streams == 1);
+        table.row(
+            Row::at_most(
+                &format!("respgw CPU per SSE delta ({streams} str.)"),
+                r.gateway_cpu_us,
+                TARGET_CPU_PER_DELTA_US,
+                "us",
+            )
+            .against_floor(floor, r.gateway_cpu_us, TARGET_CPU_PER_DELTA_US, "us"),
+        );
     }
 
     // The out-of-process mock: for the scaling test (cheap, CPU measured on its own) and the
@@ -480,25 +533,50 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let mut gw = Gateway::start(&cli.respgw, &mock.base_url(), &cli.respgw_args).await?;
         progress(&format!("memory: {} streams held open through a fresh respgw (pid {})", cli.open_streams, gw.pid()));
         let settle = Duration::from_secs_f64(cli.settle_seconds.max(0.0));
-        let m = measure::memory(&mock, &mut gw, cli.open_streams, limit, settle).await.context("memory test")?;
+        let m = measure::memory(&mock, &mut gw, cli.open_streams, limit).await.context("memory test")?;
+        let after_kib = measure::rss_after(&mut gw, settle).await?;
         gw.stop().await?;
+        let floor = if cli.floor_proxy {
+            let floor_started = Instant::now();
+            let mut floor = Gateway::start_floor(&mock.base_url()).await?;
+            progress(&format!(
+                "memory: {} streams held open through a fresh floor proxy (pid {})",
+                cli.open_streams,
+                floor.pid()
+            ));
+            let f = measure::memory(&mock, &mut floor, cli.open_streams, limit)
+                .await
+                .context("memory test, floor proxy")?;
+            floor.stop().await?;
+            floor_time += floor_started.elapsed();
+            Some(f)
+        } else {
+            None
+        };
         table.row(Row::info(
             &format!("respgw RSS idle ({} processes, warmed)", m.processes),
             format!("{:.1} MiB", m.idle_kib as f64 / 1024.0),
         ));
-        let per_stream = m.open_kib.saturating_sub(m.idle_kib) as f64 / m.streams as f64;
+        let per_stream = m.kib_per_stream();
         table.row(Row {
             metric: format!("respgw RSS, {} open streams", m.streams),
-            direct: "-".into(),
+            direct: floor.as_ref().map_or("-".into(), |f| format!("+{:.1} KiB/stream", f.kib_per_stream())),
             respgw: format!("{:.1} MiB", m.open_kib as f64 / 1024.0),
             delta: format!("+{per_stream:.1} KiB/stream"),
             target: "-".into(),
             verdict: "info",
-            note: String::new(),
+            note: floor.as_ref().map_or_else(String::new, |f| {
+                format!(
+                    "baseline: the floor's RSS per open stream ({:.1} MiB idle, {:.1} MiB open); respgw/floor {:.1}x",
+                    f.idle_kib as f64 / 1024.0,
+                    f.open_kib as f64 / 1024.0,
+                    per_stream / f.kib_per_stream()
+                )
+            }),
         });
         table.row(Row::info(
             &format!("respgw RSS {} s after they closed", cli.settle_seconds),
-            format!("{:.1} MiB", m.after_kib as f64 / 1024.0),
+            format!("{:.1} MiB", after_kib as f64 / 1024.0),
         ));
         table.row(Row::info(
             &format!("time to open {} streams", m.streams),
@@ -512,7 +590,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     if let Some(fast_mock) = fast_mock {
         if cli.big_streams > 0 {
-            big_memory_rows(&cli, &fast_mock, &mut table).await?;
+            floor_time += big_memory_rows(&cli, &fast_mock, &mut table).await?;
         }
         fast_mock.stop().await?;
     }
@@ -522,8 +600,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     println!(
         "\n(latency: non-stream store:true through respgw vs streaming the same reply directly; \
          `added` = respgw - direct. SSE deltas/s: client-counted content deltas per second from \
-         the first delta to the last.{} {} cores, {:.2} of them busy with other processes before \
+         the first delta to the last.{}{} {} cores, {:.2} of them busy with other processes before \
          the run; total {:.0} s.)",
+        if cli.floor_proxy {
+            format!(
+                " respgw CPU per request and per SSE delta (1 stream), RSS per open stream and after \
+                 close: the baseline is the bare proxy floor (`respgw-bench --serve-floor-proxy`: \
+                 axum, serde_json Values and a pooled reqwest client on one current-thread runtime, \
+                 none of respgw's logic), its own process, measured the same way in this run; the \
+                 note gives respgw/floor and says when the floor alone misses the target. The floor \
+                 took {:.0} s of the run.",
+                floor_time.as_secs_f64()
+            )
+        } else {
+            String::new()
+        },
         if cli.scaling_workers > 0 {
             format!(
                 " Worker-scaling rows (`@1w`, `@{}w`): the baseline is respgw with 1 worker, both in \
@@ -829,9 +920,15 @@ fn join(counts: &[usize]) -> String {
 }
 
 /// The big memory test: `cli.big_streams` held streams through a fresh respgw with
-/// `cli.big_streams_workers` workers, in front of the out-of-process mock.
-async fn big_memory_rows(cli: &Cli, mock: &MockProcess, table: &mut Table) -> anyhow::Result<()> {
+/// `cli.big_streams_workers` workers, in front of the out-of-process mock; with `--floor-proxy`,
+/// first the same through a fresh floor proxy (one process). Returns the time the floor took.
+async fn big_memory_rows(cli: &Cli, mock: &MockProcess, table: &mut Table) -> anyhow::Result<Duration> {
     let limit = Duration::from_secs(cli.open_timeout.max(1));
+    let settle = Duration::from_secs_f64(cli.settle_seconds.max(0.0));
+    let floor_started = Instant::now();
+    let floor = if cli.floor_proxy { Some(floor_big_memory(cli, mock, limit, settle).await?) } else { None };
+    let floor_time = floor_started.elapsed();
+
     let workers = cli.big_streams_workers.max(1);
     let mut gw = Gateway::start(&cli.respgw, &mock.base_url(), &with_workers(&cli.respgw_args, workers)).await?;
     progress(&format!(
@@ -839,10 +936,15 @@ async fn big_memory_rows(cli: &Cli, mock: &MockProcess, table: &mut Table) -> an
         cli.big_streams,
         gw.pid()
     ));
-    let settle = Duration::from_secs_f64(cli.settle_seconds.max(0.0));
-    let m = measure::memory(mock, &mut gw, cli.big_streams, limit, settle).await.context("big memory test")?;
+    let m = measure::memory(mock, &mut gw, cli.big_streams, limit).await.context("big memory test")?;
+    let after_kib = measure::rss_after(&mut gw, settle).await?;
     gw.stop().await?;
-    let per_stream = m.open_kib.saturating_sub(m.idle_kib) as f64 / m.streams as f64;
+    let floor = match floor {
+        Some((f, after)) => Some((f, after.await.context("the floor proxy's RSS task panicked")??)),
+        None => None,
+    };
+
+    let per_stream = m.kib_per_stream();
     let bytes = m.open_kib as f64 * 1024.0;
     let idle_mib = m.idle_kib as f64 / 1024.0;
     table.row(Row {
@@ -859,26 +961,127 @@ async fn big_memory_rows(cli: &Cli, mock: &MockProcess, table: &mut Table) -> an
             m.finish_time.as_secs_f64()
         ),
     });
+    let mut note = "(RSS with every stream open - idle) / streams".to_owned();
+    if let Some((f, _)) = &floor {
+        note.push_str("; ");
+        note.push_str(&floor_note(per_stream, f.kib_per_stream(), TARGET_KIB_PER_STREAM));
+        if f.streams != m.streams {
+            note.push_str(&format!("; floor: {} streams (open-files limit)", f.streams));
+        }
+    }
     table.row(Row {
         metric: format!("  respgw RSS per open stream, {} streams", m.streams),
-        direct: "-".into(),
+        direct: floor.as_ref().map_or("-".into(), |(f, _)| format!("{:.1} KiB", f.kib_per_stream())),
         respgw: format!("{per_stream:.1} KiB"),
         delta: "-".into(),
         target: format!("<= {TARGET_KIB_PER_STREAM:.0} KiB"),
         verdict: verdict(per_stream <= TARGET_KIB_PER_STREAM),
-        note: "(RSS with every stream open - idle) / streams".into(),
+        note,
     });
-    let after_ratio = m.after_kib as f64 / m.idle_kib.max(1) as f64;
+    let after_ratio = after_kib as f64 / m.idle_kib.max(1) as f64;
+    let (direct, note) = match &floor {
+        Some((f, floor_after)) => (
+            format!("{:.1} MiB", *floor_after as f64 / 1024.0),
+            format!(
+                "respgw idle {idle_mib:.1} MiB; baseline: the floor's, {:.1} MiB idle ({:.2}x idle)",
+                f.idle_kib as f64 / 1024.0,
+                *floor_after as f64 / f.idle_kib.max(1) as f64
+            ),
+        ),
+        None => (format!("{idle_mib:.1} MiB idle"), String::new()),
+    };
     table.row(Row {
         metric: format!("  respgw RSS {} s after they closed", cli.settle_seconds),
-        direct: format!("{idle_mib:.1} MiB idle"),
-        respgw: format!("{:.1} MiB", m.after_kib as f64 / 1024.0),
+        direct,
+        respgw: format!("{:.1} MiB", after_kib as f64 / 1024.0),
         delta: format!("{after_ratio:.2}x idle"),
         target: format!("<= {TARGET_AFTER_CLOSE_RATIO:.0}x idle"),
         verdict: verdict(after_ratio <= TARGET_AFTER_CLOSE_RATIO),
-        note: String::new(),
+        note,
     });
-    Ok(())
+    Ok(floor_time)
+}
+
+/// The floor proxy's part of the big memory test: `cli.big_streams` held streams (fewer if this
+/// process's open-files limit cannot give the floor's one process two sockets per stream)
+/// through a fresh floor proxy. Returns what it measured and a task that reads the floor's RSS
+/// `settle` after its streams closed and then stops it, so that the wait overlaps respgw's run
+/// (the idle floor's RSS does not depend on what else runs).
+async fn floor_big_memory(
+    cli: &Cli,
+    mock: &MockProcess,
+    limit: Duration,
+    settle: Duration,
+) -> anyhow::Result<(MemoryResult, tokio::task::JoinHandle<anyhow::Result<u64>>)> {
+    let open_files = gateway::raise_open_files_limit()?;
+    let streams = cli.big_streams.min((open_files.saturating_sub(256) / 2) as usize);
+    let mut floor = Gateway::start_floor(&mock.base_url()).await?;
+    progress(&format!("memory: {streams} streams held open through a fresh floor proxy (pid {})", floor.pid()));
+    let m = measure::memory(mock, &mut floor, streams, limit).await.context("big memory test, floor proxy")?;
+    let after = tokio::spawn(async move {
+        let after = measure::rss_after(&mut floor, settle).await;
+        floor.stop().await?;
+        after
+    });
+    Ok((m, after))
+}
+
+/// The floor proxy's figures for respgw's CPU rows, each measured as respgw's was.
+struct FloorCpu {
+    /// CPU per sequential non-stream request, in µs (`store: true` sent; the floor has no store).
+    stored: f64,
+    /// The same with `store: false` and respgw's smaller count.
+    unstored: Option<f64>,
+    /// CPU per SSE delta, one stream, in µs.
+    per_delta: f64,
+}
+
+/// Start a floor proxy in front of `mock` and run the sequential CPU tests and the one-stream SSE
+/// throughput test through it, with respgw's counts.
+async fn floor_cpu(cli: &Cli, mock: &MockUpstream) -> anyhow::Result<FloorCpu> {
+    let mut floor = Gateway::start_floor(&mock.base_url()).await?;
+    let targets = Targets::new(mock, &floor);
+    progress(&format!(
+        "floor proxy {} (pid {}): the sequential requests and 1 stream of SSE, as through respgw",
+        floor.base_url(),
+        floor.pid()
+    ));
+    let stored = measure::latency_sequential(&targets, &mut floor, cli.latency_deltas, cli.warmup, cli.requests, true)
+        .await
+        .context("sequential latency test, floor proxy")?
+        .gateway_cpu_us;
+    let unstored_requests = cli.requests / 2;
+    let unstored = if unstored_requests > 0 {
+        let r = measure::latency_sequential(
+            &targets,
+            &mut floor,
+            cli.latency_deltas,
+            cli.warmup / 2,
+            unstored_requests,
+            false,
+        )
+        .await
+        .context("sequential store:false latency test, floor proxy")?;
+        Some(r.gateway_cpu_us)
+    } else {
+        None
+    };
+    let per_delta = measure::sse_throughput(&targets, &mut floor, cli.stream_deltas, 1, cli.stream_runs.max(1), false)
+        .await
+        .context("SSE throughput test, floor proxy")?
+        .gateway_cpu_us;
+    floor.check_alive().await?;
+    floor.stop().await?;
+    Ok(FloorCpu { stored, unstored, per_delta })
+}
+
+/// `respgw/floor Nx`, and whether the floor alone misses `target` (all three in one unit).
+fn floor_note(respgw: f64, floor: f64, target: f64) -> String {
+    let mut note = format!("respgw/floor {:.1}x", respgw / floor);
+    if floor > target {
+        note.push_str("; the floor alone is above the target");
+    }
+    note
 }
 
 fn progress(msg: &str) {
@@ -925,6 +1128,16 @@ impl Row {
             verdict: verdict(value <= target),
             note: String::new(),
         }
+    }
+
+    /// With the floor proxy's figure of the same measurement in the baseline column, in the row's
+    /// unit, and respgw/floor in the note.
+    fn against_floor(mut self, floor: Option<f64>, respgw: f64, target: f64, unit: &str) -> Self {
+        if let Some(floor) = floor {
+            self.direct = format!("{floor:.2} {unit}");
+            self.note = floor_note(respgw, floor, target);
+        }
+        self
     }
 
     /// A respgw-only, informational line.

@@ -1,6 +1,7 @@
 //! The measurements. Each one runs the same workload directly against the mock upstream (the
-//! baseline) and through respgw, in the same run, so results are compared as ratios or
-//! differences rather than against absolute numbers from another machine.
+//! baseline) and through a gateway (respgw, or the floor proxy of [`crate::floor`]), in the same
+//! run, so results are compared as ratios or differences rather than against absolute numbers
+//! from another machine.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -95,17 +96,17 @@ async fn gateway_once(client: &reqwest::Client, url: &str, body: &Value) -> anyh
     let status = response.status();
     let bytes = response.bytes().await?;
     let elapsed = started.elapsed();
-    ensure!(status.is_success(), "respgw answered {status}: {}", String::from_utf8_lossy(&bytes));
-    let value: Value = serde_json::from_slice(&bytes).context("respgw's body is not JSON")?;
-    ensure!(value["status"] == "completed", "respgw's response is not completed: {value}");
+    ensure!(status.is_success(), "the gateway answered {status}: {}", String::from_utf8_lossy(&bytes));
+    let value: Value = serde_json::from_slice(&bytes).context("the gateway's body is not JSON")?;
+    ensure!(value["status"] == "completed", "the gateway's response is not completed: {value}");
     Ok(elapsed)
 }
 
-/// Latencies of the two sides, plus respgw's CPU time over its requests.
+/// Latencies of the two sides, plus the gateway's CPU time over its requests.
 pub struct LatencyResult {
     pub direct: Vec<Duration>,
     pub gateway: Vec<Duration>,
-    /// respgw CPU time per gateway request, in µs.
+    /// Gateway CPU time per gateway request, in µs.
     pub gateway_cpu_us: f64,
     /// Wall time of each side (for requests/s); in the sequential test, the sum of latencies.
     pub direct_wall: Duration,
@@ -326,9 +327,9 @@ pub async fn stream_latency(targets: &Targets, deltas: usize, requests: usize) -
 pub struct ThroughputResult {
     /// Content chunks per second read directly from the mock.
     pub direct_per_s: f64,
-    /// `response.output_text.delta` events per second read through respgw.
+    /// `response.output_text.delta` events per second read through the gateway.
     pub gateway_per_s: f64,
-    /// respgw CPU time per delta event, in µs.
+    /// Gateway CPU time per delta event, in µs.
     pub gateway_cpu_us: f64,
 }
 
@@ -412,6 +413,8 @@ pub trait HeldStreams {
     async fn holding(&self) -> anyhow::Result<usize>;
     /// Let every held stream (and any later `hold` request) finish.
     async fn release(&self) -> anyhow::Result<()>;
+    /// Make later `hold` requests wait again, until the next release.
+    async fn arm(&self) -> anyhow::Result<()>;
 }
 
 impl HeldStreams for MockUpstream {
@@ -423,35 +426,52 @@ impl HeldStreams for MockUpstream {
         MockUpstream::release(self);
         Ok(())
     }
+
+    async fn arm(&self) -> anyhow::Result<()> {
+        MockUpstream::arm(self);
+        Ok(())
+    }
 }
 
-/// respgw's memory with many open streams.
+/// A gateway's memory with many open streams.
 pub struct MemoryResult {
     pub streams: usize,
     /// After start-up and a few warm-up requests.
     pub idle_kib: u64,
-    /// respgw's processes (supervisor and workers).
+    /// The gateway's processes (respgw: supervisor and workers).
     pub processes: usize,
     /// With every stream open and past its first delta.
     pub open_kib: u64,
-    /// `settle` after every stream finished and its connection closed.
-    pub after_kib: u64,
     /// Time to open all streams and see each one's first delta.
     pub open_time: Duration,
     /// Time from the release to the end of the last stream.
     pub finish_time: Duration,
 }
 
+impl MemoryResult {
+    /// (RSS with every stream open - idle) / streams, in KiB.
+    pub fn kib_per_stream(&self) -> f64 {
+        self.open_kib.saturating_sub(self.idle_kib) as f64 / self.streams.max(1) as f64
+    }
+}
+
+/// The gateway's RSS in KiB `settle` from now (after a [`memory`] test: once its streams' memory
+/// had time to be given back).
+pub async fn rss_after(gateway: &mut Gateway, settle: Duration) -> anyhow::Result<u64> {
+    tokio::time::sleep(settle).await;
+    Ok(gateway.rss_kib().await?.0)
+}
+
 /// Open `streams` SSE streams through a fresh gateway (model `hold`), measure RSS once each one
-/// has received its first delta, then release them, check that all complete, and measure RSS
-/// again `settle` after their connections closed.
+/// has received its first delta, then release them and check that all complete and that their
+/// client connections are closed.
 pub async fn memory(
     mock: &impl HeldStreams,
     gateway: &mut Gateway,
     streams: usize,
     limit: Duration,
-    settle: Duration,
 ) -> anyhow::Result<MemoryResult> {
+    mock.arm().await?;
     let url = format!("{}/v1/responses", gateway.base_url());
     let warm = client(2)?;
     let model = mock::model_for(4);
@@ -543,9 +563,7 @@ pub async fn memory(
     ensure!(!waited_out, "only {opened} of {streams} streams got their first delta within {limit:?}");
     ensure!(holding == streams, "the mock held {holding} upstream streams, expected {streams}");
     drop(client);
-    tokio::time::sleep(settle).await;
-    let (after_kib, _) = gateway.rss_kib().await?;
-    Ok(MemoryResult { streams, idle_kib, processes, open_kib, after_kib, open_time, finish_time })
+    Ok(MemoryResult { streams, idle_kib, processes, open_kib, open_time, finish_time })
 }
 
 #[cfg(test)]

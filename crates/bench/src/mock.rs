@@ -8,7 +8,8 @@
 //! - `bench-K`: K content deltas, all written as fast as the connection takes them. The frames of
 //!   one K are built once and shared, so the mock costs as little CPU as possible.
 //! - `hold`: the role chunk and one delta, then the stream stays open until
-//!   [`MockUpstream::release`] is called (or [`MockUpstream`]'s hold limit passes), then the rest.
+//!   [`MockUpstream::release`] is called (or [`MockUpstream`]'s hold limit passes), then the rest;
+//!   [`MockUpstream::arm`] makes later ones wait again.
 //! - anything else: as `bench-1`.
 //!
 //! `GET /v1/models` lists `bench-1` and `hold`.
@@ -110,6 +111,11 @@ impl MockUpstream {
     /// Let every held stream (and any later `hold` request) finish.
     pub fn release(&self) {
         self.state.release.send_replace(true);
+    }
+
+    /// Make later `hold` requests wait again, until the next [`MockUpstream::release`].
+    pub fn arm(&self) {
+        self.state.release.send_replace(false);
     }
 
     /// Held streams still waiting for the release.
