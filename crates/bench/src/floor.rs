@@ -4,16 +4,15 @@
 //! It is the least any Responses gateway on respgw's stack must do, and nothing more: an axum
 //! server on one current-thread tokio runtime (as each respgw worker), `POST /v1/responses` read
 //! as bytes and parsed into a `serde_json::Value`, one chat-completions stream request through a
-//! pooled `reqwest::Client`, every upstream event split out and parsed into a `Value`, and
-//! Responses output: a small JSON body, or `response.output_text.delta` events streamed as the
-//! upstream chunks arrive (batched into writes as respgw's are) and `response.completed` at the
-//! end. No validation, ids, store, metrics, logging or timeouts.
+//! pooled `reqwest::Client`, every upstream event split out and parsed into a struct holding only
+//! the delta's text, and Responses output: a small JSON body, or `response.output_text.delta`
+//! events streamed as the upstream chunks arrive (batched into writes as respgw's are) and
+//! `response.completed` at the end. No validation, ids, store, metrics, logging or timeouts.
 //!
 //! The bench measures it exactly as it measures respgw (CPU and RSS of its process tree from
 //! `/proc`) and prints its figures as the baseline of respgw's CPU and memory rows: what the
 //! stack itself costs (connections, HTTP framing, JSON, the runtime), against which respgw's own
-//! logic is the difference. It does its JSON plainly, in `Value`s: a gateway that parses
-//! upstream chunks straight into typed structs, as respgw does, can spend less per delta.
+//! logic is the difference.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,7 +29,7 @@ use axum::routing::post;
 use axum::serve::ListenerExt;
 use bytes::Bytes;
 use futures::{FutureExt, Stream, StreamExt, stream};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::sse::FrameSplitter;
@@ -130,7 +129,7 @@ enum Chunk {
     Other,
 }
 
-/// What one upstream SSE frame says: its `data:` line parsed as a `serde_json::Value`.
+/// What one upstream SSE frame says: its `data:` line parsed as far as the delta's text.
 fn chunk_of(frame: &[u8]) -> anyhow::Result<Chunk> {
     let Some(data) = frame.split(|&b| b == b'\n').find_map(|line| line.strip_prefix(b"data:")) else {
         return Ok(Chunk::Other);
@@ -139,11 +138,29 @@ fn chunk_of(frame: &[u8]) -> anyhow::Result<Chunk> {
     if data == b"[DONE]" {
         return Ok(Chunk::Done);
     }
-    let value: Value = serde_json::from_slice(data).context("an upstream event is not JSON")?;
-    Ok(match value["choices"][0]["delta"]["content"].as_str() {
-        Some(content) if !content.is_empty() => Chunk::Delta(content.to_owned()),
+    let event: ChatChunk = serde_json::from_slice(data).context("an upstream event is not a chat chunk")?;
+    Ok(match event.choices.into_iter().next().and_then(|c| c.delta.content) {
+        Some(content) if !content.is_empty() => Chunk::Delta(content),
         _ => Chunk::Other,
     })
+}
+
+/// The part of a chat-completions chunk the floor reads; serde skips the rest.
+#[derive(Deserialize)]
+struct ChatChunk {
+    #[serde(default)]
+    choices: Vec<ChatChoice>,
+}
+
+#[derive(Deserialize)]
+struct ChatChoice {
+    #[serde(default)]
+    delta: ChatDelta,
+}
+
+#[derive(Default, Deserialize)]
+struct ChatDelta {
+    content: Option<String>,
 }
 
 /// The upstream body as batches of events: one batch per body chunk read, up to `[DONE]`

@@ -260,6 +260,13 @@ impl Gateway {
         Ok(process_tree(self.pid).into_iter().map(cpu_ns).sum())
     }
 
+    /// CPU time used so far by the process tree's live threads named `name`, in ns (see
+    /// [`named_threads_cpu_ns`]). Fails if the child has exited.
+    pub async fn thread_cpu_ns(&mut self, name: &str) -> anyhow::Result<u64> {
+        self.check_alive().await?;
+        Ok(process_tree(self.pid).into_iter().map(|pid| named_threads_cpu_ns(pid, name)).sum())
+    }
+
     /// CPU time used so far by the process tree, exited threads included, at clock-tick
     /// resolution (see [`stat_cpu_ns`]). Fails if the child has exited.
     pub async fn stat_cpu_ns(&mut self) -> anyhow::Result<u64> {
@@ -339,6 +346,25 @@ pub fn cpu_ns(pid: u32) -> u64 {
     for task in tasks.flatten() {
         // A thread can exit between the listing and the read.
         if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat"))
+            && let Some(ns) = text.split_whitespace().next().and_then(|v| v.parse::<u64>().ok())
+        {
+            total += ns;
+        }
+    }
+    total
+}
+
+/// [`cpu_ns`] of the live threads of `pid` named `name` (`/proc/<pid>/task/*/comm`, which the
+/// kernel cuts to 15 bytes: `sqlite-checkpoint` is `sqlite-checkpoi`).
+fn named_threads_cpu_ns(pid: u32, name: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    let mut total = 0u64;
+    for task in tasks.flatten() {
+        let named = std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim_end() == name);
+        if named
+            && let Ok(text) = std::fs::read_to_string(task.path().join("schedstat"))
             && let Some(ns) = text.split_whitespace().next().and_then(|v| v.parse::<u64>().ok())
         {
             total += ns;

@@ -475,7 +475,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 seq.gateway_cpu_us,
                 TARGET_CPU_PER_STORED_REQUEST_US,
                 "us",
-            ),
+            )
+            .with_sqlite_share(seq.sqlite_cpu_us),
     );
     if let Some(r) = &unstored {
         table.row(
@@ -494,10 +495,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         );
     }
     if let Some(c) = &conc {
-        table.row(Row::info(
-            &format!("respgw CPU per request (c{})", cli.concurrency),
-            format!("{:.0} us", c.gateway_cpu_us),
-        ));
+        table.row(
+            Row::info(&format!("respgw CPU per request (c{})", cli.concurrency), format!("{:.0} us", c.gateway_cpu_us))
+                .with_sqlite_share(c.sqlite_cpu_us),
+        );
     }
     for (streams, r) in &throughputs {
         let floor = floor_cpu.as_ref().map(|f| f.per_delta).filter(|_| *streams == 1);
@@ -1078,7 +1079,7 @@ async fn floor_cpu(cli: &Cli, mock: &MockUpstream) -> anyhow::Result<FloorCpu> {
 /// `respgw/floor Nx`, and whether the floor alone misses `target` (all three in one unit).
 fn floor_note(respgw: f64, floor: f64, target: f64) -> String {
     let mut note = format!("respgw/floor {:.1}x", respgw / floor);
-    if floor > target {
+    if floor > target && respgw > target {
         note.push_str("; the floor alone is above the target");
     }
     note
@@ -1137,6 +1138,15 @@ impl Row {
             self.direct = format!("{floor:.2} {unit}");
             self.note = floor_note(respgw, floor, target);
         }
+        self
+    }
+
+    /// Adds to the note how much of a CPU-per-request figure respgw's SQLite threads took.
+    fn with_sqlite_share(mut self, sqlite_us: f64) -> Self {
+        if !self.note.is_empty() {
+            self.note.push_str("; ");
+        }
+        self.note.push_str(&format!("of which the SQLite writer and checkpointer threads {sqlite_us:.0} us"));
         self
     }
 

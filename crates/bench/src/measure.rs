@@ -108,6 +108,9 @@ pub struct LatencyResult {
     pub gateway: Vec<Duration>,
     /// Gateway CPU time per gateway request, in µs.
     pub gateway_cpu_us: f64,
+    /// The part of `gateway_cpu_us` spent in respgw's SQLite writer and checkpointer threads
+    /// (0 for the floor and on PostgreSQL).
+    pub sqlite_cpu_us: f64,
     /// Wall time of each side (for requests/s); in the sequential test, the sum of latencies.
     pub direct_wall: Duration,
     pub gateway_wall: Duration,
@@ -135,18 +138,27 @@ pub async fn latency_sequential(
     let mut direct = Vec::with_capacity(requests);
     let mut through = Vec::with_capacity(requests);
     let cpu_before = gateway.cpu_ns().await?;
+    let sqlite_before = sqlite_cpu_ns(gateway).await?;
     for _ in 0..requests {
         direct.push(direct_once(&client, &targets.direct, &chat).await?);
         through.push(gateway_once(&client, &targets.gateway, &resp).await?);
     }
     let cpu = gateway.cpu_ns().await?.saturating_sub(cpu_before);
+    let sqlite = sqlite_cpu_ns(gateway).await?.saturating_sub(sqlite_before);
+    let per_request = |ns: u64| ns as f64 / 1e3 / requests.max(1) as f64;
     Ok(LatencyResult {
         direct_wall: direct.iter().sum(),
         gateway_wall: through.iter().sum(),
         direct,
         gateway: through,
-        gateway_cpu_us: cpu as f64 / 1e3 / requests.max(1) as f64,
+        gateway_cpu_us: per_request(cpu),
+        sqlite_cpu_us: per_request(sqlite),
     })
+}
+
+/// CPU time so far of respgw's SQLite threads: the writer and the checkpointer.
+async fn sqlite_cpu_ns(gateway: &mut Gateway) -> anyhow::Result<u64> {
+    Ok(gateway.thread_cpu_ns("sqlite-writer").await? + gateway.thread_cpu_ns("sqlite-checkpoi").await?)
 }
 
 /// `requests` requests per side from `concurrency` workers: first all direct, then all through
@@ -201,10 +213,14 @@ pub async fn latency_concurrent(
     let (direct, direct_wall) = run_phase(true, per_worker).await?;
     run_phase(false, 20).await?;
     let cpu_before = gateway.cpu_ns().await?;
+    let sqlite_before = sqlite_cpu_ns(gateway).await?;
     let (through, gateway_wall) = run_phase(false, per_worker).await?;
     let cpu = gateway.cpu_ns().await?.saturating_sub(cpu_before);
+    let sqlite = sqlite_cpu_ns(gateway).await?.saturating_sub(sqlite_before);
+    let per_request = |ns: u64| ns as f64 / 1e3 / through.len().max(1) as f64;
     Ok(LatencyResult {
-        gateway_cpu_us: cpu as f64 / 1e3 / through.len().max(1) as f64,
+        gateway_cpu_us: per_request(cpu),
+        sqlite_cpu_us: per_request(sqlite),
         direct,
         gateway: through,
         direct_wall,
