@@ -607,7 +607,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             format!(
                 " respgw CPU per request and per SSE delta (1 stream), RSS per open stream and after \
                  close: the baseline is the bare proxy floor (`respgw-bench --serve-floor-proxy`: \
-                 axum, serde_json Values and a pooled reqwest client on one current-thread runtime, \
+                 axum, serde_json and a pooled reqwest client on one current-thread runtime, \
                  none of respgw's logic), its own process, measured the same way in this run; the \
                  note gives respgw/floor and says when the floor alone misses the target. The floor \
                  took {:.0} s of the run.",

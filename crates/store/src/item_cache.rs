@@ -68,9 +68,15 @@ impl ItemCache {
         self.cache.get(&key).map(|entry| entry.item)
     }
 
-    /// Keep `item`, just stored under `key` as `bytes` bytes of JSON.
-    pub fn keep(&self, key: i64, item: Item, bytes: usize) {
+    /// Keep `item`, stored under `key` as `bytes` bytes of JSON.
+    fn keep(&self, key: i64, item: Item, bytes: usize) {
         self.cache.insert(key, Entry { item, bytes: bytes as u64 });
+    }
+
+    /// Items kept now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.cache.len()
     }
 
     /// Decode `body`, the stored JSON of the item under `key`, and keep the result.
