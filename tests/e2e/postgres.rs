@@ -189,6 +189,9 @@ async fn sqlite_locked_for_a_moment_fails_cleanly_then_recovers() {
     let (status, after) = h.create(json!({"model":"m","input":"after"})).await;
     assert_eq!(status, 200, "{after}");
     assert_eq!(h.get(&format!("/v1/responses/{}", after["id"].as_str().unwrap())).await.0, 200);
+    // The wait is on /metrics (the save that met the lock, and any background sweep that did).
+    let waits = common::sample(&h.metrics().await, "gw_responses_store_lock_waits_total");
+    assert!(waits >= 1.0, "{waits}");
     assert!(!h.gateway.stderr_text().contains("panicked"), "{}", h.gateway.stderr_text());
 }
 

@@ -37,6 +37,9 @@ pub async fn build(
     let stores = respgw_store::open_stores(&options.db_path, store_options).await.with_context(|| {
         format!("cannot open the response store at '{}'", respgw_store::redacted_location(&options.db_path))
     })?;
+    if let Some(lock_waits) = stores.lock_waits {
+        metrics.count_store_lock_waits_from(move || lock_waits.count());
+    }
     let background = BackgroundRuns::start(stores.background, options.background, metrics.clone())
         .await
         .context("cannot start the background responses")?;

@@ -78,7 +78,7 @@ pub use respgw_store_api::{
     BackgroundStore, ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord,
     InputItemsList, InputItemsOrder, InputItemsPage, NewConversation, NewResponse, ResponseStore, StoreError,
 };
-pub use sqlite::SqliteStore;
+pub use sqlite::{LockWaits, SqliteStore};
 
 /// The locations [`open`] understands, for error messages.
 const SUPPORTED: &str = "a file path (e.g. `respgw.db`), `sqlite://PATH`, `sqlite:PATH`, `:memory:`, or a \
@@ -198,21 +198,26 @@ pub async fn open_with(location: &str, options: StoreOptions) -> Result<Arc<dyn 
 pub struct Stores {
     pub responses: Arc<dyn ResponseStore>,
     pub background: Arc<dyn BackgroundStore>,
+    /// A SQLite file's count of waits for other processes' locks; `None` for PostgreSQL (whose
+    /// lock waits happen in the server) and in-memory SQLite (no other process).
+    pub lock_waits: Option<LockWaits>,
 }
 
 /// [`open_with`], giving the background runs' face of the same store too.
 pub async fn open_stores(location: &str, options: StoreOptions) -> Result<Stores, StoreError> {
-    fn both<S: ResponseStore + BackgroundStore>(store: S) -> Stores {
+    fn both<S: ResponseStore + BackgroundStore>(store: S, lock_waits: Option<LockWaits>) -> Stores {
         let store = Arc::new(store);
-        Stores { responses: Arc::clone(&store) as Arc<dyn ResponseStore>, background: store }
+        Stores { responses: Arc::clone(&store) as Arc<dyn ResponseStore>, background: store, lock_waits }
     }
     Ok(match parse_location(location)? {
-        Location::Sqlite(path) if path == ":memory:" => both(SqliteStore::open_in_memory().await?),
+        Location::Sqlite(path) if path == ":memory:" => both(SqliteStore::open_in_memory().await?, None),
         Location::Sqlite(path) => {
             let config = sqlite::Config { max_readers: options.pool_size.max(1) as usize, ..Default::default() };
-            both(SqliteStore::open_with(std::path::Path::new(&path), config).await?)
+            let store = SqliteStore::open_with(std::path::Path::new(&path), config).await?;
+            let lock_waits = store.lock_waits();
+            both(store, Some(lock_waits))
         }
-        Location::Postgres(url) => both(PostgresStore::open(&url, options.pool_size).await?),
+        Location::Postgres(url) => both(PostgresStore::open(&url, options.pool_size).await?, None),
     })
 }
 

@@ -298,13 +298,25 @@ struct Inner {
     writer: Writer,
     /// Reader connections; `None` for an in-memory store, whose writer serves reads too.
     readers: Option<Arc<Readers>>,
-    /// Items decoded by reads, and written by saves, of this process.
+    /// Items decoded by reads of this process.
     items: Arc<ItemCache>,
-    /// The counters the connections and the checkpointer update (read by tests).
-    #[cfg_attr(not(test), expect(dead_code, reason = "read by tests only, for now"))]
+    /// The counters the connections and the checkpointer update.
     stats: Arc<Stats>,
     /// Stops the checkpointer thread when dropped; `None` for an in-memory store (no WAL).
     _checkpointer: Option<Checkpointer>,
+}
+
+/// How many statements of one SQLite store have waited for a lock another process held: its
+/// busy handler counts each wait once, and a wait lasts at most the store's budget (5 s) before
+/// the statement fails as unavailable. Cheap to clone and to read.
+#[derive(Clone)]
+pub struct LockWaits(Arc<Stats>);
+
+impl LockWaits {
+    /// Waits begun so far.
+    pub fn count(&self) -> u64 {
+        self.0.lock_waits.load(Ordering::Relaxed)
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -347,6 +359,11 @@ enum Opened {
 }
 
 impl SqliteStore {
+    /// This store's count of waits for other processes' locks.
+    pub fn lock_waits(&self) -> LockWaits {
+        LockWaits(Arc::clone(&self.inner.stats))
+    }
+
     /// One page of items through `[ascending, descending]`, two statements of the same shape
     /// (`?1` the id, `?2` the exclusive cursor, `?3` how many, `?4` the owner; no row at all when
     /// nothing has that id). None when nothing has that id.

@@ -185,6 +185,8 @@ mod tests {
         let _second_queued = second.background_queued();
         second.background_cancelled();
         first.background_lost();
+        first.count_store_lock_waits_from(|| 2);
+        second.count_store_lock_waits_from(|| 5);
 
         let exited = Metrics::new();
         exited.record_request("POST", "/v1/responses", 500, Duration::from_millis(700));
@@ -248,7 +250,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 38, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 40, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

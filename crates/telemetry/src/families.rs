@@ -42,6 +42,9 @@ pub const BACKGROUND_CANCELS_TOTAL: &str = "gw_responses_background_cancels_tota
 /// `gw_responses_background_lost_total` — counter, no labels.
 pub const BACKGROUND_LOST_TOTAL: &str = "gw_responses_background_lost_total";
 
+/// `gw_responses_store_lock_waits_total` — counter, no labels.
+pub const STORE_LOCK_WAITS_TOTAL: &str = "gw_responses_store_lock_waits_total";
+
 /// Upper bounds (seconds) of the HTTP handler duration histogram.
 pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
     &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0];
@@ -91,8 +94,8 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All nineteen families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 19] = [
+/// All twenty families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 20] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -208,6 +211,13 @@ pub static FAMILIES: [FamilyDescriptor; 19] = [
     FamilyDescriptor {
         name: BACKGROUND_LOST_TOTAL,
         help: "Background responses failed because the process running them stopped renewing their lease.",
+        kind: MetricKind::Counter,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: STORE_LOCK_WAITS_TOTAL,
+        help: "Store statements that waited for a lock another process held (SQLite), each at most the store's 5 s budget.",
         kind: MetricKind::Counter,
         label_names: &[],
         buckets: &[],

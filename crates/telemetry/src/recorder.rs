@@ -10,16 +10,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::families::{
     BACKGROUND_CANCELS_TOTAL, BACKGROUND_LOST_TOTAL, BACKGROUND_QUEUED, BACKGROUND_RUNNING, COMPACTIONS_TOTAL,
     HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS, HTTP_REQUESTS_TOTAL,
     MCP_APPROVAL_REQUESTS_TOTAL, MCP_APPROVAL_RESPONSES_TOTAL, MCP_SERVER_STARTUP_TOTAL, REQUESTS_BY_TENANT_TOTAL,
-    SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS, TOKENS_TOTAL,
-    TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL, TOOL_EXECUTION_DURATION_BUCKETS,
-    TOOL_EXECUTION_DURATION_SECONDS,
+    SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS, STORE_LOCK_WAITS_TOTAL,
+    TOKENS_TOTAL, TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL,
+    TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
 };
 use crate::snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot, sorted_labels};
 
@@ -75,6 +75,17 @@ struct Registry {
     series: Mutex<SeriesStore>,
     /// The model names given their own `model` label so far (at most [`MAX_MODEL_LABELS`]).
     models: Mutex<BTreeSet<String>>,
+    /// Where `store_lock_waits_total` is read from: the store counts its own waits.
+    store_lock_waits: OnceLock<CountSource>,
+}
+
+/// A counter kept elsewhere, read at each snapshot.
+struct CountSource(Box<dyn Fn() -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for CountSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CountSource")
+    }
 }
 
 /// Distinct `model` label values one process gives out; later models are counted as
@@ -248,6 +259,12 @@ impl Metrics {
         self.lock_series().increment(BACKGROUND_LOST_TOTAL, Vec::new());
     }
 
+    /// Reads `store_lock_waits_total` from `source`, the store's own count, at every snapshot.
+    /// Only the first source given counts.
+    pub fn count_store_lock_waits_from(&self, source: impl Fn() -> u64 + Send + Sync + 'static) {
+        let _ = self.registry.store_lock_waits.set(CountSource(Box::new(source)));
+    }
+
     /// Adds one response's token counts to `tokens_total{tenant,model,kind}`. `tenant` must come
     /// from the keys file (never from a request); `model` is folded into `other` past
     /// [`MAX_MODEL_LABELS`] distinct models.
@@ -311,7 +328,7 @@ impl Metrics {
             },
         ];
         let series = self.lock_series();
-        let counters = series
+        let mut counters: Vec<CounterSample> = series
             .counters
             .iter()
             .map(|((name, labels), value)| CounterSample {
@@ -320,6 +337,12 @@ impl Metrics {
                 value: *value,
             })
             .collect();
+        if let Some(CountSource(source)) = self.registry.store_lock_waits.get() {
+            let sample = CounterSample { name: STORE_LOCK_WAITS_TOTAL.to_owned(), labels: Vec::new(), value: source() };
+            let at =
+                counters.partition_point(|c| (c.name.as_str(), &c.labels) < (sample.name.as_str(), &sample.labels));
+            counters.insert(at, sample);
+        }
         let histograms =
             series.histograms.iter().map(|((name, labels), cells)| cells.to_sample(name, labels)).collect();
         MetricsSnapshot { counters, gauges, histograms }
@@ -440,6 +463,26 @@ mod tests {
         assert_eq!(histogram.cumulative_counts[4], 2); // le=0.1
         assert_eq!(histogram.cumulative_counts.last(), Some(&2)); // le=60
         assert!((histogram.sum - 100.073).abs() < 1e-9);
+    }
+
+    #[test]
+    fn store_lock_waits_are_read_from_their_source_in_order() {
+        let metrics = Metrics::new();
+        metrics.record_request("POST", "/v1/responses", 200, Duration::from_millis(3));
+        metrics.background_lost();
+        assert_eq!(metrics.snapshot().counter(STORE_LOCK_WAITS_TOTAL, &[]), None, "no store counts yet");
+        let waits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let source = Arc::clone(&waits);
+        metrics.count_store_lock_waits_from(move || source.load(Ordering::Relaxed));
+        metrics.count_store_lock_waits_from(|| 1000);
+        waits.store(3, Ordering::Relaxed);
+        let snapshot = metrics.snapshot();
+        assert_eq!(snapshot.counter(STORE_LOCK_WAITS_TOTAL, &[]), Some(3), "the first source counts");
+        let names: Vec<&str> = snapshot.counters.iter().map(|c| c.name.as_str()).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
+        assert_eq!(names.len(), 3);
     }
 
     #[test]

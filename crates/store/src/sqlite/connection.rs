@@ -169,6 +169,9 @@ impl Default for Config {
 /// Counters for tests and diagnostics. Cheap (relaxed atomics), so they are always kept.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
+    /// Lock waits begun by the busy handler of any connection of this store: statements that
+    /// found a lock another process held.
+    pub lock_waits: AtomicU64,
     /// Sleeps taken by the busy handler of any connection of this store.
     pub busy_sleeps: AtomicU64,
     /// The time those sleeps took, in microseconds: how long this process waited for locks held by
@@ -214,6 +217,7 @@ fn set_busy_handler(conn: &mut Connection, budget: Duration, stats: &Arc<Stats>)
     conn.busy_handler(Some(move |attempt: i32| {
         if attempt == 0 {
             since = Instant::now();
+            stats.lock_waits.fetch_add(1, Ordering::Relaxed);
         }
         let shift = u32::try_from(attempt).unwrap_or(0).min(6);
         let sleep = FIRST.saturating_mul(1 << shift).min(MAX);

@@ -209,6 +209,8 @@ async fn another_process_lock_is_waited_for_in_short_sleeps() {
     // where SQLite's default handler would have slept in steps of up to 100 ms.
     let sleeps = store.stats().busy_sleeps.load(Ordering::Relaxed);
     assert!(sleeps >= 3, "{sleeps}");
+    // One statement met the lock: one wait, however many sleeps it took.
+    assert_eq!(store.lock_waits().count(), 1);
     // The time slept is counted too: about the 50 ms the lock was held.
     let waited_us = store.stats().busy_wait_micros.load(Ordering::Relaxed);
     assert!((30_000..=waited.as_micros() as u64).contains(&waited_us), "{waited_us} µs");
