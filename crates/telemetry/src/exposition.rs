@@ -151,7 +151,7 @@ mod tests {
     use crate::recorder::{CompactionTrigger, MAX_MODEL_LABELS, Metrics, TokenCounts, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all nineteen families.
+    /// A merged view of two live workers and one that exited, touching all twenty families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
