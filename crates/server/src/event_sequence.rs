@@ -8,6 +8,11 @@
 use respgw_protocol::ResponseEvent;
 use tokio::sync::mpsc;
 
+/// Yields in a row that brought no event before [`EventSequence::gather_ready`] stops: the run
+/// and the upstream connection's task take turns, so one turn can pass without an event while the
+/// next has one.
+const IDLE_YIELDS: u32 = 2;
+
 /// The numbered events of one response.
 pub struct EventSequence {
     rx: mpsc::Receiver<ResponseEvent>,
@@ -48,6 +53,37 @@ impl EventSequence {
             Err(mpsc::error::TryRecvError::Empty) => None,
             Err(mpsc::error::TryRecvError::Disconnected) => self.closed(),
         }
+    }
+
+    /// Hand `take` the events already waiting and those that become ready while the other tasks
+    /// run, so that a burst goes out in one write. On one thread the run produces an event only
+    /// after the upstream connection's task hands it the next frame, so this yields after each
+    /// drain; it stops after [`IDLE_YIELDS`] yields in a row brought nothing (the producer waits on
+    /// the network), after the terminal event, or as soon as `take` answers false (the batch is
+    /// full).
+    pub async fn gather_ready(&mut self, mut take: impl FnMut((ResponseEvent, u64)) -> bool) {
+        let Some(_) = self.take_ready(&mut take) else { return };
+        let mut idle_yields = 0;
+        while !self.finished && idle_yields < IDLE_YIELDS {
+            tokio::task::yield_now().await;
+            match self.take_ready(&mut take) {
+                None => return,
+                Some(0) => idle_yields += 1,
+                Some(_) => idle_yields = 0,
+            }
+        }
+    }
+
+    /// Hand `take` the events already waiting: how many, or `None` once `take` answered false.
+    fn take_ready(&mut self, take: &mut impl FnMut((ResponseEvent, u64)) -> bool) -> Option<usize> {
+        let mut taken = 0;
+        while let Some(event) = self.next_ready() {
+            taken += 1;
+            if !take(event) {
+                return None;
+            }
+        }
+        Some(taken)
     }
 
     fn accept(&mut self, event: ResponseEvent) -> (ResponseEvent, u64) {
@@ -111,6 +147,34 @@ pub(crate) mod tests {
         drop(tx);
         let seen = drain(EventSequence::new(rx)).await;
         assert_eq!(seen, [("response.created", 0)]);
+    }
+
+    #[tokio::test]
+    async fn gather_ready_takes_what_a_yielding_producer_sends_until_full() {
+        let (tx, rx) = mpsc::channel(4);
+        let producer = tokio::spawn(async move {
+            for _ in 0..10 {
+                tx.send(ResponseEvent::Created { response: Box::new(response()) }).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut sequence = EventSequence::new(rx);
+        let mut numbers = Vec::new();
+        sequence
+            .gather_ready(|(_, number)| {
+                numbers.push(number);
+                numbers.len() < 6
+            })
+            .await;
+        assert_eq!(numbers, [0, 1, 2, 3, 4, 5], "takes across the producer's turns, stops when full");
+        sequence
+            .gather_ready(|(_, number)| {
+                numbers.push(number);
+                true
+            })
+            .await;
+        assert_eq!(numbers, (0..10).collect::<Vec<_>>());
+        producer.await.unwrap();
     }
 
     #[tokio::test]

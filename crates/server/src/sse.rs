@@ -17,10 +17,6 @@ use crate::event_sequence::EventSequence;
 /// Stop batching waiting events once a chunk is this large.
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
-/// Yields in a row that brought no event before a chunk goes out: the run and the upstream
-/// connection's task take turns, so one turn can pass without an event while the next has one.
-pub(crate) const IDLE_YIELDS: u32 = 2;
-
 struct Framer {
     events: EventSequence,
     /// `data: [DONE]` was written: the body is complete.
@@ -32,56 +28,45 @@ struct Framer {
 }
 
 impl Framer {
-    fn frame(&mut self, (event, number): (ResponseEvent, u64), out: &mut Vec<u8>) {
-        if let Err(e) = SseFrame::encode_into(out, &event, number) {
-            tracing::error!(error = %e, kind = event.kind(), "could not serialize an event");
-        }
-        if self.events.is_finished() {
-            self.done = true;
-            out.extend_from_slice(SseFrame::DONE);
-        }
-    }
-
-    /// Frame the events already waiting, up to [`MAX_BATCH_BYTES`].
-    fn drain_ready(&mut self, out: &mut Vec<u8>) {
-        while !self.done && out.len() < MAX_BATCH_BYTES {
-            match self.events.next_ready() {
-                Some(event) => self.frame(event, out),
-                None => break,
-            }
-        }
-    }
-
-    /// The next chunk of the body: the next event and every event that becomes ready while the
-    /// other tasks run, framed into one buffer, so a burst of events costs one write rather than
-    /// one per event.
-    ///
-    /// The run produces an event only after the upstream connection's task hands it the next
-    /// frame, so after each drain this task yields to let them run; it stops after
-    /// [`IDLE_YIELDS`] yields in a row brought nothing (the producer waits on the network), at the
-    /// terminal event, or once the chunk reaches [`MAX_BATCH_BYTES`].
+    /// The next chunk of the body: the next event and those that become ready while the other
+    /// tasks run ([`EventSequence::gather_ready`]), framed into one buffer of up to about
+    /// [`MAX_BATCH_BYTES`], so a burst of events costs one write rather than one per event.
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if self.done {
             return None;
         }
         let mut out = Vec::new();
-        match self.events.next().await {
-            Some(first) => self.frame(first, &mut out),
+        let mut done = match self.events.next().await {
+            Some(first) => frame(first, &mut out),
             None => {
-                self.done = true;
                 out.extend_from_slice(SseFrame::DONE);
+                true
             }
+        };
+        if !done {
+            self.events
+                .gather_ready(|event| {
+                    done = frame(event, &mut out);
+                    !done && out.len() < MAX_BATCH_BYTES
+                })
+                .await;
         }
-        self.drain_ready(&mut out);
-        let mut idle_yields = 0;
-        while !self.done && out.len() < MAX_BATCH_BYTES && idle_yields < IDLE_YIELDS {
-            let before = out.len();
-            tokio::task::yield_now().await;
-            self.drain_ready(&mut out);
-            idle_yields = if out.len() == before { idle_yields + 1 } else { 0 };
-        }
+        self.done = done;
         Some(Bytes::from(out))
     }
+}
+
+/// Frame `event` into `out`, and `data: [DONE]` after it when it is the terminal event; whether it
+/// was.
+fn frame((event, number): (ResponseEvent, u64), out: &mut Vec<u8>) -> bool {
+    if let Err(e) = SseFrame::encode_into(out, &event, number) {
+        tracing::error!(error = %e, kind = event.kind(), "could not serialize an event");
+    }
+    let terminal = event.terminal_response().is_some();
+    if terminal {
+        out.extend_from_slice(SseFrame::DONE);
+    }
+    terminal
 }
 
 /// Frames engine events for the wire; `open_stream` and the tenant's `slot` are released when

@@ -48,7 +48,6 @@ use crate::auth::{StreamSlot, Tenant};
 use crate::error::HttpError;
 use crate::event_sequence::EventSequence;
 use crate::request_id::RequestId;
-use crate::sse::IDLE_YIELDS;
 
 /// The route, as the metrics and error messages name it.
 pub const ROUTE: &str = "/v1/responses";
@@ -212,37 +211,23 @@ impl Connection {
         }
     }
 
-    /// Send `first` and every event of the running response that becomes ready while the other
-    /// tasks run, as one flush: the run produces an event only after the upstream connection's
-    /// task hands it the next frame, so this yields after each drain and stops after
-    /// [`IDLE_YIELDS`] yields in a row brought nothing (the producer waits on the network) or after
-    /// [`MAX_BATCH_EVENTS`].
+    /// Send `first` and the events of the running response that become ready while the other
+    /// tasks run ([`EventSequence::gather_ready`]), up to [`MAX_BATCH_EVENTS`], as one flush.
     async fn send_events(&mut self, first: (ResponseEvent, u64), sender: &mut Sender) -> Result<(), ClientGone> {
-        self.feed_event(first, sender).await?;
-        let mut sent = 1 + self.feed_ready(MAX_BATCH_EVENTS - 1, sender).await?;
-        let mut idle_yields = 0;
-        while self.running.is_some() && sent < MAX_BATCH_EVENTS && idle_yields < IDLE_YIELDS {
-            tokio::task::yield_now().await;
-            match self.feed_ready(MAX_BATCH_EVENTS - sent, sender).await? {
-                0 => idle_yields += 1,
-                fed => {
-                    sent += fed;
-                    idle_yields = 0;
-                }
-            }
+        let mut batch = vec![first];
+        if let Some(running) = self.running.as_mut() {
+            running
+                .events
+                .gather_ready(|event| {
+                    batch.push(event);
+                    batch.len() < MAX_BATCH_EVENTS
+                })
+                .await;
+        }
+        for event in batch {
+            self.feed_event(event, sender).await?;
         }
         sender.flush().await.map_err(write_failed)
-    }
-
-    /// Queue up to `max` events of the running response that are already waiting; how many.
-    async fn feed_ready(&mut self, max: usize, sender: &mut Sender) -> Result<usize, ClientGone> {
-        let mut fed = 0;
-        while fed < max {
-            let Some(next) = self.running.as_mut().and_then(|running| running.events.next_ready()) else { break };
-            self.feed_event(next, sender).await?;
-            fed += 1;
-        }
-        Ok(fed)
     }
 
     /// Queue one event's text frame on the connection (written at the next flush, or sooner
