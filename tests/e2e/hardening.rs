@@ -294,7 +294,8 @@ async fn at_the_connection_cap_idle_connections_make_room_for_new_clients() {
     let started = Instant::now();
     let reply = unpooled_client().get(h.url("/health")).send().await.expect("health answers");
     assert_eq!(reply.status(), 200);
-    assert!(started.elapsed() < Duration::from_secs(1), "/health took {:?}", started.elapsed());
+    // Far below the 60 s header timeout, with room for a loaded CI machine.
+    assert!(started.elapsed() < Duration::from_secs(10), "/health took {:?}", started.elapsed());
     // The longest-idle connections were closed to admit the newer ones; the newest stay.
     let deadline = Instant::now() + SLACK;
     for (i, stream) in silent.iter_mut().enumerate().take(15) {
