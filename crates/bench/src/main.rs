@@ -19,8 +19,9 @@
 //! - respgw's resident memory with many streams open at once: 1,000 through one worker, and
 //!   10,000 through N workers (the mock in its own process, for the open-files limit).
 //!
-//! respgw's CPU per request, CPU per delta and memory per open stream also get a second baseline:
-//! the same measurement through the bare proxy floor ([`floor`]), a gateway that does only what
+//! respgw's CPU per request, CPU per delta, memory per open stream, concurrency-8 latency and
+//! one-stream SSE rate also get a second baseline: the same measurement through the bare proxy
+//! floor ([`floor`]), a gateway that does only what
 //! any Responses gateway on this stack must, run and measured as respgw is. Its figures show how
 //! much of respgw's cost is the stack's, and whether a target is reachable on it at all.
 //!
@@ -370,13 +371,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
             .context("concurrent latency test")?;
         gw.check_alive().await?;
-        table.latency(
+        let at = table.latency(
             &format!("concurrency {}", cli.concurrency),
             &r,
             Some((TARGET_CONCURRENT_ADDED_P50_MS, TARGET_CONCURRENT_ADDED_P99_MS)),
             true,
         );
-        Some(r)
+        Some((r, at))
     } else {
         None
     };
@@ -409,7 +410,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
 
-    let mut throughputs = Vec::new();
+    // (level, streams, parse, result) of every SSE rate measurement; their rows follow the floor's run.
+    let mut rates = Vec::new();
     let mut levels = vec![1];
     if cli.stream_concurrency > 1 {
         levels.push(cli.stream_concurrency);
@@ -429,23 +431,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .await
                     .with_context(|| format!("SSE throughput test ({streams} streams{how})"))?;
             gw.check_alive().await?;
-            let ratio = r.gateway_per_s / r.direct_per_s;
-            table.row(Row {
-                metric: format!("SSE deltas/s, {streams} stream(s){how}"),
-                direct: format!("{:.0}", r.direct_per_s),
-                respgw: format!("{:.0}", r.gateway_per_s),
-                delta: format!("{:.1} %", ratio * 100.0),
-                target: if i == 0 { format!(">= {:.0} %", TARGET_SSE_RATIO * 100.0) } else { "-".into() },
-                verdict: if i == 0 { verdict(ratio >= TARGET_SSE_RATIO) } else { "info" },
-                note: if parse && i == 0 {
-                    "both clients: serde_json::from_slice::<Value> per data: line".into()
-                } else {
-                    String::new()
-                },
-            });
-            if !parse {
-                throughputs.push((streams, r));
-            }
+            rates.push((i, streams, parse, r));
         }
     }
     gw.stop().await?;
@@ -460,6 +446,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     } else {
         None
     };
+
+    if let (Some((_, at)), Some(floor)) = (&conc, floor_cpu.as_ref().and_then(|f| f.concurrent.as_ref())) {
+        table.floor_latency(*at, floor, (TARGET_CONCURRENT_ADDED_P50_MS, TARGET_CONCURRENT_ADDED_P99_MS));
+    }
+    for &(i, streams, parse, ref r) in &rates {
+        let how = if parse { ", client parses every event" } else { "" };
+        let ratio = r.gateway_per_s / r.direct_per_s;
+        let note = if parse && i == 0 {
+            "both clients: serde_json::from_slice::<Value> per data: line".into()
+        } else if let (false, 0, Some(floor)) = (parse, i, &floor_cpu) {
+            let mut note = format!("the floor proxy's rate: {:.1} % of the mock's", floor.delta_rate_ratio * 100.0);
+            if floor.delta_rate_ratio < TARGET_SSE_RATIO && ratio < TARGET_SSE_RATIO {
+                note.push_str("; the floor alone is below the target");
+            }
+            note
+        } else {
+            String::new()
+        };
+        table.row(Row {
+            metric: format!("SSE deltas/s, {streams} stream(s){how}"),
+            direct: format!("{:.0}", r.direct_per_s),
+            respgw: format!("{:.0}", r.gateway_per_s),
+            delta: format!("{:.1} %", ratio * 100.0),
+            target: if i == 0 { format!(">= {:.0} %", TARGET_SSE_RATIO * 100.0) } else { "-".into() },
+            verdict: if i == 0 { verdict(ratio >= TARGET_SSE_RATIO) } else { "info" },
+            note,
+        });
+    }
 
     if cli.continuation_rounds > 0 {
         continuation_rows(&cli, &mock, &mut table).await?;
@@ -494,13 +508,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ),
         );
     }
-    if let Some(c) = &conc {
+    if let Some((c, _)) = &conc {
         table.row(
             Row::info(&format!("respgw CPU per request (c{})", cli.concurrency), format!("{:.0} us", c.gateway_cpu_us))
                 .with_sqlite_share(c.sqlite_cpu_us),
         );
     }
-    for (streams, r) in &throughputs {
+    for (_, streams, _, r) in rates.iter().filter(|(_, _, parse, _)| !parse) {
         let floor = floor_cpu.as_ref().map(|f| f.per_delta).filter(|_| *streams == 1);
         table.row(
             Row::at_most(
@@ -609,8 +623,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                  close: the baseline is the bare proxy floor (`respgw-bench --serve-floor-proxy`: \
                  axum, serde_json and a pooled reqwest client on one current-thread runtime, \
                  none of respgw's logic), its own process, measured the same way in this run; the \
-                 note gives respgw/floor and says when the floor alone misses the target. The floor \
-                 took {:.0} s of the run.",
+                 note gives respgw/floor and says when the floor alone misses the target. The notes \
+                 of the concurrency-8 latency rows and the one-stream SSE rate row give the floor's \
+                 figure from the same test. The floor took {:.0} s of the run.",
                 floor_time.as_secs_f64()
             )
         } else {
@@ -1035,15 +1050,20 @@ struct FloorCpu {
     unstored: Option<f64>,
     /// CPU per SSE delta, one stream, in µs.
     per_delta: f64,
+    /// Deltas/s through the floor over deltas/s read straight from the mock, one stream, in the
+    /// floor's own run of the throughput test.
+    delta_rate_ratio: f64,
+    /// The concurrent latency test through the floor (when respgw's ran).
+    concurrent: Option<LatencyResult>,
 }
 
-/// Start a floor proxy in front of `mock` and run the sequential CPU tests and the one-stream SSE
-/// throughput test through it, with respgw's counts.
+/// Start a floor proxy in front of `mock` and run the sequential CPU tests, the concurrent latency
+/// test and the one-stream SSE throughput test through it, with respgw's counts.
 async fn floor_cpu(cli: &Cli, mock: &MockUpstream) -> anyhow::Result<FloorCpu> {
     let mut floor = Gateway::start_floor(&mock.base_url()).await?;
     let targets = Targets::new(mock, &floor);
     progress(&format!(
-        "floor proxy {} (pid {}): the sequential requests and 1 stream of SSE, as through respgw",
+        "floor proxy {} (pid {}): the sequential and concurrent requests and 1 stream of SSE, as through respgw",
         floor.base_url(),
         floor.pid()
     ));
@@ -1067,13 +1087,26 @@ async fn floor_cpu(cli: &Cli, mock: &MockUpstream) -> anyhow::Result<FloorCpu> {
     } else {
         None
     };
-    let per_delta = measure::sse_throughput(&targets, &mut floor, cli.stream_deltas, 1, cli.stream_runs.max(1), false)
+    let concurrent = if cli.concurrency > 0 {
+        let r = measure::latency_concurrent(&targets, &mut floor, cli.latency_deltas, cli.concurrency, cli.requests)
+            .await
+            .context("concurrent latency test, floor proxy")?;
+        Some(r)
+    } else {
+        None
+    };
+    let sse = measure::sse_throughput(&targets, &mut floor, cli.stream_deltas, 1, cli.stream_runs.max(1), false)
         .await
-        .context("SSE throughput test, floor proxy")?
-        .gateway_cpu_us;
+        .context("SSE throughput test, floor proxy")?;
     floor.check_alive().await?;
     floor.stop().await?;
-    Ok(FloorCpu { stored, unstored, per_delta })
+    Ok(FloorCpu {
+        stored,
+        unstored,
+        per_delta: sse.gateway_cpu_us,
+        delta_rate_ratio: sse.gateway_per_s / sse.direct_per_s,
+        concurrent,
+    })
 }
 
 /// `respgw/floor Nx`, and whether the floor alone misses `target` (all three in one unit).
@@ -1177,7 +1210,10 @@ impl Table {
 
     /// p50/p99 lines of a latency test; `targets` are the most the p50 and the p99 may add, `rate`
     /// adds a requests/s line.
-    fn latency(&mut self, label: &str, r: &LatencyResult, targets: Option<(f64, f64)>, rate: bool) {
+    /// Rows for the p50 and p99 latency added (and the request rate with `rate`). Returns the
+    /// index of the p50 row; the p99 row follows it.
+    fn latency(&mut self, label: &str, r: &LatencyResult, targets: Option<(f64, f64)>, rate: bool) -> usize {
+        let first = self.rows.len();
         let (p50_target, p99_target) = targets.unwrap_or((f64::NAN, f64::NAN));
         for (p, target) in [(50.0, p50_target), (99.0, p99_target)] {
             let direct = percentile_ms(&r.direct, p);
@@ -1205,6 +1241,22 @@ impl Table {
                 verdict: "info",
                 note: String::new(),
             });
+        }
+        first
+    }
+
+    /// Notes on the latency rows from `at` (see [`Table::latency`]) what the floor proxy added in
+    /// the same test, and whether that alone is above the targets.
+    fn floor_latency(&mut self, at: usize, floor: &LatencyResult, targets: (f64, f64)) {
+        for (offset, p, target) in [(0, 50.0, targets.0), (1, 99.0, targets.1)] {
+            let added = percentile_ms(&floor.gateway, p) - percentile_ms(&floor.direct, p);
+            let mut note = format!("the floor proxy adds {added:+.3} ms in the same test");
+            if added > target {
+                note.push_str("; the floor alone is above the target");
+            }
+            if let Some(row) = self.rows.get_mut(at + offset) {
+                row.note = note;
+            }
         }
     }
 
