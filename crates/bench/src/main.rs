@@ -21,9 +21,9 @@
 //!
 //! respgw's CPU per request, CPU per delta, memory per open stream, concurrency-8 latency and
 //! one-stream SSE rate also get a second baseline: the same measurement through the bare proxy
-//! floor ([`floor`]), a gateway that does only what
-//! any Responses gateway on this stack must, run and measured as respgw is. Its figures show how
-//! much of respgw's cost is the stack's, and whether a target is reachable on it at all.
+//! floor ([`floor`]), a gateway that does only what any Responses gateway on this stack must, run
+//! and measured as respgw is. Its figures show how much of respgw's cost is the stack's, and
+//! whether a target is reachable on it at all.
 //!
 //! It prints a table with ratios and the targets, and exits 0 whatever the numbers say
 //! (the numbers are the output); it fails only when something breaks. Loopback only; every loop
@@ -1209,9 +1209,7 @@ impl Table {
     }
 
     /// p50/p99 lines of a latency test; `targets` are the most the p50 and the p99 may add, `rate`
-    /// adds a requests/s line.
-    /// Rows for the p50 and p99 latency added (and the request rate with `rate`). Returns the
-    /// index of the p50 row; the p99 row follows it.
+    /// adds a requests/s line. Returns the index of the p50 line; the p99 line follows it.
     fn latency(&mut self, label: &str, r: &LatencyResult, targets: Option<(f64, f64)>, rate: bool) -> usize {
         let first = self.rows.len();
         let (p50_target, p99_target) = targets.unwrap_or((f64::NAN, f64::NAN));
