@@ -1308,3 +1308,45 @@ impl Table {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn latencies(direct_ms: &[u64], gateway_ms: &[u64]) -> LatencyResult {
+        let ms = |v: &[u64]| v.iter().map(|&m| Duration::from_millis(m)).collect::<Vec<_>>();
+        LatencyResult {
+            direct: ms(direct_ms),
+            gateway: ms(gateway_ms),
+            gateway_cpu_us: 0.0,
+            sqlite_cpu_us: 0.0,
+            direct_wall: Duration::from_secs(1),
+            gateway_wall: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn the_floors_added_latency_is_noted_on_respgws_p50_and_p99_rows() {
+        let mut table = Table::default();
+        table.row(Row::info("before", "-".into()));
+        let respgw = latencies(&[1; 100], &[3; 100]);
+        let at = table.latency("concurrency 8", &respgw, Some((1.0, 3.0)), true);
+        assert_eq!(at, 1);
+        assert_eq!(table.rows[at].metric, "latency p50 (concurrency 8)");
+        assert_eq!(table.rows[at + 1].metric, "latency p99 (concurrency 8)");
+
+        // The floor adds 0.5 ms at p50 and 4.5 ms at p99 (its slowest 2 %).
+        let mut floor_gateway = vec![1; 98];
+        floor_gateway.extend([5, 5]);
+        let mut floor = latencies(&[0; 100], &floor_gateway);
+        floor.direct = vec![Duration::from_micros(500); 100];
+        table.floor_latency(at, &floor, (1.0, 3.0));
+        assert_eq!(table.rows[at].note, "the floor proxy adds +0.500 ms in the same test");
+        assert_eq!(
+            table.rows[at + 1].note,
+            "the floor proxy adds +4.500 ms in the same test; the floor alone is above the target"
+        );
+        assert_eq!(table.rows[at + 2].metric, "requests/s (concurrency 8)");
+        assert!(table.rows[at + 2].note.is_empty(), "the rate row has no floor note");
+    }
+}
