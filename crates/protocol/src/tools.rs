@@ -521,7 +521,7 @@ pub fn parse_tools(raw: Vec<Value>, caps: &Capabilities) -> Result<Vec<ToolDecla
             "function" => ToolDeclaration::Function(parse_function(tool, &at, &tools)?),
             "code_interpreter" => {
                 if !caps.code_interpreter {
-                    return Err(not_enabled(&at, "code_interpreter"));
+                    return Err(tool_not_enabled(&at, "code_interpreter"));
                 }
                 if tools.iter().any(|t| matches!(t, ToolDeclaration::CodeInterpreter(_))) {
                     return Err(ApiError::invalid(format!("{at}.type"), "Declare code_interpreter at most once."));
@@ -552,14 +552,14 @@ pub fn parse_tools(raw: Vec<Value>, caps: &Capabilities) -> Result<Vec<ToolDecla
             }
             k if WEB_SEARCH_TYPES.contains(&k) => {
                 if !caps.web_search {
-                    return Err(not_enabled(&at, k));
+                    return Err(tool_not_enabled(&at, k));
                 }
                 if tools.iter().any(is_web_search) {
                     return Err(ApiError::invalid(format!("{at}.type"), "Declare web_search at most once."));
                 }
                 ToolDeclaration::WebSearch(parse_web_search(tool, &at)?)
             }
-            k if UNSUPPORTED_TOOL_TYPES.contains(&k) => return Err(not_enabled(&at, k)),
+            k if UNSUPPORTED_TOOL_TYPES.contains(&k) => return Err(tool_not_enabled(&at, k)),
             k => return Err(ApiError::invalid(format!("{at}.type"), format!("Unknown tool type '{k}'."))),
         };
         tools.push(declaration);
@@ -567,8 +567,23 @@ pub fn parse_tools(raw: Vec<Value>, caps: &Capabilities) -> Result<Vec<ToolDecla
     Ok(tools)
 }
 
-fn not_enabled(at: &str, kind: &str) -> ApiError {
-    ApiError::invalid(format!("{at}.type"), format!("Tool type '{kind}' is not enabled on this gateway."))
+/// The 400 for a tool type this gateway does not run: which type, why, and how an operator turns
+/// it on (or, for a type the gateway never runs, what the client can do instead).
+pub fn tool_not_enabled(at: &str, kind: &str) -> ApiError {
+    let why = match kind {
+        "code_interpreter" => {
+            "it runs only with its sandbox, and this gateway was started with `--code-interpreter disabled` \
+             or found no working sandbox at start-up (its log says which). An operator enables it by \
+             installing the sandbox (scripts/setup-code-interpreter) and starting respgw with \
+             `--code-interpreter spawn` (the default)"
+        }
+        k if WEB_SEARCH_TYPES.contains(&k) => {
+            "it runs only with a search backend, and this gateway was started without one. An operator \
+             enables it with `--web-search-profile`"
+        }
+        _ => "this gateway does not run it. Declare a function tool instead and run it in the client",
+    };
+    ApiError::invalid(format!("{at}.type"), format!("Tool type '{kind}' is not enabled on this gateway: {why}."))
 }
 
 fn parse_function(tool: Value, at: &str, earlier: &[ToolDeclaration]) -> Result<FunctionTool, ApiError> {
@@ -1128,6 +1143,18 @@ mod tests {
         );
         let e = parse_tools(vec![json!({"type":"code_interpreter"})], &Capabilities::default()).unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (400, Some("tools[0].type")));
+    }
+
+    #[test]
+    fn a_tool_that_is_off_says_why_and_how_an_operator_turns_it_on() {
+        let off = |tool: Value| parse_tools(vec![tool], &Capabilities::default()).unwrap_err().message;
+        let code = off(json!({"type":"code_interpreter"}));
+        assert!(code.contains("--code-interpreter disabled") && code.contains("--code-interpreter spawn"), "{code}");
+        assert!(code.contains("scripts/setup-code-interpreter"), "{code}");
+        let search = off(json!({"type":"web_search"}));
+        assert!(search.contains("--web-search-profile"), "{search}");
+        let never = off(json!({"type":"image_generation"}));
+        assert!(never.contains("does not run it") && never.contains("function tool"), "{never}");
     }
 
     #[test]

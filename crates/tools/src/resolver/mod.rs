@@ -14,6 +14,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use respgw_engine::{ResolvedTools, ToolResolver};
 use respgw_protocol::items::Item;
+use respgw_protocol::tools::tool_not_enabled;
 use respgw_protocol::{ApiError, ToolDeclaration, ValidatedRequest};
 
 use crate::code_interpreter::Sandbox;
@@ -70,19 +71,13 @@ impl ToolResolver for GatewayTools {
                 | ToolDeclaration::OfflineWebSearch(_) => {}
                 ToolDeclaration::CodeInterpreter(_) => {
                     let sandbox = self.sandbox.clone().ok_or_else(|| {
-                        ApiError::invalid(
-                            format!("tools[{i}].type"),
-                            "Tool type 'code_interpreter' is not enabled on this gateway.",
-                        )
+tool_not_enabled(&format!("tools[{i}]"), "code_interpreter")
                     })?;
                     resolved.tools.push(Arc::new(CodeInterpreterTool::new(sandbox)));
                 }
                 ToolDeclaration::WebSearch(declaration) => {
                     let web_search = self.web_search.as_ref().ok_or_else(|| {
-                        ApiError::invalid(
-                            format!("tools[{i}].type"),
-                            "Tool type 'web_search' is not enabled on this gateway.",
-                        )
+tool_not_enabled(&format!("tools[{i}]"), "web_search")
                     })?;
                     resolved.tools.push(Arc::new(web_search.tool(declaration)));
                 }
