@@ -21,6 +21,11 @@ const SENTENCE: &str = "The lighthouse keeper counts seventeen gulls every morni
 /// A minimal valid PDF (Helvetica, one text line per page), written by hand with a correct
 /// cross-reference table.
 fn pdf(pages: &[&str]) -> Vec<u8> {
+    respgw_testkit::pdf::document(&pdf_objects(pages))
+}
+
+/// The objects of [`pdf`].
+fn pdf_objects(pages: &[&str]) -> Vec<Vec<u8>> {
     let n = pages.len();
     // Objects: 1 catalog, 2 pages, 3 font, then per page: page object and its content stream.
     let mut objects: Vec<String> = vec![
@@ -39,8 +44,7 @@ fn pdf(pages: &[&str]) -> Vec<u8> {
         ));
         objects.push(format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()));
     }
-    let objects: Vec<Vec<u8>> = objects.into_iter().map(String::into_bytes).collect();
-    respgw_testkit::pdf::document(&objects)
+    objects.into_iter().map(String::into_bytes).collect()
 }
 
 /// A 1×1 PNG.
@@ -91,6 +95,42 @@ async fn a_pdf_reaches_the_model_as_its_text() {
     assert!(text.starts_with("Summarise the file."), "{text}");
     assert!(text.contains(SENTENCE), "the extracted sentence reached the model: {text}");
     assert!(text.contains("file: x.pdf"), "headed with its name: {text}");
+}
+
+/// Readers rebuild a missing cross-reference table from the objects in the file; so does the
+/// gateway.
+#[tokio::test]
+async fn a_pdf_without_a_cross_reference_table_reaches_the_model_as_its_text() {
+    let h = Harness::start().await;
+    ok_scenario(&h, "no-xref", 1);
+    let bytes = respgw_testkit::pdf::document_without_xref(&pdf_objects(&[SENTENCE]));
+    let data = format!("data:application/pdf;base64,{}", b64(&bytes));
+    let (status, body) = h
+        .create(json!({"model":"no-xref","input":user_with(json!([
+            {"type":"input_text","text":"Summarise the file."},
+            {"type":"input_file","filename":"bare.pdf","file_data":data}]))}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let text = received_user_content(&h, "no-xref", 0).as_str().unwrap_or_default().to_owned();
+    assert!(text.contains(SENTENCE) && text.contains("file: bare.pdf"), "{text}");
+}
+
+#[tokio::test]
+async fn a_damaged_pdf_is_a_400_naming_the_part() {
+    let h = Harness::start().await;
+    let whole = pdf(&[SENTENCE]);
+    for (what, bytes) in [("truncated", &whole[..whole.len() / 3]), ("garbage", &b"%PDF-1.7\n\x00\x01garbage"[..])] {
+        let data = format!("data:application/pdf;base64,{}", b64(bytes));
+        let (status, body) = h
+            .create(json!({"model":"m","input":user_with(json!([
+                {"type":"input_text","text":"Summarise the file."},
+                {"type":"input_file","filename":"bad.pdf","file_data":data}]))}))
+            .await;
+        assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[1]")), "{what}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("the PDF could not be read (it is damaged, or not a PDF)"), "{what}: {body}");
+    }
+    assert!(h.upstream_bodies("m").is_empty(), "nothing reached the model");
 }
 
 #[tokio::test]

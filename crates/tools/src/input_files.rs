@@ -6,11 +6,15 @@
 //! - text (text/*, JSON, CSV, Markdown, source code): decoded (declared charset, else BOM, else
 //!   UTF-8) and headed with the file's name;
 //! - PDF: its text extracted with `pdf-extract` on a blocking thread, at most `max_pdf_pages`
-//!   pages; a PDF without extractable text (a scan) is refused rather than sent empty;
+//!   pages; a PDF whose cross-reference table is missing or broken is read through a rebuilt one
+//!   (`pdf_recovery.rs`); a PDF without extractable text (a scan) is refused rather than sent
+//!   empty;
 //! - images (PNG, JPEG, GIF, WebP): a `data:` URL, sent like an `input_image`.
 //!
 //! Text longer than `max_text_bytes` is cut at a character boundary, and the model is told so.
 //! Every failure is a sentence for the client (the engine names the part).
+
+mod pdf_recovery;
 
 use std::time::Duration;
 
@@ -191,6 +195,7 @@ fn decode_text(bytes: &[u8], file_type: &FileType) -> Result<String, FileError> 
 }
 
 /// A PDF's text, page by page.
+#[derive(Debug)]
 struct PdfText {
     text: String,
     pages_read: usize,
@@ -201,8 +206,8 @@ struct PdfText {
 /// in hand (the caller cuts it). Runs on a blocking thread: pdf-extract panics on some malformed
 /// files, which the caller sees as a failed task.
 fn extract_pdf(bytes: &[u8], max_pages: usize, max_bytes: usize) -> Result<PdfText, FileError> {
-    let unreadable = |e: &dyn std::fmt::Display| FileError::Invalid(format!("the PDF could not be read ({e})"));
-    let mut document = pdf_extract::Document::load_mem(bytes).map_err(|e| unreadable(&e))?;
+    let unreadable = || FileError::Invalid("the PDF could not be read (it is damaged, or not a PDF)".to_owned());
+    let mut document = load_pdf(bytes).ok_or_else(unreadable)?;
     if document.is_encrypted() && document.decrypt("").is_err() {
         return Err(FileError::Invalid("the PDF is encrypted with a password".to_owned()));
     }
@@ -213,7 +218,7 @@ fn extract_pdf(bytes: &[u8], max_pages: usize, max_bytes: usize) -> Result<PdfTe
     for page in pages.iter().take(max_pages) {
         let mut page_text = String::new();
         let mut output = pdf_extract::PlainTextOutput::new(&mut page_text);
-        pdf_extract::output_doc_page(&document, &mut output, *page).map_err(|e| unreadable(&e))?;
+        pdf_extract::output_doc_page(&document, &mut output, *page).map_err(|_| unreadable())?;
         text.push_str(&page_text);
         pages_read += 1;
         if text.len() > max_bytes {
@@ -221,6 +226,17 @@ fn extract_pdf(bytes: &[u8], max_pages: usize, max_bytes: usize) -> Result<PdfTe
         }
     }
     Ok(PdfText { text, pages_read, total_pages: pages.len() })
+}
+
+/// The document in `bytes`: as its cross-reference table has it when that leads to its pages,
+/// else through a rebuilt table; a document that loads without pages and cannot be recovered
+/// stays as it loaded (it then has no text).
+fn load_pdf(bytes: &[u8]) -> Option<pdf_extract::Document> {
+    let loaded = pdf_extract::Document::load_mem(bytes).ok();
+    if loaded.as_ref().is_some_and(|document| !document.get_pages().is_empty()) {
+        return loaded;
+    }
+    pdf_recovery::recover(bytes).filter(|document| !document.get_pages().is_empty()).or(loaded)
 }
 
 /// Most bytes the streams of one PDF may decompress to, all together. pdf-extract decompresses
@@ -318,6 +334,11 @@ mod tests {
 
     /// A one-page PDF whose page content is `content` compressed with FlateDecode.
     fn pdf_with_deflated_content(content: &[u8]) -> Vec<u8> {
+        respgw_testkit::pdf::document(&objects_with_deflated_content(content))
+    }
+
+    /// The objects of [`pdf_with_deflated_content`].
+    fn objects_with_deflated_content(content: &[u8]) -> Vec<Vec<u8>> {
         use std::io::Write;
         let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
         encoder.write_all(content).expect("compress");
@@ -331,7 +352,7 @@ mod tests {
         body.extend_from_slice(&stream);
         body.extend_from_slice(b"\nendstream");
         objects.push(body);
-        respgw_testkit::pdf::document(&objects)
+        objects
     }
 
     #[test]
@@ -352,6 +373,74 @@ mod tests {
 
     #[test]
     fn malformed_pdfs_are_an_error_not_a_crash() {
-        assert!(matches!(extract_pdf(b"%PDF-1.4 garbage", 10, 1000), Err(FileError::Invalid(_))));
+        for bytes in [&b"%PDF-1.4 garbage"[..], b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog", b"not a PDF"] {
+            match extract_pdf(bytes, 10, 1000) {
+                Err(FileError::Invalid(message)) => {
+                    assert_eq!(message, "the PDF could not be read (it is damaged, or not a PDF)")
+                }
+                other => panic!("{:?}: {other:?}", String::from_utf8_lossy(bytes)),
+            }
+        }
+    }
+
+    /// A one-page PDF saying `text`, with a correct cross-reference table.
+    fn pdf_saying(text: &str) -> Vec<u8> {
+        respgw_testkit::pdf::document(&objects_saying(text))
+    }
+
+    /// The objects of a one-page PDF saying `text`.
+    fn objects_saying(text: &str) -> Vec<Vec<u8>> {
+        let stream = format!("BT /F1 12 Tf 72 712 Td ({text}) Tj ET");
+        [
+            "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+            "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> \
+             /Contents 4 0 R >>"
+                .to_owned(),
+            format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()),
+            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_owned(),
+        ]
+        .into_iter()
+        .map(String::into_bytes)
+        .collect()
+    }
+
+    #[test]
+    fn a_pdf_without_a_cross_reference_table_is_read_through_a_rebuilt_one() {
+        let pdf = respgw_testkit::pdf::document_without_xref(&objects_saying("Recovered text"));
+        assert!(pdf_extract::Document::load_mem(&pdf).is_err(), "lopdf alone refuses it");
+        let extracted = extract_pdf(&pdf, 10, 1000).expect("recovered");
+        assert_eq!(extracted.text.trim(), "Recovered text");
+        assert_eq!((extracted.pages_read, extracted.total_pages), (1, 1));
+    }
+
+    #[test]
+    fn a_pdf_whose_table_is_at_the_wrong_place_or_points_to_the_wrong_places_is_read() {
+        let pdf = pdf_saying("Still readable");
+        let text = String::from_utf8(pdf.clone()).unwrap();
+        let startxref = text.rfind("startxref\n").unwrap() + "startxref\n".len();
+        let wrong_start = format!("{}3\n%%EOF\n", &text[..startxref]);
+        // Every entry of the table 5 bytes off.
+        let mut wrong_offsets = String::new();
+        for line in text.lines() {
+            match line.strip_suffix(" 00000 n ").and_then(|offset| offset.parse::<usize>().ok()) {
+                Some(offset) => wrong_offsets.push_str(&format!("{:010} 00000 n \n", offset + 5)),
+                None => wrong_offsets.push_str(&format!("{line}\n")),
+            }
+        }
+        for broken in [wrong_start, wrong_offsets] {
+            let extracted = extract_pdf(broken.as_bytes(), 10, 1000).expect("recovered");
+            assert_eq!(extracted.text.trim(), "Still readable");
+        }
+    }
+
+    #[test]
+    fn a_recovered_pdf_is_held_to_the_same_inflation_limit() {
+        let bomb = respgw_testkit::pdf::document_without_xref(&objects_with_deflated_content(&vec![b' '; 64 << 20]));
+        let document = load_pdf(&bomb).expect("recovered");
+        match check_inflated_size(&document, 16 << 20) {
+            Err(FileError::Invalid(message)) => assert!(message.contains("more than 16 MiB"), "{message}"),
+            other => panic!("not refused: {other:?}"),
+        }
     }
 }

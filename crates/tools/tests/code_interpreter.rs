@@ -5,7 +5,7 @@
 //! they are skipped with a line saying so under plain `cargo test`, and fail under `scripts/test`.
 
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -16,18 +16,22 @@ use respgw_tools::code_interpreter::{
 
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 
-/// One work root for the whole test binary (the font cache built by the first probe is reused).
-/// Under the target directory, so the sandbox uid (root mode) can traverse to it.
+/// One work root for the whole test binary (the font cache built by the first probe is reused),
+/// in a 0700 directory of the user running the tests under the system's temporary directory
+/// (`TMPDIR`), wherever the checkout is.
 fn work_root() -> &'static Path {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
-        // RESPGW_SANDBOX_TEST_DIR: to run this binary as another user (the non-root mode).
-        let base = match std::env::var_os("RESPGW_SANDBOX_TEST_DIR") {
-            Some(dir) => PathBuf::from(dir),
-            None => PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("code-interpreter-tests"),
-        };
-        std::fs::create_dir_all(&base).unwrap();
-        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711)).unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let base = std::env::temp_dir().join(format!("respgw-code-interpreter-tests-{me}"));
+        match std::fs::DirBuilder::new().mode(0o700).create(&base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("cannot create {}: {e}", base.display()),
+        }
+        let meta = std::fs::symlink_metadata(&base).unwrap();
+        assert!(meta.is_dir() && meta.uid() == me, "{} is not a directory of uid {me}", base.display());
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
         // Work roots of earlier runs whose process is gone (they hold up to a few hundred MiB).
         for entry in std::fs::read_dir(&base).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -213,6 +217,21 @@ async fn files_persist_within_a_container_and_are_invisible_to_others() {
     assert!(e.stdout.starts_with("[]\n['data']\n"), "{}", e.stdout);
     assert!(!e.stdout.contains("READ"), "{}", e.stdout);
     assert!(!e.stdout.contains("hello from c1"), "{}", e.stdout);
+}
+
+/// The work root may sit under a directory only the gateway's user can enter (a home directory
+/// such as `/root`, a 0700 temporary directory): the sandbox reaches nothing there by path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_runs_with_the_work_root_under_a_private_directory() {
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let config = SandboxConfig { work_root: private.path().join("state").join("containers"), ..base_config() };
+    let Some(sb) = sandbox_with(config).await else { return };
+    let c = Sandbox::new_container_id();
+    assert_success(&run(&sb, &c, "open('kept.txt', 'w').write('kept')").await);
+    let e = run(&sb, &c, "open('kept.txt').read()").await;
+    assert_success(&e);
+    assert_eq!(e.result.as_deref(), Some("'kept'"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -728,7 +747,7 @@ async fn containers_live_under_the_instance_directory() {
     let dir = work_root().with_extension("instance");
     let claim = WorkRootClaim::take(&dir).unwrap();
     let mode = std::fs::metadata(&dir).unwrap().mode() & 0o777;
-    assert_eq!(mode, if nix::unistd::geteuid().is_root() { 0o711 } else { 0o700 });
+    assert_eq!(mode, 0o700, "no other user, the sandbox's included, enters it");
     match WorkRootClaim::take(&dir) {
         Err(msg) => assert!(msg.contains("in use by another respgw"), "{msg}"),
         Ok(_) => panic!("two instances claimed one directory"),

@@ -2,12 +2,10 @@
 //! into every sandbox, container directories (create, lock, touch, expire) and container ids.
 //!
 //! ```text
-//! <work_root>/                    0700 (0711 when root: the sandbox uid must traverse it); one
-//!                                 per gateway instance, shared by its worker processes
+//! <work_root>/                    0700; one per gateway instance, shared by its worker processes
 //!   .instance.lock                flock'ed by the instance that owns the work root (see
 //!                                 [`WorkRootClaim`])
-//!   .runtime/                     0755  runner-<hash>.py, passwd, group, mplcache-<hash>/,
-//!                                       mnt-venv/ (mount point, root mode only)
+//!   .runtime/                     0755  runner-<hash>.py, passwd, group, mplcache-<hash>/
 //!   cntr_<uuid v7>/               0700, owned by the gateway
 //!     lock                        flock'ed while an execution runs (across worker processes);
 //!                                 its mtime is the container's last use
@@ -17,7 +15,9 @@
 //!   .trash-…                      a container being deleted
 //! ```
 //! The container directory is never visible in the sandbox, so model code cannot fake its
-//! last-use time, its usage or swap the lock file.
+//! last-use time, its usage or swap the lock file. Nothing here is reached by path by another
+//! uid (see `process.rs`), so the work root may sit anywhere its owner can reach, e.g. under a
+//! 0700 home directory.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -54,13 +54,13 @@ pub(crate) fn is_valid_container_id(id: &str) -> bool {
 #[derive(Debug)]
 pub(crate) struct Layout {
     pub work_root: PathBuf,
+    /// `.runtime`: the files below and the font cache, bound read-only into every sandbox.
+    pub runtime: PathBuf,
     pub runner: PathBuf,
     pub passwd: PathBuf,
     pub group: PathBuf,
     /// matplotlib's font cache, built by the start-up probe (see [`Layout::mplcache_ready`]).
     pub mplcache: PathBuf,
-    /// Mount point for the venv (root mode: see `process.rs`).
-    pub mnt_venv: PathBuf,
     /// `Some((uid, gid))` when the gateway runs as root and the sandbox as this host uid.
     pub drop_to: Option<(u32, u32)>,
 }
@@ -69,13 +69,7 @@ impl Layout {
     /// Creates (or checks) the work root and writes the runtime files.
     pub fn prepare(work_root: &Path, venv: &Path, drop_to: Option<(u32, u32)>) -> Result<Layout, String> {
         let work_root = absolute(work_root)?;
-        // Root mode: the sandbox runs as another uid, which must traverse the work root (but not
-        // list it: container ids are not discoverable).
-        let root_mode = if drop_to.is_some() { 0o711 } else { 0o700 };
-        create_dir_checked(&work_root, root_mode)?;
-        if let Some((uid, _)) = drop_to {
-            check_traversable(&work_root, uid)?;
-        }
+        create_dir_checked(&work_root, 0o700)?;
         let runtime = work_root.join(".runtime");
         create_dir_checked(&runtime, 0o755)?;
 
@@ -88,11 +82,6 @@ impl Layout {
         let group = runtime.join("group");
         write_if_changed(&group, b"sandbox:x:65534:\n")?;
 
-        let mnt_venv = runtime.join("mnt-venv");
-        if drop_to.is_some() {
-            create_dir_checked(&mnt_venv, 0o755)?;
-        }
-
         // The font cache depends on the venv (matplotlib version, font files): key it by the venv.
         let mut venv_id = Sha256::new();
         venv_id.update(venv.as_os_str().as_encoded_bytes());
@@ -102,7 +91,7 @@ impl Layout {
         let digest = venv_id.finalize();
         let mplcache = runtime.join(format!("mplcache-{}", hex(&digest[..8])));
 
-        Ok(Layout { work_root, runner, passwd, group, mplcache, mnt_venv, drop_to })
+        Ok(Layout { work_root, runtime, runner, passwd, group, mplcache, drop_to })
     }
 
     /// Whether the font cache has been built (a `fontlist*.json` in it).
@@ -345,12 +334,11 @@ pub struct WorkRootClaim {
 }
 
 impl WorkRootClaim {
-    /// Creates `work_root` (0700, or 0711 when the gateway is root) if missing, takes it for this
-    /// instance, and empties it of containers. Fails when another live instance has it.
+    /// Creates `work_root` (0700) if missing, takes it for this instance, and empties it of
+    /// containers. Fails when another live instance has it.
     pub fn take(work_root: &Path) -> Result<WorkRootClaim, String> {
         let work_root = absolute(work_root)?;
-        let mode = if geteuid().is_root() { 0o711 } else { 0o700 };
-        create_dir_checked(&work_root, mode)?;
+        create_dir_checked(&work_root, 0o700)?;
         let lock = try_lock(&work_root.join(".instance.lock")).ok_or_else(|| {
             format!(
                 "the code interpreter directory {} is in use by another respgw; give each instance its own \
@@ -400,24 +388,6 @@ fn is_idle(lock: &Path, idle: Duration) -> bool {
         .and_then(|m| m.modified())
         .map(|t| SystemTime::now().duration_since(t).map(|age| age > idle).unwrap_or(false))
         .unwrap_or(false)
-}
-
-/// Root mode: bubblewrap runs as `uid` and must reach the runtime files under `dir`.
-fn check_traversable(dir: &Path, uid: u32) -> Result<(), String> {
-    for ancestor in dir.ancestors().skip(1) {
-        let meta = fs::metadata(ancestor).map_err(|e| format!("cannot stat {}: {e}", ancestor.display()))?;
-        let mode = meta.mode();
-        if mode & 0o001 == 0 && !(meta.uid() == uid && mode & 0o100 != 0) {
-            return Err(format!(
-                "{} (mode {:o}) cannot be traversed by the sandbox uid {uid}, which must reach the work root {}; \
-                 choose a work root under a world-traversable directory (e.g. /tmp or /var/lib)",
-                ancestor.display(),
-                mode & 0o7777,
-                dir.display()
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn absolute(p: &Path) -> Result<PathBuf, String> {

@@ -21,9 +21,9 @@
 //!       --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/sbin /sbin
 //!       --symlink usr/lib /lib --symlink usr/lib64 /lib64          (as on the host)
 //!       --ro-bind-try /etc/ld.so.cache /etc/ld.so.cache --ro-bind-try /etc/fonts /etc/fonts
-//!       --ro-bind <work_root>/.runtime/passwd /etc/passwd --ro-bind <…>/group /etc/group
-//!       --ro-bind <venv> /opt/venv --ro-bind <…>/runner-<hash>.py /run/respgw/runner.py
-//!       --ro-bind <…>/mplcache-<hash> /run/respgw/mplcache
+//!       --ro-bind <runtime>/passwd /etc/passwd --ro-bind <runtime>/group /etc/group
+//!       --ro-bind <venv> /opt/venv --ro-bind <runtime>/runner-<hash>.py /run/respgw/runner.py
+//!       --ro-bind <runtime>/mplcache-<hash> /run/respgw/mplcache
 //!       --proc /proc --dev /dev --size <tmp_bytes> --tmpfs /tmp
 //!       --size <tmp_bytes> --tmpfs /dev/shm --size <max_disk_bytes> --tmpfs /mnt/data
 //!       --remount-ro /dev --remount-ro /
@@ -34,6 +34,9 @@
 //! started with its own session (`setsid`) and rlimits (`RLIMIT_CPU`, `RLIMIT_AS`,
 //! `RLIMIT_FSIZE`, `RLIMIT_NOFILE`, `RLIMIT_CORE`=0) set in the forked child before exec; as
 //! the unprivileged `sandbox_uid` when the gateway is root (see `process.rs` for why and how).
+//! `<venv>` and `<runtime>` (the work root's `.runtime`) are their own paths when the gateway is
+//! not root; as root, `/tmp/venv` and `/tmp/runtime` in a mount namespace of the child's own,
+//! so that the work root and the venv may sit where only root can reach them.
 //! The runner (`runner.py`) sets the per-execution `RLIMIT_NPROC`, forks the cell into a child
 //! and reports how it ended on a pipe only the runner holds.
 //!

@@ -15,14 +15,16 @@
 //! `RLIMIT_NPROC` (the kernel does not count root's processes) and would own everything it
 //! creates as root. So the child switches to [`super::SandboxConfig::sandbox_uid`] before
 //! exec'ing bubblewrap, which then runs unprivileged. bubblewrap resolves bind sources by path
-//! as that uid, and the venv (e.g. under `/root/.cache`) or a container directory (0700, owned by
-//! root) are not reachable by it; so, still as root, the child first makes itself a private mount
-//! namespace and bind-mounts the venv and the container's data directory onto two mount points
-//! under the work root (`.runtime/mnt-venv`, `.runtime/mnt-data`). Those mounts exist only in that
-//! child's namespace (`MS_PRIVATE`): nothing changes on the host, and concurrent executions each
-//! see their own container there.
+//! as that uid, which cannot reach the venv (e.g. under `/root/.cache`) nor the work root (0700,
+//! possibly under a 0700 home directory too). So, still as root, the child first makes itself a
+//! private mount namespace, mounts a small tmpfs of its own on `/tmp` in it and bind-mounts the
+//! venv and the work root's runtime directory onto `/tmp/venv` and `/tmp/runtime` there, from
+//! descriptors it opened just before (so a venv or work root under the host's `/tmp` is found all
+//! the same). bubblewrap binds the sandbox's files from those two paths. The mounts exist only in
+//! that child's namespace (`MS_PRIVATE`): nothing changes on the host, and no other process, of
+//! the sandbox uid or another, can reach anything under the work root.
 
-use std::ffi::{CString, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -45,6 +47,11 @@ pub(crate) const SANDBOX_VENV: &str = "/opt/venv";
 pub(crate) const SANDBOX_DATA: &str = "/mnt/data";
 const SANDBOX_RUNNER: &str = "/run/respgw/runner.py";
 const SANDBOX_MPLCACHE: &str = "/run/respgw/mplcache";
+/// Root mode: the child's own tmpfs, and the mount points in it bubblewrap binds the venv and the
+/// runtime directory from (see the module doc).
+const PRIVATE_TMPFS: &CStr = c"/tmp";
+const PRIVATE_VENV: &CStr = c"/tmp/venv";
+const PRIVATE_RUNTIME: &CStr = c"/tmp/runtime";
 /// The uid/gid model code sees (`nobody`), whatever host uid it really is.
 const SANDBOX_ID: &str = "65534";
 /// The runner's report is small; anything bigger is not from the runner.
@@ -82,6 +89,21 @@ impl BwrapFeatures {
             ));
         }
         Ok(BwrapFeatures { disable_userns: help.contains("--disable-userns") })
+    }
+}
+
+/// Where bubblewrap, running as the sandbox's host uid, finds the venv and the runtime directory:
+/// their own paths when the gateway is not root, the child's mount points in root mode.
+#[derive(Debug)]
+pub(crate) struct BindSources {
+    pub venv: PathBuf,
+    pub runtime: PathBuf,
+}
+
+impl BindSources {
+    /// `path`, an entry of the layout's runtime directory, as bubblewrap sees it.
+    fn runtime_entry(&self, layout: &Layout, path: &Path) -> PathBuf {
+        self.runtime.join(path.strip_prefix(&layout.runtime).unwrap_or(path))
     }
 }
 
@@ -215,6 +237,10 @@ impl Drop for GroupGuard {
     }
 }
 
+fn c_path(path: &CStr) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(path.to_bytes()))
+}
+
 fn cstring(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains a NUL byte"))
 }
@@ -226,11 +252,10 @@ fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl Launcher {
-    /// The bubblewrap arguments for one run. `venv_src` is the path bubblewrap sees (the mount
-    /// point in root mode, the real path otherwise).
+    /// The bubblewrap arguments for one run, binding the venv and the runtime files from `sources`.
     pub fn bwrap_args(
         &self,
-        venv_src: &Path,
+        sources: &BindSources,
         fds: RunnerFds,
         timeout: Duration,
         opts: &RunOptions<'_>,
@@ -273,13 +298,15 @@ impl Launcher {
             a.push(src.as_os_str().to_owned());
             a.push(dst.into());
         };
-        bind("--ro-bind", &self.layout.passwd, "/etc/passwd");
-        bind("--ro-bind", &self.layout.group, "/etc/group");
-        bind("--ro-bind", venv_src, SANDBOX_VENV);
-        bind("--ro-bind", &self.layout.runner, SANDBOX_RUNNER);
+        let layout = &self.layout;
+        let runtime = |path: &Path| sources.runtime_entry(layout, path);
+        bind("--ro-bind", &runtime(&layout.passwd), "/etc/passwd");
+        bind("--ro-bind", &runtime(&layout.group), "/etc/group");
+        bind("--ro-bind", &sources.venv, SANDBOX_VENV);
+        bind("--ro-bind", &runtime(&layout.runner), SANDBOX_RUNNER);
         match opts.build_mplcache {
-            Some(dir) => bind("--bind", dir, SANDBOX_MPLCACHE),
-            None if self.layout.mplcache_ready() => bind("--ro-bind", &self.layout.mplcache, SANDBOX_MPLCACHE),
+            Some(dir) => bind("--bind", &runtime(dir), SANDBOX_MPLCACHE),
+            None if layout.mplcache_ready() => bind("--ro-bind", &runtime(&layout.mplcache), SANDBOX_MPLCACHE),
             None => {}
         }
         let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
@@ -344,12 +371,16 @@ impl Launcher {
             .open(data_dir)?;
         let fds = RunnerFds { status: status_fd, data: data.as_raw_fd() };
 
-        let venv_src = match self.layout.drop_to {
-            Some(_) => self.layout.mnt_venv.clone(),
-            None => self.venv.clone(),
+        let (sources, privileged) = match self.layout.drop_to {
+            None => (BindSources { venv: self.venv.clone(), runtime: self.layout.runtime.clone() }, None),
+            Some((uid, gid)) => {
+                let binds = [(cstring(&self.venv)?, PRIVATE_VENV), (cstring(&self.layout.runtime)?, PRIVATE_RUNTIME)];
+                let sources = BindSources { venv: c_path(PRIVATE_VENV), runtime: c_path(PRIVATE_RUNTIME) };
+                (sources, Some(Privileged { uid, gid, binds }))
+            }
         };
         let timeout = opts.timeout.unwrap_or(c.timeout);
-        let args = self.bwrap_args(&venv_src, fds, timeout, &opts);
+        let args = self.bwrap_args(&sources, fds, timeout, &opts);
 
         // Everything the child needs is allocated here, before fork: after fork only
         // async-signal-safe calls are allowed.
@@ -360,12 +391,6 @@ impl Launcher {
             (libc::RLIMIT_NOFILE, c.max_open_files, c.max_open_files),
             (libc::RLIMIT_CORE, 0, 0),
         ];
-        let privileged = match self.layout.drop_to {
-            Some((uid, gid)) => {
-                Some(Privileged { uid, gid, binds: vec![(cstring(&self.venv)?, cstring(&self.layout.mnt_venv)?)] })
-            }
-            None => None,
-        };
         let parent_pid = std::process::id() as libc::pid_t;
 
         let mut cmd = tokio::process::Command::new(&self.bwrap);
@@ -502,8 +527,9 @@ pub(crate) struct RunnerFds {
 struct Privileged {
     uid: u32,
     gid: u32,
-    /// (source, mount point) pairs.
-    binds: Vec<(CString, CString)>,
+    /// (host directory, mount point in the private tmpfs) pairs: the venv and the runtime
+    /// directory.
+    binds: [(CString, &'static CStr); 2],
 }
 
 /// Runs in the forked child, before exec'ing bubblewrap. Only async-signal-safe syscalls.
@@ -518,8 +544,8 @@ fn child_setup(
     // `Command::uid` makes setgroups/setuid calls there the same way), and errors are built from
     // errno or from a kind, never allocated. The pointers passed are null where the call allows it
     // (mount's source when changing propagation, its filesystem type and data; setgroups' list
-    // with a count of 0), or point to a local `rlimit` or to NUL-terminated strings (`c"/"`, the
-    // `CString`s of `p.binds`) that outlive the call.
+    // with a count of 0), or point to a local `rlimit` or to NUL-terminated strings (C string
+    // literals, the strings of `p.binds`) that outlive the call.
     unsafe {
         // Own session and process group: the timeout kills the whole group with one kill(-pgid).
         if libc::setsid() < 0 {
@@ -543,17 +569,45 @@ fn child_setup(
             {
                 return Err(io::Error::last_os_error());
             }
-            for (src, dst) in &p.binds {
-                if libc::mount(
-                    src.as_ptr(),
-                    dst.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND | libc::MS_REC,
-                    std::ptr::null(),
-                ) != 0
+            // The sources are opened before the tmpfs below may hide them (a venv under /tmp), and
+            // in this namespace: a bind from a mount of another namespace is refused.
+            let mut sources = [-1; 2];
+            for (fd, (src, _)) in sources.iter_mut().zip(&p.binds) {
+                *fd = libc::open(src.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+                if *fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // A tmpfs of our own holds the mount points; it hides the host's /tmp from bubblewrap
+            // (whose sandbox gets a /tmp of its own anyway).
+            if libc::mount(
+                c"tmpfs".as_ptr(),
+                PRIVATE_TMPFS.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=0755,size=64k".as_ptr().cast(),
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // Each source is bound from its descriptor, made the working directory (mount's ".").
+            for (fd, (_, dst)) in sources.iter().zip(&p.binds) {
+                if libc::mkdir(dst.as_ptr(), 0o755) != 0
+                    || libc::fchdir(*fd) != 0
+                    || libc::mount(
+                        c".".as_ptr(),
+                        dst.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ) != 0
+                    || libc::close(*fd) != 0
                 {
                     return Err(io::Error::last_os_error());
                 }
+            }
+            if libc::chdir(c"/".as_ptr()) != 0 {
+                return Err(io::Error::last_os_error());
             }
             if libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setresgid(p.gid, p.gid, p.gid) != 0
