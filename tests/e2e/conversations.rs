@@ -393,14 +393,21 @@ fn user(text: &str) -> Value {
 fn assert_over_the_limit(status: u16, body: &Value, param: &str) {
     assert_eq!(status, 400, "{body}");
     assert_error_shape(body);
-    assert_eq!((body["error"]["code"].as_str(), body["error"]["param"].as_str()), (Some("limit_exceeded"), Some(param)));
-    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("limit of 3 items per conversation"), "{body}");
+    assert_eq!(
+        (body["error"]["code"].as_str(), body["error"]["param"].as_str()),
+        (Some("limit_exceeded"), Some(param))
+    );
+    assert!(
+        body["error"]["message"].as_str().unwrap_or_default().contains("limit of 3 items per conversation"),
+        "{body}"
+    );
 }
 
 async fn the_item_limit_per_conversation_refuses_additions_and_writes_nothing(backend: Backend) {
     let h = Harness::start_on_with(backend, &["--max-conversation-items", "3"]).await;
     h.scenario("m", vec![text("Paris.")]);
-    let (status, body) = post(&h, "/v1/conversations", json!({"items": [user("a"), user("b"), user("c"), user("d")]})).await;
+    let (status, body) =
+        post(&h, "/v1/conversations", json!({"items": [user("a"), user("b"), user("c"), user("d")]})).await;
     assert_over_the_limit(status, &body, "items");
 
     let (status, conv) = post(&h, "/v1/conversations", json!({"items": [user("a"), user("b")]})).await;
@@ -451,8 +458,7 @@ async fn sealed_items_added_to_a_conversation_must_open() {
     assert_eq!(listed(&h, &id).await, ["hi"], "nothing was written");
 
     // A summary the gateway sealed opens, and the model gets it from the conversation.
-    let (status, compacted) =
-        post(&h, "/v1/responses/compact", json!({"model": "sum", "input": "hi"})).await;
+    let (status, compacted) = post(&h, "/v1/responses/compact", json!({"model": "sum", "input": "hi"})).await;
     assert_eq!(status, 200, "{compacted}");
     let (status, body) = post(&h, &items_path, json!({"items": [compacted["output"][1]]})).await;
     assert_eq!(status, 200, "{body}");

@@ -251,7 +251,8 @@ async fn an_allowed_image_url_reaches_the_model_as_a_data_url_fetched_once() {
     let url = format!("{base}/dot.png");
     let (status, first) = h.create(json!({"model":"image","input":image_at(&url)})).await;
     assert_eq!(status, 200, "{first}");
-    let sent = json!({"type":"image_url","image_url":{"url":format!("data:image/png;base64,{}", b64(PNG)),"detail":"auto"}});
+    let sent =
+        json!({"type":"image_url","image_url":{"url":format!("data:image/png;base64,{}", b64(PNG)),"detail":"auto"}});
     assert_eq!(received_user_content(&h, "image", 0)[1], sent);
     let (status, second) =
         h.create(json!({"model":"image","input":"And now?","previous_response_id":first["id"]})).await;

@@ -650,12 +650,9 @@ async fn another_tenants_sealed_blobs_are_refused_like_altered_ones_and_never_re
         }
     };
     let include = json!(["reasoning.encrypted_content"]);
-    let (status, first) = as_tenant(
-        ALPHA,
-        "/v1/responses",
-        json!({"model":"think","input":"2+2?","store":false,"include":include}),
-    )
-    .await;
+    let (status, first) =
+        as_tenant(ALPHA, "/v1/responses", json!({"model":"think","input":"2+2?","store":false,"include":include}))
+            .await;
     assert_eq!(status, 200, "{first}");
     let mut reasoning = first["output"][0].clone();
     assert_eq!(reasoning["type"], "reasoning", "{first}");
@@ -682,7 +679,10 @@ async fn another_tenants_sealed_blobs_are_refused_like_altered_ones_and_never_re
             assert_error_shape(&body);
             assert_eq!(body["error"]["param"], "input[1].encrypted_content", "{path}: {body}");
             assert_eq!(body["error"]["code"], "invalid_encrypted_content", "{path}: {body}");
-            assert_eq!(body["error"]["message"], altered_error["error"]["message"], "the same refusal as an altered blob");
+            assert_eq!(
+                body["error"]["message"], altered_error["error"]["message"],
+                "the same refusal as an altered blob"
+            );
         }
         let (status, body) = as_tenant(BETA, "/v1/conversations", json!({"items":with(item)})).await;
         assert_eq!((status, body["error"]["param"].as_str()), (400, Some("items[1].encrypted_content")), "{body}");

@@ -577,7 +577,10 @@ mod tests {
             json!({"type":"image_url","image_url":{"url":"data:image/png;base64,AA","detail":"auto"}})
         );
         let shown = serde_json::to_value(r.input[0].clone().client_view()).unwrap();
-        assert_eq!(shown["content"][1], json!({"type":"input_image","image_url":"http://127.0.0.1/cat.png","detail":"auto"}));
+        assert_eq!(
+            shown["content"][1],
+            json!({"type":"input_image","image_url":"http://127.0.0.1/cat.png","detail":"auto"})
+        );
     }
 
     #[test]

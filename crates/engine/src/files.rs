@@ -53,7 +53,9 @@ pub async fn read_files(reader: Option<&dyn FileReader>, items: &mut [Item], fie
             let Some(reader) = reader else {
                 return Err(ApiError::invalid(
                     param.clone(),
-                    format!("{param}: input_image URLs are not supported by this gateway; send the image as a data: URL."),
+                    format!(
+                        "{param}: input_image URLs are not supported by this gateway; send the image as a data: URL."
+                    ),
                 ));
             };
             *fetched = Some(reader.read_image(image_url).await.map_err(|e| e.into_api_error(&param))?);

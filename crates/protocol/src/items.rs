@@ -874,7 +874,11 @@ fn normalize_parts(parts: Vec<ContentPartParam>, field: &str) -> Result<Vec<Cont
             }
             ContentPartParam::Refusal { refusal } => Ok(ContentPart::Refusal { refusal }),
             ContentPartParam::InputImage { image_url: Some(url), detail, .. } if !url.is_empty() => {
-                Ok(ContentPart::InputImage { image_url: url, detail: detail.unwrap_or_default(), model_image_url: None })
+                Ok(ContentPart::InputImage {
+                    image_url: url,
+                    detail: detail.unwrap_or_default(),
+                    model_image_url: None,
+                })
             }
             ContentPartParam::InputImage { file_id: Some(_), .. } => Err(ItemError::new(
                 format!("{field}[{i}].file_id"),

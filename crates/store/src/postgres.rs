@@ -293,7 +293,8 @@ const APPEND_CONVERSATION_ITEMS: &str = "
     UPDATE conversations SET version = version + 1 WHERE id = $1";
 
 /// How many items conversation `$1` holds (removed ones not counted).
-const COUNT_CONVERSATION_ITEMS: &str = "SELECT count(*) FROM conversation_items WHERE conversation_id = $1 AND NOT removed";
+const COUNT_CONVERSATION_ITEMS: &str =
+    "SELECT count(*) FROM conversation_items WHERE conversation_id = $1 AND NOT removed";
 
 const SELECT_CONVERSATION: &str =
     "SELECT created_at, metadata FROM conversations WHERE id = $1 AND owner = $2 AND NOT deleted";

@@ -195,7 +195,8 @@ const CONVERSATION_KEYS: &str =
 
 /// The position after every row of a conversation (removed ones included).
 /// How many items conversation `?1` holds (removed ones not counted).
-const COUNT_CONVERSATION_ITEMS: &str = "SELECT count(*) FROM conversation_items WHERE conversation_id = ?1 AND removed = 0";
+const COUNT_CONVERSATION_ITEMS: &str =
+    "SELECT count(*) FROM conversation_items WHERE conversation_id = ?1 AND removed = 0";
 
 const NEXT_POSITION: &str = "SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = ?1";
 

@@ -910,7 +910,11 @@ async fn conversation_items_append_page_and_delete(backend: Backend) {
     let store = backend.open().await;
     store.create_conversation(new_conversation("conv_1", vec![user("m1"), user("m2")])).await.unwrap();
     let v0 = version(&store, "conv_1").await;
-    store.append_conversation_items(OWNER, "conv_1", vec![user("m3"), assistant("m4")], NO_LIMIT).await.unwrap().unwrap();
+    store
+        .append_conversation_items(OWNER, "conv_1", vec![user("m3"), assistant("m4")], NO_LIMIT)
+        .await
+        .unwrap()
+        .unwrap();
     store.append_conversation_items(OWNER, "conv_1", vec![user("m5")], NO_LIMIT).await.unwrap().unwrap();
     let v1 = version(&store, "conv_1").await;
     assert_ne!(v0, v1);

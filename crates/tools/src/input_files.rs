@@ -97,9 +97,10 @@ impl InputFiles {
         accept: &'static str,
         (part, field): (&str, &str),
     ) -> Result<DecodedFile, FileError> {
-        let body = self.fetcher.fetch_body(url, accept, part).await.map_err(|e| {
-            FileError::Invalid(format!("{field} could not be fetched: {}", e.trim_end_matches('.')))
-        })?;
+        let body =
+            self.fetcher.fetch_body(url, accept, part).await.map_err(|e| {
+                FileError::Invalid(format!("{field} could not be fetched: {}", e.trim_end_matches('.')))
+            })?;
         if body.truncated {
             return Err(FileError::TooLarge { bytes: body.bytes.len() + 1, limit: self.settings.max_bytes });
         }

@@ -148,7 +148,8 @@ impl Harness {
             Backend::Postgres => {
                 let schema = TestSchema::create().await.expect("a test schema on the PostgreSQL server");
                 let url = schema.url();
-                let args: Vec<&str> = ["--db-path", url.as_str()].into_iter().chain(extra_args.iter().copied()).collect();
+                let args: Vec<&str> =
+                    ["--db-path", url.as_str()].into_iter().chain(extra_args.iter().copied()).collect();
                 let harness = Self::start_with(&args, &[]).await;
                 BackendHarness { harness, _schema: Some(schema) }
             }
