@@ -103,6 +103,12 @@ pub struct GatewayArgs {
     #[arg(long, env = "GW_MAX_TOOL_OUTPUT_BYTES", default_value_t = 65536, value_parser = at_least_one, help_heading = "Clients and limits")]
     max_tool_output_bytes: usize,
 
+    /// Most items one conversation (`/v1/conversations`) may hold: adding items past it is a 400
+    /// that writes nothing, and so is a response whose input would pass it (checked before the
+    /// model runs; the response's output is saved whole, even past it).
+    #[arg(long, env = "GW_MAX_CONVERSATION_ITEMS", default_value_t = 5000, value_parser = at_least_one, help_heading = "Clients and limits")]
+    max_conversation_items: usize,
+
     /// Response store: a SQLite file path or sqlite:// URL (the embedded default), or a
     /// postgres:// URL (several hosts sharing one database).
     #[arg(long, env = "GW_DB_PATH", default_value = "respgw.db", hide_env_values = true, help_heading = "Store")]
@@ -199,6 +205,7 @@ impl GatewayArgs {
                 },
                 max_tool_rounds: self.max_tool_rounds,
                 max_tool_output_bytes: self.max_tool_output_bytes,
+                max_conversation_items: self.max_conversation_items,
             },
             metrics_path: metrics_path(self.metrics_enabled, self.metrics_path)?,
             forward_other_routes_to: None,

@@ -315,7 +315,7 @@ async fn codex_exec_resume_keeps_sealed_upstream_reasoning() {
     // The resumed session sends back the reasoning item as the gateway sealed it …
     let reasoning = sent[1]["input"].as_array().expect("input").iter().find(|i| i["type"] == "reasoning").cloned();
     let blob = reasoning.as_ref().and_then(|r| r["encrypted_content"].as_str()).unwrap_or_default();
-    assert!(blob.starts_with("rgw1."), "sealed reasoning replayed: {reasoning:?}");
+    assert!(blob.starts_with("rgw2."), "sealed reasoning replayed: {reasoning:?}");
     // … which is unreadable on the wire, and opened again for the model.
     let assistant = received[1]["messages"]
         .as_array()
@@ -434,7 +434,7 @@ async fn tampered_or_foreign_encrypted_reasoning_is_a_clear_400() {
     for bad in [
         String::from_utf8(tampered).unwrap_or_default(),
         "gAAAAABforeign".to_owned(),
-        blob.replacen("rgw1.", "rgw1.x", 1),
+        blob.replacen("rgw2.", "rgw2.x", 1),
     ] {
         let (status, error) = h.create(replay(&bad)).await;
         assert_eq!(status, 400, "{error}");

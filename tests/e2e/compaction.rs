@@ -69,7 +69,7 @@ async fn compact_summarises_reasoning_and_tool_results_then_the_window_replaces_
     assert_eq!(output[1]["content"][0]["text"], "And tomorrow?");
     assert!(output.iter().take(2).all(|m| m["role"] == "user"));
     let blob = output[2]["encrypted_content"].as_str().unwrap();
-    assert!(blob.starts_with("rgw1c.") && !blob.contains("sunny"), "{blob}");
+    assert!(blob.starts_with("rgw2c.") && !blob.contains("sunny"), "{blob}");
     assert!(output[2]["id"].as_str().is_some_and(|id| id.starts_with("cmp_")));
 
     // The summarisation request: the whole history as the model sees it, then the prompt.
@@ -130,9 +130,9 @@ async fn tampered_forged_and_misused_blobs_are_refused_naming_the_item() {
         ("tampered", json!({"type":"compaction","encrypted_content":tampered})),
         (
             "forged",
-            json!({"type":"compaction","encrypted_content":format!("rgw1c.{key_id}.AAAAAAAAAAAAAAAAAAAAAAAAAAAA")}),
+            json!({"type":"compaction","encrypted_content":format!("rgw2c.{key_id}.AAAAAAAAAAAAAAAAAAAAAAAAAAAA")}),
         ),
-        ("unknown key", json!({"type":"compaction","encrypted_content":"rgw1c.retired.AAAAAAAAAAAAAAAAAAAAAAAAAAAA"})),
+        ("unknown key", json!({"type":"compaction","encrypted_content":"rgw2c.retired.AAAAAAAAAAAAAAAAAAAAAAAAAAAA"})),
         ("not ours", json!({"type":"compaction","encrypted_content":"gAAAAABo-openai-blob"})),
         ("a summary as reasoning", json!({"type":"reasoning","summary":[],"encrypted_content":blob})),
     ];
@@ -146,7 +146,7 @@ async fn tampered_forged_and_misused_blobs_are_refused_naming_the_item() {
         assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[1].encrypted_content")), "{what}");
     }
     // A reasoning blob is not a summary either.
-    let as_reasoning = blob.replacen("rgw1c.", "rgw1.", 1);
+    let as_reasoning = blob.replacen("rgw2c.", "rgw2.", 1);
     let input = json!([{"type":"compaction","encrypted_content":as_reasoning}]);
     let (status, body) = h.create(json!({"model":"cm","input":input})).await;
     assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].encrypted_content")), "{body}");
@@ -220,7 +220,7 @@ async fn auto_compaction_then_continuation(backend: Backend) {
         (added["item"]["id"].clone(), json!(0))
     );
     assert_eq!(done["item"]["id"], added["item"]["id"]);
-    assert!(done["item"]["encrypted_content"].as_str().is_some_and(|b| b.starts_with("rgw1c.")), "{done}");
+    assert!(done["item"]["encrypted_content"].as_str().is_some_and(|b| b.starts_with("rgw2c.")), "{done}");
     assert!(!done.to_string().contains(summary));
     let response = common::final_response(&events);
     assert_eq!(response["status"], "completed");

@@ -53,6 +53,7 @@ crate::on_both_backends!(
     responses_in_a_conversation_read_and_extend_it,
     deleting_a_conversation_keeps_its_responses_whole,
     racing_responses_on_one_conversation_never_interleave,
+    the_item_limit_per_conversation_refuses_additions_and_writes_nothing,
 );
 
 async fn conversations_and_their_items_are_managed_like_the_reference(backend: Backend) {
@@ -376,4 +377,93 @@ async fn a_background_response_extends_its_conversation() {
     let (_, items) = h.get(&format!("/v1/conversations/{id}/items?order=asc")).await;
     assert_eq!(texts(items["data"].as_array().unwrap()), ["Start.", "Work on it.", "Done."]);
     assert_eq!(texts(&h.upstream_messages("m")[0]), ["Start.", "Work on it."]);
+}
+
+/// What a conversation lists, oldest first.
+async fn listed(h: &Harness, id: &str) -> Vec<String> {
+    let (status, items) = h.get(&format!("/v1/conversations/{id}/items?order=asc")).await;
+    assert_eq!(status, 200, "{items}");
+    texts(items["data"].as_array().unwrap())
+}
+
+fn user(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": text})
+}
+
+fn assert_over_the_limit(status: u16, body: &Value, param: &str) {
+    assert_eq!(status, 400, "{body}");
+    assert_error_shape(body);
+    assert_eq!(
+        (body["error"]["code"].as_str(), body["error"]["param"].as_str()),
+        (Some("limit_exceeded"), Some(param))
+    );
+    assert!(
+        body["error"]["message"].as_str().unwrap_or_default().contains("limit of 3 items per conversation"),
+        "{body}"
+    );
+}
+
+async fn the_item_limit_per_conversation_refuses_additions_and_writes_nothing(backend: Backend) {
+    let h = Harness::start_on_with(backend, &["--max-conversation-items", "3"]).await;
+    h.scenario("m", vec![text("Paris.")]);
+    let (status, body) =
+        post(&h, "/v1/conversations", json!({"items": [user("a"), user("b"), user("c"), user("d")]})).await;
+    assert_over_the_limit(status, &body, "items");
+
+    let (status, conv) = post(&h, "/v1/conversations", json!({"items": [user("a"), user("b")]})).await;
+    assert_eq!(status, 200, "{conv}");
+    let id = conv["id"].as_str().unwrap().to_owned();
+    let items_path = format!("/v1/conversations/{id}/items");
+    let (status, body) = post(&h, &items_path, json!({"items": [user("c"), user("d")]})).await;
+    assert_over_the_limit(status, &body, "items");
+    assert_eq!(listed(&h, &id).await, ["a", "b"], "nothing was written");
+
+    // A response whose input would pass the limit is refused before the model runs.
+    let (status, body) = h.create(json!({"model": "m", "input": [user("c"), user("d")], "conversation": id})).await;
+    assert_over_the_limit(status, &body, "input");
+    assert!(h.upstream_bodies("m").is_empty(), "the upstream heard nothing");
+    assert_eq!(listed(&h, &id).await, ["a", "b"]);
+
+    // One that fits runs, and its output is kept whole even past the limit.
+    let (status, first) = h.create(json!({"model": "m", "input": "c", "conversation": id})).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(listed(&h, &id).await, ["a", "b", "c", "Paris."]);
+    let (status, body) = post(&h, &items_path, json!({"items": [user("e")]})).await;
+    assert_over_the_limit(status, &body, "items");
+    assert_eq!(listed(&h, &id).await, ["a", "b", "c", "Paris."]);
+}
+
+#[tokio::test]
+async fn sealed_items_added_to_a_conversation_must_open() {
+    let h = Harness::start().await;
+    h.scenario("sum", vec![Step::text(&["The user greeted the assistant."], "stop", None)]);
+    h.scenario("m", vec![text("Hello again.")]);
+    let garbage_summary = json!({"type": "compaction", "encrypted_content": "rgw2c.k.AAAAAAAAAAAAAAAAAAAAAAAAAAAA"});
+    let garbage_reasoning = json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAAABforeign"});
+    for item in [&garbage_summary, &garbage_reasoning] {
+        let (status, body) = post(&h, "/v1/conversations", json!({"items": [user("hi"), item]})).await;
+        assert_eq!(status, 400, "{body}");
+        assert_error_shape(&body);
+        assert_eq!(body["error"]["param"], "items[1].encrypted_content", "{body}");
+        assert_eq!(body["error"]["code"], "invalid_encrypted_content", "{body}");
+    }
+    let (status, conv) = post(&h, "/v1/conversations", json!({"items": [user("hi")]})).await;
+    assert_eq!(status, 200, "{conv}");
+    let id = conv["id"].as_str().unwrap().to_owned();
+    let items_path = format!("/v1/conversations/{id}/items");
+    for item in [&garbage_summary, &garbage_reasoning] {
+        let (status, body) = post(&h, &items_path, json!({"items": [item]})).await;
+        assert_eq!((status, body["error"]["param"].as_str()), (400, Some("items[0].encrypted_content")), "{body}");
+    }
+    assert_eq!(listed(&h, &id).await, ["hi"], "nothing was written");
+
+    // A summary the gateway sealed opens, and the model gets it from the conversation.
+    let (status, compacted) = post(&h, "/v1/responses/compact", json!({"model": "sum", "input": "hi"})).await;
+    assert_eq!(status, 200, "{compacted}");
+    let (status, body) = post(&h, &items_path, json!({"items": [compacted["output"][1]]})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, answer) = h.create(json!({"model": "m", "input": "Again?", "conversation": id})).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent = texts(&h.upstream_messages("m")[0]).join("\n");
+    assert!(sent.contains("The user greeted the assistant.") && !sent.contains("not available"), "{sent}");
 }

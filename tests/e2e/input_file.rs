@@ -2,7 +2,8 @@
 //! `file_data` or fetched from a `file_url` (under the address rules, on a loopback fixture
 //! exempted by flag) reach the model; what cannot be read is a 400 naming the part; a
 //! continuation shows the model the same file again without fetching it; the stored input keeps
-//! the part as the client sent it.
+//! the part as the client sent it. `input_image` URLs go the same way: fetched by the gateway
+//! under the same rules and sent to the model as `data:` URLs, never as URLs to fetch.
 
 use crate::common;
 
@@ -200,6 +201,7 @@ async fn serve_file(State(seen): State<Arc<Mutex<Vec<String>>>>, request: Reques
         "/docs/report.pdf" => ([(header::CONTENT_TYPE, "application/pdf")], pdf(&[SENTENCE])).into_response(),
         "/big.txt" => ([(header::CONTENT_TYPE, "text/plain")], "b".repeat(4096)).into_response(),
         "/archive" => ([(header::CONTENT_TYPE, "application/zip")], b"PK\x03\x04".to_vec()).into_response(),
+        "/dot.png" => ([(header::CONTENT_TYPE, "image/png")], PNG.to_vec()).into_response(),
         _ => (axum::http::StatusCode::NOT_FOUND, "no such file").into_response(),
     }
 }
@@ -260,6 +262,60 @@ async fn file_urls_are_refused_when_the_address_rules_say_so_or_they_fail() {
         assert!(message.contains(says), "{path}: {message}");
     }
     assert!(exempt.upstream.all_requests().iter().all(|r| r.path == "/v1/models"), "nothing reached the model");
+}
+
+fn image_at(url: &str) -> Value {
+    user_with(json!([{"type":"input_text","text":"What is this?"},{"type":"input_image","image_url":url}]))
+}
+
+#[tokio::test]
+async fn an_image_url_on_loopback_is_refused_and_the_upstream_sees_nothing() {
+    let (base, seen) = file_server().await;
+    let h = Harness::start().await;
+    ok_scenario(&h, "image", 1);
+    let (status, body) = h.create(json!({"model":"image","input":image_at(&format!("{base}/dot.png"))})).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[1]")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("image_url could not be fetched") && message.contains("not allowed"), "{message}");
+    let (status, body) = h.create(json!({"model":"image","input":image_at("http://localhost:9/cat.png")})).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[1]")), "{body}");
+    assert!(seen.lock().expect("lock").is_empty(), "the loopback server was never contacted");
+    assert!(h.upstream_bodies("image").is_empty(), "nothing reached the model server");
+}
+
+#[tokio::test]
+async fn an_allowed_image_url_reaches_the_model_as_a_data_url_fetched_once() {
+    let (base, seen) = file_server().await;
+    let h = Harness::start_with(&["--input-file-fetch-exempt-host", "127.0.0.1"], &[]).await;
+    ok_scenario(&h, "image", 2);
+    let url = format!("{base}/dot.png");
+    let (status, first) = h.create(json!({"model":"image","input":image_at(&url)})).await;
+    assert_eq!(status, 200, "{first}");
+    let sent =
+        json!({"type":"image_url","image_url":{"url":format!("data:image/png;base64,{}", b64(PNG)),"detail":"auto"}});
+    assert_eq!(received_user_content(&h, "image", 0)[1], sent);
+    let (status, second) =
+        h.create(json!({"model":"image","input":"And now?","previous_response_id":first["id"]})).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(received_user_content(&h, "image", 1)[1], sent, "the continuation sends the same image");
+    assert_eq!(seen.lock().expect("lock").len(), 1, "the image was fetched once");
+    // The stored input is the part as the client sent it.
+    let (status, listing) = h.get(&format!("/v1/responses/{}/input_items", first["id"].as_str().unwrap())).await;
+    assert_eq!(status, 200, "{listing}");
+    assert_eq!(listing["data"][0]["content"][1], json!({"type":"input_image","image_url":url,"detail":"auto"}));
+}
+
+#[tokio::test]
+async fn an_image_url_that_is_not_an_image_is_refused() {
+    let (base, _) = file_server().await;
+    let h = Harness::start_with(&["--input-file-fetch-exempt-host", "127.0.0.1"], &[]).await;
+    for (path, says) in [("/big.txt", "not an image"), ("/archive", "application/zip"), ("/missing.png", "404")] {
+        let (status, body) = h.create(json!({"model":"image","input":image_at(&format!("{base}{path}"))})).await;
+        assert_eq!((status, body["error"]["param"].as_str()), (400, Some("input[0].content[1]")), "{path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{path}: {message}");
+    }
+    assert!(h.upstream_bodies("image").is_empty(), "nothing reached the model server");
 }
 
 #[tokio::test]

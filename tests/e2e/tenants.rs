@@ -620,3 +620,92 @@ async fn a_keys_file_with_a_raw_key_stops_the_start_without_showing_it() {
     assert!(stderr.contains("keys[0]") && stderr.contains("not a key hash"), "{stderr}");
     assert!(!stderr.contains("sk-live-raw-key"), "the key was shown: {stderr}");
 }
+
+/// A model turn that reasons (`reasoning_content`), then answers.
+fn thinking(reasoning: &str, answer: &str) -> Step {
+    let chunk = |delta: Value, finish: Value| {
+        format!("data: {}\n\n", json!({"choices":[{"index":0,"delta":delta,"finish_reason":finish}]}))
+    };
+    Step::Sse(vec![
+        chunk(json!({"role":"assistant","reasoning_content":reasoning}), Value::Null),
+        chunk(json!({"content":answer}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        "data: [DONE]\n\n".into(),
+    ])
+}
+
+#[tokio::test]
+async fn another_tenants_sealed_blobs_are_refused_like_altered_ones_and_never_reach_the_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = two_tenants(dir.path());
+    let h = Harness::start_with(&["--api-keys-file", keys.to_str().unwrap()], &[]).await;
+    h.scenario("think", vec![thinking("Alpha's secret: two and two.", "4"), thinking("Again.", "Yes")]);
+    h.scenario("sum", vec![Step::text(&["Alpha's secret summary."], "stop", None)]);
+    let client = fresh_connections();
+    let as_tenant = |key: &'static str, path: &'static str, body: Value| {
+        let (client, url) = (&client, h.url(path));
+        async move {
+            let (status, _, json) = call(client, reqwest::Method::POST, url, key, Some(&body)).await;
+            (status, json)
+        }
+    };
+    let include = json!(["reasoning.encrypted_content"]);
+    let (status, first) =
+        as_tenant(ALPHA, "/v1/responses", json!({"model":"think","input":"2+2?","store":false,"include":include}))
+            .await;
+    assert_eq!(status, 200, "{first}");
+    let mut reasoning = first["output"][0].clone();
+    assert_eq!(reasoning["type"], "reasoning", "{first}");
+    // Only the sealed blob carries the reasoning from here on.
+    reasoning.as_object_mut().expect("an item").remove("content");
+    let (status, compacted) = as_tenant(ALPHA, "/v1/responses/compact", json!({"model":"sum","input":"hi"})).await;
+    assert_eq!(status, 200, "{compacted}");
+    let summary = compacted["output"][1].clone();
+    let upstream_calls = h.upstream.all_requests().len();
+
+    let mut altered = reasoning.clone();
+    let blob = reasoning["encrypted_content"].as_str().expect("sealed").to_owned();
+    let at = blob.len() - 4;
+    altered["encrypted_content"] =
+        json!(format!("{}{}{}", &blob[..at], if &blob[at..=at] == "A" { "B" } else { "A" }, &blob[at + 1..]));
+    let with = |item: &Value| json!([{"role":"user","content":"go on"}, item]);
+    let (status, altered_error) =
+        as_tenant(BETA, "/v1/responses", json!({"model":"think","input":with(&altered)})).await;
+    assert_eq!(status, 400, "{altered_error}");
+    for item in [&reasoning, &summary] {
+        for path in ["/v1/responses", "/v1/responses/compact", "/v1/responses/input_tokens"] {
+            let (status, body) = as_tenant(BETA, path, json!({"model":"think","input":with(item)})).await;
+            assert_eq!(status, 400, "{path}: {body}");
+            assert_error_shape(&body);
+            assert_eq!(body["error"]["param"], "input[1].encrypted_content", "{path}: {body}");
+            assert_eq!(body["error"]["code"], "invalid_encrypted_content", "{path}: {body}");
+            assert_eq!(
+                body["error"]["message"], altered_error["error"]["message"],
+                "the same refusal as an altered blob"
+            );
+        }
+        let (status, body) = as_tenant(BETA, "/v1/conversations", json!({"items":with(item)})).await;
+        assert_eq!((status, body["error"]["param"].as_str()), (400, Some("items[1].encrypted_content")), "{body}");
+    }
+    let (status, conversation) = as_tenant(BETA, "/v1/conversations", json!({})).await;
+    assert_eq!(status, 200, "{conversation}");
+    let items_url = format!("{}/v1/conversations/{}/items", h.gateway.base_url(), conversation["id"].as_str().unwrap());
+    let (status, _, body) =
+        call(&client, reqwest::Method::POST, items_url.clone(), BETA, Some(&json!({"items":[reasoning]}))).await;
+    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("items[0].encrypted_content")), "{body}");
+    let (_, _, listed) = call(&client, reqwest::Method::GET, items_url, BETA, None).await;
+    assert_eq!(listed["data"], json!([]), "nothing was added");
+    assert_eq!(h.upstream.all_requests().len(), upstream_calls, "the upstream heard nothing of beta's attempts");
+
+    // Alpha's own blob still opens for alpha, and the model gets its reasoning back.
+    let (status, again) = as_tenant(
+        ALPHA,
+        "/v1/responses",
+        json!({"model":"think","store":false,"input":[{"role":"user","content":"2+2?"}, reasoning, first["output"][1], {"role":"user","content":"Sure?"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{again}");
+    let sent = h.upstream_messages("think");
+    let assistant = sent[1].iter().find(|m| m["role"] == "assistant").expect("the earlier turn");
+    assert_eq!(assistant["reasoning_content"], "Alpha's secret: two and two.", "{assistant}");
+}

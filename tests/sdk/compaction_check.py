@@ -48,7 +48,7 @@ def check_compacted(raw_body, parsed, user_texts):
     assert set(compaction) <= COMPACTION_KEYS, f"keys a client must not see: {set(compaction) - COMPACTION_KEYS}"
     typed = parsed.output[-1]
     assert isinstance(typed, ResponseCompactionItem), type(typed)
-    assert typed.encrypted_content.startswith("rgw1c.") and typed.id.startswith("cmp_"), typed
+    assert typed.encrypted_content.startswith("rgw2c.") and typed.id.startswith("cmp_"), typed
     return typed
 
 
@@ -88,7 +88,7 @@ def main(base_url):
         assert e.param == f"input[{len(bad) - 1}].encrypted_content", (e.param, e.body)
         assert e.code == "invalid_encrypted_content", e.code
     try:
-        client.responses.compact(model="cmp", input=[{"type": "compaction", "encrypted_content": "rgw1c.x.AAAA"}])
+        client.responses.compact(model="cmp", input=[{"type": "compaction", "encrypted_content": "rgw2c.x.AAAA"}])
         raise AssertionError("a forged compaction blob was accepted")
     except openai.BadRequestError as e:
         assert e.param == "input[0].encrypted_content", (e.param, e.body)
@@ -116,7 +116,7 @@ def main(base_url):
     assert isinstance(compacting, ResponseCompactionCompactingEvent), compacting
     assert compacting.item_id == added.item.id and compacting.output_index == 0, compacting
     assert isinstance(done, ResponseOutputItemDoneEvent) and isinstance(done.item, ResponseCompactionItem), done
-    assert done.item.encrypted_content.startswith("rgw1c."), done.item
+    assert done.item.encrypted_content.startswith("rgw2c."), done.item
     completed = events[-1]
     assert isinstance(completed, ResponseCompletedEvent), completed
     response = completed.response

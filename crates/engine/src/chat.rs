@@ -315,8 +315,9 @@ pub(crate) fn content_value(parts: &[ContentPart]) -> Value {
             .iter()
             .map(|p| match (part_text(p), p) {
                 (Some(text), _) => json!({"type": "text", "text": text}),
-                (None, ContentPart::InputImage { image_url, detail }) => {
-                    json!({"type": "image_url", "image_url": {"url": image_url, "detail": detail}})
+                (None, ContentPart::InputImage { image_url, detail, model_image_url }) => {
+                    let url = model_image_url.as_deref().unwrap_or(image_url);
+                    json!({"type": "image_url", "image_url": {"url": url, "detail": detail}})
                 }
                 (
                     None,
@@ -340,8 +341,17 @@ fn part_text(part: &ContentPart) -> Option<&str> {
             Some(FileContent::Image { .. }) => None,
             None => Some("[a file the gateway did not read]"),
         },
-        ContentPart::InputImage { .. } => None,
+        // Only images the model server need not fetch are sent as images: a `data:` URL, or what
+        // the gateway fetched when the request arrived.
+        ContentPart::InputImage { model_image_url: Some(_), .. } => None,
+        ContentPart::InputImage { image_url, .. } if is_data_url(image_url) => None,
+        ContentPart::InputImage { .. } => Some("[an image the gateway did not fetch]"),
     }
+}
+
+/// Whether `url` carries its content (`data:`), rather than naming where to fetch it.
+pub(crate) fn is_data_url(url: &str) -> bool {
+    url.get(..5).is_some_and(|scheme| scheme.eq_ignore_ascii_case("data:"))
 }
 
 /// One `chat.completion.chunk`.
@@ -546,6 +556,30 @@ mod tests {
         assert_eq!(
             msgs[0]["content"],
             json!([{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA","detail":"low"}}])
+        );
+    }
+
+    #[test]
+    fn image_urls_are_sent_only_as_what_the_gateway_fetched() {
+        let mut r = req(json!({"model":"m","input":[{"role":"user","content":[
+            {"type":"input_text","text":"what is this"},
+            {"type":"input_image","image_url":"http://127.0.0.1/cat.png"}]}]}));
+        assert_eq!(
+            messages(None, &r.input, usize::MAX)[0]["content"],
+            json!("what is this\n\n[an image the gateway did not fetch]"),
+            "a URL the gateway did not fetch never reaches the model server"
+        );
+        for (_, _, fetched) in r.input[0].input_images_mut() {
+            *fetched = Some("data:image/png;base64,AA".into());
+        }
+        assert_eq!(
+            messages(None, &r.input, usize::MAX)[0]["content"][1],
+            json!({"type":"image_url","image_url":{"url":"data:image/png;base64,AA","detail":"auto"}})
+        );
+        let shown = serde_json::to_value(r.input[0].clone().client_view()).unwrap();
+        assert_eq!(
+            shown["content"][1],
+            json!({"type":"input_image","image_url":"http://127.0.0.1/cat.png","detail":"auto"})
         );
     }
 

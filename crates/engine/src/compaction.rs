@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use crate::chat;
 use crate::files::read_input_files;
 use crate::run::{Engine, EventSink, Stop, store_error, unix_now};
-use crate::sealed::Purpose;
+use crate::sealed::{Purpose, open_sealed_items};
 use crate::think::{Segment, ThinkSplitter};
 use crate::turn::OutputLog;
 use crate::upstream::{ChunkStream, UpstreamEvent};
@@ -178,11 +178,12 @@ async fn read_summary(mut chunks: ChunkStream) -> Result<Summary, ApiError> {
     Ok(Summary { text, usage })
 }
 
-/// Seal a summary into a fresh compaction item (the opened summary kept in `model_summary`).
-fn sealed_item(engine: &Engine, id: String, summary: String) -> Result<CompactionItem, ApiError> {
+/// Seal a summary for `owner` into a fresh compaction item (the opened summary kept in
+/// `model_summary`).
+fn sealed_item(engine: &Engine, owner: &str, id: String, summary: String) -> Result<CompactionItem, ApiError> {
     let seal = engine.seal.as_ref().ok_or_else(no_keys)?;
     let encrypted_content = seal
-        .seal_as(Purpose::Compaction, &summary)
+        .seal(Purpose::Compaction, owner, &summary)
         .map_err(|e| ApiError::internal(format!("could not seal the summary: {e}")))?;
     Ok(CompactionItem { id, encrypted_content, created_by: None, model_summary: Some(summary) })
 }
@@ -203,7 +204,7 @@ impl Engine {
         upstream_headers: Vec<(&'static str, String)>,
     ) -> Result<CompactedResponse, ApiError> {
         let mut input = request.input;
-        self.open_sealed(&mut input)?;
+        open_sealed_items(self.seal.as_ref(), owner, &mut input, "input")?;
         read_input_files(self.files.as_deref(), &mut input).await?;
         let mut history = match &request.previous_response_id {
             None => Vec::with_capacity(input.len()),
@@ -222,7 +223,7 @@ impl Engine {
         let body = summary_request(&request.model, request.instructions.as_deref(), &history, max_tool_output_bytes);
         let summarised = async {
             let summary = read_summary(open_summary(self, &body, &upstream_headers).await?).await?;
-            Ok::<_, ApiError>((sealed_item(self, new_id(IdKind::Compaction), summary.text)?, summary.usage))
+            Ok::<_, ApiError>((sealed_item(self, owner, new_id(IdKind::Compaction), summary.text)?, summary.usage))
         }
         .await;
         self.metrics().compaction(CompactionTrigger::Endpoint, summarised.is_ok());
@@ -241,16 +242,18 @@ impl Engine {
 
 /// Compact inside a running response (`context_management`): summarise `history` and the
 /// response's output so far, and add the compaction item to the output, announced and finished
-/// in events. Returns the summarisation call's usage, which the response adds to its own.
+/// in events; the summary is sealed for `owner`, the response's tenant. Returns the summarisation
+/// call's usage, which the response adds to its own.
 pub(crate) async fn compact_in_response(
     engine: &Engine,
+    owner: &str,
     request: &ValidatedRequest,
     history: &[Item],
     upstream_headers: &[(&'static str, String)],
     sink: &mut EventSink,
     log: &mut OutputLog,
 ) -> Result<Usage, Stop> {
-    let outcome = summarise_into_output(engine, request, history, upstream_headers, sink, log).await;
+    let outcome = summarise_into_output(engine, owner, request, history, upstream_headers, sink, log).await;
     match &outcome {
         Ok(_) => engine.metrics().compaction(CompactionTrigger::Auto, true),
         Err(Stop::Error(_)) => engine.metrics().compaction(CompactionTrigger::Auto, false),
@@ -261,6 +264,7 @@ pub(crate) async fn compact_in_response(
 
 async fn summarise_into_output(
     engine: &Engine,
+    owner: &str,
     request: &ValidatedRequest,
     history: &[Item],
     upstream_headers: &[(&'static str, String)],
@@ -293,7 +297,7 @@ async fn summarise_into_output(
         summary = read_summary(chunks) => summary.map_err(Stop::Error)?,
         () = sink.closed() => return Err(Stop::ClientGone),
     };
-    let item = Item::Compaction(sealed_item(engine, id, summary.text).map_err(Stop::Error)?);
+    let item = Item::Compaction(sealed_item(engine, owner, id, summary.text).map_err(Stop::Error)?);
     log.items.push(item.clone());
     sink.send(ResponseEvent::OutputItemDone { output_index, item: Box::new(item.client_view()) })
         .await

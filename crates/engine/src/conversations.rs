@@ -13,6 +13,7 @@ use respgw_store_api::{ConversationItemLookup, ConversationRecord, NewConversati
 
 use crate::files::{FileReader, read_files};
 use crate::run::store_error;
+use crate::sealed::{ReasoningSeal, open_sealed_items};
 use crate::tool_kinds;
 
 /// Reads and writes of conversations (see [`crate::Engine::conversations`]).
@@ -22,6 +23,11 @@ pub struct Conversations<'a> {
     pub(crate) owner: &'a str,
     /// Reads the `input_file` parts of added items, as for a response's input (`None`: refused).
     pub(crate) files: Option<&'a dyn FileReader>,
+    /// Opens the sealed items of added items for `owner`, as for a response's input (`None`:
+    /// refused).
+    pub(crate) seal: Option<&'a ReasoningSeal>,
+    /// Most items one conversation may hold; the store counts them when items are appended.
+    pub(crate) max_items: usize,
 }
 
 /// Where a conversation id came from, for the `param` of a 404.
@@ -42,8 +48,12 @@ fn present(item: Item, include: &[String]) -> Item {
 }
 
 impl Conversations<'_> {
-    /// Create a conversation with its initial items.
+    /// Create a conversation with its initial items (at most the limit per conversation).
     pub async fn create(&self, mut request: CreateConversation) -> Result<ConversationObject, ApiError> {
+        if request.items.len() > self.max_items {
+            return Err(ApiError::conversation_full("items", 0, request.items.len(), self.max_items));
+        }
+        open_sealed_items(self.seal, self.owner, &mut request.items, "items")?;
         read_files(self.files, &mut request.items, "items").await?;
         let conversation = NewConversation {
             id: new_id(IdKind::Conversation),
@@ -92,17 +102,19 @@ impl Conversations<'_> {
         Ok(ListPage::new(items, list.has_more, Item::id))
     }
 
-    /// Append items to the conversation; the page of what was added, in order.
+    /// Append items to the conversation; the page of what was added, in order. Items that would
+    /// take it past the limit per conversation are refused, none written.
     pub async fn add_items(
         &self,
         id: &str,
         mut request: AddItems,
         include: &[String],
     ) -> Result<ListPage<Item>, ApiError> {
+        open_sealed_items(self.seal, self.owner, &mut request.items, "items")?;
         read_files(self.files, &mut request.items, "items").await?;
         let added: Vec<Item> = request.items.iter().map(|item| present(item.clone(), include)).collect();
         self.store
-            .append_conversation_items(self.owner, id, request.items)
+            .append_conversation_items(self.owner, id, request.items, self.max_items)
             .await
             .map_err(|e| store_error(&e))?
             .ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))?;

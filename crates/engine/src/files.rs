@@ -1,23 +1,32 @@
-//! `input_file` parts as the engine sees them: before the first model turn, every file of the
-//! request's own input is read once by a [`FileReader`] (implemented in `respgw-tools`: fetching a
-//! `file_url`, extracting a PDF's text) and what the model gets is kept on the part
-//! (`model_content`), so the chat request, the store and every continuation use the same content.
+//! `input_file` and `input_image` parts as the engine sees them: before the first model turn,
+//! every file of the request's own input is read once by a [`FileReader`] (implemented in
+//! `respgw-tools`: fetching a `file_url`, extracting a PDF's text) and what the model gets is kept
+//! on the part (`model_content`), so the chat request, the store and every continuation use the
+//! same content. An `input_image` whose `image_url` is not a `data:` URL is fetched the same way
+//! and kept as one (`model_image_url`): the model server is never handed a URL to fetch.
 
 use async_trait::async_trait;
 use respgw_protocol::ApiError;
 use respgw_protocol::input_file::FileError;
 use respgw_protocol::items::{FileContent, InputFile, Item};
 
+use crate::chat::is_data_url;
+
 /// Reads `input_file` parts for the model.
 #[async_trait]
 pub trait FileReader: Send + Sync {
     /// What the model gets for `file`, or why it cannot have it. May do network I/O (`file_url`).
     async fn read(&self, file: &InputFile) -> Result<FileContent, FileError>;
+
+    /// The image at `url` (an `input_image`'s `image_url` that is not a `data:` URL) as a
+    /// `data:` URL, or why the model cannot have it. Does network I/O.
+    async fn read_image(&self, url: &str) -> Result<String, FileError>;
 }
 
-/// Fill in `model_content` of every `input_file` in `input` (this request's own items; inherited
-/// ones were read when their request arrived). A file that cannot be read is a 400 naming its
-/// part (`input[0].content[1]`); without a reader, any `input_file` is.
+/// Fill in `model_content` of every `input_file` and `model_image_url` of every `input_image`
+/// given by URL in `input` (this request's own items; inherited ones were read when their request
+/// arrived). A file or image that cannot be read is a 400 naming its part
+/// (`input[0].content[1]`); without a reader, any `input_file` or image URL is.
 pub async fn read_input_files(reader: Option<&dyn FileReader>, input: &mut [Item]) -> Result<(), ApiError> {
     read_files(reader, input, "input").await
 }
@@ -35,6 +44,21 @@ pub async fn read_files(reader: Option<&dyn FileReader>, items: &mut [Item], fie
                 ));
             };
             file.model_content = Some(reader.read(file).await.map_err(|e| e.into_api_error(&param))?);
+        }
+        for (part, image_url, fetched) in item.input_images_mut() {
+            if is_data_url(image_url) {
+                continue;
+            }
+            let param = format!("{field}[{i}].{part}");
+            let Some(reader) = reader else {
+                return Err(ApiError::invalid(
+                    param.clone(),
+                    format!(
+                        "{param}: input_image URLs are not supported by this gateway; send the image as a data: URL."
+                    ),
+                ));
+            };
+            *fetched = Some(reader.read_image(image_url).await.map_err(|e| e.into_api_error(&param))?);
         }
     }
     Ok(())

@@ -18,7 +18,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
-use respgw_protocol::items::{McpListToolsItem, ReasoningText};
+use respgw_protocol::items::McpListToolsItem;
 use respgw_protocol::request::Truncation;
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{
@@ -38,7 +38,7 @@ use crate::files::{FileReader, read_input_files};
 use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
 use crate::input_tokens::InputTokenCounter;
 use crate::offer::{ToolMenu, TurnPhase};
-use crate::sealed::{OpenError, Purpose, ReasoningSeal};
+use crate::sealed::{Purpose, ReasoningSeal, open_sealed_items};
 use crate::stored::StoredResponses;
 use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
 use crate::truncation::TurnDropper;
@@ -57,11 +57,19 @@ pub struct Limits {
     /// Longest gateway tool result sent back to the model, in bytes; longer ones are cut with a
     /// note saying so (the item the client sees keeps the whole output).
     pub max_tool_output_bytes: usize,
+    /// Most items one conversation may hold, counted in the store: items added past it are
+    /// refused (nothing written), and so is a response whose input would take it past it.
+    pub max_conversation_items: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { request: RequestLimits::default(), max_tool_rounds: 15, max_tool_output_bytes: 64 * 1024 }
+        Limits {
+            request: RequestLimits::default(),
+            max_tool_rounds: 15,
+            max_tool_output_bytes: 64 * 1024,
+            max_conversation_items: 5000,
+        }
     }
 }
 
@@ -219,6 +227,9 @@ pub(crate) fn store_error(e: &StoreError) -> ApiError {
         StoreError::Unavailable(detail) => ApiError::store_unavailable(detail),
         StoreError::ConversationGone(id) => ApiError::conversation_not_found(id, "conversation"),
         StoreError::ConversationChanged(id) => ApiError::conversation_conflict(id),
+        StoreError::ConversationFull { held, adding, limit } => {
+            ApiError::conversation_full("items", *held, *adding, *limit)
+        }
         StoreError::Duplicate(_) | StoreError::Corrupt(_) | StoreError::MissingHistory(_) => {
             ApiError::internal(format!("The response store failed: {e}"))
         }
@@ -266,39 +277,6 @@ impl Engine {
         self
     }
 
-    /// Open the sealed items of the input so the model sees what they carry again: a reasoning
-    /// item's reasoning, a compaction item's summary. A blob that does not open is a 400 naming
-    /// the item.
-    pub(crate) fn open_sealed(&self, input: &mut [Item]) -> Result<(), ApiError> {
-        for (i, item) in input.iter_mut().enumerate() {
-            let (purpose, blob) = match item {
-                Item::Reasoning(r) => match r.encrypted_content.as_deref() {
-                    Some(blob) => (Purpose::Reasoning, blob),
-                    None => continue,
-                },
-                Item::Compaction(c) => (Purpose::Compaction, c.encrypted_content.as_str()),
-                _ => continue,
-            };
-            let opened = match &self.seal {
-                Some(seal) => seal.open_as(purpose, blob),
-                None => Err(OpenError::Malformed),
-            };
-            match (opened, item) {
-                (Ok(text), Item::Reasoning(r)) if r.content.is_empty() => r.content = vec![ReasoningText { text }],
-                (Ok(text), Item::Compaction(c)) => c.model_summary = Some(text),
-                (Ok(_), _) => {}
-                (Err(e), _) => {
-                    return Err(ApiError::invalid(
-                        format!("input[{i}].encrypted_content"),
-                        format!("Invalid 'input[{i}].encrypted_content': {e}."),
-                    )
-                    .with_code("invalid_encrypted_content"));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Run `background: true` responses on `runs`.
     pub fn with_background(mut self, runs: Arc<BackgroundRuns>) -> Self {
         self.background = Some(runs);
@@ -325,7 +303,13 @@ impl Engine {
 
     /// Reads and writes of `owner`'s conversations and their items.
     pub fn conversations<'a>(&'a self, owner: &'a str) -> Conversations<'a> {
-        Conversations { store: self.store.as_ref(), owner, files: self.files.as_deref() }
+        Conversations {
+            store: self.store.as_ref(),
+            owner,
+            files: self.files.as_deref(),
+            seal: self.seal.as_ref(),
+            max_items: self.limits.max_conversation_items,
+        }
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -364,7 +348,7 @@ impl Engine {
         upstream_headers: Vec<(&'static str, String)>,
         local: Option<&LocalConversation>,
     ) -> Result<PreparedResponse, ApiError> {
-        self.open_sealed(&mut request.input)?;
+        open_sealed_items(self.seal.as_ref(), owner, &mut request.input, "input")?;
         read_input_files(self.files.as_deref(), &mut request.input).await?;
         let mut unstored_inherited = Vec::new();
         let mut conversation = None;
@@ -376,6 +360,10 @@ impl Engine {
                     .await
                     .map_err(|e| store_error(&e))?
                     .ok_or_else(|| ApiError::conversation_not_found(id, "conversation"))?;
+                let limit = self.limits.max_conversation_items;
+                if stored.items.len().saturating_add(request.input.len()) > limit {
+                    return Err(ApiError::conversation_full("input", stored.items.len(), request.input.len(), limit));
+                }
                 conversation = Some(ConversationAppend { id: id.clone(), version: stored.version });
                 let mut items = stored.items;
                 items.reserve(request.input.len());
@@ -625,7 +613,10 @@ impl PreparedResponse {
             let offer = self.menu.offer(&self.request.tool_choice, phase_now);
             if !compacted && self.over_compact_threshold(log, &offer) {
                 let (engine, request, headers) = (&self.engine, &self.request, &self.upstream_headers);
-                usage.add(&compaction::compact_in_response(engine, request, &self.history, headers, sink, log).await?);
+                let owner = &self.owner;
+                usage.add(
+                    &compaction::compact_in_response(engine, owner, request, &self.history, headers, sink, log).await?,
+                );
                 compacted = true;
             }
             let this_turn = TurnStamp::after(previous_turn);
@@ -841,7 +832,7 @@ impl PreparedResponse {
         for event in events.iter_mut() {
             let ResponseEvent::OutputItemDone { item, .. } = event else { continue };
             let Item::Reasoning(r) = item.as_mut() else { continue };
-            match seal.seal(&r.text()) {
+            match seal.seal(Purpose::Reasoning, &self.owner, &r.text()) {
                 Ok(blob) => {
                     if let Some(Item::Reasoning(logged)) = log.items.iter_mut().find(|i| i.id() == r.id) {
                         logged.encrypted_content = Some(blob.clone());

@@ -139,7 +139,13 @@ mod tests {
         ) -> Result<Option<InputItemsList>, StoreError> {
             Ok(None)
         }
-        async fn append_conversation_items(&self, _: &str, _: &str, _: Vec<Item>) -> Result<Option<()>, StoreError> {
+        async fn append_conversation_items(
+            &self,
+            _: &str,
+            _: &str,
+            _: Vec<Item>,
+            _: usize,
+        ) -> Result<Option<()>, StoreError> {
             Ok(None)
         }
         async fn conversation_item(

@@ -191,8 +191,9 @@ impl ResponseStore for WrappedStore {
         owner: &str,
         id: &str,
         items: Vec<Item>,
+        max_items: usize,
     ) -> Result<Option<()>, StoreError> {
-        self.inner.append_conversation_items(owner, id, items).await
+        self.inner.append_conversation_items(owner, id, items, max_items).await
     }
     async fn conversation_item(
         &self,

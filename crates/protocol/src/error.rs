@@ -88,6 +88,19 @@ impl ApiError {
         .with_code("item_not_found")
     }
 
+    /// 400 `limit_exceeded`: `adding` more items (under `param`) would take a conversation holding
+    /// `held` past the gateway's limit of `limit` items per conversation; nothing was written.
+    pub fn conversation_full(param: &str, held: usize, adding: usize, limit: usize) -> Self {
+        Self::invalid(
+            param,
+            format!(
+                "Too many items for this conversation: it holds {held}, and {adding} more would pass this \
+                 gateway's limit of {limit} items per conversation."
+            ),
+        )
+        .with_code("limit_exceeded")
+    }
+
     /// 409 `conversation_conflict`: the conversation changed while a response created in it ran
     /// (another response finished first, or items were added or deleted); nothing was stored.
     pub fn conversation_conflict(id: &str) -> Self {

@@ -56,14 +56,7 @@ impl Item {
 
     /// [`Item::input_files`], to fill in what the model gets.
     pub fn input_files_mut(&mut self) -> Vec<(String, &mut InputFile)> {
-        let (field, parts) = match self {
-            Item::Message(m) => ("content", m.content.as_mut_slice()),
-            Item::FunctionCallOutput(FunctionCallOutputItem { output: FunctionOutput::Parts(p), .. })
-            | Item::CustomToolCallOutput(CustomToolCallOutputItem { output: FunctionOutput::Parts(p), .. }) => {
-                ("output", p.as_mut_slice())
-            }
-            _ => return Vec::new(),
-        };
+        let (field, parts) = self.parts_mut();
         parts
             .iter_mut()
             .enumerate()
@@ -74,11 +67,42 @@ impl Item {
             .collect()
     }
 
+    /// The `input_image` parts of a message or a tool output, with their paths relative to the
+    /// item (`content[1]`, `output[0]`): each one's `image_url` and what the model gets of it.
+    pub fn input_images_mut(&mut self) -> Vec<(String, &str, &mut Option<String>)> {
+        let (field, parts) = self.parts_mut();
+        parts
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                ContentPart::InputImage { image_url, model_image_url, .. } => {
+                    Some((format!("{field}[{i}]"), image_url.as_str(), model_image_url))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The content parts of a message or a tool output, and the field that holds them.
+    fn parts_mut(&mut self) -> (&'static str, &mut [ContentPart]) {
+        match self {
+            Item::Message(m) => ("content", m.content.as_mut_slice()),
+            Item::FunctionCallOutput(FunctionCallOutputItem { output: FunctionOutput::Parts(p), .. })
+            | Item::CustomToolCallOutput(CustomToolCallOutputItem { output: FunctionOutput::Parts(p), .. }) => {
+                ("output", p.as_mut_slice())
+            }
+            _ => ("", &mut []),
+        }
+    }
+
     /// The item as a client sees it: without what the gateway keeps for the model only (an
-    /// `input_file`'s `model_content`).
+    /// `input_file`'s `model_content`, an `input_image`'s `model_image_url`).
     pub fn client_view(mut self) -> Item {
         for (_, file) in self.input_files_mut() {
             file.model_content = None;
+        }
+        for (_, _, fetched) in self.input_images_mut() {
+            *fetched = None;
         }
         if let Item::Compaction(c) = &mut self {
             c.model_summary = None;
@@ -396,6 +420,13 @@ pub enum ContentPart {
         image_url: String,
         #[serde(default)]
         detail: ImageDetail,
+        /// The image as the model gets it when `image_url` is not a `data:` URL: the gateway
+        /// fetched it (under its address policy) when the request arrived and keeps it here as a
+        /// `data:` URL, so the model server is never handed a URL to fetch and a continuation
+        /// sends the same image. Stored with the item; never shown to clients (see
+        /// [`Item::client_view`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_image_url: Option<String>,
     },
     InputFile(InputFile),
     OutputText {
@@ -843,7 +874,11 @@ fn normalize_parts(parts: Vec<ContentPartParam>, field: &str) -> Result<Vec<Cont
             }
             ContentPartParam::Refusal { refusal } => Ok(ContentPart::Refusal { refusal }),
             ContentPartParam::InputImage { image_url: Some(url), detail, .. } if !url.is_empty() => {
-                Ok(ContentPart::InputImage { image_url: url, detail: detail.unwrap_or_default() })
+                Ok(ContentPart::InputImage {
+                    image_url: url,
+                    detail: detail.unwrap_or_default(),
+                    model_image_url: None,
+                })
             }
             ContentPartParam::InputImage { file_id: Some(_), .. } => Err(ItemError::new(
                 format!("{field}[{i}].file_id"),

@@ -64,7 +64,7 @@ fn codex_image_input() {
     let r = load("codex-0.169.0-image.json");
     let image = r.input.iter().find_map(|i| match i {
         Item::Message(m) => m.content.iter().find_map(|p| match p {
-            ContentPart::InputImage { image_url, detail } => Some((image_url.clone(), *detail)),
+            ContentPart::InputImage { image_url, detail, .. } => Some((image_url.clone(), *detail)),
             _ => None,
         }),
         _ => None,

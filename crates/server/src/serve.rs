@@ -51,7 +51,11 @@ pub async fn build(
     } else {
         options.reasoning_keys.clone()
     };
-    let seal = ReasoningSeal::new(&reasoning_keys).map_err(anyhow::Error::msg)?;
+    // Blobs sealed before they were bound to a tenant still open where every request is
+    // `default` (no keys-file tenants), so single-tenant deployments keep their sessions.
+    let seal = ReasoningSeal::new(&reasoning_keys)
+        .map_err(anyhow::Error::msg)?
+        .opening_unbound_blobs(options.tenants.tenants.is_empty());
     let files =
         InputFiles::new(options.input_files.clone()).map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?;
     let engine = Arc::new(

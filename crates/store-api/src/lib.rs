@@ -181,6 +181,10 @@ pub enum StoreError {
     /// The conversation of [`NewResponse::conversation`] changed since the response read it.
     #[error("conversation {0} changed while the response ran")]
     ConversationChanged(String),
+    /// [`ResponseStore::append_conversation_items`]: the items would take the conversation past
+    /// its limit; nothing was written.
+    #[error("the conversation holds {held} items; {adding} more would pass its limit of {limit}")]
+    ConversationFull { held: usize, adding: usize, limit: usize },
 }
 
 /// Where responses and their conversations are kept. "Not stored" below includes "stored for
@@ -245,12 +249,16 @@ pub trait ResponseStore: Send + Sync + 'static {
     ) -> Result<Option<InputItemsList>, StoreError>;
 
     /// Append items to the conversation, atomically, after everything already in it; changes its
-    /// version (unless `items` is empty). None when the conversation does not exist.
+    /// version (unless `items` is empty). None when the conversation does not exist. When it
+    /// would then hold more than `max_items` items (removed ones not counted), nothing is written
+    /// and the answer is [`StoreError::ConversationFull`]; the count is taken in the same
+    /// transaction as the write, so concurrent appends from any process cannot pass it together.
     async fn append_conversation_items(
         &self,
         owner: &str,
         id: &str,
         items: Vec<Item>,
+        max_items: usize,
     ) -> Result<Option<()>, StoreError>;
 
     /// The first item with id `item_id` in the conversation (one snapshot).

@@ -292,6 +292,10 @@ const APPEND_CONVERSATION_ITEMS: &str = "
     )
     UPDATE conversations SET version = version + 1 WHERE id = $1";
 
+/// How many items conversation `$1` holds (removed ones not counted).
+const COUNT_CONVERSATION_ITEMS: &str =
+    "SELECT count(*) FROM conversation_items WHERE conversation_id = $1 AND NOT removed";
+
 const SELECT_CONVERSATION: &str =
     "SELECT created_at, metadata FROM conversations WHERE id = $1 AND owner = $2 AND NOT deleted";
 
@@ -859,6 +863,7 @@ impl ResponseStore for PostgresStore {
         owner: &str,
         id: &str,
         items: Vec<Item>,
+        max_items: usize,
     ) -> Result<Option<()>, StoreError> {
         let id = &*lookup_key(id);
         let (item_ids, bodies) = encode_items(&items)?;
@@ -866,6 +871,13 @@ impl ResponseStore for PostgresStore {
         match lock_conversation(&mut tx, &lookup_key(owner), id).await? {
             Some((false, _)) => {}
             Some((true, _)) | None => return Ok(None),
+        }
+        // Counted under the conversation's row lock: every write of it waits for this one.
+        let held: i64 =
+            sqlx::query_scalar(COUNT_CONVERSATION_ITEMS).bind(id).fetch_one(&mut *tx).await.map_err(map_err)?;
+        let held = usize::try_from(held).unwrap_or(0);
+        if held.saturating_add(items.len()) > max_items {
+            return Err(StoreError::ConversationFull { held, adding: items.len(), limit: max_items });
         }
         if items.is_empty() {
             return Ok(Some(()));

@@ -194,6 +194,10 @@ const CONVERSATION_KEYS: &str =
     "SELECT item_key FROM conversation_items WHERE conversation_id = ?1 AND removed = 0 ORDER BY position";
 
 /// The position after every row of a conversation (removed ones included).
+/// How many items conversation `?1` holds (removed ones not counted).
+const COUNT_CONVERSATION_ITEMS: &str =
+    "SELECT count(*) FROM conversation_items WHERE conversation_id = ?1 AND removed = 0";
+
 const NEXT_POSITION: &str = "SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = ?1";
 
 /// Rows for `?3` new items whose keys start at `?2`, at positions from `?4` (the keys are
@@ -929,6 +933,7 @@ impl ResponseStore for SqliteStore {
         owner: &str,
         id: &str,
         items: Vec<Item>,
+        max_items: usize,
     ) -> Result<Option<()>, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
         let new_items = encode_items(&items)?;
@@ -937,6 +942,11 @@ impl ResponseStore for SqliteStore {
                 Some((false, _)) => {}
                 Some((true, _)) | None => return Ok(None),
             }
+            let held: i64 = tx
+                .prepare_cached(COUNT_CONVERSATION_ITEMS)
+                .and_then(|mut s| s.query_row([&id], |row| row.get(0)))
+                .map_err(map_err)?;
+            check_room(held, new_items.len(), max_items)?;
             if !new_items.is_empty() {
                 let first = insert_items(tx, &new_items)?;
                 append_rows(tx, &id, first, new_items.len())?;
@@ -1044,6 +1054,15 @@ fn conversation_state(tx: &Connection, owner: &str, id: &str) -> Result<Option<(
         Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
         Err(e) => Err(map_err(e)),
     }
+}
+
+/// Refuse `adding` more items to a conversation holding `held` when that passes `max_items`.
+fn check_room(held: i64, adding: usize, max_items: usize) -> Result<(), StoreError> {
+    let held = usize::try_from(held).unwrap_or(0);
+    if held.saturating_add(adding) > max_items {
+        return Err(StoreError::ConversationFull { held, adding, limit: max_items });
+    }
+    Ok(())
 }
 
 /// Whether a stored response (or tombstone) was created in the conversation.

@@ -182,6 +182,7 @@ both!(
     deletes_racing_continuations_never_leave_dangling_history,
     conversations_are_created_read_updated_and_deleted,
     conversation_items_append_page_and_delete,
+    appending_past_the_item_limit_writes_nothing,
     saving_into_a_conversation_extends_it,
     stale_or_deleted_conversations_write_nothing,
     two_stores_racing_saves_into_one_conversation,
@@ -239,7 +240,7 @@ async fn another_owners_conversations_are_not_there(backend: Backend) {
         assert_eq!(store.update_conversation(OTHER, id, metadata(&[("k", "v")])).await.unwrap(), None, "{id}");
         assert_eq!(store.conversation_history(OTHER, id).await.unwrap(), None, "{id}");
         assert_eq!(store.conversation_items(OTHER, id, page()).await.unwrap(), None, "{id}");
-        assert_eq!(store.append_conversation_items(OTHER, id, vec![user("x")]).await.unwrap(), None, "{id}");
+        assert_eq!(store.append_conversation_items(OTHER, id, vec![user("x")], NO_LIMIT).await.unwrap(), None, "{id}");
         assert_eq!(store.conversation_item(OTHER, id, "a").await.unwrap(), ConversationItemLookup::NoConversation);
         assert_eq!(
             store.delete_conversation_item(OTHER, id, "a").await.unwrap(),
@@ -321,6 +322,8 @@ fn assistant(id: &str) -> Item {
 const OWNER: &str = "alpha";
 /// Another tenant.
 const OTHER: &str = "beta";
+/// An item limit no test reaches.
+const NO_LIMIT: usize = usize::MAX;
 /// The owner of rows from before ownership.
 const DEFAULT: &str = "default";
 
@@ -870,7 +873,7 @@ async fn conversations_are_created_read_updated_and_deleted(backend: Backend) {
         assert!(store.update_conversation(OWNER, id, metadata(&[])).await.unwrap().is_none());
         assert!(store.conversation_history(OWNER, id).await.unwrap().is_none());
         assert!(store.conversation_items(OWNER, id, page(None, 10, InputItemsOrder::Asc)).await.unwrap().is_none());
-        assert!(store.append_conversation_items(OWNER, id, vec![user("c")]).await.unwrap().is_none());
+        assert!(store.append_conversation_items(OWNER, id, vec![user("c")], NO_LIMIT).await.unwrap().is_none());
         assert_eq!(store.conversation_item(OWNER, id, "a").await.unwrap(), ConversationItemLookup::NoConversation);
         assert_eq!(
             store.delete_conversation_item(OWNER, id, "a").await.unwrap(),
@@ -884,16 +887,39 @@ async fn conversations_are_created_read_updated_and_deleted(backend: Backend) {
     assert_eq!(count(&store, "conversations").await, 0);
 }
 
+/// Items that would take a conversation past its limit are refused and nothing is written; removed
+/// items do not count, so deleting one makes room again.
+async fn appending_past_the_item_limit_writes_nothing(backend: Backend) {
+    let store = backend.open().await;
+    store.create_conversation(new_conversation("conv_1", vec![user("m1"), user("m2")])).await.unwrap();
+    let v0 = version(&store, "conv_1").await;
+    let err = store.append_conversation_items(OWNER, "conv_1", vec![user("m3"), user("m4")], 3).await.unwrap_err();
+    assert!(matches!(err, StoreError::ConversationFull { held: 2, adding: 2, limit: 3 }), "{err:?}");
+    assert_eq!(version(&store, "conv_1").await, v0);
+    assert_eq!(listed(&store, "conv_1").await, ["m1", "m2"]);
+    assert_eq!(count(&store, "items").await, 2);
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m3")], 3).await.unwrap().unwrap();
+    let full = store.append_conversation_items(OWNER, "conv_1", vec![user("m4")], 3).await.unwrap_err();
+    assert!(matches!(full, StoreError::ConversationFull { held: 3, adding: 1, limit: 3 }), "{full:?}");
+    store.delete_conversation_item(OWNER, "conv_1", "m1").await.unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m4")], 3).await.unwrap().unwrap();
+    assert_eq!(listed(&store, "conv_1").await, ["m2", "m3", "m4"]);
+}
+
 async fn conversation_items_append_page_and_delete(backend: Backend) {
     let store = backend.open().await;
     store.create_conversation(new_conversation("conv_1", vec![user("m1"), user("m2")])).await.unwrap();
     let v0 = version(&store, "conv_1").await;
-    store.append_conversation_items(OWNER, "conv_1", vec![user("m3"), assistant("m4")]).await.unwrap().unwrap();
-    store.append_conversation_items(OWNER, "conv_1", vec![user("m5")]).await.unwrap().unwrap();
+    store
+        .append_conversation_items(OWNER, "conv_1", vec![user("m3"), assistant("m4")], NO_LIMIT)
+        .await
+        .unwrap()
+        .unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m5")], NO_LIMIT).await.unwrap().unwrap();
     let v1 = version(&store, "conv_1").await;
     assert_ne!(v0, v1);
     // Appending nothing changes nothing.
-    store.append_conversation_items(OWNER, "conv_1", vec![]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![], NO_LIMIT).await.unwrap().unwrap();
     assert_eq!(version(&store, "conv_1").await, v1);
     assert_eq!(listed(&store, "conv_1").await, ["m1", "m2", "m3", "m4", "m5"]);
 
@@ -941,7 +967,7 @@ async fn conversation_items_append_page_and_delete(backend: Backend) {
     assert_eq!(count(&store, "conversation_items").await, 4);
 
     // Items with the same id: the first is the one found and deleted.
-    store.append_conversation_items(OWNER, "conv_1", vec![user("m1")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m1")], NO_LIMIT).await.unwrap().unwrap();
     assert!(matches!(
         store.delete_conversation_item(OWNER, "conv_1", "m1").await.unwrap(),
         ConversationItemLookup::Found(_)
@@ -951,7 +977,7 @@ async fn conversation_items_append_page_and_delete(backend: Backend) {
     assert_eq!(ids(&history.items), ["m2", "m4", "m5", "m1"]);
 
     // Appends after deletes still go last, in order.
-    store.append_conversation_items(OWNER, "conv_1", vec![user("m6"), user("m7")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("m6"), user("m7")], NO_LIMIT).await.unwrap().unwrap();
     assert_eq!(listed(&store, "conv_1").await, ["m2", "m4", "m5", "m1", "m6", "m7"]);
 }
 
@@ -980,7 +1006,7 @@ async fn saving_into_a_conversation_extends_it(backend: Backend) {
 
     // The next response in the conversation sees everything, the one after an items call too.
     store.save(in_conversation("r2", "conv_1", v2, vec![user("i2")], vec![assistant("o2")])).await.unwrap();
-    store.append_conversation_items(OWNER, "conv_1", vec![user("c2")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("c2")], NO_LIMIT).await.unwrap().unwrap();
     let v3 = version(&store, "conv_1").await;
     store.save(in_conversation("r3", "conv_1", v3, vec![user("i3")], vec![])).await.unwrap();
     assert_eq!(
@@ -1001,7 +1027,7 @@ async fn stale_or_deleted_conversations_write_nothing(backend: Backend) {
     let store = backend.open().await;
     store.create_conversation(new_conversation("conv_1", vec![user("c1")])).await.unwrap();
     let v = version(&store, "conv_1").await;
-    store.append_conversation_items(OWNER, "conv_1", vec![user("c2")]).await.unwrap().unwrap();
+    store.append_conversation_items(OWNER, "conv_1", vec![user("c2")], NO_LIMIT).await.unwrap().unwrap();
     let before = (count(&store, "items").await, count(&store, "conversation_items").await);
 
     let err =
@@ -1125,7 +1151,7 @@ async fn deleting_in_any_order_keeps_every_history_whole_and_leaves_nothing(back
         let mut expected: Vec<(String, Vec<String>)> = Vec::new();
         for (r, extra) in [("r1", false), ("r2", true), ("r3", false)] {
             if extra {
-                store.append_conversation_items(OWNER, &conv, vec![user(&p("c3"))]).await.unwrap().unwrap();
+                store.append_conversation_items(OWNER, &conv, vec![user(&p("c3"))], NO_LIMIT).await.unwrap().unwrap();
             }
             let n = &r[1..];
             let read = store.conversation_history(OWNER, &conv).await.unwrap().unwrap();

@@ -11,6 +11,9 @@
 //!   empty;
 //! - images (PNG, JPEG, GIF, WebP): a `data:` URL, sent like an `input_image`.
 //!
+//! An `input_image` given by URL is fetched the same way (same policy and limits) and must be one
+//! of those image types; the model gets it as a `data:` URL.
+//!
 //! Text longer than `max_text_bytes` is cut at a character boundary, and the model is told so.
 //! Every failure is a sentence for the client (the engine names the part).
 
@@ -85,9 +88,22 @@ impl InputFiles {
         let Some(url) = &file.file_url else {
             return Err(FileError::Invalid("an input_file needs file_data or file_url".to_owned()));
         };
+        self.fetch(url, filename, "*/*", ("input_file", "file_url")).await
+    }
+
+    /// Fetch `url` (`field` of a `part` type) under the address policy and the size limit; its
+    /// type from the declared content type, else `filename`, else the URL's path, checked against
+    /// its leading bytes.
+    async fn fetch(
+        &self,
+        url: &str,
+        filename: Option<&str>,
+        accept: &'static str,
+        (part, field): (&str, &str),
+    ) -> Result<DecodedFile, FileError> {
         let body =
-            self.fetcher.fetch_body(url, "*/*", "input_file").await.map_err(|e| {
-                FileError::Invalid(format!("file_url could not be fetched: {}", e.trim_end_matches('.')))
+            self.fetcher.fetch_body(url, accept, part).await.map_err(|e| {
+                FileError::Invalid(format!("{field} could not be fetched: {}", e.trim_end_matches('.')))
             })?;
         if body.truncated {
             return Err(FileError::TooLarge { bytes: body.bytes.len() + 1, limit: self.settings.max_bytes });
@@ -101,6 +117,11 @@ impl InputFiles {
     }
 }
 
+/// `bytes` of media type `media_type` as a `data:` URL.
+fn data_url(media_type: &str, bytes: &[u8]) -> String {
+    format!("data:{media_type};base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
 #[async_trait]
 impl FileReader for InputFiles {
     async fn read(&self, file: &InputFile) -> Result<FileContent, FileError> {
@@ -108,13 +129,9 @@ impl FileReader for InputFiles {
         let name = display_name(file);
         let max_text = self.settings.max_text_bytes;
         match decoded.file_type.kind {
-            FileKind::Image => Ok(FileContent::Image {
-                image_url: format!(
-                    "data:{};base64,{}",
-                    decoded.file_type.media_type,
-                    base64::engine::general_purpose::STANDARD.encode(&decoded.bytes)
-                ),
-            }),
+            FileKind::Image => {
+                Ok(FileContent::Image { image_url: data_url(&decoded.file_type.media_type, &decoded.bytes) })
+            }
             FileKind::Text => {
                 let text = decode_text(&decoded.bytes, &decoded.file_type)?;
                 Ok(FileContent::Text { text: framed(&name, &text, max_text, None) })
@@ -142,7 +159,21 @@ impl FileReader for InputFiles {
             }
         }
     }
+
+    async fn read_image(&self, url: &str) -> Result<String, FileError> {
+        let decoded = self.fetch(url, None, IMAGE_TYPES, ("input_image", "image_url")).await?;
+        if decoded.file_type.kind != FileKind::Image {
+            return Err(FileError::Invalid(format!(
+                "image_url is {}, not an image of a supported type (PNG, JPEG, GIF or WebP)",
+                decoded.file_type.media_type
+            )));
+        }
+        Ok(data_url(&decoded.file_type.media_type, &decoded.bytes))
+    }
 }
+
+/// The `Accept` header of an `image_url` fetch: the image types a model is sent.
+const IMAGE_TYPES: &str = "image/png,image/jpeg,image/gif,image/webp";
 
 /// The name the model sees: `filename`, else the last segment of `file_url`, else "file".
 fn display_name(file: &InputFile) -> String {
@@ -369,6 +400,20 @@ mod tests {
         let small = pdf_with_deflated_content(b"BT /F1 12 Tf 72 712 Td (Hello) Tj ET");
         let document = pdf_extract::Document::load_mem(&small).expect("a valid PDF");
         assert!(check_inflated_size(&document, 1024).is_ok());
+    }
+
+    #[tokio::test]
+    async fn image_urls_on_loopback_or_private_addresses_are_refused_before_any_connection() {
+        let files = InputFiles::new(InputFileSettings::default()).unwrap();
+        for url in ["http://127.0.0.1:9/cat.png", "http://[::1]/cat.png", "http://10.0.0.1/cat.png"] {
+            match files.read_image(url).await {
+                Err(FileError::Invalid(message)) => {
+                    assert!(message.starts_with("image_url could not be fetched"), "{url}: {message}")
+                }
+                other => panic!("{url} not refused: {other:?}"),
+            }
+        }
+        assert!(matches!(files.read_image("file:///etc/passwd").await, Err(FileError::Invalid(_))));
     }
 
     #[test]

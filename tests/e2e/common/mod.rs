@@ -138,11 +138,19 @@ impl Harness {
 
     /// [`Harness::start`] on `backend`.
     pub async fn start_on(backend: Backend) -> BackendHarness {
+        Self::start_on_with(backend, &[]).await
+    }
+
+    /// [`Harness::start_on`] with extra `serve` arguments.
+    pub async fn start_on_with(backend: Backend, extra_args: &[&str]) -> BackendHarness {
         match backend {
-            Backend::Sqlite => BackendHarness { harness: Self::start().await, _schema: None },
+            Backend::Sqlite => BackendHarness { harness: Self::start_with(extra_args, &[]).await, _schema: None },
             Backend::Postgres => {
                 let schema = TestSchema::create().await.expect("a test schema on the PostgreSQL server");
-                let harness = Self::start_with(&["--db-path", &schema.url()], &[]).await;
+                let url = schema.url();
+                let args: Vec<&str> =
+                    ["--db-path", url.as_str()].into_iter().chain(extra_args.iter().copied()).collect();
+                let harness = Self::start_with(&args, &[]).await;
                 BackendHarness { harness, _schema: Some(schema) }
             }
         }
