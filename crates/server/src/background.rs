@@ -259,7 +259,6 @@ mod tests {
 
     #[tokio::test]
     async fn logged_events_are_framed_as_logged_and_end_with_done() {
-        use futures::StreamExt;
         let (tx, rx) = mpsc::channel(4);
         tx.send(StoredEvent { seq: 3, kind: "response.completed".into(), data: "{\"sequence_number\":3}".into() })
             .await

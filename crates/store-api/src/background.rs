@@ -202,9 +202,9 @@ pub trait BackgroundStore: Send + Sync + 'static {
 
     /// Take the next of `owner`'s queued runs out of the queue (it now counts as started) and
     /// return its id; `None` when it has none queued. Fair across tenants: the run of the tenant
-    /// with the fewest started, unfinished runs in the whole store goes first, the longest queued
-    /// among those — so tenants with runs waiting take turns, and one tenant's backlog never
-    /// stands before another tenant's run.
+    /// with the fewest started, unfinished runs in the whole store goes first; among those, the
+    /// tenant whose last run started longest ago; then the longest queued — so tenants with runs
+    /// waiting take turns, and one tenant's backlog never stands before another tenant's run.
     async fn start_next(&self, owner: &str) -> Result<Option<String>, StoreError>;
 
     /// Append an owner's batch (see [`EventBatch`]).

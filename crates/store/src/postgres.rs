@@ -188,13 +188,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE background_runs ADD COLUMN tenant text NOT NULL DEFAULT 'default';",
     // The queue of background runs: `queued_at` orders a process's queued runs, `started_at`
     // marks a run that left the queue for a run slot (with neither it nor `ended_at`, a run is
-    // queued); the partial index serves the counts of unfinished runs by tenant. Runs from before
+    // queued); the partial index serves the counts of unfinished runs by tenant; `background_tenants`
+    // keeps when each tenant's last run started (whose turn is next). Runs from before
     // count as started unless they are still `queued`.
     "
     ALTER TABLE background_runs ADD COLUMN queued_at bigint NOT NULL DEFAULT 0;
     ALTER TABLE background_runs ADD COLUMN started_at bigint;
     UPDATE background_runs SET started_at = 0 WHERE status <> 'queued';
-    CREATE INDEX background_runs_unfinished ON background_runs (tenant) WHERE ended_at IS NULL;",
+    CREATE INDEX background_runs_unfinished ON background_runs (tenant) WHERE ended_at IS NULL;
+    CREATE TABLE background_tenants (tenant text PRIMARY KEY, last_started_at bigint NOT NULL);",
 ];
 
 /// The whole save as one statement. The new items (`$8` ids, `$9` bodies), each drawing its key

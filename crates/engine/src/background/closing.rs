@@ -127,14 +127,18 @@ pub(super) async fn fail_expired(runs: &BackgroundRuns) {
         }
     };
     for run in expired {
+        // This process's own run expired only because its renewals failed: it says so.
+        let own = run.owner == runs.owner;
+        if own && runs.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&run.id) {
+            continue;
+        }
         let end = EndRun {
             id: run.id.clone(),
             status: RunStatus::Failed,
             lease_expired_before_ms: Some(now),
-            close: close_lost,
+            close: if own { close_store_unreachable } else { close_lost },
         };
-        // This process's own run expired only if its renewals failed.
-        let reason = if run.owner == runs.owner { StopReason::LeaseLost } else { StopReason::EndedElsewhere };
+        let reason = if own { StopReason::LeaseLost } else { StopReason::EndedElsewhere };
         match runs.end(end, reason).await {
             Ok(Ended::Now(_)) => {
                 runs.metrics.background_lost();

@@ -71,18 +71,27 @@ const COUNT_QUEUED: &str = "
     WHERE ended_at IS NULL AND started_at IS NULL";
 
 /// Take owner `$1`'s next queued run out of the queue at `$2` (see
-/// [`BackgroundStore::start_next`]). Only this owner takes its runs, so no two processes race
-/// for one row.
+/// [`BackgroundStore::start_next`]): the tenant with the fewest running first, then the one whose
+/// last run started longest ago (round robin), then the longest queued; and note when its
+/// tenant's run started. Only this owner takes its runs, so no two processes race for one row.
 const START_NEXT: &str = "
-    UPDATE background_runs SET started_at = $2 WHERE id = (
-        SELECT q.id FROM background_runs q
-        WHERE q.owner = $1 AND q.ended_at IS NULL AND q.started_at IS NULL
-        ORDER BY (SELECT count(*) FROM background_runs r
-                  WHERE r.tenant = q.tenant AND r.ended_at IS NULL AND r.started_at IS NOT NULL),
-            q.queued_at, q.id
-        LIMIT 1)
-        AND started_at IS NULL AND ended_at IS NULL
-    RETURNING id";
+    WITH next AS (
+        UPDATE background_runs SET started_at = $2 WHERE id = (
+            SELECT q.id FROM background_runs q
+            WHERE q.owner = $1 AND q.ended_at IS NULL AND q.started_at IS NULL
+            ORDER BY (SELECT count(*) FROM background_runs r
+                      WHERE r.tenant = q.tenant AND r.ended_at IS NULL AND r.started_at IS NOT NULL),
+                coalesce((SELECT t.last_started_at FROM background_tenants t WHERE t.tenant = q.tenant), 0),
+                q.queued_at, q.id
+            LIMIT 1)
+            AND started_at IS NULL AND ended_at IS NULL
+        RETURNING id, tenant
+    ),
+    turn AS (
+        INSERT INTO background_tenants (tenant, last_started_at) SELECT tenant, $2 FROM next
+        ON CONFLICT (tenant) DO UPDATE SET last_started_at = excluded.last_started_at
+    )
+    SELECT id FROM next";
 
 const INSERT_EVENTS: &str = "
     INSERT INTO background_events (run_id, seq, kind, data)

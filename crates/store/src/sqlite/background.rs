@@ -27,16 +27,23 @@ const COUNT_QUEUED: &str = "
     WHERE ended_at IS NULL AND started_at IS NULL";
 
 /// Take owner `?1`'s next queued run out of the queue at `?2` (see
-/// [`BackgroundStore::start_next`]).
+/// [`BackgroundStore::start_next`]): the tenant with the fewest running first, then the one whose
+/// last run started longest ago (round robin), then the longest queued.
 const START_NEXT: &str = "
     UPDATE background_runs SET started_at = ?2 WHERE id = (
         SELECT q.id FROM background_runs q
         WHERE q.owner = ?1 AND q.ended_at IS NULL AND q.started_at IS NULL
         ORDER BY (SELECT COUNT(*) FROM background_runs r
                   WHERE r.tenant = q.tenant AND r.ended_at IS NULL AND r.started_at IS NOT NULL),
+            COALESCE((SELECT t.last_started_at FROM background_tenants t WHERE t.tenant = q.tenant), 0),
             q.queued_at, q.id
         LIMIT 1)
-    RETURNING id";
+    RETURNING id, tenant";
+
+/// Tenant `?1`'s last run started at `?2`.
+const TENANT_STARTED: &str = "
+    INSERT INTO background_tenants (tenant, last_started_at) VALUES (?1, ?2)
+    ON CONFLICT (tenant) DO UPDATE SET last_started_at = excluded.last_started_at";
 
 const INSERT_EVENT: &str = "INSERT INTO background_events (run_id, seq, kind, data) VALUES (?1, ?2, ?3, ?4)";
 
@@ -142,9 +149,14 @@ impl BackgroundStore for SqliteStore {
     async fn start_next(&self, owner: &str) -> Result<Option<String>, StoreError> {
         let owner = owner.to_owned();
         self.write(move |tx| {
-            tx.prepare_cached(START_NEXT)
-                .and_then(|mut s| s.query_row(params![owner, now_ms()], |row| row.get(0)).optional())
-                .map_err(map_err)
+            let now = now_ms();
+            let next: Option<(String, String)> = tx
+                .prepare_cached(START_NEXT)
+                .and_then(|mut s| s.query_row(params![owner, now], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+                .map_err(map_err)?;
+            let Some((id, tenant)) = next else { return Ok(None) };
+            tx.prepare_cached(TENANT_STARTED).and_then(|mut s| s.execute(params![tenant, now])).map_err(map_err)?;
+            Ok(Some(id))
         })
         .await
     }

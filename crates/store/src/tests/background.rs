@@ -205,13 +205,21 @@ pub(super) async fn the_next_run_started_is_of_the_tenant_with_fewest_running(ba
     }
     // Round robin while tenants have runs waiting: a's backlog does not hold b's or c's run.
     assert_eq!(started, ["a0", "b0", "c0", "a1", "a2", "a3"]);
+    // With nothing running, the tenant whose last run started longest ago goes first: d, which
+    // never ran, before a's next, though a's was queued first.
+    for id in ["a0", "a1", "a2", "a3", "b0", "c0"] {
+        let done = EndRun { id: id.into(), status: RunStatus::Cancelled, lease_expired_before_ms: None, close };
+        runs.end_run(done).await.unwrap();
+    }
+    runs.create_run(tenants_run("a4", "me", "a", FAR)).await.unwrap();
+    runs.create_run(tenants_run("d0", "me", "d", FAR)).await.unwrap();
+    assert_eq!(runs.start_next("me").await.unwrap().as_deref(), Some("d0"));
+    assert_eq!(runs.start_next("me").await.unwrap().as_deref(), Some("a4"));
     // Runs started by other processes count too: z's run started there puts z's next one here
     // after c's, though c's was queued later.
     assert_eq!(runs.start_next("other").await.unwrap().as_deref(), Some("z0"));
     runs.create_run(tenants_run("z1", "me", "z", FAR)).await.unwrap();
     runs.create_run(tenants_run("c1", "me", "c", FAR)).await.unwrap();
-    let c0_done = EndRun { id: "c0".into(), status: RunStatus::Cancelled, lease_expired_before_ms: None, close };
-    runs.end_run(c0_done).await.unwrap();
     assert_eq!(runs.start_next("me").await.unwrap().as_deref(), Some("c1"));
     assert_eq!(runs.start_next("me").await.unwrap().as_deref(), Some("z1"));
     assert_eq!(runs.start_next("me").await.unwrap(), None);
