@@ -669,7 +669,9 @@ async fn a_store_outage_longer_than_the_lease_keeps_the_stream_alive_and_fails_t
     let message = events[events.len() - 2]["error"]["message"].as_str().unwrap();
     assert!(message.contains("store could not be reached"), "{message}");
     assert!(!message.contains("stopped before it finished"), "{message}");
-    let failed = reply(fresh_connection_client().get(format!("{}/v1/responses/{id}", gateway.base_url())).send().await.unwrap()).await;
+    let failed =
+        reply(fresh_connection_client().get(format!("{}/v1/responses/{id}", gateway.base_url())).send().await.unwrap())
+            .await;
     assert_eq!(failed.body["status"], "failed", "{}", failed.body);
     // The run was stopped: its upstream call was closed.
     assert_eq!(upstream.unfinished_streams("slow"), 1);

@@ -215,7 +215,9 @@ fn cut_event(id: &str, after: Option<u64>) -> StoredEvent {
     });
     let seq = after.unwrap_or(0);
     let data = numbered_json(&event, seq).unwrap_or_else(|_| {
-        format!(r#"{{"type":"error","code":"{CUT_CODE}","message":"stream closed","param":null,"sequence_number":{seq}}}"#)
+        format!(
+            r#"{{"type":"error","code":"{CUT_CODE}","message":"stream closed","param":null,"sequence_number":{seq}}}"#
+        )
     });
     StoredEvent { seq, kind: "error".into(), data }
 }
@@ -264,7 +266,10 @@ mod tests {
             .await
             .unwrap();
         drop(tx);
-        assert_eq!(body_text(stream(rx, None)).await, "event: response.completed\ndata: {\"sequence_number\":3}\n\ndata: [DONE]\n\n");
+        assert_eq!(
+            body_text(stream(rx, None)).await,
+            "event: response.completed\ndata: {\"sequence_number\":3}\n\ndata: [DONE]\n\n"
+        );
     }
 
     fn stream(events: mpsc::Receiver<StoredEvent>, cut: Option<watch::Receiver<bool>>) -> BackgroundStream<()> {

@@ -173,7 +173,9 @@ pub(super) async fn record_failures(runs: &BackgroundRuns) {
                 }
                 runs.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
             }
-            Err(e) => tracing::debug!(response_id = %id, error = %e, "could not record a failed background response yet"),
+            Err(e) => {
+                tracing::debug!(response_id = %id, error = %e, "could not record a failed background response yet")
+            }
         }
     }
 }

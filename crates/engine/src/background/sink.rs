@@ -183,8 +183,11 @@ pub(crate) async fn log_events(runs: Arc<BackgroundRuns>, id: String, mut rx: mp
             }
             Err(e) => {
                 tracing::error!(response_id = %id, error = %e, "could not write a background response's events");
-                let failure =
-                    if matches!(e, StoreError::Unavailable(_)) { Failure::StoreUnreachable } else { Failure::Unwritable };
+                let failure = if matches!(e, StoreError::Unavailable(_)) {
+                    Failure::StoreUnreachable
+                } else {
+                    Failure::Unwritable
+                };
                 runs.abandon(&id, failure);
                 return;
             }

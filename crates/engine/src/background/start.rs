@@ -57,10 +57,7 @@ impl PreparedResponse {
             status: RunStatus::Queued,
             body,
             events,
-            bounds: QueueBounds {
-                total: runs.settings.max_queued,
-                per_tenant: runs.settings.max_queued_per_tenant,
-            },
+            bounds: QueueBounds { total: runs.settings.max_queued, per_tenant: runs.settings.max_queued_per_tenant },
         };
         // Held (its lease renewed) and waiting from before it exists in the store: no other
         // process can find it expired in between, and this one finds it waiting when it picks it.
