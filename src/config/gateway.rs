@@ -694,6 +694,21 @@ struct BackgroundArgs {
     #[arg(long, env = "GW_BACKGROUND_MAX_RUNNING", default_value_t = 16, value_parser = at_least_one)]
     background_max_running: usize,
 
+    /// Background responses that may wait `queued` at once in the whole gateway (every worker
+    /// and host on the store); one more is refused with 429.
+    #[arg(long, env = "GW_BACKGROUND_MAX_QUEUED", default_value_t = 1000, value_parser = at_least_one)]
+    background_max_queued: usize,
+
+    /// Background responses one tenant may have waiting `queued` at once in the whole gateway;
+    /// one more is refused with 429.
+    #[arg(long, env = "GW_BACKGROUND_MAX_QUEUED_PER_TENANT", default_value_t = 100, value_parser = at_least_one)]
+    background_max_queued_per_tenant: usize,
+
+    /// Seconds a background stream may go without an event before it sends an SSE comment
+    /// (`: keep-alive`), so that clients and proxies keep the connection.
+    #[arg(long, env = "GW_BACKGROUND_KEEP_ALIVE", default_value_t = 15.0, value_parser = seconds_up_to_a_day)]
+    background_keep_alive: f64,
+
     /// Seconds a background response's lease holds; the worker running it renews it every third
     /// of that. A response whose worker (or host) died is failed by another worker within about
     /// 4/3 of this.
@@ -719,6 +734,9 @@ impl BackgroundArgs {
             lease: Duration::from_secs_f64(self.background_lease),
             poll_interval: Duration::from_millis(self.background_poll_ms),
             retention: Duration::from_secs_f64(self.background_retention_hours * 3600.0),
+            max_queued: self.background_max_queued as u64,
+            max_queued_per_tenant: self.background_max_queued_per_tenant as u64,
+            keep_alive: Duration::from_secs_f64(self.background_keep_alive),
         }
     }
 }

@@ -210,6 +210,9 @@ async fn cancelled_mid_run_from_another_worker_closes_the_upstream_and_is_idempo
     eventually("the upstream sees its stream closed", PATIENCE, async || h.upstream.unfinished_streams("slow") == 1)
         .await;
     assert_eq!(h.upstream_bodies("slow").len(), 1);
+    // The worker that ran it logs what happened: a cancel, not a client gone.
+    assert!(h.wait_for_log("background response cancelled by a client").await, "{}", h.gateway.stderr_text());
+    assert!(!h.gateway.stderr_text().contains("client disconnected"), "{}", h.gateway.stderr_text());
     // Cancelling again answers the same; GET shows it; its stream ends with one terminal event.
     let again = elsewhere(&cancelled.pid, cancel).await;
     assert_eq!((again.status, again.body["status"].as_str()), (200, Some("cancelled")));
@@ -441,4 +444,235 @@ async fn a_stopping_gateway_lets_its_background_runs_finish_within_the_drain_tim
     let done = poll_until(staying.base_url(), "", &id, "completed").await;
     assert_eq!(done["output"][0]["content"][0]["text"].as_str().map(|t| t.matches("part").count()), Some(20));
     assert_eq!(upstream.unfinished_streams("slow"), 0);
+}
+
+const ALPHA: &str = "sk-alpha-0123456789";
+const BETA: &str = "sk-beta-0123456789";
+
+/// A keys file in `dir` with tenants `alpha` (with `alpha_limits`, TOML lines) and `beta`.
+fn two_tenants(dir: &std::path::Path, alpha_limits: &str) -> String {
+    let entry = |name: &str, key: &str, extra: &str| {
+        format!("[[tenant]]\nname = \"{name}\"\nkeys = [\"{}\"]\n{extra}\n", respgw_server::hash_key(key))
+    };
+    let path = dir.join("keys.toml");
+    std::fs::write(&path, entry("alpha", ALPHA, alpha_limits) + &entry("beta", BETA, "")).expect("keys file written");
+    path.display().to_string()
+}
+
+/// `POST /v1/responses` with `background: true` as the tenant of `key`.
+async fn create_as(base: &str, key: &str, body: Value) -> Reply {
+    let mut body = body;
+    body["background"] = json!(true);
+    let request = fresh_connection_client().post(format!("{base}/v1/responses")).bearer_auth(key).json(&body);
+    reply(request.send().await.unwrap()).await
+}
+
+/// Poll response `id` as the tenant of `key` until its status is `status`.
+async fn poll_as(base: &str, key: &str, id: &str, status: &str) {
+    let client = fresh_connection_client();
+    eventually(&format!("{id} becomes {status}"), PATIENCE, async || {
+        let r = reply(client.get(format!("{base}/v1/responses/{id}")).bearer_auth(key).send().await.unwrap()).await;
+        r.body["status"] == status
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn queued_runs_are_bounded_per_gateway_and_per_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = two_tenants(dir.path(), "");
+    let h = Harness::start_with(
+        &[
+            "--api-keys-file",
+            &keys,
+            "--background-max-running",
+            "1",
+            "--background-max-queued",
+            "3",
+            "--background-max-queued-per-tenant",
+            "2",
+        ],
+        &[],
+    )
+    .await;
+    h.scenario("slow", (0..4).map(|_| slow_stream(400, Duration::from_millis(50))).collect());
+    let base = h.gateway.base_url();
+    let running = create_as(base, ALPHA, json!({"model":"slow","input":"x"})).await;
+    poll_as(base, ALPHA, running.body["id"].as_str().unwrap(), "in_progress").await;
+    for _ in 0..2 {
+        assert_eq!(create_as(base, ALPHA, json!({"model":"slow","input":"x"})).await.status, 200);
+    }
+    // Alpha has two queued: its third is refused, beta's first is not.
+    let refused = create_as(base, ALPHA, json!({"model":"slow","input":"x"})).await;
+    assert_eq!((refused.status, refused.body["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")));
+    assert!(refused.body["error"]["message"].as_str().unwrap().contains("tenant"), "{}", refused.body);
+    assert_eq!(create_as(base, BETA, json!({"model":"slow","input":"x"})).await.status, 200);
+    // Three queued in all: the gateway's bound refuses beta's second.
+    let refused = create_as(base, BETA, json!({"model":"slow","input":"x"})).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(refused.body["error"]["message"].as_str().unwrap().contains("gateway"), "{}", refused.body);
+    assert_eq!(h.upstream_bodies("slow").len(), 1, "refused runs never reach the model");
+}
+
+#[tokio::test]
+async fn one_tenants_backlog_does_not_delay_another_tenants_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = two_tenants(dir.path(), "");
+    let h = Harness::start_with(&["--api-keys-file", &keys, "--background-max-running", "1"], &[]).await;
+    h.scenario("backlog", (0..4).map(|_| slow_stream(40, Duration::from_millis(50))).collect());
+    h.scenario("quick", vec![quick()]);
+    let base = h.gateway.base_url();
+    let first = create_as(base, ALPHA, json!({"model":"backlog","input":"x"})).await;
+    poll_as(base, ALPHA, first.body["id"].as_str().unwrap(), "in_progress").await;
+    for _ in 0..3 {
+        assert_eq!(create_as(base, ALPHA, json!({"model":"backlog","input":"x"})).await.status, 200);
+    }
+    let beta = create_as(base, BETA, json!({"model":"quick","input":"x"})).await;
+    assert_eq!(beta.body["status"], "queued", "{}", beta.body);
+    poll_as(base, BETA, beta.body["id"].as_str().unwrap(), "completed").await;
+    // Beta's run took the first free slot: at most alpha's first and the one after beta's had
+    // started (first come, first served would have run all four of alpha's first).
+    let alphas_started = h.upstream_bodies("backlog").len();
+    assert!(alphas_started <= 2, "beta's run waited behind {alphas_started} of alpha's");
+}
+
+#[tokio::test]
+async fn resumed_streams_count_toward_the_tenants_open_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = two_tenants(dir.path(), "max_open_streams = 2");
+    let h = Harness::start_with(&["--api-keys-file", &keys], &[]).await;
+    h.scenario("slow", vec![slow_stream(400, Duration::from_millis(50))]);
+    let base = h.gateway.base_url();
+    // The run holds one of alpha's two open streams; a resumed stream takes the other.
+    let created = create_as(base, ALPHA, json!({"model":"slow","input":"x"})).await;
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let client = fresh_connection_client();
+    let resume = || client.get(format!("{base}/v1/responses/{id}?stream=true")).bearer_auth(ALPHA).send();
+    let open = resume().await.unwrap();
+    let (open, _, _) = read_until(open, "response.queued").await;
+    let refused = resume().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert_error_shape(&body);
+    assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
+    // Closing the open one frees its place.
+    drop(open);
+    eventually("a resumed stream is accepted again", PATIENCE, async || resume().await.unwrap().status() == 200).await;
+}
+
+#[tokio::test]
+async fn starting_after_past_the_last_event_is_a_400_naming_the_parameter() {
+    let h = Harness::start().await;
+    h.scenario("quick", vec![quick()]);
+    h.scenario("slow", vec![slow_stream(400, Duration::from_millis(50))]);
+    let base = h.gateway.base_url();
+    let done = create(base, json!({"model":"quick","input":"x"})).await;
+    let done_id = done.body["id"].as_str().unwrap().to_owned();
+    poll_until(base, "", &done_id, "completed").await;
+    let all = resume(base, "", &done_id, None).await;
+    let last = all.last().unwrap()["sequence_number"].as_u64().unwrap();
+    let live = create(base, json!({"model":"slow","input":"x"})).await;
+    let live_id = live.body["id"].as_str().unwrap().to_owned();
+    for (id, after) in [(&done_id, last + 1), (&done_id, u64::MAX), (&live_id, 100_000)] {
+        let r = elsewhere("", |c| c.get(format!("{base}/v1/responses/{id}?stream=true&starting_after={after}"))).await;
+        assert_eq!((r.status, r.body["error"]["param"].as_str()), (400, Some("starting_after")), "{}", r.body);
+    }
+    // The last event itself is a valid cursor: nothing follows it.
+    assert!(resume(base, "", &done_id, Some(last)).await.is_empty());
+}
+
+/// Read `response` (an SSE body) to its end, or fail after `PATIENCE`.
+async fn read_to_end(mut response: reqwest::Response, mut text: String) -> String {
+    let start = Instant::now();
+    while let Some(bytes) = tokio::time::timeout(PATIENCE, response.chunk()).await.expect("the stream moves").unwrap() {
+        text.push_str(&String::from_utf8_lossy(&bytes));
+        assert!(start.elapsed() < PATIENCE * 2, "the stream never ended: {text}");
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_background_stream_open_when_the_drain_times_out_ends_saying_how_to_resume() {
+    let upstream = ReplayUpstream::start().await.unwrap();
+    upstream.add_scenario("slow", vec![slow_stream(200, Duration::from_millis(50))]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db").display().to_string();
+    let args = common::serve_args(
+        &upstream.base_url(),
+        &["--db-path", &db, "--background-lease", LEASE_SECONDS, "--drain-timeout", "1"],
+    );
+    let stopping = GatewayProcess::spawn(common::respgw_bin(), &args, &common::quiet_env()).await.unwrap();
+    let staying = gateway_on(&upstream, &db).await;
+    let body = json!({"model":"slow","input":"x","background":true,"stream":true});
+    let url = format!("{}/v1/responses", stopping.base_url());
+    let response = fresh_connection_client().post(url).json(&body).send().await.unwrap();
+    let (response, _, text) = read_until(response, "part3").await;
+    kill(Pid::from_raw(stopping.pid() as libc::pid_t), Signal::SIGTERM).expect("SIGTERM to the gateway");
+    let text = read_to_end(response, text).await;
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let seen = complete_events(&text);
+    let (cut, seen) = seen.split_last().unwrap();
+    let id = seen[0]["response"]["id"].as_str().unwrap().to_owned();
+    let last = seen.last().unwrap()["sequence_number"].as_u64().unwrap();
+    assert_eq!((cut["type"].as_str(), cut["code"].as_str()), (Some("error"), Some("stream_interrupted")), "{cut}");
+    let message = cut["message"].as_str().unwrap();
+    let resume_at = format!("GET /v1/responses/{id}?stream=true&starting_after={last}");
+    assert!(message.contains(&resume_at), "{message}");
+    // Resumed as told on the other gateway: the rest, to exactly one terminal event.
+    let rest = resume(staying.base_url(), "", &id, Some(last)).await;
+    let joined: Vec<Value> = seen.iter().cloned().chain(rest).collect();
+    check_sequence(&joined).unwrap();
+    assert_eq!(terminal_count(&joined), 1);
+}
+
+#[tokio::test]
+async fn a_store_outage_longer_than_the_lease_keeps_the_stream_alive_and_fails_the_run_saying_why() {
+    respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
+    let schema = TestSchema::create().await.unwrap();
+    let server = {
+        let url = url::Url::parse(&respgw_testkit::postgres::server_url()).unwrap();
+        let host = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+        tokio::net::lookup_host(host).await.unwrap().next().unwrap()
+    };
+    let proxy = respgw_testkit::postgres::CutProxy::start(server).await.unwrap();
+    let upstream = ReplayUpstream::start().await.unwrap();
+    upstream.add_scenario("slow", vec![slow_stream(1000, Duration::from_millis(50))]);
+    let args = common::serve_args(
+        &upstream.base_url(),
+        &[
+            "--db-path",
+            &schema.url_via(proxy.addr()),
+            "--background-lease",
+            LEASE_SECONDS,
+            "--background-keep-alive",
+            "0.2",
+        ],
+    );
+    let gateway = GatewayProcess::spawn(common::respgw_bin(), &args, &common::quiet_env()).await.unwrap();
+    let body = json!({"model":"slow","input":"x","background":true,"stream":true});
+    let url = format!("{}/v1/responses", gateway.base_url());
+    let response = fresh_connection_client().post(url).json(&body).send().await.unwrap();
+    let (response, _, text) = read_until(response, "part3").await;
+    let id = complete_events(&text)[0]["response"]["id"].as_str().unwrap().to_owned();
+
+    proxy.cut();
+    // The stream stays alive through the outage.
+    let (response, _, text) = read_until(response, ": keep-alive\n\n").await;
+    // Well past the lease, then the store comes back.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    proxy.restore();
+    let text = read_to_end(response, text).await;
+    let events = complete_events(&text);
+    let kinds = common::kinds(&events);
+    assert_eq!(&kinds[kinds.len() - 2..], ["error", "response.failed"], "{kinds:?}");
+    let message = events[events.len() - 2]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("store could not be reached"), "{message}");
+    assert!(!message.contains("stopped before it finished"), "{message}");
+    let failed =
+        reply(fresh_connection_client().get(format!("{}/v1/responses/{id}", gateway.base_url())).send().await.unwrap())
+            .await;
+    assert_eq!(failed.body["status"], "failed", "{}", failed.body);
+    // The run was stopped: its upstream call was closed.
+    assert_eq!(upstream.unfinished_streams("slow"), 1);
 }

@@ -146,6 +146,14 @@ impl EventSink {
         }
     }
 
+    /// What the log says when the run stopped because this sink turned it away.
+    pub(crate) fn why_stopped(&self) -> &'static str {
+        match self {
+            EventSink::Discard | EventSink::Channel { .. } => "client disconnected; response abandoned",
+            EventSink::Background(sink) => sink.why_stopped(),
+        }
+    }
+
     /// Resolves when the run must stop: the client went away (or, for a background run, it was
     /// ended elsewhere).
     pub(crate) async fn closed(&self) {
@@ -510,9 +518,7 @@ impl PreparedResponse {
             RunOutcome::Failed { response, error } => {
                 tracing::warn!(response_id = %response.id, code = ?error.code, message = %error.message, "response failed")
             }
-            RunOutcome::ClientGone => {
-                tracing::info!(response_id = %self.response.id, "client disconnected; response abandoned")
-            }
+            RunOutcome::ClientGone => tracing::info!(response_id = %self.response.id, "{}", sink.why_stopped()),
         }
         if let Some(conversation) = conversation {
             conversation.append(&mut self.history);

@@ -17,13 +17,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use respgw_engine::{Engine, ResumeFrom, RunOutcome};
+use respgw_engine::{BackgroundSettings, Engine, ResumeFrom, RunOutcome};
 use respgw_protocol::compaction::CompactRequest;
 use respgw_protocol::listing::{ListQuery, ListQueryParams};
 use respgw_protocol::{ApiError, CreateResponseRequest};
 
 use crate::auth::Tenant;
-use crate::background::{BackgroundDrain, RetrieveQuery, event_stream_response, retrieve_query};
+use crate::background::{BackgroundDrain, BackgroundStream, RetrieveQuery, event_stream_response, retrieve_query};
 use crate::error::{HttpError, path_rejection};
 use crate::json_body::JsonBody;
 use crate::request_id::RequestId;
@@ -58,14 +58,23 @@ pub async fn create(
                 "Background responses are not enabled on this gateway.",
             )));
         };
+        let drain = drain.map(|Extension(drain)| drain);
+        let cut = drain.as_ref().map(|drain| drain.cut.clone());
         // The process's drain waits for the run, which holds this until it ends.
         // The run also holds its place among the tenant's open streams and runs.
-        let queued = prepared.start_background(runs, (drain.map(|Extension(drain)| drain), slot)).await?;
+        let queued = prepared.start_background(runs, (drain, slot)).await?;
         if !stream {
             return Ok(Json(queued).into_response());
         }
         let events = engine.resume_background(tenant.name(), &queued.id, ResumeFrom::Start).await?;
-        return Ok(event_stream_response(events, engine.metrics().sse_stream("/v1/responses")));
+        return Ok(event_stream_response(BackgroundStream {
+            events,
+            response_id: queued.id,
+            after: None,
+            keep_alive: runs.keep_alive(),
+            cut,
+            hold: engine.metrics().sse_stream("/v1/responses"),
+        }));
     }
 
     if !stream {
@@ -89,21 +98,37 @@ pub async fn create(
 }
 
 /// `GET /v1/responses/{response_id}`: the response object, or with `stream=true` the events of
-/// a background response (after `starting_after`).
+/// a background response (after `starting_after`). A resumed stream counts among the tenant's
+/// open streams like a streamed create, with the same 429.
 pub async fn retrieve(
     State(engine): State<Arc<Engine>>,
     tenant: Tenant,
+    drain: Option<Extension<BackgroundDrain>>,
     id: Result<Path<String>, PathRejection>,
     query: Result<Query<RetrieveQuery>, QueryRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
-    match retrieve_query(query)? {
-        None => Ok(Json(engine.stored(tenant.name()).retrieve(&id).await?).into_response()),
-        Some(from) => {
-            let events = engine.resume_background(tenant.name(), &id, from).await?;
-            Ok(event_stream_response(events, engine.metrics().sse_stream("/v1/responses/{response_id}")))
-        }
-    }
+    let Some(from) = retrieve_query(query)? else {
+        return Ok(Json(engine.stored(tenant.name()).retrieve(&id).await?).into_response());
+    };
+    let slot = match tenant.open_stream() {
+        Ok(slot) => slot,
+        Err(limited) => return Ok(limited.into_response()),
+    };
+    let events = engine.resume_background(tenant.name(), &id, from).await?;
+    let keep_alive = engine.background().map_or(BackgroundSettings::default().keep_alive, |runs| runs.keep_alive());
+    let after = match from {
+        ResumeFrom::Start => None,
+        ResumeFrom::After(n) => Some(n),
+    };
+    Ok(event_stream_response(BackgroundStream {
+        events,
+        response_id: id,
+        after,
+        keep_alive,
+        cut: drain.map(|Extension(drain)| drain.cut),
+        hold: (engine.metrics().sse_stream("/v1/responses/{response_id}"), slot),
+    }))
 }
 
 /// `DELETE /v1/responses/{response_id}`.

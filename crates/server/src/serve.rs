@@ -108,13 +108,16 @@ fn mcp_helper_client(options: &GatewayOptions) -> anyhow::Result<Option<McpHelpe
     Ok(Some(client.with_timeouts(HelperTimeouts::for_tool_timeout(options.mcp_timeouts.tool_call))))
 }
 
+/// How long background streams get to send their last event once the drain has timed out.
+const CUT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long just-accepted connections get to send their first request before draining starts.
 const ACCEPT_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Serve `app` on `listener` until `shutdown` resolves; then stop accepting and let in-flight
 /// requests, streams, WebSocket responses and the background responses this process runs finish
 /// for at most `options.drain_timeout` (background ones still running then are failed by their
-/// lease).
+/// lease; background streams still open are ended with an event that says how to resume them).
 /// Connections are held to `options.client_limits` (see [`crate::connections`]).
 pub async fn serve_on(
     listener: std::net::TcpListener,
@@ -129,9 +132,12 @@ pub async fn serve_on(
     let (open_websockets, mut websockets_closed) = tokio::sync::mpsc::channel::<()>(1);
     // Background runs outlive their request: each holds a clone of this until it ends.
     let (open_background, mut background_done) = tokio::sync::mpsc::channel::<()>(1);
+    // Background streams still open when the drain times out end with an event saying how to
+    // resume them.
+    let (cut_background_streams, cut) = tokio::sync::watch::channel(false);
     let app = app
         .layer(Extension(WebSocketDrain { draining: draining_rx, open: open_websockets }))
-        .layer(Extension(BackgroundDrain { open: open_background }));
+        .layer(Extension(BackgroundDrain { open: open_background, cut }));
     let connections = Connections::new(options.client_limits);
     tokio::select! {
         () = connections.accept(&listener, &app) => {}
@@ -157,6 +163,9 @@ pub async fn serve_on(
     };
     if tokio::time::timeout(drain_timeout, drained).await.is_err() {
         tracing::warn!("drain timeout reached; closing the remaining connections");
+        let _ = cut_background_streams.send(true);
+        // Time for the background streams to send their last event and close.
+        let _ = tokio::time::timeout(CUT_GRACE, connections.closed()).await;
     }
     drop(listener);
     Ok(())

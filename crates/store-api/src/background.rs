@@ -9,6 +9,10 @@
 //! response — the response's save), a cancel, or a lease expiry. A write by an owner whose run
 //! was ended meanwhile by someone else writes nothing ([`Appended::NotActive`]), so the log never
 //! has two terminal events and its numbers never skip.
+//!
+//! The queue of runs waiting for a run slot lives here too, so that its bounds hold across
+//! processes: a run is queued from its creation until its process takes it out of the queue
+//! ([`BackgroundStore::start_next`]), which picks across tenants fairly.
 
 use crate::{NewResponse, StoreError};
 
@@ -99,6 +103,29 @@ pub struct NewRun {
     pub body: String,
     /// Its first events (`response.created`, `response.queued`), numbered from 0.
     pub events: Vec<StoredEvent>,
+    /// How many runs may be queued, over the whole store and per tenant; the run is refused
+    /// beyond either.
+    pub bounds: QueueBounds,
+}
+
+/// The most runs that may wait in the queue at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueBounds {
+    /// Of all tenants together (every process of the gateway).
+    pub total: u64,
+    /// Of one tenant.
+    pub per_tenant: u64,
+}
+
+/// Whether a new run was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Recorded, queued.
+    Queued,
+    /// Refused: the queue holds [`QueueBounds::total`] runs already.
+    GatewayQueueFull,
+    /// Refused: the queue holds [`QueueBounds::per_tenant`] runs of its tenant already.
+    TenantQueueFull,
 }
 
 /// What an owner appends to its run's log in one transaction.
@@ -168,9 +195,17 @@ pub struct RunChange {
 /// Background runs and their event logs (see the module documentation).
 #[async_trait::async_trait]
 pub trait BackgroundStore: Send + Sync + 'static {
-    /// Record a new run with its first events. Fails with [`StoreError::Duplicate`] when the id
-    /// is taken.
-    async fn create_run(&self, run: NewRun) -> Result<(), StoreError>;
+    /// Record a new run with its first events, queued, unless the queue is at one of its
+    /// bounds (counted and written atomically, whichever process asks). Fails with
+    /// [`StoreError::Duplicate`] when the id is taken.
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError>;
+
+    /// Take the next of `owner`'s queued runs out of the queue (it now counts as started) and
+    /// return its id; `None` when it has none queued. Fair across tenants: the run of the tenant
+    /// with the fewest started, unfinished runs in the whole store goes first; among those, the
+    /// tenant whose last run started longest ago; then the longest queued — so tenants with runs
+    /// waiting take turns, and one tenant's backlog never stands before another tenant's run.
+    async fn start_next(&self, owner: &str) -> Result<Option<String>, StoreError>;
 
     /// Append an owner's batch (see [`EventBatch`]).
     async fn append(&self, batch: EventBatch) -> Result<Appended, StoreError>;

@@ -1,5 +1,5 @@
 //! What both backends share for background runs: numbering the events that close a run from
-//! outside its owner (a cancel, an expired lease), and the clock of `ended_at`.
+//! outside its owner (a cancel, an expired lease), and the clock of its timestamps.
 
 use respgw_store_api::StoreError;
 use respgw_store_api::background::StoredEvent;
@@ -22,7 +22,8 @@ pub(crate) fn number_events(
     Ok(numbered)
 }
 
-/// Unix milliseconds now (SQLite's `ended_at`; PostgreSQL takes the server's clock).
+/// Unix milliseconds now: SQLite's `ended_at`, and on both backends when a run was queued and
+/// started (PostgreSQL takes the server's clock for `ended_at`).
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

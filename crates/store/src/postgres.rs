@@ -25,7 +25,7 @@
 //!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
 //!   the responses created in it.
 //! - `background_runs` and `background_events` (version 4): background runs and their event
-//!   logs (see the `background` module).
+//!   logs (see the `background` module); their queue (`queued_at`, `started_at`, version 6).
 //!
 //! The tables live in the first schema of the connection's `search_path` (by default `public`);
 //! `?options=-c%20search_path%3Drespgw` in the URL puts them elsewhere.
@@ -81,7 +81,7 @@ use crate::{
 };
 
 /// The schema version this code reads and writes (the highest row of `respgw_schema_migrations`).
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The advisory lock key that serializes migrations ("respgw" in ASCII, then 1).
 const MIGRATION_LOCK: i64 = 0x7265_7370_6777_0001;
@@ -186,6 +186,17 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE responses ADD COLUMN owner text NOT NULL DEFAULT 'default';
     ALTER TABLE conversations ADD COLUMN owner text NOT NULL DEFAULT 'default';
     ALTER TABLE background_runs ADD COLUMN tenant text NOT NULL DEFAULT 'default';",
+    // The queue of background runs: `queued_at` orders a process's queued runs, `started_at`
+    // marks a run that left the queue for a run slot (with neither it nor `ended_at`, a run is
+    // queued); the partial index serves the counts of unfinished runs by tenant; `background_tenants`
+    // keeps when each tenant's last run started (whose turn is next). Runs from before
+    // count as started unless they are still `queued`.
+    "
+    ALTER TABLE background_runs ADD COLUMN queued_at bigint NOT NULL DEFAULT 0;
+    ALTER TABLE background_runs ADD COLUMN started_at bigint;
+    UPDATE background_runs SET started_at = 0 WHERE status <> 'queued';
+    CREATE INDEX background_runs_unfinished ON background_runs (tenant) WHERE ended_at IS NULL;
+    CREATE TABLE background_tenants (tenant text PRIMARY KEY, last_started_at bigint NOT NULL);",
 ];
 
 /// The whole save as one statement. The new items (`$8` ids, `$9` bodies), each drawing its key

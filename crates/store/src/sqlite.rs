@@ -1,6 +1,6 @@
 //! The SQLite backend: one database file shared by every worker process, in WAL mode.
 //!
-//! Schema (version 5, recorded in `PRAGMA user_version`; older files are migrated on open):
+//! Schema (version 6, recorded in `PRAGMA user_version`; older files are migrated on open):
 //!
 //! - `items(key, item_id, body)`: each item once, `body` being the serde JSON of
 //!   [`respgw_protocol::Item`]. `item_id` is not unique (clients may resend ids). `key` is
@@ -22,7 +22,7 @@
 //!   order (`item_key` indexed); `removed` marks an item deleted from the conversation but kept for
 //!   the responses created in it. What is kept, and when it goes, is in the crate's docs.
 //! - `background_runs` and `background_events` (version 4): background runs and their event
-//!   logs (see the `background` module).
+//!   logs (see the `background` module); their queue (`queued_at`, `started_at`, version 6).
 //!
 //! # Threads and connections
 //!
@@ -76,7 +76,7 @@ use crate::{
 };
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).

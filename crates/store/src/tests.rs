@@ -197,6 +197,8 @@ both!(
     expired_leases_are_found_and_renewed_ones_are_not,
     a_failed_save_writes_none_of_its_batch,
     purging_drops_only_old_logs_of_ended_runs,
+    the_queue_refuses_runs_beyond_its_bounds_for_the_gateway_and_per_tenant,
+    the_next_run_started_is_of_the_tenant_with_fewest_running,
 );
 
 /// Another owner's response id reads, pages, continues and deletes exactly like an unknown one,
@@ -1268,7 +1270,7 @@ async fn a_version_2_database_is_migrated(backend: Backend) {
         TestStore::Sqlite(_) => store.sql_i64("PRAGMA user_version").await,
         TestStore::Postgres(_) => store.sql_i64("SELECT max(version)::bigint FROM respgw_schema_migrations").await,
     };
-    assert_eq!(schema, 5);
+    assert_eq!(schema, 6);
     // Rows from before ownership belong to the tenant `default`, and to no other.
     assert_eq!(store.history(DEFAULT, "r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
     assert_eq!(store.history(OWNER, "r2").await.unwrap(), None);
@@ -1386,5 +1388,6 @@ mod background;
 use background::{
     a_cancel_closes_the_log_and_turns_the_owner_away, a_failed_save_writes_none_of_its_batch,
     a_run_logs_batches_and_ends_with_its_save_in_one_transaction, expired_leases_are_found_and_renewed_ones_are_not,
-    purging_drops_only_old_logs_of_ended_runs,
+    purging_drops_only_old_logs_of_ended_runs, the_next_run_started_is_of_the_tenant_with_fewest_running,
+    the_queue_refuses_runs_beyond_its_bounds_for_the_gateway_and_per_tenant,
 };

@@ -1,5 +1,5 @@
 //! Ending a background run from outside its run: a client's cancel, a lease that ran out, a log
-//! that could not be written.
+//! that could not be written, a store that could not be reached for longer than the lease.
 //!
 //! Each is one store transaction ([`respgw_store_api::BackgroundStore::end_run`]) that sets the
 //! final status and response object and appends the closing events after the last logged one,
@@ -13,11 +13,17 @@ use respgw_store_api::StoreError;
 use respgw_store_api::background::{Closing, EndRun, Ended, RunRecord, RunStatus};
 use serde_json::{Value, json};
 
-use super::{BackgroundRuns, EXPIRED_BATCH, now_ms};
+use super::{BackgroundRuns, EXPIRED_BATCH, Failure, StopReason, now_ms};
 use crate::run::store_error;
 
-/// What a client is told about a run whose process stopped renewing its lease.
-const LOST: &str = "The gateway process running this background response stopped before it finished.";
+/// What a client is told about a run whose lease ran out, as another process sees it: it cannot
+/// tell a process that stopped from one that lost the store.
+const LOST: &str = "The lease of this background response ran out before it finished: the gateway process running \
+                    it did not renew it (that process stopped, or could not reach the store).";
+
+/// What a client is told about a run its process stopped because the store could not be reached.
+const STORE_UNREACHABLE: &str = "The store could not be reached for longer than this background response's lease, \
+                                 so its run was stopped: its events could not be written nor its lease renewed.";
 
 /// What a client is told about a run whose events could not be written.
 const UNWRITABLE: &str = "The events of this background response could not be written to the store.";
@@ -72,6 +78,10 @@ fn close_unwritable(run: &RunRecord, status: RunStatus) -> Closing {
     close_failed(run, status, UNWRITABLE)
 }
 
+fn close_store_unreachable(run: &RunRecord, status: RunStatus) -> Closing {
+    close_failed(run, status, STORE_UNREACHABLE)
+}
+
 fn parse(body: &str, id: &str) -> Result<Value, ApiError> {
     serde_json::from_str(body).map_err(|e| ApiError::internal(format!("The stored response {id} is unreadable: {e}")))
 }
@@ -86,7 +96,7 @@ impl BackgroundRuns {
             lease_expired_before_ms: None,
             close: close_cancelled,
         };
-        match self.end(end).await.map_err(|e| store_error(&e))? {
+        match self.end(end, StopReason::Cancelled).await.map_err(|e| store_error(&e))? {
             Ended::Now(run) => {
                 self.metrics.background_cancelled();
                 tracing::info!(response_id = %id, "background response cancelled");
@@ -117,13 +127,19 @@ pub(super) async fn fail_expired(runs: &BackgroundRuns) {
         }
     };
     for run in expired {
+        // This process's own run expired only because its renewals failed: it says so.
+        let own = run.owner == runs.owner;
+        if own && runs.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains_key(&run.id) {
+            continue;
+        }
         let end = EndRun {
             id: run.id.clone(),
             status: RunStatus::Failed,
             lease_expired_before_ms: Some(now),
-            close: close_lost,
+            close: if own { close_store_unreachable } else { close_lost },
         };
-        match runs.end(end).await {
+        let reason = if own { StopReason::LeaseLost } else { StopReason::EndedElsewhere };
+        match runs.end(end, reason).await {
             Ok(Ended::Now(_)) => {
                 runs.metrics.background_lost();
                 tracing::warn!(response_id = %run.id, owner = %run.owner, "background response failed: its process stopped renewing its lease");
@@ -136,13 +152,31 @@ pub(super) async fn fail_expired(runs: &BackgroundRuns) {
     }
 }
 
-/// Fail run `id`, whose events could not be written (`cause`). If even that cannot be written,
-/// the run's lease (no longer renewed once its task ends) expires and another attempt follows.
-pub(super) async fn fail_unwritable(runs: &BackgroundRuns, id: &str, cause: &StoreError) {
-    let end =
-        EndRun { id: id.to_owned(), status: RunStatus::Failed, lease_expired_before_ms: None, close: close_unwritable };
-    if let Err(e) = runs.end(end).await {
-        tracing::error!(response_id = %id, error = %e, %cause, "could not fail a background response; its lease will expire");
+/// Record the runs this process stopped as failed, each for its reason; those the store does
+/// not take yet stay for the next call. A run ended meanwhile by another process (its lease
+/// expired) stays as that one ended it.
+pub(super) async fn record_failures(runs: &BackgroundRuns) {
+    let pending: Vec<(String, Failure)> = {
+        let unrecorded = runs.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        unrecorded.iter().map(|(id, failure)| (id.clone(), *failure)).collect()
+    };
+    for (id, failure) in pending {
+        let (close, reason): (fn(&RunRecord, RunStatus) -> Closing, _) = match failure {
+            Failure::StoreUnreachable => (close_store_unreachable, StopReason::LeaseLost),
+            Failure::Unwritable => (close_unwritable, StopReason::Unwritable),
+        };
+        let end = EndRun { id: id.clone(), status: RunStatus::Failed, lease_expired_before_ms: None, close };
+        match runs.end(end, reason).await {
+            Ok(ended) => {
+                if let Ended::Now(_) = ended {
+                    tracing::warn!(response_id = %id, ?failure, "background response failed");
+                }
+                runs.unrecorded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+            }
+            Err(e) => {
+                tracing::debug!(response_id = %id, error = %e, "could not record a failed background response yet")
+            }
+        }
     }
 }
 
@@ -183,6 +217,14 @@ mod tests {
         assert_eq!(kinds, ["error", "response.failed"]);
         assert_eq!(events[0].1["type"], "error");
         assert_eq!(events[0].1["error"]["message"], LOST);
+    }
+
+    #[test]
+    fn a_run_stopped_by_a_store_outage_ends_saying_so() {
+        let (_, events) = close_store_unreachable(&running(), RunStatus::Failed).unwrap();
+        assert_eq!(events[0].1["error"]["message"], STORE_UNREACHABLE);
+        assert!(STORE_UNREACHABLE.contains("store could not be reached"));
+        assert!(!LOST.contains("stopped before it finished"), "an expired lease does not claim a process stopped");
     }
 
     #[test]

@@ -42,7 +42,8 @@ impl ResumeFrom {
 }
 
 impl BackgroundRuns {
-    /// Follow `run` from `from`. 400 when its events are no longer kept.
+    /// Follow `run` from `from`. 400 when its events are no longer kept, or when `from` is past
+    /// the last event logged so far.
     pub(crate) async fn follow(
         self: &Arc<Self>,
         run: &RunRecord,
@@ -60,6 +61,21 @@ impl BackgroundRuns {
                      response ends); retrieve it without 'stream'."
                 ),
             ));
+        }
+        if let ResumeFrom::After(after) = from {
+            // The log has no gaps: event `after` exists exactly when `after` is not past the
+            // highest number written so far (a live run's later events may still come, but no
+            // client can have seen them).
+            let next = self.store.events_after(id, after.checked_sub(1), 1).await.map_err(|e| store_error(&e))?;
+            if next.first().map(|event| event.seq) != Some(after) {
+                return Err(ApiError::invalid(
+                    "starting_after",
+                    format!(
+                        "Invalid 'starting_after': {after} is past the last event of response '{id}' so far; \
+                         resume after a sequence_number you have received."
+                    ),
+                ));
+            }
         }
         let (tx, rx) = mpsc::channel(FOLLOW_BUFFER);
         let poll = if self.notified { self.settings.heartbeat() } else { self.settings.poll_interval };
@@ -100,7 +116,8 @@ async fn follow_log(
             continue;
         }
         if ended && caught_up {
-            // The run ended and its log has nothing after what was sent (a resume past its end).
+            // The run ended and its log has nothing after what was sent (a resume after its
+            // terminal event).
             return;
         }
         if caught_up && let Ok(Some(run)) = runs.store.run(&id).await {

@@ -11,6 +11,8 @@
 //! The run stops (its sink reports the client gone, which ends a run without storing it) when
 //! the run was ended elsewhere — cancelled, or failed after its lease expired — which the writer
 //! learns when a write finds the run no longer active, and the process's upkeep when it looks.
+//! While the store is unavailable the writer retries a batch for as long as the run's lease is
+//! sure to hold; then the run is stopped and recorded as failed once the store answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,17 +22,16 @@ use respgw_store_api::background::{Appended, EventBatch, RunStatus, StoredEvent}
 use respgw_store_api::{NewResponse, StoreError};
 use tokio::sync::{mpsc, watch};
 
-use super::BackgroundRuns;
-use super::closing;
+use super::{BackgroundRuns, Failure, StopReason};
 use crate::run::ClientGone;
 
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 256;
 
-/// Attempts at one batch while the store is unavailable, and the pause after the first failure
-/// (doubling).
-const WRITE_ATTEMPTS: u32 = 4;
+/// The pause after a batch failed because the store is unavailable, doubling up to
+/// [`LAST_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LAST_RETRY: Duration = Duration::from_secs(1);
 
 /// One event on its way to the log.
 pub(crate) struct Logged {
@@ -45,8 +46,8 @@ pub(crate) struct Logged {
 /// The sink of a background run (see the module documentation).
 pub(crate) struct BackgroundSink {
     tx: mpsc::Sender<Logged>,
-    /// Turns `true` when the run must stop.
-    stop: watch::Receiver<bool>,
+    /// Says why once the run must stop.
+    stop: watch::Receiver<Option<StopReason>>,
     /// The number of the next event.
     next_seq: u64,
     /// The terminal event was sent.
@@ -95,12 +96,12 @@ pub(crate) fn stored_event(
 
 impl BackgroundSink {
     /// A sink whose first event gets number `next_seq`, writing through `tx`.
-    pub(crate) fn new(tx: mpsc::Sender<Logged>, stop: watch::Receiver<bool>, next_seq: u64) -> Self {
+    pub(crate) fn new(tx: mpsc::Sender<Logged>, stop: watch::Receiver<Option<StopReason>>, next_seq: u64) -> Self {
         BackgroundSink { tx, stop, next_seq, ended: false, save: None }
     }
 
     pub(crate) async fn send(&mut self, event: ResponseEvent) -> Result<(), ClientGone> {
-        if self.ended || *self.stop.borrow() {
+        if self.ended || self.stop.borrow().is_some() {
             return Err(ClientGone);
         }
         let (stored, state) = match stored_event(&event, self.next_seq) {
@@ -132,7 +133,15 @@ impl BackgroundSink {
     pub(crate) async fn stopped(&self) {
         let mut stop = self.stop.clone();
         // An error means the sender is gone: the process let go of the run.
-        let _ = stop.wait_for(|stop| *stop).await;
+        let _ = stop.wait_for(Option::is_some).await;
+    }
+
+    /// What the log says of the run when this sink turned it away.
+    pub(crate) fn why_stopped(&self) -> &'static str {
+        match *self.stop.borrow() {
+            Some(reason) => reason.describe(),
+            None => "background response's log writer stopped; its run stopped",
+        }
     }
 }
 
@@ -169,14 +178,17 @@ pub(crate) async fn log_events(runs: Arc<BackgroundRuns>, id: String, mut rx: mp
         match write(&runs, batch).await {
             Ok(Appended::Done) => runs.wake(&id),
             Ok(Appended::NotActive) => {
-                tracing::info!(response_id = %id, "background response ended elsewhere; stopping its run");
-                runs.stop(&id);
+                runs.stop_ended(&id).await;
                 return;
             }
             Err(e) => {
                 tracing::error!(response_id = %id, error = %e, "could not write a background response's events");
-                closing::fail_unwritable(&runs, &id, &e).await;
-                runs.stop(&id);
+                let failure = if matches!(e, StoreError::Unavailable(_)) {
+                    Failure::StoreUnreachable
+                } else {
+                    Failure::Unwritable
+                };
+                runs.abandon(&id, failure);
                 return;
             }
         }
@@ -186,16 +198,17 @@ pub(crate) async fn log_events(runs: Arc<BackgroundRuns>, id: String, mut rx: mp
     }
 }
 
-/// Append one batch, retrying while the store is unavailable.
+/// Append one batch, retrying while the store is unavailable and the run's lease is sure to
+/// hold (past that, another process may fail the run).
 async fn write(runs: &BackgroundRuns, batch: EventBatch) -> Result<Appended, StoreError> {
     let (mut attempt, mut pause) = (1, FIRST_RETRY);
     loop {
         match runs.store.append(batch.clone()).await {
-            Err(StoreError::Unavailable(detail)) if attempt < WRITE_ATTEMPTS => {
+            Err(StoreError::Unavailable(detail)) if runs.lease_holds(&batch.id) => {
                 tracing::warn!(response_id = %batch.id, attempt, %detail, "store unavailable; retrying the event batch");
                 tokio::time::sleep(pause).await;
                 attempt += 1;
-                pause *= 2;
+                pause = (pause * 2).min(LAST_RETRY);
             }
             result => return result,
         }
@@ -247,7 +260,7 @@ mod tests {
     #[tokio::test]
     async fn a_stopped_sink_refuses_events_and_the_terminal_event_carries_the_save() {
         let (tx, mut rx) = mpsc::channel(8);
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(None);
         let mut sink = BackgroundSink::new(tx, stopped, 2);
         sink.save_with_terminal(NewResponse {
             id: "resp_1".into(),
@@ -279,8 +292,9 @@ mod tests {
         );
         let (tx, _rx) = mpsc::channel(8);
         let mut stopped_sink = BackgroundSink::new(tx, stop.subscribe(), 0);
-        stop.send(true).unwrap();
+        stop.send(Some(StopReason::Cancelled)).unwrap();
         stopped_sink.stopped().await;
+        assert_eq!(stopped_sink.why_stopped(), StopReason::Cancelled.describe());
         assert!(
             stopped_sink
                 .send(ResponseEvent::InProgress { response: Box::new(response(ResponseStatus::InProgress)) })

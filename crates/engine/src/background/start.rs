@@ -1,19 +1,20 @@
 //! Starting a background run: its record and first events are in the store before the client
-//! hears of it; then it waits for a run slot of this process (`queued`) and runs on a task of its
-//! own, detached from the request — the client going away does not stop it.
+//! hears of it (or a 429 when the store's queue is full); then it waits, `queued`, until the
+//! store picks it for a free run slot of this process, and runs on a task of its own, detached
+//! from the request — the client going away does not stop it.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
 use respgw_protocol::{ApiError, ResponseEvent, ResponseObject, ResponseStatus};
-use respgw_store_api::background::{NewRun, RunStatus};
+use respgw_store_api::background::{Admission, NewRun, QueueBounds, RunStatus};
 use respgw_telemetry::BackgroundGuard;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use super::sink::{BackgroundSink, log_events, stored_event};
-use super::{BackgroundRuns, now_ms};
+use super::{BackgroundRuns, StopReason, now_ms};
 use crate::run::{EventSink, PreparedResponse, end_failed, store_error};
 use crate::spawn::{RUN_DIED, panic_text};
 
@@ -26,7 +27,8 @@ const FIRST_RUN_EVENT: u64 = 2;
 impl PreparedResponse {
     /// Accept this response as a background run on `runs`: record it with its first events and
     /// start it; the run holds `keep_alive` until it ends (the caller's way of waiting for it).
-    /// Returns the response as it stands (`queued`). 503 when the store cannot record it.
+    /// Returns the response as it stands (`queued`). 429 when the queue holds as many runs as it
+    /// may (of the gateway, or of this tenant); 503 when the store cannot record it.
     pub async fn start_background<K: Send + 'static>(
         self,
         runs: &Arc<BackgroundRuns>,
@@ -55,17 +57,31 @@ impl PreparedResponse {
             status: RunStatus::Queued,
             body,
             events,
+            bounds: QueueBounds { total: runs.settings.max_queued, per_tenant: runs.settings.max_queued_per_tenant },
         };
-        // Held (its lease renewed) from before it exists in the store: no other process can find
-        // it expired in between.
-        let stop = runs.hold(&id);
-        if let Err(e) = runs.store.create_run(run).await {
+        // Held (its lease renewed) and waiting from before it exists in the store: no other
+        // process can find it expired in between, and this one finds it waiting when it picks it.
+        let (stop, start) = runs.hold(&id);
+        let refused = match runs.store.create_run(run).await {
+            Ok(Admission::Queued) => None,
+            Ok(Admission::GatewayQueueFull) => Some(ApiError::rate_limited(format!(
+                "Too many background responses are queued on this gateway ({}); retry later.",
+                runs.settings.max_queued
+            ))),
+            Ok(Admission::TenantQueueFull) => Some(ApiError::rate_limited(format!(
+                "Too many background responses queued: this API key's tenant may have {} queued at once. Retry \
+                 after some have started.",
+                runs.settings.max_queued_per_tenant
+            ))),
+            Err(e) => Some(store_error(&e)),
+        };
+        if let Some(refused) = refused {
             runs.release(&id);
-            return Err(store_error(&e));
+            return Err(refused);
         }
         let queued_gauge = runs.metrics.background_queued();
         let span = tracing::info_span!("background_response", response_id = %id);
-        let run = run_detached(self, Arc::clone(runs), stop, queued_gauge);
+        let run = run_detached(self, Arc::clone(runs), stop, start, queued_gauge);
         tokio::spawn(
             async move {
                 run.await;
@@ -77,22 +93,26 @@ impl PreparedResponse {
     }
 }
 
-/// Wait for a slot, run to the terminal event, let go of the run.
+/// Wait for a slot, run to the terminal event, let go of the run (and give its slot to the next).
 async fn run_detached(
     mut prepared: PreparedResponse,
     runs: Arc<BackgroundRuns>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<Option<StopReason>>,
+    start: oneshot::Receiver<OwnedSemaphorePermit>,
     queued_gauge: BackgroundGuard,
 ) {
     let id = prepared.id().to_owned();
+    runs.dispatch().await;
     let slot = tokio::select! {
-        slot = Arc::clone(&runs.slots).acquire_owned() => slot.ok(),
-        _ = stop.wait_for(|stop| *stop) => None,
+        slot = start => slot.ok(),
+        _ = stop.wait_for(Option::is_some) => None,
     };
     drop(queued_gauge);
-    let Some(_slot) = slot else {
-        tracing::info!("background response ended while it was queued");
+    let Some(slot) = slot else {
+        let reason = stop.borrow().map_or("background response let go of while queued", StopReason::describe);
+        tracing::info!("{reason}");
         runs.release(&id);
+        runs.dispatch().await;
         return;
     };
     let _running = runs.metrics.background_running();
@@ -113,5 +133,7 @@ async fn run_detached(
     if let Err(e) = writer.await {
         tracing::error!(error = %e, "the background response's log writer stopped unexpectedly");
     }
+    drop(slot);
     runs.release(&id);
+    runs.dispatch().await;
 }

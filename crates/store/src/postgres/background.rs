@@ -21,7 +21,8 @@ use super::{PostgresStore, map_err, save_on, sqlstate};
 use crate::StoreError;
 use crate::background::number_events;
 use respgw_store_api::background::{
-    Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus, StoredEvent,
+    Admission, Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus,
+    StoredEvent,
 };
 
 /// The notification channel.
@@ -30,12 +31,12 @@ const CHANNEL: &str = "respgw_background";
 /// Notifications waiting for the process's dispatcher before the listener waits.
 const CHANGES_BUFFER: usize = 1024;
 
-/// A new run (of tenant `$10`) and its first events (`$7` numbers, `$8` types, `$9` data), in one
-/// statement.
+/// A new run (of tenant `$10`, queued at `$11`) and its first events (`$7` numbers, `$8` types,
+/// `$9` data), in one statement.
 const INSERT_RUN: &str = "
     WITH run AS (
-        INSERT INTO background_runs (id, status, body, owner, lease_until, next_seq, tenant)
-        VALUES ($1, $2, $3, $4, $5, $6, $10)
+        INSERT INTO background_runs (id, status, body, owner, lease_until, next_seq, tenant, queued_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $10, $11)
         RETURNING id
     )
     INSERT INTO background_events (run_id, seq, kind, data)
@@ -59,6 +60,38 @@ const APPEND: &str = "
         FROM run, unnest($8::bigint[], $9::text[], $10::text[]) AS e(seq, kind, data)
     )
     SELECT pg_notify($11, run.id) FROM run";
+
+/// Serialises the creation of runs across processes (a transaction-scoped advisory lock), so
+/// that the queue's count cannot change between counting and inserting.
+const LOCK_QUEUE: &str = "SELECT pg_advisory_xact_lock(7260351990461820727)";
+
+/// Queued runs: all of them, and tenant `$1`'s.
+const COUNT_QUEUED: &str = "
+    SELECT count(*), count(*) FILTER (WHERE tenant = $1) FROM background_runs
+    WHERE ended_at IS NULL AND started_at IS NULL";
+
+/// Take owner `$1`'s next queued run out of the queue at `$2` (see
+/// [`BackgroundStore::start_next`]): the tenant with the fewest running first, then the one whose
+/// last run started longest ago (round robin), then the longest queued; and note when its
+/// tenant's run started. Only this owner takes its runs, so no two processes race for one row.
+const START_NEXT: &str = "
+    WITH next AS (
+        UPDATE background_runs SET started_at = $2 WHERE id = (
+            SELECT q.id FROM background_runs q
+            WHERE q.owner = $1 AND q.ended_at IS NULL AND q.started_at IS NULL
+            ORDER BY (SELECT count(*) FROM background_runs r
+                      WHERE r.tenant = q.tenant AND r.ended_at IS NULL AND r.started_at IS NOT NULL),
+                coalesce((SELECT t.last_started_at FROM background_tenants t WHERE t.tenant = q.tenant), 0),
+                q.queued_at, q.id
+            LIMIT 1)
+            AND started_at IS NULL AND ended_at IS NULL
+        RETURNING id, tenant
+    ),
+    turn AS (
+        INSERT INTO background_tenants (tenant, last_started_at) SELECT tenant, $2 FROM next
+        ON CONFLICT (tenant) DO UPDATE SET last_started_at = excluded.last_started_at
+    )
+    SELECT id FROM next";
 
 const INSERT_EVENTS: &str = "
     INSERT INTO background_events (run_id, seq, kind, data)
@@ -165,8 +198,19 @@ async fn update_run(
 
 #[async_trait::async_trait]
 impl BackgroundStore for PostgresStore {
-    async fn create_run(&self, run: NewRun) -> Result<(), StoreError> {
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         let Columns { seqs, kinds, data } = columns(&run.events)?;
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        sqlx::query(LOCK_QUEUE).execute(&mut *tx).await.map_err(map_err)?;
+        let (queued, queued_of_tenant): (i64, i64) =
+            sqlx::query_as(COUNT_QUEUED).bind(&run.tenant).fetch_one(&mut *tx).await.map_err(map_err)?;
+        // Dropping `tx` rolls back (and releases the lock).
+        if u64::try_from(queued).unwrap_or(0) >= run.bounds.total {
+            return Ok(Admission::GatewayQueueFull);
+        }
+        if u64::try_from(queued_of_tenant).unwrap_or(0) >= run.bounds.per_tenant {
+            return Ok(Admission::TenantQueueFull);
+        }
         let inserted = sqlx::query(INSERT_RUN)
             .bind(&run.id)
             .bind(run.status.as_str())
@@ -178,13 +222,25 @@ impl BackgroundStore for PostgresStore {
             .bind(&kinds)
             .bind(&data)
             .bind(&run.tenant)
-            .execute(&self.pool)
+            .bind(crate::background::now_ms())
+            .execute(&mut *tx)
             .await;
         match inserted {
-            Ok(_) => Ok(()),
-            Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(run.id)),
-            Err(e) => Err(map_err(e)),
+            Ok(_) => {}
+            Err(e) if sqlstate(&e).as_deref() == Some("23505") => return Err(StoreError::Duplicate(run.id)),
+            Err(e) => return Err(map_err(e)),
         }
+        tx.commit().await.map_err(map_err)?;
+        Ok(Admission::Queued)
+    }
+
+    async fn start_next(&self, owner: &str) -> Result<Option<String>, StoreError> {
+        sqlx::query_scalar(START_NEXT)
+            .bind(owner)
+            .bind(crate::background::now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)
     }
 
     async fn append(&self, batch: EventBatch) -> Result<Appended, StoreError> {

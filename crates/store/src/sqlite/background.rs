@@ -13,12 +13,37 @@ use super::{EncodedResponse, SqliteStore, map_err};
 use crate::StoreError;
 use crate::background::{now_ms, number_events};
 use respgw_store_api::background::{
-    Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus, StoredEvent,
+    Admission, Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus,
+    StoredEvent,
 };
 
 const INSERT_RUN: &str = "
-    INSERT INTO background_runs (id, status, body, owner, lease_until, next_seq, tenant)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    INSERT INTO background_runs (id, status, body, owner, lease_until, next_seq, tenant, queued_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+/// Queued runs: all of them, and tenant `?1`'s.
+const COUNT_QUEUED: &str = "
+    SELECT COUNT(*), COALESCE(SUM(tenant = ?1), 0) FROM background_runs
+    WHERE ended_at IS NULL AND started_at IS NULL";
+
+/// Take owner `?1`'s next queued run out of the queue at `?2` (see
+/// [`BackgroundStore::start_next`]): the tenant with the fewest running first, then the one whose
+/// last run started longest ago (round robin), then the longest queued.
+const START_NEXT: &str = "
+    UPDATE background_runs SET started_at = ?2 WHERE id = (
+        SELECT q.id FROM background_runs q
+        WHERE q.owner = ?1 AND q.ended_at IS NULL AND q.started_at IS NULL
+        ORDER BY (SELECT COUNT(*) FROM background_runs r
+                  WHERE r.tenant = q.tenant AND r.ended_at IS NULL AND r.started_at IS NOT NULL),
+            COALESCE((SELECT t.last_started_at FROM background_tenants t WHERE t.tenant = q.tenant), 0),
+            q.queued_at, q.id
+        LIMIT 1)
+    RETURNING id, tenant";
+
+/// Tenant `?1`'s last run started at `?2`.
+const TENANT_STARTED: &str = "
+    INSERT INTO background_tenants (tenant, last_started_at) VALUES (?1, ?2)
+    ON CONFLICT (tenant) DO UPDATE SET last_started_at = excluded.last_started_at";
 
 const INSERT_EVENT: &str = "INSERT INTO background_events (run_id, seq, kind, data) VALUES (?1, ?2, ?3, ?4)";
 
@@ -83,8 +108,20 @@ fn insert_events(tx: &Connection, id: &str, events: &[StoredEvent]) -> Result<()
 
 #[async_trait::async_trait]
 impl BackgroundStore for SqliteStore {
-    async fn create_run(&self, run: NewRun) -> Result<(), StoreError> {
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         self.write(move |tx| {
+            // The write transaction holds the file's write lock: the count cannot change before
+            // the insert, whichever process writes.
+            let (queued, queued_of_tenant): (i64, i64) = tx
+                .prepare_cached(COUNT_QUEUED)
+                .and_then(|mut s| s.query_row([&run.tenant], |row| Ok((row.get(0)?, row.get(1)?))))
+                .map_err(map_err)?;
+            if u64::try_from(queued).unwrap_or(0) >= run.bounds.total {
+                return Ok(Admission::GatewayQueueFull);
+            }
+            if u64::try_from(queued_of_tenant).unwrap_or(0) >= run.bounds.per_tenant {
+                return Ok(Admission::TenantQueueFull);
+            }
             let next = run.events.len() as i64;
             let inserted = tx.prepare_cached(INSERT_RUN).and_then(|mut s| {
                 s.execute(params![
@@ -94,7 +131,8 @@ impl BackgroundStore for SqliteStore {
                     run.owner,
                     run.lease_until_ms,
                     next,
-                    run.tenant
+                    run.tenant,
+                    now_ms()
                 ])
             });
             match inserted {
@@ -102,7 +140,23 @@ impl BackgroundStore for SqliteStore {
                 Err(e) if super::is_unique_violation(&e) => return Err(StoreError::Duplicate(run.id)),
                 Err(e) => return Err(map_err(e)),
             }
-            insert_events(tx, &run.id, &run.events)
+            insert_events(tx, &run.id, &run.events)?;
+            Ok(Admission::Queued)
+        })
+        .await
+    }
+
+    async fn start_next(&self, owner: &str) -> Result<Option<String>, StoreError> {
+        let owner = owner.to_owned();
+        self.write(move |tx| {
+            let now = now_ms();
+            let next: Option<(String, String)> = tx
+                .prepare_cached(START_NEXT)
+                .and_then(|mut s| s.query_row(params![owner, now], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+                .map_err(map_err)?;
+            let Some((id, tenant)) = next else { return Ok(None) };
+            tx.prepare_cached(TENANT_STARTED).and_then(|mut s| s.execute(params![tenant, now])).map_err(map_err)?;
+            Ok(Some(id))
         })
         .await
     }

@@ -116,8 +116,21 @@ const SCHEMA_V5: &str = "
     ALTER TABLE background_runs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
     PRAGMA user_version = 5;";
 
+/// Version 6: the queue of background runs. `queued_at` orders a process's queued runs;
+/// `started_at` marks a run that left the queue for a run slot (a run with neither it nor
+/// `ended_at` is queued); the partial index serves the counts of unfinished runs by tenant;
+/// `background_tenants` keeps when each tenant's last run started (whose turn is next).
+/// Runs from before count as started unless they are still `queued`.
+const SCHEMA_V6: &str = "
+    ALTER TABLE background_runs ADD COLUMN queued_at INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE background_runs ADD COLUMN started_at INTEGER;
+    UPDATE background_runs SET started_at = 0 WHERE status <> 'queued';
+    CREATE INDEX background_runs_unfinished ON background_runs(tenant) WHERE ended_at IS NULL;
+    CREATE TABLE background_tenants (tenant TEXT PRIMARY KEY, last_started_at INTEGER NOT NULL);
+    PRAGMA user_version = 6;";
+
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6];
 
 /// Prepared statements kept per connection. The store uses about forty fixed statements (responses
 /// and conversations) plus one multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in

@@ -2,7 +2,7 @@
 //! parent module).
 
 use respgw_store_api::background::{
-    Appended, Closing, EndRun, Ended, EventBatch, NewRun, RunRecord, RunStatus, StoredEvent,
+    Admission, Appended, Closing, EndRun, Ended, EventBatch, NewRun, QueueBounds, RunRecord, RunStatus, StoredEvent,
 };
 use serde_json::json;
 
@@ -18,15 +18,23 @@ fn body(id: &str, status: &str) -> String {
     json!({"id": id, "object": "response", "status": status, "background": true, "error": null}).to_string()
 }
 
+/// Bounds no test reaches unless it means to.
+const ROOMY: QueueBounds = QueueBounds { total: 1000, per_tenant: 1000 };
+
 fn new_run(id: &str, owner: &str, lease_until_ms: i64) -> NewRun {
+    tenants_run(id, owner, OWNER, lease_until_ms)
+}
+
+fn tenants_run(id: &str, owner: &str, tenant: &str, lease_until_ms: i64) -> NewRun {
     NewRun {
         id: id.into(),
         owner: owner.into(),
-        tenant: OWNER.into(),
+        tenant: tenant.into(),
         lease_until_ms,
         status: RunStatus::Queued,
         body: body(id, "queued"),
         events: vec![event(0, "response.created"), event(1, "response.queued")],
+        bounds: ROOMY,
     }
 }
 
@@ -51,7 +59,7 @@ const FAR: i64 = i64::MAX / 2;
 pub(super) async fn a_run_logs_batches_and_ends_with_its_save_in_one_transaction(backend: Backend) {
     let store = backend.open().await;
     let runs = store.background();
-    runs.create_run(new_run("r1", "me", FAR)).await.unwrap();
+    assert_eq!(runs.create_run(new_run("r1", "me", FAR)).await.unwrap(), Admission::Queued);
     assert!(matches!(runs.create_run(new_run("r1", "me", FAR)).await, Err(StoreError::Duplicate(_))));
     let mut started = batch("r1", "me", vec![event(2, "response.in_progress"), event(3, "response.output_text.delta")]);
     started.state = Some((RunStatus::InProgress, body("r1", "in_progress")));
@@ -154,4 +162,65 @@ pub(super) async fn purging_drops_only_old_logs_of_ended_runs(backend: Backend) 
     assert_eq!(runs.events_after("running", None, 10).await.unwrap().len(), 2);
     // The record stays.
     assert_eq!(runs.run("ended").await.unwrap().unwrap().status, RunStatus::Cancelled);
+}
+
+pub(super) async fn the_queue_refuses_runs_beyond_its_bounds_for_the_gateway_and_per_tenant(backend: Backend) {
+    let store = backend.open().await;
+    let runs = store.background();
+    let bounded = |id: &str, owner: &str, tenant: &str| NewRun {
+        bounds: QueueBounds { total: 3, per_tenant: 2 },
+        ..tenants_run(id, owner, tenant, FAR)
+    };
+    // Counted across owners (processes): two of tenant a's on two processes fill its share.
+    assert_eq!(runs.create_run(bounded("a1", "p1", "a")).await.unwrap(), Admission::Queued);
+    assert_eq!(runs.create_run(bounded("a2", "p2", "a")).await.unwrap(), Admission::Queued);
+    assert_eq!(runs.create_run(bounded("a3", "p1", "a")).await.unwrap(), Admission::TenantQueueFull);
+    assert_eq!(runs.create_run(bounded("b1", "p1", "b")).await.unwrap(), Admission::Queued);
+    assert_eq!(runs.create_run(bounded("c1", "p2", "c")).await.unwrap(), Admission::GatewayQueueFull);
+    // A refused run is not recorded.
+    assert!(runs.run("a3").await.unwrap().is_none());
+    assert!(runs.run("c1").await.unwrap().is_none());
+    // A run leaves the queue when it starts or ends: room again.
+    assert_eq!(runs.start_next("p1").await.unwrap().as_deref(), Some("a1"));
+    assert_eq!(runs.create_run(bounded("a3", "p1", "a")).await.unwrap(), Admission::Queued);
+    let cancel = EndRun { id: "b1".into(), status: RunStatus::Cancelled, lease_expired_before_ms: None, close };
+    runs.end_run(cancel).await.unwrap();
+    assert_eq!(runs.create_run(bounded("c1", "p2", "c")).await.unwrap(), Admission::Queued);
+}
+
+pub(super) async fn the_next_run_started_is_of_the_tenant_with_fewest_running(backend: Backend) {
+    let store = backend.open().await;
+    let runs = store.background();
+    // Tenant a queues a backlog first; b and c one run each after it.
+    for n in 0..4 {
+        runs.create_run(tenants_run(&format!("a{n}"), "me", "a", FAR)).await.unwrap();
+    }
+    runs.create_run(tenants_run("b0", "me", "b", FAR)).await.unwrap();
+    runs.create_run(tenants_run("c0", "me", "c", FAR)).await.unwrap();
+    // Another process's queued run is never this process's to start.
+    runs.create_run(tenants_run("z0", "other", "z", FAR)).await.unwrap();
+    let mut started = Vec::new();
+    while let Some(id) = runs.start_next("me").await.unwrap() {
+        started.push(id);
+    }
+    // Round robin while tenants have runs waiting: a's backlog does not hold b's or c's run.
+    assert_eq!(started, ["a0", "b0", "c0", "a1", "a2", "a3"]);
+    // With nothing running, the tenant whose last run started longest ago goes first: d, which
+    // never ran, before a's next, though a's was queued first.
+    for id in ["a0", "a1", "a2", "a3", "b0", "c0"] {
+        let done = EndRun { id: id.into(), status: RunStatus::Cancelled, lease_expired_before_ms: None, close };
+        runs.end_run(done).await.unwrap();
+    }
+    runs.create_run(tenants_run("a4", "me", "a", FAR)).await.unwrap();
+    runs.create_run(tenants_run("d0", "me", "d", FAR)).await.unwrap();
+    assert_eq!(runs.start_next("me").await.unwrap().as_deref(), Some("d0"));
+    assert_eq!(runs.start_next("me").await.unwrap().as_deref(), Some("a4"));
+    // Runs started by other processes count too: z's run started there puts z's next one here
+    // after c's, though c's was queued later.
+    assert_eq!(runs.start_next("other").await.unwrap().as_deref(), Some("z0"));
+    runs.create_run(tenants_run("z1", "me", "z", FAR)).await.unwrap();
+    runs.create_run(tenants_run("c1", "me", "c", FAR)).await.unwrap();
+    assert_eq!(runs.start_next("me").await.unwrap().as_deref(), Some("c1"));
+    assert_eq!(runs.start_next("me").await.unwrap().as_deref(), Some("z1"));
+    assert_eq!(runs.start_next("me").await.unwrap(), None);
 }
