@@ -32,7 +32,8 @@ const SCHEMES: &[&str] = &["bearer", "basic"];
 const MIN_CREDENTIALS: usize = 8;
 
 /// Header names whose whole value is a credential (compared after [`normalize`]).
-const SECRET_HEADERS: &[&str] = &["authorization", "proxy_authorization", "x_api_key", "api_key", "cookie", "set_cookie"];
+const SECRET_HEADERS: &[&str] =
+    &["authorization", "proxy_authorization", "x_api_key", "api_key", "cookie", "set_cookie"];
 
 /// Parameter names that are secrets by themselves (compared after [`normalize`]).
 const SECRET_NAMES: &[&str] = &[
@@ -228,7 +229,11 @@ fn token_len(bytes: &[u8]) -> usize {
 
 /// Bytes that end a value or a URL's authority wherever it appears.
 fn ends_value(b: u8) -> bool {
-    b.is_ascii_whitespace() || matches!(b, b'"' | b'\'' | b'<' | b'>' | b'(' | b')' | b'[' | b']' | b'{' | b'}' | b',' | b';' | b'\\' | 0x1b)
+    b.is_ascii_whitespace()
+        || matches!(
+            b,
+            b'"' | b'\'' | b'<' | b'>' | b'(' | b')' | b'[' | b']' | b'{' | b'}' | b',' | b';' | b'\\' | 0x1b
+        )
 }
 
 fn is_name_byte(b: u8) -> bool {
@@ -279,7 +284,10 @@ mod tests {
 
     #[test]
     fn url_userinfo_is_redacted() {
-        assert_eq!(redact("dialing https://user:pa55@mcp.example.com/x"), "dialing https://[redacted]@mcp.example.com/x");
+        assert_eq!(
+            redact("dialing https://user:pa55@mcp.example.com/x"),
+            "dialing https://[redacted]@mcp.example.com/x"
+        );
         assert_eq!(redact("postgres://app@db:5432/x"), "postgres://[redacted]@db:5432/x");
         assert_eq!(redact("see https://example.com/a@b"), "see https://example.com/a@b", "an @ in the path");
     }
@@ -353,9 +361,8 @@ mod tests {
     #[test]
     fn a_library_event_is_written_without_its_url_secrets() {
         let captured = Captured::default();
-        let subscriber = tracing_subscriber::registry().with(
-            tracing_subscriber::fmt::layer().with_writer(RedactedWriter(captured.clone())).with_ansi(false),
-        );
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::fmt::layer().with_writer(RedactedWriter(captured.clone())).with_ansi(false));
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!("request", url = "https://u:p4ss@h/mcp?token=SPAN");
             let _entered = span.enter();
