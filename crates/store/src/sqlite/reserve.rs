@@ -120,7 +120,7 @@ impl Reserve {
     pub(crate) fn restore(&self) -> bool {
         let dir = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let free_on_disk = match nix::sys::statvfs::statvfs(dir) {
-            Ok(fs) => u64::from(fs.blocks_available()).saturating_mul(u64::from(fs.fragment_size())),
+            Ok(fs) => fs.blocks_available().saturating_mul(fs.fragment_size()),
             Err(_) => 0,
         };
         if free_on_disk < self.bytes.saturating_add(self.bytes / 4) {
