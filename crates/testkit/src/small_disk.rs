@@ -38,6 +38,7 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        // Lazy: a store's threads may still be closing their files; the tmpfs goes once they have.
+        let _ = Command::new("umount").arg("--lazy").arg(self.dir.path()).status();
     }
 }
