@@ -118,6 +118,13 @@ pub struct GatewayArgs {
     #[arg(long, env = "GW_DB_POOL_SIZE", default_value_t = respgw_store::DEFAULT_POOL_SIZE, value_parser = clap::value_parser!(u32).range(1..=1000), help_heading = "Store")]
     db_pool_size: u32,
 
+    /// SQLite: MiB of disk kept in reserve next to the database file (`<db>-reserve`; the default
+    /// is the WAL's largest size, so that a checkpoint of any WAL fits). When the disk fills up the
+    /// reserve is released so that deletes and WAL checkpoints still run while new responses are
+    /// refused (503); it is made again once the disk has room (0: no reserve).
+    #[arg(long, env = "GW_DB_RESERVE_MB", default_value_t = respgw_store::sqlite::DEFAULT_RESERVE_BYTES >> 20, value_parser = clap::value_parser!(u64).range(0..=1 << 20), help_heading = "Store")]
+    db_reserve_mb: u64,
+
     /// Serve Prometheus metrics (no authentication).
     #[arg(long, env = "GW_METRICS_ENABLED", default_value = "true", value_parser = BoolishValueParser::new(), action = ArgAction::Set, help_heading = "Observability")]
     metrics_enabled: bool,
@@ -185,6 +192,7 @@ impl GatewayArgs {
             code_interpreter_settings: self.code_interpreter.settings(&self.db_path, port)?,
             db_path: self.db_path,
             db_pool_size: self.db_pool_size,
+            db_reserve_mb: self.db_reserve_mb,
             api_keys: self.api_keys,
             tenants: match &self.api_keys_file {
                 Some(path) => TenantTable::load(path)?,

@@ -51,8 +51,9 @@ in the environment (e.g. a systemd `EnvironmentFile=`): a command line is visibl
 the machine. `--help` never shows these variables' values.
 
 The supervisor reads the settings once and hands them to its workers and its MCP helper. Read from
-the environment directly are only `RUST_LOG` (the log filter, default `info`) and the standard
-`OTEL_BSP_*` variables of the span exporter. Old names still honoured, with a warning at start-up:
+the environment directly are only `RUST_LOG` (the log filter, default `info`), `NO_COLOR` (no
+colour codes in the log even on a terminal) and the standard `OTEL_BSP_*` variables of the span
+exporter. Old names still honoured, with a warning at start-up:
 {}.
 ",
         renamed.join(", ")

@@ -547,3 +547,21 @@ async fn a_remote_server_is_listed_once_per_conversation() {
     let messages = h.upstream_bodies("m")[2]["messages"].to_string();
     assert!(messages.contains("mcp__r__echo") && messages.contains("first"), "{messages}");
 }
+
+#[tokio::test]
+async fn library_log_lines_never_carry_a_server_url_query_secret() {
+    const API_KEY: &str = "apikey-SECRET-321";
+    let h = gateway(&[]).await;
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{dead}/mcp?api_key={API_KEY}&region=eu");
+    let (status, body) = h.create(json!({"model":"m","input":"x","tools":[remote("r", &url)]})).await;
+    assert_eq!(status, 422, "{body}");
+    // The MCP client library logs the failed connection with the URL it dialled.
+    assert!(h.wait_for_log(&format!("127.0.0.1:{dead}/mcp?")).await, "{}", h.gateway.stderr_text());
+    let log = h.gateway.stderr_text();
+    assert!(log.contains("region=eu"), "only the secret is taken out of the URL:\n{log}");
+    assert!(!log.contains(API_KEY), "the gateway's log holds the query secret:\n{log}");
+}

@@ -62,6 +62,16 @@ async fn load_spreads_over_the_workers() {
 }
 
 #[tokio::test]
+async fn logs_off_a_terminal_carry_no_colour_codes() {
+    let h = Harness::start().await;
+    // The supervisor's and a worker's lines, a warning among them.
+    assert!(h.wait_for_log("worker serving").await, "{}", h.gateway.stderr_text());
+    let log = h.gateway.stderr_text();
+    assert!(!log.contains('\x1b'), "stderr is a pipe, yet the log has escape sequences:\n{log:?}");
+    assert!(log.contains(" WARN ") && log.contains(" INFO "), "levels as plain words:\n{log}");
+}
+
+#[tokio::test]
 async fn a_killed_worker_is_restarted_and_nothing_stored_is_lost() {
     let h = harness_with_workers("2", &[]).await;
     h.upstream.add_repeating_scenario("m", Step::text(&["kept"], "stop", Some((3, 1))));

@@ -232,7 +232,7 @@ pub(crate) fn unix_now() -> i64 {
 /// Client-facing error for a store failure.
 pub(crate) fn store_error(e: &StoreError) -> ApiError {
     match e {
-        StoreError::Unavailable(detail) => ApiError::store_unavailable(detail),
+        StoreError::Unavailable(detail) | StoreError::Full(detail) => ApiError::store_unavailable(detail),
         StoreError::ConversationGone(id) => ApiError::conversation_not_found(id, "conversation"),
         StoreError::ConversationChanged(id) => ApiError::conversation_conflict(id),
         StoreError::ConversationFull { held, adding, limit } => {

@@ -241,9 +241,12 @@ impl Fixture {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("responses.db");
-        let stores = respgw_store::open_stores(path.to_str().expect("a UTF-8 path"), StoreOptions { pool_size: 2 })
-            .await
-            .expect("the SQLite store opens");
+        let stores = respgw_store::open_stores(
+            path.to_str().expect("a UTF-8 path"),
+            StoreOptions { pool_size: 2, ..StoreOptions::default() },
+        )
+        .await
+        .expect("the SQLite store opens");
         let store = stores.responses;
         let upstream = ReplayUpstream::start().await.expect("the replay upstream starts");
         let client = Upstream::new(UpstreamConfig {

@@ -27,6 +27,9 @@ pub struct GatewayOptions {
     /// `GW_DB_POOL_SIZE`: database connections per worker process.
     #[serde(default = "default_db_pool_size")]
     pub db_pool_size: u32,
+    /// `GW_DB_RESERVE_MB`: the SQLite store's disk-space reserve, in MiB (0: none).
+    #[serde(default = "default_db_reserve_mb")]
+    pub db_reserve_mb: u64,
     /// API keys of the tenant `default` (`--api-key`); authentication is off when neither these
     /// nor `tenants` hold a key.
     pub api_keys: Vec<String>,
@@ -87,6 +90,17 @@ pub struct GatewayOptions {
 
 fn default_db_pool_size() -> u32 {
     respgw_store::DEFAULT_POOL_SIZE
+}
+
+fn default_db_reserve_mb() -> u64 {
+    respgw_store::sqlite::DEFAULT_RESERVE_BYTES >> 20
+}
+
+impl GatewayOptions {
+    /// How the store is opened.
+    pub fn store_options(&self) -> respgw_store::StoreOptions {
+        respgw_store::StoreOptions { pool_size: self.db_pool_size, reserve_bytes: self.db_reserve_mb << 20 }
+    }
 }
 
 /// What one worker allows its client connections (see `crate::connections`).

@@ -33,7 +33,7 @@ pub async fn build(
     metrics_view: MetricsView,
     worker_label: Option<String>,
 ) -> anyhow::Result<Router> {
-    let store_options = respgw_store::StoreOptions { pool_size: options.db_pool_size };
+    let store_options = options.store_options();
     let stores = respgw_store::open_stores(&options.db_path, store_options).await.with_context(|| {
         format!("cannot open the response store at '{}'", respgw_store::redacted_location(&options.db_path))
     })?;

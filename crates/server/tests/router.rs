@@ -88,6 +88,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
         },
         db_path: dir.path().join("responses.db").display().to_string(),
         db_pool_size: 2,
+        db_reserve_mb: 0,
         api_keys,
         tenants: Default::default(),
         api_keys_file: None,

@@ -168,6 +168,10 @@ pub enum StoreError {
     /// may keep its id taken while responses created in it are stored.
     #[error("{0} already exists")]
     Duplicate(String),
+    /// The disk holding the store is full: nothing new can be stored until space is freed
+    /// (deletes still run where the backend keeps a reserve for them). Retrying soon will not help.
+    #[error("{0}")]
+    Full(String),
     /// Stored data could not be decoded.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),

@@ -93,11 +93,14 @@ pub struct StoreOptions {
     /// Connections per process: PostgreSQL's pool size; SQLite's reader connections (it has one
     /// writer besides).
     pub pool_size: u32,
+    /// SQLite: the disk-space reserve kept next to the database file, in bytes (0: none), which
+    /// lets deletes and checkpoints run when the disk is full (see `sqlite::reserve`).
+    pub reserve_bytes: u64,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { pool_size: DEFAULT_POOL_SIZE }
+        Self { pool_size: DEFAULT_POOL_SIZE, reserve_bytes: sqlite::DEFAULT_RESERVE_BYTES }
     }
 }
 
@@ -212,7 +215,11 @@ pub async fn open_stores(location: &str, options: StoreOptions) -> Result<Stores
     Ok(match parse_location(location)? {
         Location::Sqlite(path) if path == ":memory:" => both(SqliteStore::open_in_memory().await?, None),
         Location::Sqlite(path) => {
-            let config = sqlite::Config { max_readers: options.pool_size.max(1) as usize, ..Default::default() };
+            let config = sqlite::Config {
+                max_readers: options.pool_size.max(1) as usize,
+                reserve_bytes: options.reserve_bytes,
+                ..Default::default()
+            };
             let store = SqliteStore::open_with(std::path::Path::new(&path), config).await?;
             let lock_waits = store.lock_waits();
             both(store, Some(lock_waits))

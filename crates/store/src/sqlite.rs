@@ -42,6 +42,9 @@
 //!   the `connection` module), within the same 5 s budget the busy timeout had.
 //! - WAL checkpoints run on a background thread, not inside commits; a commit waits for one only
 //!   when the WAL has grown past its limit under overload (see the `checkpoint` module).
+//! - A file of allocated blocks next to the database keeps a way out of a full disk: released when
+//!   a write fails for want of space, it lets deletes and a truncating checkpoint run while new
+//!   data is refused, and is made again once space is back (see the `reserve` module).
 //!
 //! An in-memory store (tests) has a single connection, on the writer thread, that serves reads and
 //! writes alike.
@@ -49,6 +52,7 @@
 mod background;
 mod checkpoint;
 mod connection;
+mod reserve;
 mod writer;
 
 use std::ffi::c_int;
@@ -68,7 +72,9 @@ pub(crate) use self::connection::Config;
 #[cfg(test)]
 pub(crate) use self::connection::{SCHEMA_V1, SCHEMA_V2};
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
-use self::writer::Writer;
+pub use self::reserve::DEFAULT_RESERVE_BYTES;
+use self::reserve::Reserve;
+use self::writer::{Growth, Writer};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::{
     ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList,
@@ -356,8 +362,8 @@ impl Readers {
 
 /// What one attempt at opening a file store produced (on a blocking thread).
 enum Opened {
-    /// The writer (schema in place) and the checkpointer's connection.
-    Ready(Box<(Connection, Connection)>),
+    /// The writer (schema in place), the checkpointer's connection, and the disk-space reserve.
+    Ready(Box<(Connection, Connection, Option<Reserve>)>),
     /// The file has a newer schema than this code (nothing was changed).
     Newer(i64),
 }
@@ -411,7 +417,7 @@ impl SqliteStore {
         let stats = Arc::new(Stats::default());
         let signal = Arc::new(Signal::default());
         let mut attempt = 1;
-        let (writer, checkpoint_conn) = loop {
+        let (writer, checkpoint_conn, reserve) = loop {
             let (path, config, stats, signal) =
                 (path.to_owned(), config.clone(), Arc::clone(&stats), Arc::clone(&signal));
             let opened = spawn_blocking(move || Ok(open_file(&path, &config, &stats, signal))).await?;
@@ -425,9 +431,10 @@ impl SqliteStore {
                 Err(e) => return Err(map_err(e)),
             }
         };
-        let writer = start_writer(writer, &stats)?;
+        let reserve = reserve.map(Arc::new);
+        let writer = start_writer(writer, &stats, reserve.clone())?;
         let checkpointer =
-            Checkpointer::start(checkpoint_conn, signal, config.clone(), Arc::clone(&stats), path.to_owned())
+            Checkpointer::start(checkpoint_conn, signal, config.clone(), Arc::clone(&stats), path.to_owned(), reserve)
                 .map_err(|e| StoreError::Unavailable(format!("cannot start the WAL checkpointer thread: {e}")))?;
         let readers = Readers {
             path: path.to_owned(),
@@ -459,7 +466,7 @@ impl SqliteStore {
         Ok(Self {
             inner: Arc::new(Inner {
                 location: PathBuf::from(":memory:"),
-                writer: start_writer(conn, &stats)?,
+                writer: start_writer(conn, &stats, None)?,
                 readers: None,
                 items: Arc::new(ItemCache::new(DEFAULT_ITEM_CACHE_BYTES)),
                 stats,
@@ -470,13 +477,14 @@ impl SqliteStore {
 
     /// Run `f` inside a write transaction on the writer thread, once this process's earlier
     /// writes are done: committed if it returns `Ok`, rolled back if it fails. Even if this future
-    /// is dropped, `f` runs to its end (committed or rolled back, never left half-done).
-    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    /// is dropped, `f` runs to its end (committed or rolled back, never left half-done). While the
+    /// disk is full, a write that [`Growth::Adds`] is refused (see the `reserve` module).
+    async fn write<T, F>(&self, growth: Growth, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        self.inner.writer.write(f).await
+        self.inner.writer.write(growth, f).await
     }
 
     /// Run `f` on a reader connection (the writer for an in-memory store).
@@ -486,7 +494,7 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let Some(readers) = &self.inner.readers else {
-            return self.write(move |conn| f(conn)).await;
+            return self.write(Growth::Bounded, move |conn| f(conn)).await;
         };
         let readers = Arc::clone(readers);
         let permit = Arc::clone(&readers.permits)
@@ -516,8 +524,8 @@ where
 }
 
 /// Start the writer thread on `conn`.
-fn start_writer(conn: Connection, stats: &Arc<Stats>) -> Result<Writer, StoreError> {
-    Writer::start(conn, Arc::clone(stats))
+fn start_writer(conn: Connection, stats: &Arc<Stats>, reserve: Option<Arc<Reserve>>) -> Result<Writer, StoreError> {
+    Writer::start(conn, Arc::clone(stats), reserve)
         .map_err(|e| StoreError::Unavailable(format!("cannot start the SQLite writer thread: {e}")))
 }
 
@@ -527,7 +535,8 @@ fn newer_schema(version: i64) -> StoreError {
     ))
 }
 
-/// Open the writer (creating file and schema) and the checkpointer's connection.
+/// Open the writer (creating file and schema) and the checkpointer's connection, and set up the
+/// disk-space reserve.
 fn open_file(path: &Path, config: &Config, stats: &Arc<Stats>, signal: Arc<Signal>) -> rusqlite::Result<Opened> {
     let (mut writer, version) = connection::open_writer(path, config, stats)?;
     if version > SCHEMA_VERSION {
@@ -536,16 +545,17 @@ fn open_file(path: &Path, config: &Config, stats: &Arc<Stats>, signal: Arc<Signa
     // SQLite calls this after every commit with the number of frames in the WAL: it tells the
     // checkpointer (which replaces SQLite's automatic checkpoint, disabled) when to run, and holds
     // this writer back while the WAL is over its limit.
-    let (hook_config, hook_stats) = (config.clone(), Arc::clone(stats));
+    let (hook_config, hook_stats, hook_signal) = (config.clone(), Arc::clone(stats), Arc::clone(&signal));
     writer.wal_hook(Some(move |_: &mut Wal, frames: c_int| {
         hook_stats.wal_frames_max.fetch_max(frames, Ordering::Relaxed);
-        if signal.committed(frames, &hook_config) {
+        if hook_signal.committed(frames, &hook_config) {
             hook_stats.wal_waits.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }))?;
     let checkpoint_conn = connection::open_checkpointer(path, config, stats)?;
-    Ok(Opened::Ready(Box::new((writer, checkpoint_conn))))
+    let reserve = Reserve::open(path, config.reserve_bytes, signal);
+    Ok(Opened::Ready(Box::new((writer, checkpoint_conn, reserve))))
 }
 
 fn encode<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> Result<String, StoreError> {
@@ -766,7 +776,7 @@ impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
         // Encode everything before taking the writer, to hold it as briefly as possible.
         let encoded = EncodedResponse::new(response)?;
-        self.write(move |tx| encoded.insert(tx)).await
+        self.write(Growth::Adds, move |tx| encoded.insert(tx)).await
     }
 
     async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -797,7 +807,7 @@ impl ResponseStore for SqliteStore {
 
     async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
-        self.write(move |tx| {
+        self.write(Growth::Bounded, move |tx| {
             let found = tx
                 .prepare_cached(SELECT_FOR_DELETE)
                 .and_then(|mut s| s.query_row([&id, &owner], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
@@ -836,7 +846,7 @@ impl ResponseStore for SqliteStore {
         let NewConversation { id, owner, created_at, metadata, items } = conversation;
         let metadata = encode(&metadata, "metadata")?;
         let new_items = encode_items(&items)?;
-        self.write(move |tx| {
+        self.write(Growth::Adds, move |tx| {
             let inserted = tx
                 .prepare_cached(INSERT_CONVERSATION)
                 .and_then(|mut s| s.execute(params![id, created_at, metadata, owner]));
@@ -879,7 +889,7 @@ impl ResponseStore for SqliteStore {
     ) -> Result<Option<ConversationRecord>, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
         let metadata = encode(&metadata, "metadata")?;
-        self.write(move |conn| {
+        self.write(Growth::Adds, move |conn| {
             let row = conn.prepare_cached(UPDATE_CONVERSATION).and_then(|mut s| {
                 s.query_row(params![id, metadata, owner], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
             });
@@ -894,7 +904,7 @@ impl ResponseStore for SqliteStore {
 
     async fn delete_conversation(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
-        self.write(move |tx| {
+        self.write(Growth::Bounded, move |tx| {
             match conversation_state(tx, &owner, &id)? {
                 Some((false, _)) => {}
                 // Not stored, or already deleted: nothing changes.
@@ -937,7 +947,7 @@ impl ResponseStore for SqliteStore {
     ) -> Result<Option<()>, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
         let new_items = encode_items(&items)?;
-        self.write(move |tx| {
+        self.write(Growth::Adds, move |tx| {
             match conversation_state(tx, &owner, &id)? {
                 Some((false, _)) => {}
                 Some((true, _)) | None => return Ok(None),
@@ -983,7 +993,7 @@ impl ResponseStore for SqliteStore {
         item_id: &str,
     ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
         let (owner, id, item_id) = (owner.to_owned(), id.to_owned(), item_id.to_owned());
-        self.write(move |tx| {
+        self.write(Growth::Bounded, move |tx| {
             match conversation_state(tx, &owner, &id)? {
                 Some((false, _)) => {}
                 Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
@@ -1134,7 +1144,7 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> T {
-        self.write(move |conn| f(conn).map_err(map_err)).await.unwrap()
+        self.write(Growth::Bounded, move |conn| f(conn).map_err(map_err)).await.unwrap()
     }
 
     /// The single integer a query returns.
@@ -1170,7 +1180,7 @@ impl SqliteStore {
     /// returns.
     pub(crate) async fn with_writer_rolled_back(&self, f: impl FnOnce(&Connection) + Send + 'static) {
         let rolled_back = self
-            .write(move |conn| -> Result<(), StoreError> {
+            .write(Growth::Bounded, move |conn| -> Result<(), StoreError> {
                 f(conn);
                 Err(StoreError::Unavailable("rolled back".into()))
             })

@@ -651,7 +651,7 @@ async fn open_dispatches_on_location() {
     respgw_testkit::skip_unless!(respgw_testkit::prerequisites::postgres());
     let schema = TestSchema::create().await.unwrap();
     for location in [schema.url(), schema.url().replacen("postgres://", "postgresql://", 1)] {
-        let store = open_with(&location, StoreOptions { pool_size: 2 }).await.unwrap();
+        let store = open_with(&location, StoreOptions { pool_size: 2, ..StoreOptions::default() }).await.unwrap();
         if store.response(OWNER, "r1").await.unwrap().is_none() {
             store.save(new_response("r1", None, vec![user("a")], vec![])).await.unwrap();
         }

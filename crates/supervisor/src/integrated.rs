@@ -55,7 +55,7 @@ pub fn run(mut options: IntegratedOptions) -> anyhow::Result<i32> {
         wait_for_model_server(&child_base, options.model_ready_timeout, &mut model_exit).await?;
         options.gateway.upstream.base_url = format!("{child_base}/v1");
         options.gateway.forward_other_routes_to = Some(child_base);
-        crate::check_store(&options.gateway.db_path).await?;
+        crate::check_store(&options.gateway).await?;
         // Held until the workers have stopped; dropping it deletes this run's containers.
         let _containers = crate::check_code_interpreter(&mut options.gateway).await;
         let merged = Arc::new(Mutex::new(MergedMetrics::new()));

@@ -35,8 +35,9 @@ fn free_loopback_port() -> anyhow::Result<u16> {
 /// Open the store once before starting workers: a wrong path or an unreachable database fails
 /// here with a clear message (never showing a password), and the schema exists (migrated) before
 /// several workers open it at once. One connection is enough for that.
-async fn check_store(db_path: &str) -> anyhow::Result<()> {
-    respgw_store::open_with(db_path, respgw_store::StoreOptions { pool_size: 1 })
+async fn check_store(options: &GatewayOptions) -> anyhow::Result<()> {
+    let db_path = &options.db_path;
+    respgw_store::open_with(db_path, respgw_store::StoreOptions { pool_size: 1, ..options.store_options() })
         .await
         .with_context(|| format!("cannot open the response store at '{}'", respgw_store::redacted_location(db_path)))?;
     Ok(())

@@ -40,7 +40,7 @@ pub fn run(mut options: StandaloneOptions) -> anyhow::Result<()> {
             options.upstream_ready_interval,
         )
         .await?;
-        crate::check_store(&options.gateway.db_path).await?;
+        crate::check_store(&options.gateway).await?;
         // Held until the workers have stopped; dropping it deletes this run's containers.
         let _containers = crate::check_code_interpreter(&mut options.gateway).await;
         let merged = Arc::new(Mutex::new(MergedMetrics::new()));

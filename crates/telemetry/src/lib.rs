@@ -13,10 +13,12 @@
 //! A single-process deployment simply serves `render(&metrics.snapshot())`.
 //!
 //! Tracing: [`tracing_otlp`] installs the log subscriber and, when span export is on, exports
-//! spans over OTLP/gRPC (cargo feature `otlp`).
+//! spans over OTLP/gRPC (cargo feature `otlp`); every log line passes through
+//! [`log_redaction::redact`] on its way to stderr.
 
 pub mod exposition;
 pub mod families;
+pub mod log_redaction;
 pub mod merge;
 pub mod recorder;
 pub mod snapshot;

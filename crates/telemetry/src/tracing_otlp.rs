@@ -20,12 +20,16 @@
 //! Without the `otlp` cargo feature the trace-context helpers do nothing and enabling tracing is a
 //! start-up error saying the binary was built without it.
 
+use std::ffi::OsStr;
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::log_redaction::RedactedWriter;
 
 /// Whether spans are being exported: set once [`init_subscriber`] installed the OpenTelemetry layer.
 static EXPORTING: AtomicBool = AtomicBool::new(false);
@@ -116,14 +120,24 @@ pub struct TracingGuard {
     _export: Option<otlp::Export>,
 }
 
-/// Install the global subscriber: the stderr log layer (`RUST_LOG`, default `info`) and, when
+/// Whether log lines carry terminal colour codes: only when stderr is a terminal (not a pipe, a
+/// file or the journal) and `NO_COLOR` is unset or empty (<https://no-color.org>).
+fn stderr_colours(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+/// Install the global subscriber: the stderr log layer (`RUST_LOG`, default `info`; every line
+/// through [`crate::log_redaction::redact`]; colours per [`stderr_colours`]) and, when
 /// `config.enabled`, the OpenTelemetry layer exporting to [`TracingConfig::endpoint`]; also sets the
 /// global W3C trace-context propagator. Fails if a subscriber is already installed or the exporter
 /// cannot be set up.
 pub fn init_subscriber(config: &TracingConfig) -> Result<TracingGuard, String> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(RedactedWriter(std::io::stderr))
+        .with_ansi(stderr_colours(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref()))
+        .with_filter(filter);
     let registry = tracing_subscriber::registry().with(logs);
     let installed = |e: tracing_subscriber::util::TryInitError| format!("cannot install the tracing subscriber: {e}");
     if !config.enabled {
@@ -353,6 +367,14 @@ mod tests {
     fn enabling_tracing_without_the_feature_is_an_error() {
         let err = TracingConfig { enabled: true, ..TracingConfig::default() }.check().unwrap_err();
         assert!(err.contains("built without tracing support"), "{err}");
+    }
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(stderr_colours(true, None));
+        assert!(stderr_colours(true, Some(OsStr::new(""))), "an empty NO_COLOR is unset");
+        assert!(!stderr_colours(true, Some(OsStr::new("1"))));
+        assert!(!stderr_colours(false, None), "a pipe, a file or the journal");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! * [`postgres`]: a fresh PostgreSQL schema per test, and a TCP proxy that can cut the database off.
 //! * [`prerequisites`]: what tests need from outside the repository, and skipping (or, under
 //!   `scripts/test`, failing) a test when it is missing.
+//! * [`small_disk`]: a tmpfs of a chosen size, for tests that fill a disk.
 
 pub mod cassette;
 pub mod client_log;
@@ -21,6 +22,7 @@ pub mod pdf;
 pub mod postgres;
 pub mod prerequisites;
 pub mod schema;
+pub mod small_disk;
 pub mod sse;
 pub mod toy_tokenizer;
 pub mod upstream;

@@ -9,6 +9,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::writer::Growth;
 use super::{EncodedResponse, SqliteStore, map_err};
 use crate::StoreError;
 use crate::background::{now_ms, number_events};
@@ -109,7 +110,7 @@ fn insert_events(tx: &Connection, id: &str, events: &[StoredEvent]) -> Result<()
 #[async_trait::async_trait]
 impl BackgroundStore for SqliteStore {
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
-        self.write(move |tx| {
+        self.write(Growth::Adds, move |tx| {
             // The write transaction holds the file's write lock: the count cannot change before
             // the insert, whichever process writes.
             let (queued, queued_of_tenant): (i64, i64) = tx
@@ -148,7 +149,7 @@ impl BackgroundStore for SqliteStore {
 
     async fn start_next(&self, owner: &str) -> Result<Option<String>, StoreError> {
         let owner = owner.to_owned();
-        self.write(move |tx| {
+        self.write(Growth::Bounded, move |tx| {
             let now = now_ms();
             let next: Option<(String, String)> = tx
                 .prepare_cached(START_NEXT)
@@ -164,7 +165,7 @@ impl BackgroundStore for SqliteStore {
     async fn append(&self, batch: EventBatch) -> Result<Appended, StoreError> {
         let save = batch.save.map(EncodedResponse::new).transpose()?;
         let (id, owner, events, state) = (batch.id, batch.owner, batch.events, batch.state);
-        self.write(move |tx| {
+        self.write(Growth::Adds, move |tx| {
             let Some((run, next_seq)) = read_run(tx, &id)? else { return Ok(Appended::NotActive) };
             let first = events.first().map(|e| e.seq as i64);
             if run.status.is_terminal() || run.owner != owner || first.is_some_and(|f| f != next_seq) {
@@ -215,7 +216,7 @@ impl BackgroundStore for SqliteStore {
     }
 
     async fn end_run(&self, end: EndRun) -> Result<Ended, StoreError> {
-        self.write(move |tx| {
+        self.write(Growth::Adds, move |tx| {
             let Some((run, next_seq)) = read_run(tx, &end.id)? else { return Ok(Ended::Missing) };
             let renewed = end.lease_expired_before_ms.is_some_and(|before| run.lease_until_ms >= before);
             if run.status.is_terminal() || renewed {
@@ -239,7 +240,7 @@ impl BackgroundStore for SqliteStore {
         }
         let owner = owner.to_owned();
         let ids = serde_json::to_string(ids).map_err(|e| StoreError::Corrupt(format!("cannot encode ids: {e}")))?;
-        self.write(move |conn| {
+        self.write(Growth::Bounded, move |conn| {
             conn.prepare_cached(RENEW)
                 .and_then(|mut s| s.execute(params![owner, lease_until_ms, ids]))
                 .map_err(map_err)?;
@@ -275,7 +276,7 @@ impl BackgroundStore for SqliteStore {
     }
 
     async fn purge_events(&self, ended_before_ms: i64) -> Result<u64, StoreError> {
-        self.write(move |tx| {
+        self.write(Growth::Bounded, move |tx| {
             let runs: i64 = tx
                 .prepare_cached(PURGE_RUNS)
                 .and_then(|mut s| s.query_row([ended_before_ms], |row| row.get(0)))

@@ -35,7 +35,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 use rusqlite::wal::CheckpointMode;
 
-use super::connection::{Config, Stats};
+use super::connection::{Config, Stats, is_disk_full};
+use super::reserve::Reserve;
 
 /// Coordination between the writer's WAL hook and the checkpointer thread.
 #[derive(Debug, Default)]
@@ -90,6 +91,13 @@ impl Signal {
         false
     }
 
+    /// Ask for a checkpoint round now (the disk-space reserve was released).
+    pub(crate) fn nudge(&self) {
+        self.lock().nudged = true;
+        self.nudged.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
     fn stop(&self) {
         self.lock().stop = true;
         self.wake.notify_one();
@@ -133,6 +141,7 @@ impl Checkpointer {
         config: Config,
         stats: Arc<Stats>,
         path: PathBuf,
+        reserve: Option<Arc<Reserve>>,
     ) -> std::io::Result<Self> {
         let thread_signal = Arc::clone(&signal);
         // Detached, not joined on drop: a checkpoint in progress may take a while (it syncs files)
@@ -140,7 +149,7 @@ impl Checkpointer {
         // soon as it sees the stop.
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || run(&conn, &thread_signal, &config, &stats, &path))?;
+            .spawn(move || run(&conn, &thread_signal, &config, &stats, &path, reserve.as_deref()))?;
         Ok(Self { signal })
     }
 }
@@ -152,10 +161,22 @@ impl Drop for Checkpointer {
 }
 
 /// The thread's loop.
-fn run(conn: &Connection, signal: &Signal, config: &Config, stats: &Stats, path: &Path) {
+fn run(conn: &Connection, signal: &Signal, config: &Config, stats: &Stats, path: &Path, reserve: Option<&Reserve>) {
     let mut failures = 0u32;
     while signal.start_round(config.checkpoint_interval) {
-        let result = conn.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), CheckpointMode::PASSIVE);
+        let mut released = reserve.is_some_and(Reserve::is_released);
+        let mut result = checkpoint(conn, released);
+        if let (Some(reserve), Err(e)) = (reserve, &result)
+            && is_disk_full(e)
+        {
+            // No room to grow the database file for the WAL's pages: that is what the reserve is for.
+            reserve.release();
+            released = true;
+            result = checkpoint(conn, released);
+        }
+        if released && let Some(reserve) = reserve {
+            reserve.restore();
+        }
         let (log, copied) = match result {
             Ok(frames) => {
                 failures = 0;
@@ -182,4 +203,12 @@ fn run(conn: &Connection, signal: &Signal, config: &Config, stats: &Stats, path:
         *stats.last_checkpoint.lock().unwrap_or_else(PoisonError::into_inner) = (log, copied);
         signal.finish_round();
     }
+}
+
+/// One checkpoint: PASSIVE, or while the disk-space reserve is released TRUNCATE, which waits
+/// (within the busy budget) for the writers and readers of every process to let it copy the whole
+/// WAL, then truncates the WAL file to nothing so that its space goes back to the disk.
+fn checkpoint(conn: &Connection, released: bool) -> rusqlite::Result<(i32, i32)> {
+    let mode = if released { CheckpointMode::TRUNCATE } else { CheckpointMode::PASSIVE };
+    conn.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), mode)
 }

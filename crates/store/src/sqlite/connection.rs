@@ -156,6 +156,9 @@ pub(crate) struct Config {
     /// `PRAGMA journal_size_limit`: when the WAL starts over from its beginning, its file is
     /// truncated to this many bytes, so a burst does not leave a large file behind for good.
     pub journal_size_limit: i64,
+    /// The disk-space reserve kept next to the database, in bytes (0: none; see the `reserve`
+    /// module).
+    pub reserve_bytes: u64,
 }
 
 impl Default for Config {
@@ -175,6 +178,7 @@ impl Default for Config {
             // checkpoint runs), so that a WAL of normal size is reused, not truncated and regrown
             // every time.
             journal_size_limit: 32 << 20,
+            reserve_bytes: super::reserve::DEFAULT_RESERVE_BYTES,
         }
     }
 }
@@ -344,6 +348,11 @@ pub(crate) fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(code(e), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
 }
 
+/// The disk (or the database's size limit) is full.
+pub(crate) fn is_disk_full(e: &rusqlite::Error) -> bool {
+    code(e) == Some(ErrorCode::DiskFull)
+}
+
 /// The extended result code of a constraint violation.
 fn constraint(e: &rusqlite::Error) -> Option<i32> {
     match e {
@@ -371,6 +380,7 @@ pub(crate) fn map_err(e: rusqlite::Error) -> StoreError {
     match &e {
         rusqlite::Error::SqliteFailure(f, _) => match f.code {
             ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => StoreError::Corrupt(e.to_string()),
+            ErrorCode::DiskFull => StoreError::Full(format!("the disk holding the database is full ({e})")),
             // Busy, locked, I/O, full disk, cannot open, read-only…: an operator or a retry can
             // fix these.
             _ => StoreError::Unavailable(e.to_string()),

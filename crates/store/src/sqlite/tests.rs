@@ -410,3 +410,104 @@ async fn in_memory_store_serves_reads_from_its_one_connection() {
     assert!(store.delete(OWNER, "r1").await.unwrap());
     assert_eq!(store.history(OWNER, "r2").await.unwrap().unwrap().len(), 5);
 }
+
+/// A response whose one input item holds `bytes` of text (overflow pages: a delete frees them).
+fn bulky_response(id: &str, bytes: usize) -> NewResponse {
+    let mut response = new_response(id, None, 0, 1);
+    let text = ContentPart::InputText { text: format!("{id} {}", "x".repeat(bytes)) };
+    let item = MessageItem {
+        id: format!("{id}_in"),
+        role: MessageRole::User,
+        status: ItemStatus::Completed,
+        content: vec![text],
+    };
+    response.input = vec![Item::Message(item)];
+    response
+}
+
+fn reserve_path(db: &Path) -> PathBuf {
+    let mut path = db.as_os_str().to_owned();
+    path.push("-reserve");
+    PathBuf::from(path)
+}
+
+#[tokio::test]
+async fn a_full_disk_still_deletes_checkpoints_and_stores_again_once_deletes_freed_space() {
+    const MIB: u64 = 1 << 20;
+    let disk = respgw_testkit::small_disk::SmallDisk::mount(8 * MIB);
+    respgw_testkit::skip_unless!(disk.as_ref().map(|_| ()).map_err(Clone::clone));
+    let Ok(disk) = disk else { return };
+    let path = disk.path().join("full.db");
+    // The production proportions scaled down: the reserve holds the WAL at its largest (a commit
+    // that takes the WAL past `max_wal_pages` waits for a checkpoint), so that a checkpoint of any
+    // WAL fits in it.
+    let config = Config {
+        checkpoint_interval: Duration::from_millis(100),
+        checkpoint_pages: 64,
+        max_wal_pages: 128,
+        reserve_bytes: MIB,
+        ..Config::default()
+    };
+    let store = SqliteStore::open_with(&path, config).await.unwrap();
+    assert!(reserve_path(&path).exists(), "the reserve is made at open");
+
+    // Fill the disk through the store: 256 KiB responses until one no longer fits.
+    let mut saved = Vec::new();
+    let full = loop {
+        let id = format!("r{}", saved.len());
+        match store.save(bulky_response(&id, 256 << 10)).await {
+            Ok(()) => saved.push(id),
+            Err(e) => break e,
+        }
+        assert!(saved.len() < 64, "8 MiB never filled up");
+    };
+    assert!(matches!(full, StoreError::Full(_)), "{full:?}");
+    assert!(saved.len() >= 10, "{} responses stored before the disk was full", saved.len());
+
+    // Deletes run on the released reserve, and the WAL is checkpointed into the database.
+    for id in &saved[..8] {
+        assert!(store.delete(OWNER, id).await.unwrap(), "{id} deleted");
+    }
+    wait_for_full_checkpoint(&store).await;
+
+    // What the deletes freed (more than the reserve) is reused: new responses are stored again.
+    for n in 0..2 {
+        store.save(bulky_response(&format!("again{n}"), 64 << 10)).await.unwrap();
+    }
+
+    // Nothing was damaged: the file checks out, and every response stored is whole.
+    assert_eq!(store.sql_string("PRAGMA integrity_check").await, "ok");
+    for id in saved[8..].iter().cloned().chain((0..2).map(|n| format!("again{n}"))) {
+        assert_eq!(store.history(OWNER, &id).await.unwrap().map(|items| items.len()), Some(2), "{id}");
+    }
+}
+
+#[tokio::test]
+async fn while_the_reserve_is_released_new_data_is_refused_and_deletes_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("released.db");
+    // No checkpoint round during the test: nothing makes the reserve again.
+    let config = Config { checkpoint_interval: Duration::from_secs(3600), reserve_bytes: 1 << 20, ..Config::default() };
+    let store = SqliteStore::open_with(&path, config).await.unwrap();
+    store.save(new_response("kept", None, 1, 1)).await.unwrap();
+    let conversation = NewConversation {
+        id: "conv_1".into(),
+        owner: OWNER.into(),
+        created_at: 1,
+        metadata: serde_json::Map::new(),
+        items: vec![message("c_in", MessageRole::User)],
+    };
+    store.create_conversation(conversation).await.unwrap();
+    // As when another process found the disk full.
+    std::fs::remove_file(reserve_path(&path)).unwrap();
+
+    let refused = store.save(new_response("new", None, 1, 1)).await.unwrap_err();
+    assert!(matches!(&refused, StoreError::Full(m) if m.contains("deleting")), "{refused:?}");
+    let refused = store.append_conversation_items(OWNER, "conv_1", vec![message("c2", MessageRole::User)]).await;
+    assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+    assert!(store.response(OWNER, "new").await.unwrap().is_none());
+
+    assert!(store.delete(OWNER, "kept").await.unwrap());
+    assert!(store.delete_conversation(OWNER, "conv_1").await.unwrap());
+    assert_eq!(store.sql_i64("SELECT COUNT(*) FROM items").await, 0);
+}
