@@ -24,8 +24,8 @@ use crate::auth::{ApiKeys, AuthState, require_api_key};
 use crate::error::{self, HttpError};
 use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
-use crate::passthrough::{self, Passthrough};
 use crate::options::WebSocketLimits;
+use crate::passthrough::{self, Passthrough};
 use crate::websocket::{self, LocalStates, WebSocketMode};
 use crate::{background, conversations, input_tokens, request_id, responses};
 

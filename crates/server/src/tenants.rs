@@ -276,7 +276,10 @@ mod tests {
         assert_eq!(alpha.name, "alpha");
         assert_eq!(alpha.keys[0], KeySpec { sha256: hash_of("a1")[7..].to_owned(), expires: None });
         assert_eq!(alpha.keys[1].expires, Some(1_798_761_600));
-        assert_eq!(alpha.limits, TenantLimits { requests_per_minute: Some(60), max_open_streams: None, max_websockets: None });
+        assert_eq!(
+            alpha.limits,
+            TenantLimits { requests_per_minute: Some(60), max_open_streams: None, max_websockets: None }
+        );
         assert_eq!(table.tenants[1].limits.max_open_streams, Some(3));
         assert_eq!(table.tenants[1].limits.max_websockets, Some(4));
     }
@@ -332,7 +335,8 @@ mod tests {
     #[test]
     fn limits_fall_back_to_defaults() {
         let own = TenantLimits { requests_per_minute: Some(5), max_open_streams: None, max_websockets: Some(3) };
-        let defaults = TenantLimits { requests_per_minute: Some(100), max_open_streams: Some(2), max_websockets: Some(9) };
+        let defaults =
+            TenantLimits { requests_per_minute: Some(100), max_open_streams: Some(2), max_websockets: Some(9) };
         assert_eq!(
             own.or(defaults),
             TenantLimits { requests_per_minute: Some(5), max_open_streams: Some(2), max_websockets: Some(3) }

@@ -11,7 +11,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
-    BackgroundSettings, ClientLimits, GatewayOptions, Limits, ReasoningKeys, UpstreamConfig, WebSocketLimits, local_view,
+    BackgroundSettings, ClientLimits, GatewayOptions, Limits, ReasoningKeys, UpstreamConfig, WebSocketLimits,
+    local_view,
 };
 use respgw_telemetry::Metrics;
 use respgw_telemetry::tracing_otlp::TracingConfig;

@@ -61,8 +61,8 @@ use crate::error::HttpError;
 use crate::event_sequence::EventSequence;
 use crate::options::WebSocketLimits;
 use crate::request_id::RequestId;
-pub(crate) use local_state::LocalStates;
 use local_state::ConnectionState;
+pub(crate) use local_state::LocalStates;
 
 /// The route, as the metrics and error messages name it.
 pub const ROUTE: &str = "/v1/responses";
@@ -102,6 +102,7 @@ pub struct WebSocketDrain {
 }
 
 /// `GET /v1/responses`: upgrade to WebSocket mode, or 405 for a plain GET.
+#[expect(clippy::too_many_arguments, reason = "an axum handler takes each extractor as an argument")]
 pub async fn upgrade(
     State(mode): State<WebSocketMode>,
     tenant: Tenant,
@@ -380,7 +381,10 @@ impl Connection {
     /// A client frame: start a response, or answer with an `error` frame.
     async fn on_frame(&mut self, frame: &[u8], sender: &mut Sender) -> Result<(), ClientGone> {
         let was_idle = self.running.is_none();
-        if was_idle && let Some(place) = &self.held.place && place.busy().is_err() {
+        if was_idle
+            && let Some(place) = &self.held.place
+            && place.busy().is_err()
+        {
             // Evicted a moment ago: the frame starts nothing, and the connection closes.
             self.closing = Some(evicted_frame());
             return Ok(());
