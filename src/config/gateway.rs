@@ -10,7 +10,7 @@ use clap::{ArgAction, Args};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
     BackgroundSettings, ClientLimits, DEFAULT_MAX_IDLE_CONNECTIONS, GatewayOptions, Limits, ReasoningKeys,
-    RequestLimits, TenantLimits, TenantTable, UpstreamConfig,
+    RequestLimits, TenantLimits, TenantTable, UpstreamConfig, WebSocketLimits,
 };
 use respgw_supervisor::{ExaServer, McpSetup};
 use respgw_telemetry::tracing_otlp::{TracingConfig, parse_collector_host, parse_sample_ratio};
@@ -77,6 +77,11 @@ pub struct GatewayArgs {
     /// whose entry sets none (0: no limit); beyond it, 429 `rate_limit_exceeded`.
     #[arg(long, env = "GW_TENANT_MAX_OPEN_STREAMS", default_value_t = 0, help_heading = "Clients and limits")]
     tenant_max_open_streams: u32,
+
+    /// WebSockets open at once per tenant and worker, idle or busy, for tenants whose entry sets
+    /// none (0: no limit); an upgrade beyond it gets 429 `rate_limit_exceeded`.
+    #[arg(long, env = "GW_TENANT_MAX_WEBSOCKETS", default_value_t = 0, help_heading = "Clients and limits")]
+    tenant_max_websockets: u32,
 
     /// Largest request body accepted, in MiB (images arrive inline as data URLs); larger: 413.
     #[arg(long, env = "GW_MAX_BODY_MB", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Clients and limits")]
@@ -202,6 +207,7 @@ impl GatewayArgs {
             tenant_limits: TenantLimits {
                 requests_per_minute: Some(self.tenant_requests_per_minute).filter(|n| *n > 0),
                 max_open_streams: Some(self.tenant_max_open_streams).filter(|n| *n > 0),
+                max_websockets: Some(self.tenant_max_websockets).filter(|n| *n > 0),
             },
             max_body_bytes: (self.max_body_mb as usize).saturating_mul(1024 * 1024),
             limits: Limits {
@@ -219,6 +225,7 @@ impl GatewayArgs {
             forward_other_routes_to: None,
             drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             client_limits: self.client.limits(),
+            websocket: self.client.websocket(),
             mcp_helper_url: None,
             mcp_timeouts,
             remote_mcp: self.remote_mcp.settings()?,
@@ -643,6 +650,26 @@ struct ClientLimitArgs {
     /// to what the worker's open-files limit can hold.
     #[arg(long, env = "GW_MAX_CLIENT_CONNECTIONS", default_value_t = 8192, value_parser = at_least_one)]
     max_client_connections: usize,
+
+    /// Seconds a WebSocket with no response in flight stays open; then it is closed with code
+    /// 1001. Such a WebSocket is idle for the connection cap too: it gives way to a new connection.
+    #[arg(long, env = "GW_WEBSOCKET_IDLE_TIMEOUT", default_value_t = 300.0, value_parser = positive_seconds)]
+    websocket_idle_timeout: f64,
+
+    /// Seconds between two pings the gateway sends on an open WebSocket; a peer that has not
+    /// answered one by the next is taken for gone and closed.
+    #[arg(long, env = "GW_WEBSOCKET_PING_INTERVAL", default_value_t = 30.0, value_parser = positive_seconds)]
+    websocket_ping_interval: f64,
+
+    /// KiB of `store:false` conversation one WebSocket keeps to continue from (connection-local
+    /// state); a larger one is not kept, and continuing it is `previous_response_not_found`.
+    #[arg(long, env = "GW_WEBSOCKET_LOCAL_STATE_MAX_KB", default_value_t = 32768)]
+    websocket_local_state_max_kb: u32,
+
+    /// KiB of `store:false` conversations all the WebSockets of one worker keep; past it the
+    /// oldest kept one is dropped, and continuing it is `previous_response_not_found`.
+    #[arg(long, env = "GW_WEBSOCKET_LOCAL_STATE_WORKER_MAX_KB", default_value_t = 262144)]
+    websocket_local_state_worker_max_kb: u32,
 }
 
 impl ClientLimitArgs {
@@ -652,6 +679,15 @@ impl ClientLimitArgs {
             idle_timeout: Duration::from_secs_f64(self.client_idle_timeout),
             body_timeout: Duration::from_secs_f64(self.client_body_timeout),
             max_connections: self.max_client_connections,
+        }
+    }
+
+    fn websocket(&self) -> WebSocketLimits {
+        WebSocketLimits {
+            idle_timeout: Duration::from_secs_f64(self.websocket_idle_timeout),
+            ping_interval: Duration::from_secs_f64(self.websocket_ping_interval),
+            local_state_per_connection: self.websocket_local_state_max_kb as usize * 1024,
+            local_state_per_worker: self.websocket_local_state_worker_max_kb as usize * 1024,
         }
     }
 }

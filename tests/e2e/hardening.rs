@@ -1,9 +1,10 @@
 //! The HTTP edge under hostile clients, on real sockets against the real binary: silent,
 //! slow-header, idle and stalled-body connections are closed after their timeouts (set small
 //! here by flag); the connection cap makes room by closing idle connections and answers 503 when
-//! every connection is busy; moving SSE streams, slow-but-moving uploads and open WebSockets are
-//! left alone; metric labels stay within a fixed set; every error reply of the gateway's own has
-//! the error shape, 405s list the route's methods, and non-JSON bodies get 415.
+//! every connection is busy — idle WebSockets give way too, busy ones do not, and a tenant's
+//! WebSockets count toward its limit; moving SSE streams, slow-but-moving uploads and open
+//! WebSockets are left alone; metric labels stay within a fixed set; every error reply of the
+//! gateway's own has the error shape, 405s list the route's methods, and non-JSON bodies get 415.
 
 use crate::common;
 
@@ -22,6 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 const TEXT: &str = "chat_completion/text-single-stream.yaml";
 /// Small timeouts for the tests, in seconds.
@@ -345,6 +347,118 @@ async fn at_the_connection_cap_with_every_connection_busy_new_clients_get_503() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(answered, "no room after the streams ended");
+}
+
+// ---- 1b. idle WebSockets at the connection cap, WebSockets per tenant ---------------------
+
+const ALPHA: &str = "sk-alpha-0123456789";
+const BETA: &str = "sk-beta-0123456789";
+
+/// A keys file in `dir` with tenants `alpha` (its entry's extra TOML lines: limits) and `beta`.
+fn two_tenants(dir: &std::path::Path, alpha_limits: &str) -> String {
+    let entry = |name: &str, key: &str, extra: &str| {
+        format!("[[tenant]]\nname = \"{name}\"\nkeys = [\"{}\"]\n{extra}\n", respgw_server::hash_key(key))
+    };
+    let path = dir.join("keys.toml");
+    std::fs::write(&path, entry("alpha", ALPHA, alpha_limits) + &entry("beta", BETA, "")).expect("keys file written");
+    path.display().to_string()
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+async fn websocket(h: &Harness, key: &str) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    let url = h.url("/v1/responses").replacen("http://", "ws://", 1);
+    let mut request = url.into_client_request()?;
+    request.headers_mut().insert("authorization", format!("Bearer {key}").parse().expect("header value"));
+    tokio_tungstenite::connect_async(request).await.map(|(socket, _)| socket)
+}
+
+/// The next JSON text frame (pings skipped); `None` when the gateway closes the socket, with
+/// the close frame's code.
+async fn next_event(socket: &mut Socket) -> Result<Value, Option<CloseCode>> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), socket.next()).await.expect("a frame in time") {
+            Some(Ok(Message::Text(text))) => return Ok(serde_json::from_str(&text).expect("a JSON frame")),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Close(frame))) => return Err(frame.map(|f| f.code)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_idle_websockets_make_room_and_one_with_a_response_in_flight_stays() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let keys = two_tenants(dir.path(), "");
+    let h = Harness::start_with(&["--max-client-connections", "4", "--api-keys-file", &keys], &[]).await;
+    let parts: Vec<String> = (0..20).map(|i| format!("part{i} ")).collect();
+    h.scenario("slow", vec![Step::slow_text(&parts, Duration::from_millis(300))]);
+    h.scenario("m", vec![Step::cassette(TEXT); 3]);
+    // Alpha holds every connection: the oldest busy with a response of about 6 s, three idle.
+    let mut busy = websocket(&h, ALPHA).await.expect("upgraded");
+    busy.send(Message::text(json!({"type":"response.create","model":"slow","input":"x"}).to_string()))
+        .await
+        .expect("frame sent");
+    assert_eq!(next_event(&mut busy).await.expect("an event")["type"], "response.created");
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(websocket(&h, ALPHA).await.expect("upgraded"));
+    }
+
+    // Beta's requests are served, each on a connection of its own that it keeps open: each made
+    // room by closing the longest-idle connection, the idle WebSockets first.
+    let body = json!({"model": "m", "input": "hi"}).to_string();
+    let request = format!(
+        "POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {BETA}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut kept_alive = Vec::new();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(address(&h)).await.expect("connects");
+        stream.write_all(request.as_bytes()).await.expect("request sent");
+        let reply = read_response(&mut stream).await;
+        assert_eq!(status_of(&reply), 200, "{reply}");
+        kept_alive.push(stream);
+    }
+    for socket in &mut idle {
+        assert_eq!(next_event(socket).await.err(), Some(Some(CloseCode::Again)), "an idle WebSocket gave way");
+    }
+    // The WebSocket with a response in flight was never chosen: its response completes.
+    loop {
+        let event = next_event(&mut busy).await.expect("the busy WebSocket stays open");
+        assert_ne!(event["type"], "error", "{event}");
+        if event["type"] == "response.completed" {
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tenants_open_websockets_count_toward_its_limit() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let keys = two_tenants(dir.path(), "max_websockets = 2");
+    let h = Harness::start_with(&["--api-keys-file", &keys], &[]).await;
+    let first = websocket(&h, ALPHA).await.expect("upgraded");
+    let _second = websocket(&h, ALPHA).await.expect("upgraded");
+    match websocket(&h, ALPHA).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 429);
+            assert_eq!(response.headers()["retry-after"], "1");
+            let body: Value = serde_json::from_slice(response.body().as_deref().unwrap_or_default()).expect("JSON");
+            assert_error_shape(&body);
+            assert_eq!(body["error"]["code"], "rate_limit_exceeded");
+        }
+        other => panic!("a third WebSocket of alpha's was not refused: {:?}", other.map(|_| "upgraded")),
+    }
+    let _beta = websocket(&h, BETA).await.expect("another tenant is unaffected");
+    // A closed WebSocket frees its place (the gateway notices the close a moment later).
+    drop(first);
+    let started = Instant::now();
+    while websocket(&h, ALPHA).await.is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "the closed WebSocket's place was not freed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 // ---- 2. bounded metric labels -------------------------------------------------------------

@@ -1,7 +1,8 @@
 //! WebSocket mode end to end: `GET /v1/responses` upgraded, `response.create` frames in, the
 //! SSE events out as text frames — several responses over one connection, checked frame by
 //! frame against the Open Responses schema and the framing rules of one response (numbers from 0
-//! per response, exactly one terminal event, the last).
+//! per response, exactly one terminal event, the last). Idle connections time out, the gateway
+//! pings, and connection-local state stays within its bounds (set small here by flag).
 
 use crate::common;
 
@@ -16,6 +17,7 @@ use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -437,4 +439,129 @@ async fn a_response_that_compacts_continues_from_its_compacted_window_on_the_con
     assert_eq!(common::turns(continued), ["user", "user", "assistant", "user"], "{continued:#?}");
     assert!(continued[1]["content"].as_str().is_some_and(|c| c.ends_with("\n\nThe user asked about Paris.")));
     assert_eq!(continued[2]["content"], "Paris.");
+}
+
+/// Frames until the gateway's close frame (pings are skipped, any other frame is a failure);
+/// the close frame's code and reason.
+async fn closed_by_gateway(socket: &mut Socket) -> (CloseCode, String) {
+    loop {
+        match tokio::time::timeout(FRAME_WAIT, socket.next()).await.expect("the gateway closes the socket") {
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Close(Some(frame)))) => return (frame.code, frame.reason.to_string()),
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    }
+}
+
+/// One `store:false` response on `socket`, whose input is `input`; its id.
+async fn unstored_response(socket: &mut Socket, model: &str, input: &str) -> String {
+    send(socket, json!({"type":"response.create","model":model,"store":false,"input":input})).await;
+    let (events, _) = read_response(socket).await;
+    assert_eq!(terminal(&events)["status"], "completed");
+    terminal(&events)["id"].as_str().expect("id").to_owned()
+}
+
+/// Continue `previous` with a `store:false` response on `socket`: the terminal event, or the
+/// rejection frame.
+async fn continue_unstored(socket: &mut Socket, model: &str, previous: &str) -> Value {
+    send(
+        socket,
+        json!({"type":"response.create","model":model,"store":false,"input":"And then?","previous_response_id":previous}),
+    )
+    .await;
+    let frame = next_frame(socket).await;
+    if frame.get("status").is_some() {
+        return frame;
+    }
+    let (events, _) = read_rest_of_response(socket, vec![frame]).await;
+    events.last().expect("a terminal event").clone()
+}
+
+fn assert_unknown_previous_response(frame: &Value) {
+    assert_rejection(frame, 400);
+    assert_eq!(frame["error"]["code"], "previous_response_not_found", "{frame}");
+    assert_eq!(frame["error"]["param"], "previous_response_id", "{frame}");
+}
+
+#[tokio::test]
+async fn an_idle_websocket_is_closed_after_the_idle_timeout_counted_from_its_last_response() {
+    let h = Harness::start_with(&["--websocket-idle-timeout", "1"], &[]).await;
+    // A response of about 3 s: longer than the idle timeout, which does not run while it does.
+    let parts: Vec<String> = (0..10).map(|i| format!("part{i} ")).collect();
+    h.scenario("slow", vec![Step::slow_text(&parts, Duration::from_millis(300))]);
+    let mut socket = connect(&h, None).await.expect("upgraded");
+    send(&mut socket, json!({"type":"response.create","model":"slow","input":"x"})).await;
+    let (events, _) = read_response(&mut socket).await;
+    assert_eq!(terminal(&events)["status"], "completed");
+
+    let idle_from = Instant::now();
+    let (code, reason) = closed_by_gateway(&mut socket).await;
+    assert_eq!(code, CloseCode::Away);
+    assert!(reason.contains("Idle for 1 s"), "{reason}");
+    assert!(idle_from.elapsed() >= Duration::from_millis(900), "closed after {:?}", idle_from.elapsed());
+
+    // A socket that never started a response times out too.
+    let mut silent = connect(&h, None).await.expect("upgraded");
+    assert_eq!(closed_by_gateway(&mut silent).await.0, CloseCode::Away);
+}
+
+#[tokio::test]
+async fn the_gateway_pings_open_websockets_and_keeps_those_that_answer() {
+    let h = Harness::start_with(&["--websocket-ping-interval", "0.3"], &[]).await;
+    h.scenario("text", vec![Step::cassette(TEXT)]);
+    let mut socket = connect(&h, None).await.expect("upgraded");
+    // Reading answers each ping (the client library replies on its own).
+    let mut pings = 0;
+    while pings < 5 {
+        match tokio::time::timeout(FRAME_WAIT, socket.next()).await.expect("a ping in time") {
+            Some(Ok(Message::Ping(_))) => pings += 1,
+            other => panic!("expected a ping, got {other:?}"),
+        }
+    }
+    send(&mut socket, json!({"type":"response.create","model":"text","input":"Capital of France?"})).await;
+    assert_eq!(terminal(&read_response(&mut socket).await.0)["status"], "completed");
+}
+
+#[tokio::test]
+async fn a_peer_that_answers_no_ping_is_closed() {
+    let h = Harness::start_with(&["--websocket-ping-interval", "0.3"], &[]).await;
+    let mut socket = connect(&h, None).await.expect("upgraded");
+    // Not reading: the pings go unanswered.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (code, reason) = closed_by_gateway(&mut socket).await;
+    assert_eq!(code, CloseCode::Away);
+    assert_eq!(reason, "No answer to ping.");
+}
+
+#[tokio::test]
+async fn a_conversation_larger_than_the_per_connection_bound_cannot_be_continued() {
+    let h = Harness::start_with(&["--websocket-local-state-max-kb", "16"], &[]).await;
+    h.scenario("local", vec![Step::text(&["Noted."], "stop", None); 3]);
+    let mut socket = connect(&h, None).await.expect("upgraded");
+
+    let small = unstored_response(&mut socket, "local", "A short question.").await;
+    assert_eq!(continue_unstored(&mut socket, "local", &small).await["response"]["status"], "completed");
+
+    let large = unstored_response(&mut socket, "local", &"x".repeat(32 * 1024)).await;
+    assert_unknown_previous_response(&continue_unstored(&mut socket, "local", &large).await);
+    assert_eq!(h.upstream_bodies("local").len(), 3, "the refused continuation never reached the model");
+}
+
+#[tokio::test]
+async fn past_the_per_worker_bound_the_oldest_kept_conversation_cannot_be_continued() {
+    // Three conversations of a little over 24 KiB each: two fit, the third pushes out the first.
+    let h = Harness::start_with(&["--websocket-local-state-worker-max-kb", "64"], &[]).await;
+    h.scenario("local", vec![Step::text(&["Noted."], "stop", None); 5]);
+    let mut sockets = Vec::new();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let mut socket = connect(&h, None).await.expect("upgraded");
+        ids.push(unstored_response(&mut socket, "local", &format!("{n}{}", "x".repeat(24 * 1024))).await);
+        sockets.push(socket);
+    }
+    assert_unknown_previous_response(&continue_unstored(&mut sockets[0], "local", &ids[0]).await);
+    for n in [1, 2] {
+        let terminal = continue_unstored(&mut sockets[n], "local", &ids[n]).await;
+        assert_eq!(terminal["response"]["status"], "completed", "{terminal}");
+    }
 }

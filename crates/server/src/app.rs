@@ -24,8 +24,9 @@ use crate::auth::{ApiKeys, AuthState, require_api_key};
 use crate::error::{self, HttpError};
 use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
+use crate::options::WebSocketLimits;
 use crate::passthrough::{self, Passthrough};
-use crate::websocket::{self, WebSocketMode};
+use crate::websocket::{self, LocalStates, WebSocketMode};
 use crate::{background, conversations, input_tokens, request_id, responses};
 
 /// What the router needs.
@@ -34,6 +35,8 @@ pub struct AppConfig {
     pub api_keys: ApiKeys,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// What WebSocket connections are allowed.
+    pub websocket: WebSocketLimits,
     /// Recorder for this process's request metrics.
     pub metrics: Metrics,
     /// Where `/metrics` is served and what it shows; `None` disables the route.
@@ -55,7 +58,15 @@ pub fn router(config: AppConfig) -> Router {
         gateway_auth: config.api_keys.enabled(),
         forward_base: config.forward_other_routes_to.clone(),
     };
-    let websocket_mode = WebSocketMode { engine: Arc::clone(&config.engine), max_frame_bytes: config.max_body_bytes };
+    let websocket_mode = WebSocketMode {
+        engine: Arc::clone(&config.engine),
+        max_frame_bytes: config.max_body_bytes,
+        limits: config.websocket,
+        local_states: LocalStates::new(
+            config.websocket.local_state_per_connection,
+            config.websocket.local_state_per_worker,
+        ),
+    };
     let mut api = Router::new()
         .route("/v1/responses", get(websocket::upgrade).with_state(websocket_mode).post(responses::create))
         .route("/v1/responses/{response_id}", get(responses::retrieve).delete(responses::delete))

@@ -9,7 +9,8 @@
 //! to the tenant `default`.
 //!
 //! Limits are counted per worker process: requests per minute (a token bucket refilled
-//! continuously) and open streams; past either, 429 `rate_limit_exceeded` with `Retry-After`.
+//! continuously), open streams and open WebSockets; past any, 429 `rate_limit_exceeded` with
+//! `Retry-After`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -56,6 +57,8 @@ struct TenantState {
     bucket: Mutex<Bucket>,
     /// Streams open now.
     open_streams: AtomicU32,
+    /// WebSockets open now.
+    open_websockets: AtomicU32,
 }
 
 /// A token bucket holding at most one minute's requests, refilled continuously.
@@ -150,6 +153,7 @@ impl Tenant {
             limits,
             bucket: Mutex::new(Bucket { tokens: f64::from(per_minute), refilled: Instant::now() }),
             open_streams: AtomicU32::new(0),
+            open_websockets: AtomicU32::new(0),
         }))
     }
 
@@ -191,21 +195,39 @@ impl Tenant {
     /// open already.
     pub fn open_stream(&self) -> Result<StreamSlot, RateLimited> {
         let limit = self.0.limits.max_open_streams.filter(|n| *n > 0).unwrap_or(u32::MAX);
-        let taken = self
-            .0
-            .open_streams
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| if open < limit { Some(open + 1) } else { None });
-        match taken {
-            Ok(_) => Ok(StreamSlot(self.clone())),
-            Err(_) => Err(RateLimited {
-                error: ApiError::rate_limited(format!(
-                    "Too many open streams: this API key's tenant may have {limit} streaming responses open at \
-                     once. Retry after one has finished."
-                )),
-                retry_after: 1,
-            }),
+        if claim(&self.0.open_streams, limit) {
+            return Ok(StreamSlot(self.clone()));
         }
+        Err(RateLimited {
+            error: ApiError::rate_limited(format!(
+                "Too many open streams: this API key's tenant may have {limit} streaming responses open at once. \
+                 Retry after one has finished."
+            )),
+            retry_after: 1,
+        })
     }
+
+    /// Count one more open WebSocket until the slot is dropped; 429 when the tenant has its limit
+    /// open already.
+    pub(crate) fn open_websocket(&self) -> Result<WebSocketSlot, RateLimited> {
+        let limit = self.0.limits.max_websockets.filter(|n| *n > 0).unwrap_or(u32::MAX);
+        if claim(&self.0.open_websockets, limit) {
+            return Ok(WebSocketSlot(self.clone()));
+        }
+        tracing::info!(tenant = self.name(), limit, "WebSocket limit reached");
+        Err(RateLimited {
+            error: ApiError::rate_limited(format!(
+                "Too many WebSockets: this API key's tenant may have {limit} WebSockets open at once. Close one, \
+                 or retry later."
+            )),
+            retry_after: 1,
+        })
+    }
+}
+
+/// Add one to `open` unless it is at `limit` already; whether it was added.
+fn claim(open: &AtomicU32, limit: u32) -> bool {
+    open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| if n < limit { Some(n + 1) } else { None }).is_ok()
 }
 
 /// A 429 `rate_limit_exceeded` reply: the error shape, and `Retry-After` in seconds.
@@ -228,6 +250,15 @@ pub struct StreamSlot(Tenant);
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.0.0.open_streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One open WebSocket of a tenant, counted until dropped.
+pub(crate) struct WebSocketSlot(Tenant);
+
+impl Drop for WebSocketSlot {
+    fn drop(&mut self) {
+        self.0.0.open_websockets.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -351,7 +382,7 @@ mod tests {
 
     #[test]
     fn the_request_budget_is_per_tenant_and_says_when_to_retry() {
-        let limited = TenantLimits { requests_per_minute: Some(2), max_open_streams: None };
+        let limited = TenantLimits { requests_per_minute: Some(2), ..TenantLimits::default() };
         let keys = ApiKeys::new(
             &[],
             &table(&[("alpha", &["a"], limited), ("beta", &["b"], TenantLimits::default())]),
@@ -371,12 +402,28 @@ mod tests {
 
     #[test]
     fn defaults_apply_to_tenants_without_their_own_limits() {
-        let defaults = TenantLimits { requests_per_minute: None, max_open_streams: Some(1) };
+        let defaults = TenantLimits { max_open_streams: Some(1), ..TenantLimits::default() };
         let keys = ApiKeys::new(&["k".to_owned()], &TenantTable::default(), defaults);
         let tenant = keys.tenant_of("k").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
         let slot = tenant.open_stream().unwrap_or_else(|_| panic!("the first stream opens"));
         assert!(tenant.open_stream().is_err(), "the second is over the limit");
         drop(slot);
         assert!(tenant.open_stream().is_ok(), "a closed stream frees its place");
+    }
+
+    #[test]
+    fn open_websockets_are_counted_per_tenant_against_their_own_limit() {
+        let two = TenantLimits { max_websockets: Some(2), ..TenantLimits::default() };
+        let keys = ApiKeys::new(&[], &table(&[("alpha", &["a"], two), ("beta", &["b"], TenantLimits::default())]), two);
+        let alpha = keys.tenant_of("a").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let beta = keys.tenant_of("b").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let sockets: Vec<WebSocketSlot> =
+            (0..2).map(|_| alpha.open_websocket().unwrap_or_else(|_| panic!("under the limit"))).collect();
+        let Err(limited) = alpha.open_websocket() else { panic!("the third WebSocket is over the limit") };
+        assert_eq!(limited.error.code.as_deref(), Some("rate_limit_exceeded"));
+        assert!(alpha.open_stream().is_ok(), "WebSockets and streams are counted apart");
+        assert!(beta.open_websocket().is_ok(), "another tenant is unaffected");
+        drop(sockets);
+        assert!(alpha.open_websocket().is_ok(), "a closed WebSocket frees its place");
     }
 }

@@ -56,6 +56,9 @@ pub struct GatewayOptions {
     pub drain_timeout: Duration,
     /// Timeouts and the connection cap that keep slow or idle clients from holding a worker.
     pub client_limits: ClientLimits,
+    /// WebSocket mode's idle timeout, pings and connection-local memory (`--websocket-*`).
+    #[serde(default)]
+    pub websocket: WebSocketLimits,
     /// Offer `code_interpreter` (the supervisor checked that the sandbox works here).
     pub code_interpreter: bool,
     /// The sandbox's directory and limits (`--code-interpreter-*`); the same for every worker, so
@@ -116,4 +119,29 @@ pub struct ClientLimits {
     /// Open client connections per worker (upgraded WebSocket connections included); at the cap,
     /// a new connection closes the longest-idle one, or is answered 503 when none is idle.
     pub max_connections: usize,
+}
+
+/// What one worker allows its WebSocket connections (see `crate::websocket`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WebSocketLimits {
+    /// How long a WebSocket with no response in flight stays open.
+    pub idle_timeout: Duration,
+    /// Time between two pings on an open WebSocket; a peer that has not answered one by the next
+    /// is taken for gone.
+    pub ping_interval: Duration,
+    /// Most bytes of `store:false` conversations one connection keeps to continue from.
+    pub local_state_per_connection: usize,
+    /// Most bytes of `store:false` conversations all the connections of one worker keep.
+    pub local_state_per_worker: usize,
+}
+
+impl Default for WebSocketLimits {
+    fn default() -> Self {
+        WebSocketLimits {
+            idle_timeout: Duration::from_secs(300),
+            ping_interval: Duration::from_secs(30),
+            local_state_per_connection: 32 << 20,
+            local_state_per_worker: 256 << 20,
+        }
+    }
 }

@@ -70,6 +70,7 @@ pub async fn build(
         engine,
         api_keys,
         max_body_bytes: options.max_body_bytes,
+        websocket: options.websocket,
         metrics,
         metrics_route: options.metrics_path.clone().map(|path| (path, metrics_view)),
         forward_other_routes_to: options.forward_other_routes_to.clone(),

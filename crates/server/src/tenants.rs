@@ -12,6 +12,7 @@
 //! keys = ["sha256:<64 hex>", { hash = "sha256:<64 hex>", expires = 2027-01-01T00:00:00Z }]
 //! requests_per_minute = 600
 //! max_open_streams = 20
+//! max_websockets = 20
 //! ```
 
 use std::path::Path;
@@ -60,6 +61,9 @@ pub struct TenantLimits {
     pub requests_per_minute: Option<u32>,
     /// Responses streaming (SSE or WebSocket) at the same time.
     pub max_open_streams: Option<u32>,
+    /// WebSockets open at the same time, idle or busy.
+    #[serde(default)]
+    pub max_websockets: Option<u32>,
 }
 
 impl TenantLimits {
@@ -68,6 +72,7 @@ impl TenantLimits {
         TenantLimits {
             requests_per_minute: self.requests_per_minute.or(defaults.requests_per_minute),
             max_open_streams: self.max_open_streams.or(defaults.max_open_streams),
+            max_websockets: self.max_websockets.or(defaults.max_websockets),
         }
     }
 }
@@ -96,6 +101,7 @@ struct FileTenant {
     keys: Vec<FileKey>,
     requests_per_minute: Option<u32>,
     max_open_streams: Option<u32>,
+    max_websockets: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -132,8 +138,8 @@ impl TenantTable {
         };
         let file: FileTable = serde_json::from_value(value).map_err(|e| {
             format!(
-                "{e} (expected [[tenant]] entries with `name`, `keys` and optionally `requests_per_minute` and \
-                 `max_open_streams`)"
+                "{e} (expected [[tenant]] entries with `name`, `keys` and optionally `requests_per_minute`, \
+                 `max_open_streams` and `max_websockets`)"
             )
         })?;
         if file.tenant.is_empty() {
@@ -168,6 +174,7 @@ impl TenantTable {
             let limits = TenantLimits {
                 requests_per_minute: tenant.requests_per_minute,
                 max_open_streams: tenant.max_open_streams,
+                max_websockets: tenant.max_websockets,
             };
             tenants.push(TenantSpec { name: tenant.name, keys, limits });
         }
@@ -257,7 +264,8 @@ mod tests {
     fn parses_toml_with_expiry_and_limits() {
         let text = format!(
             "[[tenant]]\nname = \"alpha\"\nkeys = [\"{}\", {{ hash = \"{}\", expires = 2027-01-01T00:00:00Z }}]\n\
-             requests_per_minute = 60\n\n[[tenant]]\nname = \"beta-2\"\nkeys = [\"{}\"]\nmax_open_streams = 3\n",
+             requests_per_minute = 60\n\n[[tenant]]\nname = \"beta-2\"\nkeys = [\"{}\"]\nmax_open_streams = 3\n\
+             max_websockets = 4\n",
             hash_of("a1"),
             hash_of("a2"),
             hash_of("b1")
@@ -268,8 +276,12 @@ mod tests {
         assert_eq!(alpha.name, "alpha");
         assert_eq!(alpha.keys[0], KeySpec { sha256: hash_of("a1")[7..].to_owned(), expires: None });
         assert_eq!(alpha.keys[1].expires, Some(1_798_761_600));
-        assert_eq!(alpha.limits, TenantLimits { requests_per_minute: Some(60), max_open_streams: None });
+        assert_eq!(
+            alpha.limits,
+            TenantLimits { requests_per_minute: Some(60), max_open_streams: None, max_websockets: None }
+        );
         assert_eq!(table.tenants[1].limits.max_open_streams, Some(3));
+        assert_eq!(table.tenants[1].limits.max_websockets, Some(4));
     }
 
     #[test]
@@ -322,8 +334,12 @@ mod tests {
 
     #[test]
     fn limits_fall_back_to_defaults() {
-        let own = TenantLimits { requests_per_minute: Some(5), max_open_streams: None };
-        let defaults = TenantLimits { requests_per_minute: Some(100), max_open_streams: Some(2) };
-        assert_eq!(own.or(defaults), TenantLimits { requests_per_minute: Some(5), max_open_streams: Some(2) });
+        let own = TenantLimits { requests_per_minute: Some(5), max_open_streams: None, max_websockets: Some(3) };
+        let defaults =
+            TenantLimits { requests_per_minute: Some(100), max_open_streams: Some(2), max_websockets: Some(9) };
+        assert_eq!(
+            own.or(defaults),
+            TenantLimits { requests_per_minute: Some(5), max_open_streams: Some(2), max_websockets: Some(3) }
+        );
     }
 }

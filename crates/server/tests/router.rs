@@ -11,7 +11,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
-    BackgroundSettings, ClientLimits, GatewayOptions, Limits, ReasoningKeys, UpstreamConfig, local_view,
+    BackgroundSettings, ClientLimits, GatewayOptions, Limits, ReasoningKeys, UpstreamConfig, WebSocketLimits,
+    local_view,
 };
 use respgw_telemetry::Metrics;
 use respgw_telemetry::tracing_otlp::TracingConfig;
@@ -104,6 +105,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
             body_timeout: Duration::from_secs(5),
             max_connections: 16,
         },
+        websocket: WebSocketLimits::default(),
         code_interpreter: false,
         code_interpreter_settings: SandboxSettings {
             venv: dir.path().join("venv"),

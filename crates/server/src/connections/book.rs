@@ -2,10 +2,15 @@
 //! doing, when it has waited too long, and which idle one gives way when the cap is reached.
 //!
 //! A connection is *busy* while a request is in flight on it — from the moment its head is
-//! parsed until its response body has been sent, an SSE stream's whole life included — and for
-//! good once it switched to WebSocket. Only a connection that is not busy waits under a deadline:
-//! the header timeout from its acceptance, or from the first byte of a later request; the idle
-//! timeout between requests. The same connections, oldest idle first, are the ones evicted.
+//! parsed until its response body has been sent, an SSE stream's whole life included. Only a
+//! connection that is not busy waits under a deadline: the header timeout from its acceptance,
+//! or from the first byte of a later request; the idle timeout between requests. The same
+//! connections, oldest idle first, are the ones evicted.
+//!
+//! A connection that switched to WebSocket leaves the HTTP task's hands: its entry is then the
+//! WebSocket's, which says when it is busy (a response in flight) and when idle, times its own
+//! idleness, and is told when it was evicted — idle WebSockets give way at the cap like idle
+//! HTTP connections.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +47,8 @@ struct Tracked {
     wake: Arc<Notify>,
     /// Raised while a kept-alive connection waits for the first byte of its next request.
     awaiting_request: Arc<AtomicBool>,
+    /// The connection switched to WebSocket: the WebSocket forgets its entry, not the HTTP task.
+    upgraded: bool,
 }
 
 /// What a connection with nothing in flight is waiting for.
@@ -128,20 +135,70 @@ impl Book {
             idle_since: Some(now),
             wake: Arc::clone(&wake),
             awaiting_request: Arc::clone(&awaiting_request),
+            upgraded: false,
         };
         ledger.tracked.insert(id, tracked);
         ledger.idle.insert((now, id));
         Registration { id, wake, awaiting_request }
     }
 
-    /// The connection's task has ended (closed, or handed over to a WebSocket).
+    /// The connection's HTTP task has ended: forget it, unless it switched to WebSocket.
     pub(super) fn forget(&self, id: u64) {
         let mut ledger = self.ledger();
-        if let Some(tracked) = ledger.tracked.remove(&id)
-            && let Some(since) = tracked.idle_since
-        {
+        if ledger.tracked.get(&id).is_some_and(|tracked| !tracked.upgraded) {
+            ledger.remove(id);
+        }
+    }
+
+    /// The connection is switching to WebSocket: from now on the WebSocket reports on it, and
+    /// is woken through the returned signal when the connection is evicted.
+    pub(super) fn upgrade(&self, id: u64) -> Arc<Notify> {
+        let mut ledger = self.ledger();
+        let wake = Arc::new(Notify::new());
+        if let Some(tracked) = ledger.tracked.get_mut(&id) {
+            tracked.upgraded = true;
+            tracked.wake = Arc::clone(&wake);
+        }
+        wake
+    }
+
+    /// The WebSocket has a response in flight from now on: it cannot be evicted. `false` when
+    /// it was evicted already, and is to close.
+    pub(super) fn websocket_busy(&self, id: u64) -> bool {
+        let mut ledger = self.ledger();
+        let Some(tracked) = ledger.tracked.get_mut(&id) else { return true };
+        if matches!(tracked.wait, Wait::Evicted) {
+            return false;
+        }
+        if let Some(since) = tracked.idle_since.take() {
             ledger.idle.remove(&(since, id));
         }
+        true
+    }
+
+    /// The WebSocket has had nothing in flight since `now`: it can be evicted, after the
+    /// connections idle for longer.
+    pub(super) fn websocket_idle(&self, id: u64, now: Instant) {
+        let mut ledger = self.ledger();
+        let Some(tracked) = ledger.tracked.get_mut(&id) else { return };
+        if matches!(tracked.wait, Wait::Evicted) {
+            return;
+        }
+        let before = tracked.idle_since.replace(now);
+        if let Some(since) = before {
+            ledger.idle.remove(&(since, id));
+        }
+        ledger.idle.insert((now, id));
+    }
+
+    /// Whether the connection was chosen to make room.
+    pub(super) fn is_evicted(&self, id: u64) -> bool {
+        self.ledger().tracked.get(&id).is_some_and(|tracked| matches!(tracked.wait, Wait::Evicted))
+    }
+
+    /// The WebSocket has closed (or its upgrade failed): forget the connection.
+    pub(super) fn forget_upgraded(&self, id: u64) {
+        self.ledger().remove(id);
     }
 
     /// What the connection's task is to do at `now`.
@@ -209,6 +266,14 @@ impl Book {
 }
 
 impl Ledger {
+    fn remove(&mut self, id: u64) {
+        if let Some(tracked) = self.tracked.remove(&id)
+            && let Some(since) = tracked.idle_since
+        {
+            self.idle.remove(&(since, id));
+        }
+    }
+
     fn evict_oldest_idle(&mut self) -> bool {
         while let Some((_, id)) = self.idle.pop_first() {
             if let Some(tracked) = self.tracked.get_mut(&id) {
@@ -304,6 +369,32 @@ mod tests {
         book.request_started(streaming.id);
         assert!(matches!(book.admit(), Admission::Full), "nothing idle to evict");
         assert_eq!(book.verdict(streaming.id, now), Verdict::Serve { until: None });
+    }
+
+    #[test]
+    fn an_idle_websocket_is_evicted_and_a_busy_one_is_not() {
+        let book = book(2);
+        let now = Instant::now();
+        let slots: Vec<Admission> = (0..2).map(|_| book.admit()).collect();
+        let upgrade = |at: Instant| {
+            let connection = book.register(at);
+            book.request_started(connection.id);
+            let wake = book.upgrade(connection.id);
+            book.forget(connection.id);
+            (connection.id, wake)
+        };
+        let (busy, _) = upgrade(now);
+        let (idle, _) = upgrade(now);
+        book.websocket_idle(busy, now);
+        book.websocket_idle(idle, now + Duration::from_secs(1));
+        assert!(book.websocket_busy(busy), "the older one starts a response");
+        assert!(matches!(book.admit(), Admission::MadeRoom(_)));
+        assert!(book.is_evicted(idle) && !book.is_evicted(busy));
+        assert!(!book.websocket_busy(idle), "an evicted WebSocket starts nothing more");
+        assert!(matches!(book.admit(), Admission::Full), "a WebSocket with a response in flight stays");
+        book.forget_upgraded(idle);
+        book.forget_upgraded(busy);
+        drop(slots);
     }
 
     #[test]

@@ -13,8 +13,9 @@
 //!   if every connection is busy, the newcomer is answered 503 `server_busy` and closed.
 //!
 //! A connection with a request in flight — an SSE stream included, for as long as it lasts — is
-//! under none of these timeouts, and neither is an upgraded WebSocket connection; both still count
-//! under the cap. Hyper's own header-read timer is not used: it also runs while a kept-alive
+//! under none of these timeouts. An upgraded WebSocket connection times its own idleness (see
+//! `crate::websocket`); it counts under the cap, and while it has no response in flight it is
+//! idle for eviction like a kept-alive connection ([`UpgradedConnection`]). Hyper's own header-read timer is not used: it also runs while a kept-alive
 //! connection waits for its next request, so it cannot tell idle from slow.
 //!
 //! An accept that fails for lack of descriptors closes the longest-idle connection and retries
@@ -23,6 +24,7 @@
 mod book;
 mod service;
 mod socket;
+mod upgraded;
 
 use std::convert::Infallible;
 use std::io;
@@ -43,6 +45,7 @@ use crate::options::ClientLimits;
 use book::{Admission, Book, Registration, Verdict};
 use service::ConnectionService;
 use socket::ClientSocket;
+pub(crate) use upgraded::{ConnectionEntry, UpgradedConnection};
 
 /// Connections being answered 503 at once; beyond that a newcomer is closed without a reply.
 const MAX_REFUSING: usize = 64;

@@ -1,7 +1,7 @@
 //! One connection's requests on their way to the router: each request body gets the stall
-//! timeout, and the book learns when the connection is busy — from the parsed head until the
-//! response body has been sent — and when it is idle again. A switch to WebSocket (101) keeps it
-//! busy for good: the connection's timeouts never apply to an upgraded socket.
+//! timeout and its connection's entry in the book ([`ConnectionEntry`]), and the book learns when
+//! the connection is busy — from the parsed head until the response body has been sent — and when
+//! it is idle again. After a switch to WebSocket (101) the WebSocket reports on it instead.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -22,6 +22,7 @@ use tower::ServiceExt;
 use tower_http::timeout::TimeoutBody;
 
 use super::book::Book;
+use super::upgraded::ConnectionEntry;
 
 /// The hyper service of one connection.
 #[derive(Clone)]
@@ -41,7 +42,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::start(Arc::clone(&self.book), self.id);
         let body_timeout = self.body_timeout;
-        let request = request.map(|body| Body::new(TimeoutBody::new(body_timeout, body)));
+        let mut request = request.map(|body| Body::new(TimeoutBody::new(body_timeout, body)));
+        request.extensions_mut().insert(ConnectionEntry::new(Arc::clone(&self.book), self.id));
         let app = self.app.clone();
         Box::pin(async move {
             let response = app.oneshot(request).await?;

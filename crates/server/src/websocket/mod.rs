@@ -2,7 +2,8 @@
 //! connection.
 //!
 //! Authentication happened before the upgrade (the API-key layer wraps this route, so a missing
-//! key is a plain 401). After it, each `response.create` text frame
+//! key is a plain 401), and the upgrade counts among its tenant's open WebSockets (past the
+//! tenant's `max_websockets`, 429). After it, each `response.create` text frame
 //! ([`respgw_protocol::websocket`]) goes the way of a streaming `POST /v1/responses`: validate,
 //! let the engine prepare, spawn the run, and send its events — numbered from 0 per response by
 //! the same [`EventSequence`] as SSE — one JSON event per text frame. Responses run one at a
@@ -12,10 +13,16 @@
 //! had; the connection stays usable. A client that goes away mid-response drops the event
 //! channel, which cancels the run and its upstream call, as for SSE.
 //!
+//! A connection with no response in flight is *idle*: it is closed (1001) once it has been idle
+//! for the idle timeout, and the connection cap may evict it to admit another client (1013; see
+//! `crate::connections`); one with a response in flight is neither. The gateway pings every
+//! connection at an interval, and closes one whose peer has not answered a ping by the next.
+//!
 //! Connection-local state: the conversation of the connection's last finished `store:false`
 //! response stays in memory on the connection, so the next `response.create` may continue from it
 //! with `previous_response_id` although no store holds it (Codex in WebSocket mode always sends
-//! `store:false`). Only the most recent such response is kept; other ids are looked up in the store.
+//! `store:false`). Only the most recent such response is kept, within bounds per connection and
+//! per worker ([`local_state`]); other ids are looked up in the store.
 //!
 //! A plain `GET /v1/responses` without an upgrade is answered as before this route existed: 405,
 //! with `Allow: GET, POST`.
@@ -25,10 +32,13 @@
 //! one closes at once with 1001 (going away), a busy one after its response's terminal event, and
 //! `serve_on` waits for them within the drain timeout.
 
+mod local_state;
+
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use axum::Extension;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
@@ -42,12 +52,17 @@ use respgw_protocol::{ApiError, ErrorType, ResponseEvent};
 use respgw_telemetry::SseStreamGuard;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::auth::{StreamSlot, Tenant};
+use crate::auth::{StreamSlot, Tenant, WebSocketSlot};
+use crate::connections::{ConnectionEntry, UpgradedConnection};
 use crate::error::HttpError;
 use crate::event_sequence::EventSequence;
+use crate::options::WebSocketLimits;
 use crate::request_id::RequestId;
+use local_state::ConnectionState;
+pub(crate) use local_state::LocalStates;
 
 /// The route, as the metrics and error messages name it.
 pub const ROUTE: &str = "/v1/responses";
@@ -60,6 +75,8 @@ const METRICS_METHOD: &str = "WEBSOCKET";
 const EVENT_BUFFER: usize = 64;
 /// Events sent with one flush at most.
 const MAX_BATCH_EVENTS: usize = 256;
+/// Longest wait to write the close frame: a peer that reads nothing does not hold the connection.
+const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the WebSocket route needs.
 #[derive(Clone)]
@@ -67,6 +84,10 @@ pub struct WebSocketMode {
     pub engine: Arc<Engine>,
     /// Largest frame (message) accepted, in bytes: the HTTP body limit.
     pub max_frame_bytes: usize,
+    /// Idle timeout, ping interval and the bounds of connection-local state.
+    pub limits: WebSocketLimits,
+    /// The connection-local state of every connection of this worker.
+    pub local_states: Arc<LocalStates>,
 }
 
 /// How `serve_on` drains WebSocket connections: it raises `draining`, then waits until every
@@ -81,11 +102,13 @@ pub struct WebSocketDrain {
 }
 
 /// `GET /v1/responses`: upgrade to WebSocket mode, or 405 for a plain GET.
+#[expect(clippy::too_many_arguments, reason = "an axum handler takes each extractor as an argument")]
 pub async fn upgrade(
     State(mode): State<WebSocketMode>,
     tenant: Tenant,
     RequestId(request_id): RequestId,
     drain: Option<Extension<WebSocketDrain>>,
+    connection: Option<Extension<ConnectionEntry>>,
     method: Method,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
@@ -106,6 +129,11 @@ pub async fn upgrade(
             return HttpError(ApiError::invalid_body(message)).into_response();
         }
     };
+    let tenant_slot = match tenant.open_websocket() {
+        Ok(slot) => slot,
+        Err(limited) => return limited.into_response(),
+    };
+    let place = connection.map(|Extension(connection)| connection.upgrade());
     // The connection's log lines and upstream calls stay in the upgrade request's span.
     let span = tracing::Span::current();
     upgrade
@@ -114,8 +142,20 @@ pub async fn upgrade(
         .on_failed_upgrade(|e| tracing::debug!(error = %e, "WebSocket upgrade failed"))
         .on_upgrade(move |socket| {
             let drain = drain.map(|Extension(drain)| drain);
-            Connection::new(mode, tenant, request_id, drain).serve(socket).instrument(span)
+            let held = Held { place, _tenant_slot: tenant_slot, drain };
+            Connection::new(mode, tenant, request_id, held).serve(socket).instrument(span)
         })
+}
+
+/// What a connection holds for as long as it is open.
+struct Held {
+    /// Its entry in the worker's connection book (none when served without one, as in tests of
+    /// the router alone).
+    place: Option<UpgradedConnection>,
+    /// Counts it among its tenant's open WebSockets.
+    _tenant_slot: WebSocketSlot,
+    /// The process's drain signal, and this connection's share of the open count.
+    drain: Option<WebSocketDrain>,
 }
 
 /// One WebSocket connection.
@@ -129,12 +169,16 @@ struct Connection {
     started: u64,
     /// The response whose events are being sent, if any.
     running: Option<RunningResponse>,
-    /// The process's drain signal, and this connection's share of the open count.
-    drain: Option<WebSocketDrain>,
-    /// The process is stopping: close once no response runs.
-    going_away: bool,
+    held: Held,
+    /// The connection is to close, with this frame, once no response runs (the process is
+    /// stopping, the connection was evicted or idle too long).
+    closing: Option<CloseFrame>,
+    /// When the connection last became idle, or last got a request from its client.
+    idle_since: Instant,
+    /// A ping was sent and nothing has come from the client since.
+    awaiting_pong: bool,
     /// The last finished `store:false` response's conversation (connection-local state).
-    local: Option<LocalConversation>,
+    local: ConnectionState,
 }
 
 /// A response in progress on a connection.
@@ -160,21 +204,51 @@ enum Input {
     Event(Option<(ResponseEvent, u64)>),
     /// The process started draining.
     Draining,
+    /// The connection cap evicted the connection to make room.
+    Evicted,
+    /// The connection has been idle for the idle timeout.
+    IdleTimeout,
+    /// Time to ping the client.
+    PingDue,
 }
 
 impl Connection {
-    fn new(mode: WebSocketMode, tenant: Tenant, request_id: String, drain: Option<WebSocketDrain>) -> Self {
-        Connection { mode, tenant, request_id, started: 0, running: None, drain, going_away: false, local: None }
+    fn new(mode: WebSocketMode, tenant: Tenant, request_id: String, held: Held) -> Self {
+        let local = mode.local_states.connection();
+        Connection {
+            mode,
+            tenant,
+            request_id,
+            started: 0,
+            running: None,
+            held,
+            closing: None,
+            idle_since: Instant::now(),
+            awaiting_pong: false,
+            local,
+        }
     }
 
     async fn serve(mut self, socket: WebSocket) {
         let (mut sender, mut receiver) = socket.split();
+        self.became_idle();
+        let ping_interval = self.mode.limits.ping_interval;
+        let mut pings = tokio::time::interval_at(Instant::now() + ping_interval, ping_interval);
+        pings.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
+            let idle_until = self.idle_since + self.mode.limits.idle_timeout;
+            let idle = self.running.is_none();
             let input = tokio::select! {
                 message = receiver.next() => Input::Client(message),
                 event = next_event(&mut self.running) => Input::Event(event),
-                () = until_draining(&mut self.drain), if !self.going_away => Input::Draining,
+                () = until_draining(&mut self.held.drain), if self.closing.is_none() => Input::Draining,
+                () = until_evicted(self.held.place.as_ref()), if self.closing.is_none() => Input::Evicted,
+                () = tokio::time::sleep_until(idle_until), if idle && self.closing.is_none() => Input::IdleTimeout,
+                _ = pings.tick() => Input::PingDue,
             };
+            if matches!(input, Input::Client(Some(Ok(_)))) {
+                self.awaiting_pong = false;
+            }
             let step = match input {
                 Input::Client(Some(Ok(Message::Text(text)))) => self.on_frame(text.as_bytes(), &mut sender).await,
                 Input::Client(Some(Ok(Message::Binary(bytes)))) => self.on_frame(&bytes, &mut sender).await,
@@ -191,15 +265,23 @@ impl Connection {
                     Ok(())
                 }
                 Input::Draining => {
-                    self.going_away = true;
+                    self.closing = Some(close_frame(close_code::AWAY, "The gateway is shutting down."));
                     Ok(())
                 }
+                Input::Evicted => {
+                    tracing::debug!("idle WebSocket evicted to make room for another connection");
+                    self.closing = Some(evicted_frame());
+                    Ok(())
+                }
+                Input::IdleTimeout => {
+                    let seconds = self.mode.limits.idle_timeout.as_secs_f64();
+                    tracing::debug!(idle_timeout_s = seconds, "idle WebSocket timed out");
+                    let reason = format!("Idle for {seconds} s with no response in flight; reconnect to continue.");
+                    self.closing = Some(close_frame(close_code::AWAY, reason));
+                    Ok(())
+                }
+                Input::PingDue => self.ping(&mut sender).await,
             };
-            if step.is_ok() && self.going_away && self.running.is_none() {
-                let close = CloseFrame { code: close_code::AWAY, reason: "The gateway is shutting down.".into() };
-                let _ = sender.send(Message::Close(Some(close))).await;
-                return;
-            }
             if step.is_err() {
                 // Dropping the running response closes its channel: the run stops and its
                 // upstream call is cancelled.
@@ -208,6 +290,43 @@ impl Connection {
                 }
                 return;
             }
+            if self.running.is_none()
+                && let Some(frame) = self.closing.take()
+            {
+                let close = sender.send(Message::Close(Some(frame)));
+                let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, close).await;
+                return;
+            }
+        }
+    }
+
+    /// Ping the client, unless it has not answered the last ping: then it is taken for gone.
+    async fn ping(&mut self, sender: &mut Sender) -> Result<(), ClientGone> {
+        if self.awaiting_pong {
+            tracing::info!("WebSocket client did not answer a ping; closing the connection");
+            if self.running.take().is_some() {
+                tracing::info!("the response in flight on it is cancelled");
+            }
+            self.closing = Some(close_frame(close_code::AWAY, "No answer to ping."));
+            return Ok(());
+        }
+        self.awaiting_pong = true;
+        let ping = sender.send(Message::Ping(Bytes::new()));
+        match tokio::time::timeout(self.mode.limits.ping_interval, ping).await {
+            Ok(sent) => sent.map_err(write_failed),
+            Err(_) => {
+                tracing::info!("WebSocket client reads nothing; closing the connection");
+                Err(ClientGone)
+            }
+        }
+    }
+
+    /// Nothing is in flight on the connection from now: its idle time starts, and it may be
+    /// evicted.
+    fn became_idle(&mut self) {
+        self.idle_since = Instant::now();
+        if let Some(place) = &self.held.place {
+            place.idle();
         }
     }
 
@@ -252,20 +371,33 @@ impl Connection {
     /// The running response has sent its terminal event: keep its conversation if it is one to
     /// continue from. The run returns right after its terminal event, so this waits briefly.
     async fn settle(&mut self) {
-        if let Some(running) = self.running.take()
-            && let Ok(Some(conversation)) = running.conversation.await
-        {
-            self.local = Some(conversation);
+        let Some(running) = self.running.take() else { return };
+        if let Ok(Some(conversation)) = running.conversation.await {
+            self.local.keep(conversation);
         }
+        self.became_idle();
     }
 
     /// A client frame: start a response, or answer with an `error` frame.
     async fn on_frame(&mut self, frame: &[u8], sender: &mut Sender) -> Result<(), ClientGone> {
+        let was_idle = self.running.is_none();
+        if was_idle
+            && let Some(place) = &self.held.place
+            && place.busy().is_err()
+        {
+            // Evicted a moment ago: the frame starts nothing, and the connection closes.
+            self.closing = Some(evicted_frame());
+            return Ok(());
+        }
         let metrics = self.mode.engine.metrics().clone();
-        let started_at = Instant::now();
+        let started_at = std::time::Instant::now();
         let in_flight = metrics.in_flight();
-        let outcome = if self.running.is_some() { Err(already_in_flight()) } else { self.start(frame).await };
+        let outcome = if was_idle { self.start(frame).await } else { Err(already_in_flight()) };
         drop(in_flight);
+        if self.running.is_none() {
+            // A frame that started nothing: the connection is idle again, counted from now.
+            self.became_idle();
+        }
         let status = outcome.as_ref().map_or_else(|e| e.status, |()| 200);
         metrics.record_request(METRICS_METHOD, ROUTE, status, started_at.elapsed());
         metrics.tenant_request(self.tenant.name(), status);
@@ -292,9 +424,10 @@ impl Connection {
         }
         self.started += 1;
         let request_id = format!("{}.{}", self.request_id, self.started);
-        let local = self.local.as_ref();
-        let prepared =
-            engine.prepare_continuing(self.tenant.name(), request, vec![("x-request-id", request_id)], local).await?;
+        let local = self.local.current();
+        let headers = vec![("x-request-id", request_id)];
+        let prepared = engine.prepare_continuing(self.tenant.name(), request, headers, local.as_deref()).await?;
+        drop(local);
         let open_stream = engine.metrics().sse_stream(ROUTE);
         let (events, conversation) = prepared.spawn_keeping_conversation(EVENT_BUFFER);
         self.running = Some(RunningResponse {
@@ -334,6 +467,26 @@ async fn until_draining(drain: &mut Option<WebSocketDrain>) {
         // The server is gone without draining: nothing will say so again.
         std::future::pending::<()>().await;
     }
+}
+
+/// Resolves once the connection is evicted; never without a connection book.
+async fn until_evicted(place: Option<&UpgradedConnection>) {
+    match place {
+        Some(place) => place.evicted().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn close_frame(code: u16, reason: impl Into<String>) -> CloseFrame {
+    CloseFrame { code, reason: reason.into().into() }
+}
+
+/// How an evicted connection is closed: 1013, try again later.
+fn evicted_frame() -> CloseFrame {
+    close_frame(
+        close_code::AGAIN,
+        "The gateway is at its connection limit: this idle WebSocket was closed to make room; reconnect to continue.",
+    )
 }
 
 /// A second `response.create` while one runs: responses on a connection are sequential.
