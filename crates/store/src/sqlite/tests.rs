@@ -503,7 +503,8 @@ async fn while_the_reserve_is_released_new_data_is_refused_and_deletes_run() {
 
     let refused = store.save(new_response("new", None, 1, 1)).await.unwrap_err();
     assert!(matches!(&refused, StoreError::Full(m) if m.contains("deleting")), "{refused:?}");
-    let refused = store.append_conversation_items(OWNER, "conv_1", vec![message("c2", MessageRole::User)]).await;
+    let refused =
+        store.append_conversation_items(OWNER, "conv_1", vec![message("c2", MessageRole::User)], usize::MAX).await;
     assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
     assert!(store.response(OWNER, "new").await.unwrap().is_none());
 

@@ -70,15 +70,17 @@ impl ToolResolver for GatewayTools {
                 | ToolDeclaration::LocalShell(_)
                 | ToolDeclaration::OfflineWebSearch(_) => {}
                 ToolDeclaration::CodeInterpreter(_) => {
-                    let sandbox = self.sandbox.clone().ok_or_else(|| {
-tool_not_enabled(&format!("tools[{i}]"), "code_interpreter")
-                    })?;
+                    let sandbox = self
+                        .sandbox
+                        .clone()
+                        .ok_or_else(|| tool_not_enabled(&format!("tools[{i}]"), "code_interpreter"))?;
                     resolved.tools.push(Arc::new(CodeInterpreterTool::new(sandbox)));
                 }
                 ToolDeclaration::WebSearch(declaration) => {
-                    let web_search = self.web_search.as_ref().ok_or_else(|| {
-tool_not_enabled(&format!("tools[{i}]"), "web_search")
-                    })?;
+                    let web_search = self
+                        .web_search
+                        .as_ref()
+                        .ok_or_else(|| tool_not_enabled(&format!("tools[{i}]"), "web_search"))?;
                     resolved.tools.push(Arc::new(web_search.tool(declaration)));
                 }
                 ToolDeclaration::Mcp(mcp) if mcp.is_builtin() => {
