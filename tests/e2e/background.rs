@@ -54,11 +54,13 @@ struct Reply {
     pid: String,
     status: u16,
     body: Value,
+    retry_after: Option<String>,
 }
 
 async fn reply(response: reqwest::Response) -> Reply {
     let pid = response.headers().get("x-respgw-worker-pid").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let status = response.status().as_u16();
+    let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let text = response.text().await.expect("body reads");
     let body = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON reply ({status}): {text}"));
     if status == 200 {
@@ -66,7 +68,7 @@ async fn reply(response: reqwest::Response) -> Reply {
     } else {
         assert_error_shape(&body);
     }
-    Reply { pid, status, body }
+    Reply { pid, status, body, retry_after }
 }
 
 /// Send `request` (built anew each try) on fresh connections until a worker other than
@@ -506,11 +508,13 @@ async fn queued_runs_are_bounded_per_gateway_and_per_tenant() {
     let refused = create_as(base, ALPHA, json!({"model":"slow","input":"x"})).await;
     assert_eq!((refused.status, refused.body["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")));
     assert!(refused.body["error"]["message"].as_str().unwrap().contains("tenant"), "{}", refused.body);
+    assert_eq!(refused.retry_after.as_deref(), Some("5"), "a refusal says when to retry");
     assert_eq!(create_as(base, BETA, json!({"model":"slow","input":"x"})).await.status, 200);
     // Three queued in all: the gateway's bound refuses beta's second.
     let refused = create_as(base, BETA, json!({"model":"slow","input":"x"})).await;
     assert_eq!(refused.status, 429, "{}", refused.body);
     assert!(refused.body["error"]["message"].as_str().unwrap().contains("gateway"), "{}", refused.body);
+    assert_eq!(refused.retry_after.as_deref(), Some("5"), "a refusal says when to retry");
     assert_eq!(h.upstream_bodies("slow").len(), 1, "refused runs never reach the model");
 }
 

@@ -18,12 +18,20 @@ impl From<ApiError> for HttpError {
     }
 }
 
+/// `Retry-After` of a 429 the engine answers, in seconds.
+const QUEUE_RETRY_AFTER_SECONDS: &str = "5";
+
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, axum::Json(self.0.body())).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            // A refusal of the engine's (a full background queue): room comes back as runs end.
+            // The tenant limits' 429s carry their own, exact `Retry-After` (`auth.rs`).
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(QUEUE_RETRY_AFTER_SECONDS));
         }
         if status == StatusCode::REQUEST_TIMEOUT {
             // The rest of the body may still be on its way: this connection cannot carry another request.
