@@ -10,7 +10,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Harness, assert_error_shape, assert_valid_event, assert_valid_response};
+use common::{ALPHA, BETA, Harness, assert_error_shape, assert_valid_event, assert_valid_response, two_tenants};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use respgw_testkit::gateway::GatewayProcess;
@@ -446,19 +446,6 @@ async fn a_stopping_gateway_lets_its_background_runs_finish_within_the_drain_tim
     let done = poll_until(staying.base_url(), "", &id, "completed").await;
     assert_eq!(done["output"][0]["content"][0]["text"].as_str().map(|t| t.matches("part").count()), Some(20));
     assert_eq!(upstream.unfinished_streams("slow"), 0);
-}
-
-const ALPHA: &str = "sk-alpha-0123456789";
-const BETA: &str = "sk-beta-0123456789";
-
-/// A keys file in `dir` with tenants `alpha` (with `alpha_limits`, TOML lines) and `beta`.
-fn two_tenants(dir: &std::path::Path, alpha_limits: &str) -> String {
-    let entry = |name: &str, key: &str, extra: &str| {
-        format!("[[tenant]]\nname = \"{name}\"\nkeys = [\"{}\"]\n{extra}\n", respgw_server::hash_key(key))
-    };
-    let path = dir.join("keys.toml");
-    std::fs::write(&path, entry("alpha", ALPHA, alpha_limits) + &entry("beta", BETA, "")).expect("keys file written");
-    path.display().to_string()
 }
 
 /// `POST /v1/responses` with `background: true` as the tenant of `key`.

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Harness, assert_error_shape};
+use common::{ALPHA, BETA, Harness, assert_error_shape, two_tenants};
 use futures::{SinkExt, StreamExt};
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use reqwest::Method;
@@ -350,19 +350,6 @@ async fn at_the_connection_cap_with_every_connection_busy_new_clients_get_503() 
 }
 
 // ---- 1b. idle WebSockets at the connection cap, WebSockets per tenant ---------------------
-
-const ALPHA: &str = "sk-alpha-0123456789";
-const BETA: &str = "sk-beta-0123456789";
-
-/// A keys file in `dir` with tenants `alpha` (its entry's extra TOML lines: limits) and `beta`.
-fn two_tenants(dir: &std::path::Path, alpha_limits: &str) -> String {
-    let entry = |name: &str, key: &str, extra: &str| {
-        format!("[[tenant]]\nname = \"{name}\"\nkeys = [\"{}\"]\n{extra}\n", respgw_server::hash_key(key))
-    };
-    let path = dir.join("keys.toml");
-    std::fs::write(&path, entry("alpha", ALPHA, alpha_limits) + &entry("beta", BETA, "")).expect("keys file written");
-    path.display().to_string()
-}
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
 

@@ -273,6 +273,21 @@ impl Harness {
     }
 }
 
+/// The keys of the two tenants of [`two_tenants`].
+pub const ALPHA: &str = "sk-alpha-0123456789";
+pub const BETA: &str = "sk-beta-0123456789";
+
+/// A keys file in `dir` with tenants `alpha` (its entry's extra TOML lines, e.g. limits:
+/// `alpha_limits`) and `beta`, keyed [`ALPHA`] and [`BETA`]; its path.
+pub fn two_tenants(dir: &Path, alpha_limits: &str) -> String {
+    let entry = |name: &str, key: &str, extra: &str| {
+        format!("[[tenant]]\nname = \"{name}\"\nkeys = [\"{}\"]\n{extra}\n", respgw_server::hash_key(key))
+    };
+    let path = dir.join("keys.toml");
+    std::fs::write(&path, entry("alpha", ALPHA, alpha_limits) + &entry("beta", BETA, "")).expect("keys file written");
+    path.display().to_string()
+}
+
 pub fn assert_valid_response(response: &Value) {
     if let Err(e) = schema().validate_response(response) {
         panic!("response does not match the schema: {e}\n{response:#}");
