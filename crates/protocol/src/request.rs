@@ -12,10 +12,8 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 use crate::items::{InputItemParam, Item};
 use crate::limits::RequestLimits;
-use crate::tools::{
-    Capabilities, ToolChoice, ToolChoiceMode, ToolDeclaration, check_tool_choice, is_valid_name, parse_tool_choice,
-    parse_tools,
-};
+use crate::tools::choice::{ToolChoice, ToolChoiceMode, check_tool_choice, parse_tool_choice};
+use crate::tools::{Capabilities, ToolDeclaration, is_valid_name, parse_tools};
 
 /// The body of `POST /v1/responses`, as parsed (not yet validated).
 #[derive(Debug, Clone, Deserialize)]
