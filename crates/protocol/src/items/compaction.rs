@@ -13,7 +13,7 @@ pub struct CompactionItem {
     pub created_by: Option<String>,
     /// The summary the blob carries, opened once when the item arrived (or kept from when it was
     /// made), so history is built without opening it again. Stored with the item; never shown
-    /// to clients (see [`Item::client_view`]).
+    /// to clients (see [`Item::client_view`](super::Item::client_view)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_summary: Option<String>,
 }
