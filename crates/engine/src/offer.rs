@@ -9,10 +9,10 @@
 
 use std::sync::Arc;
 
-use respgw_protocol::tools::{
-    AllowedTool, CODE_INTERPRETER_FUNCTION, McpToolChoice, ToolChoice, ToolChoiceMode, WEB_SEARCH_FUNCTION,
-    mcp_function_name,
-};
+use respgw_protocol::tools::choice::{AllowedTool, McpToolChoice, ToolChoice, ToolChoiceMode};
+use respgw_protocol::tools::code_interpreter::CODE_INTERPRETER_FUNCTION;
+use respgw_protocol::tools::mcp::mcp_function_name;
+use respgw_protocol::tools::web_search::WEB_SEARCH_FUNCTION;
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::json;
 

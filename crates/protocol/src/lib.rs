@@ -30,4 +30,5 @@ pub use items::{ContentPart, Item, MessageRole};
 pub use limits::RequestLimits;
 pub use request::{CreateResponseRequest, ValidatedRequest};
 pub use response::{ResponseObject, ResponseStatus, Usage};
-pub use tools::{Capabilities, ToolChoice, ToolDeclaration};
+pub use tools::choice::ToolChoice;
+pub use tools::{Capabilities, ToolDeclaration};

@@ -10,12 +10,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::items::{InputItemParam, Item};
+use crate::items::Item;
+use crate::items::input::InputItemParam;
 use crate::limits::RequestLimits;
-use crate::tools::{
-    Capabilities, ToolChoice, ToolChoiceMode, ToolDeclaration, check_tool_choice, is_valid_name, parse_tool_choice,
-    parse_tools,
-};
+use crate::tools::choice::{ToolChoice, ToolChoiceMode, check_tool_choice, parse_tool_choice};
+use crate::tools::{Capabilities, ToolDeclaration, is_valid_name, parse_tools};
 
 /// The body of `POST /v1/responses`, as parsed (not yet validated).
 #[derive(Debug, Clone, Deserialize)]
@@ -459,10 +458,10 @@ pub(crate) fn check_input_text(text: &str) -> Result<(), ApiError> {
 pub(crate) fn normalize_input(input: InputParam) -> Result<Vec<Item>, ApiError> {
     match input {
         InputParam::Text(text) => Ok(vec![
-            InputItemParam::Message(crate::items::MessageParam {
+            InputItemParam::Message(crate::items::input::MessageParam {
                 id: None,
                 role: crate::items::MessageRole::User,
-                content: crate::items::MessageContentParam::Text(text),
+                content: crate::items::input::MessageContentParam::Text(text),
                 status: None,
             })
             .normalize()

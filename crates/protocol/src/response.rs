@@ -7,7 +7,8 @@ use serde_json::{Map, Value};
 
 use crate::items::Item;
 use crate::request::{ReasoningConfig, ServiceTier, TextConfig, Truncation, ValidatedRequest};
-use crate::tools::{ToolChoice, ToolDeclaration};
+use crate::tools::ToolDeclaration;
+use crate::tools::choice::ToolChoice;
 
 /// Where a response is in its life. The terminal ones are `Completed`, `Incomplete`, `Failed`
 /// and `Cancelled`; only background responses are ever `Queued` (waiting for a free run slot) or

@@ -16,9 +16,12 @@ use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::items::{
     CustomToolCallItem, FunctionCallItem, FunctionOutput, Item, ItemStatus, LocalShellAction, LocalShellCallItem,
 };
-use respgw_protocol::tools::{
-    AllowedTool, CustomTool, FunctionTool, LOCAL_SHELL_FUNCTION, ToolDeclaration, namespaced_function_name,
-};
+use respgw_protocol::tools::ToolDeclaration;
+use respgw_protocol::tools::choice::AllowedTool;
+use respgw_protocol::tools::custom::CustomTool;
+use respgw_protocol::tools::function::FunctionTool;
+use respgw_protocol::tools::local_shell::LOCAL_SHELL_FUNCTION;
+use respgw_protocol::tools::namespace::namespaced_function_name;
 use respgw_telemetry::ToolType;
 use serde_json::{Map, Value, json};
 

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use respgw_protocol::ids::TurnStamp;
 use respgw_protocol::items::Item;
-use respgw_protocol::tools::AllowedTool;
+use respgw_protocol::tools::choice::AllowedTool;
 use respgw_protocol::{ApiError, ResponseEvent, ValidatedRequest};
 use respgw_telemetry::ToolType;
 use serde_json::{Value, json};

@@ -15,7 +15,8 @@
 use respgw_protocol::ResponseEvent;
 use respgw_protocol::ids::IdKind;
 use respgw_protocol::items::{CallStatus, Item, WebSearchAction, WebSearchCallItem};
-use respgw_protocol::tools::{AllowedTool, WEB_SEARCH_FUNCTION};
+use respgw_protocol::tools::choice::AllowedTool;
+use respgw_protocol::tools::web_search::WEB_SEARCH_FUNCTION;
 use respgw_telemetry::ToolType;
 use serde_json::{Value, json};
 

@@ -29,7 +29,7 @@
 //! # Server-side request forgery
 //! With URL checks on (`GW_MCP_REQUEST_REMOTE_URL_CHECKS`, the default), request validation
 //! already refused non-https URLs, `localhost`, `*.localhost` and IP-literal hosts
-//! (`respgw_protocol::tools`). Dialling adds:
+//! (`respgw_protocol::tools::mcp`). Dialling adds:
 //! - the URL is parsed again as the HTTP client sees it, and IP-literal hosts are refused in that
 //!   form too (`https://2130706433/` *is* `https://127.0.0.1/` to a URL parser);
 //! - the host name is resolved by [`GuardedResolver`] (shared with web_search: [`crate::net_guard`]), which drops every address that is not
@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
-use respgw_protocol::tools::McpTool;
+use respgw_protocol::tools::mcp::McpTool;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
 };

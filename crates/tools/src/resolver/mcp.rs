@@ -19,7 +19,7 @@ use respgw_engine::{FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, Gate
 use respgw_protocol::ApiError;
 use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::items::{Item, McpListToolsItem, McpToolInfo};
-use respgw_protocol::tools::McpTool;
+use respgw_protocol::tools::mcp::McpTool;
 use serde_json::{Map, Value};
 
 use crate::mcp::{HelperError, McpHelperClient, RemoteMcp, RemoteSession};

@@ -27,7 +27,7 @@ use respgw_engine::{
     CitableSource, FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, WebSearchOutcome,
 };
 use respgw_protocol::items::{WebSearchAction, WebSearchSource};
-use respgw_protocol::tools::{SearchContextSize, WebSearchTool as WebSearchDeclaration};
+use respgw_protocol::tools::web_search::{SearchContextSize, WebSearchTool as WebSearchDeclaration};
 use serde_json::{Value, json};
 
 pub use backend::{Backend, SearchHit, parse_brave, parse_duckduckgo, parse_exa, parse_searxng};

@@ -18,7 +18,8 @@ mod code_stream;
 use respgw_protocol::ResponseEvent;
 use respgw_protocol::ids::{IdKind, is_own_id, new_id};
 use respgw_protocol::items::{CallStatus, CodeInterpreterCallItem, CodeInterpreterOutput, Item};
-use respgw_protocol::tools::{AllowedTool, CODE_INTERPRETER_FUNCTION};
+use respgw_protocol::tools::choice::AllowedTool;
+use respgw_protocol::tools::code_interpreter::CODE_INTERPRETER_FUNCTION;
 use respgw_telemetry::ToolType;
 use serde_json::json;
 

@@ -24,7 +24,8 @@ use std::collections::{HashMap, HashSet};
 
 use respgw_protocol::ids::{IdKind, TurnStamp};
 use respgw_protocol::items::{Item, McpApprovalRequestItem, McpCallItem, MessageRole};
-use respgw_protocol::tools::{McpTool, ToolDeclaration, mcp_function_name};
+use respgw_protocol::tools::ToolDeclaration;
+use respgw_protocol::tools::mcp::{McpTool, mcp_function_name};
 use respgw_protocol::{ApiError, ResponseEvent, ValidatedRequest};
 
 use super::CallItem;

@@ -23,7 +23,8 @@ pub mod approval;
 use respgw_protocol::ResponseEvent;
 use respgw_protocol::ids::IdKind;
 use respgw_protocol::items::{CallStatus, Item, McpCallItem, McpListToolsItem};
-use respgw_protocol::tools::{AllowedTool, mcp_function_name};
+use respgw_protocol::tools::choice::AllowedTool;
+use respgw_protocol::tools::mcp::mcp_function_name;
 use respgw_telemetry::ToolType;
 use serde_json::{Map, Value, json};
 
