@@ -69,6 +69,7 @@
 mod background;
 mod item_cache;
 pub mod postgres;
+mod retention;
 pub mod sqlite;
 
 use std::sync::Arc;

@@ -1,0 +1,139 @@
+//! Conversations on PostgreSQL: the statements that create, read, page and append to them, and
+//! the row lock every write of a conversation takes first.
+
+use respgw_protocol::Item;
+use sqlx::postgres::PgConnection;
+
+use super::{encode, lookup_key, map_err};
+use crate::retention::ConversationState;
+use crate::{ConversationRecord, StoreError};
+
+/// Lock a conversation's row for a write (every write of a conversation takes it first, so they
+/// run one after the other, each seeing the one before); its tombstone flag and version. Only
+/// owner `$2`'s.
+const LOCK_CONVERSATION: &str = "SELECT deleted, version FROM conversations WHERE id = $1 AND owner = $2 FOR UPDATE";
+
+/// A new conversation (`$1` id, `$2` created_at, `$3` metadata, `$6` owner) with its items (`$4`
+/// ids, `$5` bodies), in one statement.
+pub(super) const CREATE_CONVERSATION: &str = "
+    WITH new_items AS MATERIALIZED (
+        SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
+        FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS n(item_id, body, ord)
+    ),
+    stored_items AS (
+        INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
+    ),
+    conversation AS (
+        INSERT INTO conversations (id, created_at, metadata, owner) VALUES ($1, $2, $3, $6) RETURNING id
+    )
+    INSERT INTO conversation_items (conversation_id, position, item_key)
+    SELECT (SELECT id FROM conversation), n.ord - 1, n.key FROM new_items n";
+
+/// Append items (`$2` ids, `$3` bodies) to the locked conversation `$1` after its last position
+/// and bump its version.
+pub(super) const APPEND_CONVERSATION_ITEMS: &str = "
+    WITH new_items AS MATERIALIZED (
+        SELECT nextval('items_key_seq') AS key, n.ord, n.item_id, n.body
+        FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS n(item_id, body, ord)
+    ),
+    stored_items AS (
+        INSERT INTO items (key, item_id, body) SELECT key, item_id, body FROM new_items
+    ),
+    rows AS (
+        INSERT INTO conversation_items (conversation_id, position, item_key)
+        SELECT $1, (SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = $1)
+            + n.ord - 1, n.key
+        FROM new_items n
+    )
+    UPDATE conversations SET version = version + 1 WHERE id = $1";
+
+/// How many items conversation `$1` holds (removed ones not counted).
+pub(super) const COUNT_CONVERSATION_ITEMS: &str =
+    "SELECT count(*) FROM conversation_items WHERE conversation_id = $1 AND NOT removed";
+
+pub(super) const SELECT_CONVERSATION: &str =
+    "SELECT created_at, metadata FROM conversations WHERE id = $1 AND owner = $2 AND NOT deleted";
+
+pub(super) const UPDATE_CONVERSATION: &str =
+    "UPDATE conversations SET metadata = $2 WHERE id = $1 AND owner = $3 AND NOT deleted
+    RETURNING created_at, metadata";
+
+/// Every visible item of a conversation with its version, in one statement: no row when the
+/// conversation does not exist, one all-NULL item when it is empty.
+pub(super) const CONVERSATION_HISTORY: &str = "
+    SELECT ci.item_key, i.body, c.version
+    FROM conversations c
+    LEFT JOIN conversation_items ci ON ci.conversation_id = c.id AND NOT ci.removed
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = $1 AND c.owner = $2 AND NOT c.deleted
+    ORDER BY ci.position";
+
+/// A page of a conversation's visible items from an exclusive cursor (`$2`, an item id, NULL for
+/// none), oldest first; shaped like [`INPUT_ITEMS_ASC`].
+pub(super) const CONVERSATION_ITEMS_ASC: &str = "
+    SELECT ci.item_key, i.body
+    FROM conversations c
+    LEFT JOIN conversation_items ci
+        ON ci.conversation_id = c.id AND NOT ci.removed
+        AND ($2::text IS NULL OR ci.position > (
+            SELECT MIN(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
+            WHERE x.conversation_id = $1 AND NOT x.removed AND xi.item_id = $2))
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = $1 AND c.owner = $4 AND NOT c.deleted
+    ORDER BY ci.position ASC
+    LIMIT $3";
+
+/// [`CONVERSATION_ITEMS_ASC`], newest first.
+pub(super) const CONVERSATION_ITEMS_DESC: &str = "
+    SELECT ci.item_key, i.body
+    FROM conversations c
+    LEFT JOIN conversation_items ci
+        ON ci.conversation_id = c.id AND NOT ci.removed
+        AND ($2::text IS NULL OR ci.position < (
+            SELECT MAX(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
+            WHERE x.conversation_id = $1 AND NOT x.removed AND xi.item_id = $2))
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = $1 AND c.owner = $4 AND NOT c.deleted
+    ORDER BY ci.position DESC
+    LIMIT $3";
+
+/// The first visible item with id `$2` of owner `$3`'s conversation `$1`: no row when the conversation does
+/// not exist, an all-NULL row when it holds no such item.
+pub(super) const CONVERSATION_ITEM: &str = "
+    SELECT f.item_key, i.body
+    FROM (
+        SELECT (SELECT ci.item_key FROM conversation_items ci JOIN items x ON x.key = ci.item_key
+                WHERE ci.conversation_id = c.id AND NOT ci.removed AND x.item_id = $2
+                ORDER BY ci.position LIMIT 1) AS item_key
+        FROM conversations c WHERE c.id = $1 AND c.owner = $3 AND NOT c.deleted
+    ) f
+    LEFT JOIN items i ON i.key = f.item_key";
+
+/// Lookup ids and encoded bodies of new items.
+pub(super) fn encode_items(items: &[Item]) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    let (mut ids, mut bodies) = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
+    for item in items {
+        ids.push(lookup_key(item.id()).into_owned());
+        bodies.push(encode(item, "item")?);
+    }
+    Ok((ids, bodies))
+}
+
+/// A conversation record from its stored columns.
+pub(super) fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecord, StoreError> {
+    let metadata = serde_json::from_str(metadata)
+        .map_err(|e| StoreError::Corrupt(format!("metadata of conversation {id}: {e}")))?;
+    Ok(ConversationRecord { id: id.to_owned(), created_at, metadata })
+}
+
+/// Lock `owner`'s conversation's row; its tombstone flag and version, or None when `owner` has
+/// no such conversation.
+pub(super) async fn lock_conversation(
+    tx: &mut PgConnection,
+    owner: &str,
+    id: &str,
+) -> Result<Option<ConversationState>, StoreError> {
+    let row: Option<(bool, i64)> =
+        sqlx::query_as(LOCK_CONVERSATION).bind(id).bind(owner).fetch_optional(&mut *tx).await.map_err(map_err)?;
+    Ok(row.map(|(deleted, version)| ConversationState { deleted, version }))
+}

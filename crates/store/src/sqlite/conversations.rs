@@ -1,0 +1,145 @@
+//! Conversations on SQLite: the statements that create, read, page and append to them, and the
+//! helpers the writes share (their state, appending rows, moving the version on).
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{encode, map_err};
+use crate::retention::ConversationState;
+use crate::{ConversationRecord, StoreError};
+use respgw_protocol::Item;
+
+pub(super) const INSERT_CONVERSATION: &str =
+    "INSERT INTO conversations (id, created_at, metadata, owner) VALUES (?1, ?2, ?3, ?4)";
+
+/// An owner's conversation's state for a write: tombstone or not, and its version.
+const SELECT_CONVERSATION_STATE: &str = "SELECT deleted, version FROM conversations WHERE id = ?1 AND owner = ?2";
+
+pub(super) const SELECT_CONVERSATION: &str =
+    "SELECT created_at, metadata FROM conversations WHERE id = ?1 AND owner = ?2 AND deleted = 0";
+
+pub(super) const UPDATE_CONVERSATION: &str =
+    "UPDATE conversations SET metadata = ?2 WHERE id = ?1 AND owner = ?3 AND deleted = 0
+    RETURNING created_at, metadata";
+
+/// The visible item keys of a conversation, in order.
+pub(super) const CONVERSATION_KEYS: &str =
+    "SELECT item_key FROM conversation_items WHERE conversation_id = ?1 AND removed = 0 ORDER BY position";
+
+/// How many items conversation `?1` holds (removed ones not counted).
+pub(super) const COUNT_CONVERSATION_ITEMS: &str =
+    "SELECT count(*) FROM conversation_items WHERE conversation_id = ?1 AND removed = 0";
+
+/// The position after every row of a conversation (removed ones included).
+const NEXT_POSITION: &str = "SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = ?1";
+
+/// Rows for `?3` new items whose keys start at `?2`, at positions from `?4` (the keys are
+/// contiguous, see [`insert_items`]).
+pub(super) const APPEND_CONVERSATION_ITEMS: &str = "
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?3)
+    INSERT INTO conversation_items (conversation_id, position, item_key)
+    SELECT ?1, ?4 + i, ?2 + i FROM n";
+
+const BUMP_VERSION: &str =
+    "UPDATE conversations SET version = version + 1 WHERE id = ?1 RETURNING created_at, metadata";
+
+/// Every visible item of a conversation with its version, in one statement (one snapshot): no
+/// row when the conversation does not exist, one all-NULL item when it is empty.
+pub(super) const CONVERSATION_HISTORY: &str = "
+    SELECT ci.item_key, i.body, c.version
+    FROM conversations c
+    LEFT JOIN conversation_items ci ON ci.conversation_id = c.id AND ci.removed = 0
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = ?1 AND c.owner = ?2 AND c.deleted = 0
+    ORDER BY ci.position";
+
+/// A page of a conversation's visible items from an exclusive cursor (`?2`, an item id, NULL for
+/// none), oldest first; shaped like [`INPUT_ITEMS_ASC`].
+pub(super) const CONVERSATION_ITEMS_ASC: &str = "
+    SELECT ci.item_key, i.body
+    FROM conversations c
+    LEFT JOIN conversation_items ci
+        ON ci.conversation_id = c.id AND ci.removed = 0
+        AND (?2 IS NULL OR ci.position > (
+            SELECT MIN(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
+            WHERE x.conversation_id = ?1 AND x.removed = 0 AND xi.item_id = ?2))
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = ?1 AND c.owner = ?4 AND c.deleted = 0
+    ORDER BY ci.position ASC
+    LIMIT ?3";
+
+/// [`CONVERSATION_ITEMS_ASC`], newest first.
+pub(super) const CONVERSATION_ITEMS_DESC: &str = "
+    SELECT ci.item_key, i.body
+    FROM conversations c
+    LEFT JOIN conversation_items ci
+        ON ci.conversation_id = c.id AND ci.removed = 0
+        AND (?2 IS NULL OR ci.position < (
+            SELECT MAX(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
+            WHERE x.conversation_id = ?1 AND x.removed = 0 AND xi.item_id = ?2))
+    LEFT JOIN items i ON i.key = ci.item_key
+    WHERE c.id = ?1 AND c.owner = ?4 AND c.deleted = 0
+    ORDER BY ci.position DESC
+    LIMIT ?3";
+
+/// The first visible item with id `?2` of owner `?3`'s conversation `?1`: no row when the conversation does
+/// not exist, an all-NULL row when it holds no such item.
+pub(super) const CONVERSATION_ITEM: &str = "
+    SELECT f.item_key, i.body
+    FROM (
+        SELECT (SELECT ci.item_key FROM conversation_items ci JOIN items x ON x.key = ci.item_key
+                WHERE ci.conversation_id = c.id AND ci.removed = 0 AND x.item_id = ?2
+                ORDER BY ci.position LIMIT 1) AS item_key
+        FROM conversations c WHERE c.id = ?1 AND c.owner = ?3 AND c.deleted = 0
+    ) f
+    LEFT JOIN items i ON i.key = f.item_key";
+
+/// Tombstone or not, and the version, of a conversation `owner` stored.
+pub(super) fn conversation_state(
+    tx: &Connection,
+    owner: &str,
+    id: &str,
+) -> Result<Option<ConversationState>, StoreError> {
+    tx.prepare_cached(SELECT_CONVERSATION_STATE)
+        .and_then(|mut s| {
+            s.query_row([id, owner], |row| Ok(ConversationState { deleted: row.get(0)?, version: row.get(1)? }))
+                .optional()
+        })
+        .map_err(map_err)
+}
+
+/// Append `count` new items, whose keys start at `first`, to the conversation and bump its
+/// version; the conversation's record.
+pub(super) fn append_rows(
+    tx: &Connection,
+    id: &str,
+    first: i64,
+    count: usize,
+) -> Result<ConversationRecord, StoreError> {
+    let next: i64 =
+        tx.prepare_cached(NEXT_POSITION).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)?;
+    tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
+        .and_then(|mut s| s.execute(params![id, first, count as i64, next]))
+        .map_err(map_err)?;
+    bump_version(tx, id)
+}
+
+/// Move the conversation to its next version; its record.
+pub(super) fn bump_version(tx: &Connection, id: &str) -> Result<ConversationRecord, StoreError> {
+    let (created_at, metadata): (i64, String) = tx
+        .prepare_cached(BUMP_VERSION)
+        .and_then(|mut s| s.query_row([id], |row| Ok((row.get(0)?, row.get(1)?))))
+        .map_err(map_err)?;
+    record(id, created_at, &metadata)
+}
+
+/// A conversation record from its stored columns.
+pub(super) fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecord, StoreError> {
+    let metadata = serde_json::from_str(metadata)
+        .map_err(|e| StoreError::Corrupt(format!("metadata of conversation {id}: {e}")))?;
+    Ok(ConversationRecord { id: id.to_owned(), created_at, metadata })
+}
+
+/// Encode new items for [`super::responses::insert_items`].
+pub(super) fn encode_items(items: &[Item]) -> Result<Vec<(String, String)>, StoreError> {
+    items.iter().map(|item| Ok((item.id().to_owned(), encode(item, "item")?))).collect()
+}

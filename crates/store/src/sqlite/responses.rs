@@ -1,0 +1,246 @@
+//! Saving a response on SQLite: its row, its new items (their keys contiguous, drawn in one go)
+//! and the rows of its own items, in the writer's transaction; and the statements that read a
+//! response back.
+
+use std::sync::LazyLock;
+
+use rusqlite::{Connection, params};
+
+use super::conversations::{CONVERSATION_KEYS, append_rows, conversation_state};
+use super::{encode, is_unique_violation, map_err, query_keys};
+use crate::retention::check_save_into;
+use crate::{ConversationAppend, NewResponse, StoreError};
+
+/// `response_items.role` of a response's input items.
+pub(super) const ROLE_INPUT: i64 = 1;
+/// `response_items.role` of a response's output items.
+pub(super) const ROLE_OUTPUT: i64 = 2;
+
+const INSERT_RESPONSE: &str = "
+    INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
+        conversation_id, owner)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+
+/// The key list of the response a save continues; tombstones included (a continuation that read
+/// the conversation before the delete still saves whole). Only the saving owner's.
+const SELECT_HISTORY: &str = "SELECT history FROM responses WHERE id = ?1 AND owner = ?2";
+
+/// Rows for the `?4` new items whose keys start at `?2`: the first `?3` are input (role `?5`), the
+/// rest output (role `?6`). A counting CTE instead of one bound row per item: the keys are
+/// contiguous (see [`insert_items`]).
+const INSERT_OWN_ITEMS: &str = "
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?4)
+    INSERT INTO response_items (response_id, position, item_key, role)
+    SELECT ?1, i, ?2 + i, CASE WHEN i < ?3 THEN ?5 ELSE ?6 END FROM n";
+
+/// New items per multi-row `INSERT` (two parameters each). Longer lists take several statements.
+const ITEMS_PER_INSERT: usize = 16;
+
+/// `INSERT INTO items … VALUES (?, ?), …` for 1..=[`ITEMS_PER_INSERT`] rows, built once.
+static INSERT_ITEMS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    (1..=ITEMS_PER_INSERT)
+        .map(|rows| format!("INSERT INTO items (item_id, body) VALUES {}", vec!["(?, ?)"; rows].join(", ")))
+        .collect()
+});
+
+pub(super) const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = ?1 AND owner = ?2 AND deleted = 0";
+
+/// The key list joined to the items, in list order (json_each's `key` is the array index). LEFT
+/// JOINs from `responses`: no row at all means "not stored", one all-NULL row means "stored, empty
+/// conversation"; one statement, so one consistent snapshot.
+pub(super) const SELECT_RESPONSE_HISTORY: &str = "
+    SELECT h.value, i.body
+    FROM responses r
+    LEFT JOIN json_each(r.history) AS h
+    LEFT JOIN items i ON i.key = h.value
+    WHERE r.id = ?1 AND r.owner = ?2 AND r.deleted = 0
+    ORDER BY h.key";
+
+/// Input items of one response from an exclusive cursor, oldest first. The LEFT JOINs from
+/// `responses` yield one all-NULL row when the response exists but the page is empty, so existence
+/// and the page come from one statement (one snapshot). `?2` NULL means no cursor; a cursor id
+/// that is not among the input makes the bound NULL, hence an empty page.
+pub(super) const INPUT_ITEMS_ASC: &str = "
+    SELECT ri.item_key, i.body
+    FROM responses r
+    LEFT JOIN response_items ri
+        ON ri.response_id = r.id AND ri.role = 1
+        AND (?2 IS NULL OR ri.position > (
+            SELECT MIN(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
+            WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
+    LEFT JOIN items i ON i.key = ri.item_key
+    WHERE r.id = ?1 AND r.owner = ?4 AND r.deleted = 0
+    ORDER BY ri.position ASC
+    LIMIT ?3";
+
+/// [`INPUT_ITEMS_ASC`], newest first.
+pub(super) const INPUT_ITEMS_DESC: &str = "
+    SELECT ri.item_key, i.body
+    FROM responses r
+    LEFT JOIN response_items ri
+        ON ri.response_id = r.id AND ri.role = 1
+        AND (?2 IS NULL OR ri.position < (
+            SELECT MAX(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
+            WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
+    LEFT JOIN items i ON i.key = ri.item_key
+    WHERE r.id = ?1 AND r.owner = ?4 AND r.deleted = 0
+    ORDER BY ri.position DESC
+    LIMIT ?3";
+
+/// Insert the new items (`(item_id, body)`, in order) with as few statements as possible; returns
+/// the key of the first one, the others following it one by one.
+///
+/// Why the keys are contiguous: the caller holds the write transaction (`BEGIN IMMEDIATE`), so no
+/// other connection, in this process or another, inserts items meanwhile. An `AUTOINCREMENT` key
+/// is one more than the largest of the table's current maximum and the largest key it ever handed
+/// out (`sqlite_sequence`), and a multi-row `INSERT … VALUES` inserts its rows in order, each
+/// getting the next key; the next statement continues from the last. So the n items get
+/// `first..first + n`, even when deleted items left gaps below or above the current maximum. The
+/// chunk boundaries are checked anyway (cheaply), and the test `new_item_keys_are_contiguous`
+/// checks the whole mapping.
+pub(super) fn insert_items(tx: &Connection, items: &[(String, String)]) -> Result<i64, StoreError> {
+    let mut first = None;
+    let mut next = 0;
+    for chunk in items.chunks(ITEMS_PER_INSERT) {
+        let mut stmt = tx.prepare_cached(&INSERT_ITEMS[chunk.len() - 1]).map_err(map_err)?;
+        for (n, (item_id, body)) in chunk.iter().enumerate() {
+            stmt.raw_bind_parameter(2 * n + 1, item_id).map_err(map_err)?;
+            stmt.raw_bind_parameter(2 * n + 2, body).map_err(map_err)?;
+        }
+        stmt.raw_execute().map_err(map_err)?;
+        let last = tx.last_insert_rowid();
+        let chunk_first = last - (chunk.len() as i64 - 1);
+        match first {
+            None => first = Some(chunk_first),
+            Some(_) if chunk_first != next => {
+                return Err(StoreError::Unavailable(format!(
+                    "item keys are not contiguous (expected {next}, got {chunk_first}); nothing was saved"
+                )));
+            }
+            Some(_) => {}
+        }
+        next = last + 1;
+    }
+    first.ok_or_else(|| StoreError::Unavailable("no items to insert".into()))
+}
+
+/// A response to save, encoded before the writer is taken.
+pub(crate) struct EncodedResponse {
+    id: String,
+    /// The tenant saving it (see [`NewResponse::owner`]).
+    owner: String,
+    previous_response_id: Option<String>,
+    model: String,
+    created_at: i64,
+    status: String,
+    body: String,
+    history_from: Option<String>,
+    /// The conversation the response was created in, at the version it read.
+    conversation: Option<ConversationAppend>,
+    inputs: i64,
+    /// The new items, input then output, as `(item_id, body)` rows.
+    rows: Vec<(String, String)>,
+}
+
+impl EncodedResponse {
+    pub(crate) fn new(response: NewResponse) -> Result<Self, StoreError> {
+        let NewResponse {
+            id,
+            owner,
+            previous_response_id,
+            model,
+            created_at,
+            status,
+            response,
+            history_from,
+            input,
+            output,
+            conversation,
+        } = response;
+        // A response created in a conversation continues the conversation, nothing else.
+        let history_from = if conversation.is_some() { None } else { history_from };
+        let body = encode(&response, "response")?;
+        let inputs = input.len() as i64;
+        let mut rows = Vec::with_capacity(input.len() + output.len());
+        for item in input.iter().chain(&output) {
+            rows.push((item.id().to_owned(), encode(item, "item")?));
+        }
+        Ok(Self {
+            id,
+            owner,
+            previous_response_id,
+            model,
+            created_at,
+            status,
+            body,
+            history_from,
+            conversation,
+            inputs,
+            rows,
+        })
+    }
+
+    /// Write the response row, its new items and their rows inside `tx`.
+    pub(crate) fn insert(&self, tx: &Connection) -> Result<(), StoreError> {
+        let id = &self.id;
+        let mut history = match (&self.conversation, &self.history_from) {
+            (Some(append), _) => {
+                check_save_into(conversation_state(tx, &self.owner, &append.id)?, append)?;
+                let mut keys = query_keys(tx, CONVERSATION_KEYS, [&append.id])?;
+                keys.reserve(self.rows.len());
+                keys
+            }
+            (None, None) => Vec::with_capacity(self.rows.len()),
+            (None, Some(parent)) => {
+                let list = tx
+                    .prepare_cached(SELECT_HISTORY)
+                    .and_then(|mut s| s.query_row([parent, &self.owner], |row| row.get::<_, String>(0)))
+                    .map_err(|e| match e {
+                        rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
+                            "{parent} was deleted before its continuation {id} was saved"
+                        )),
+                        e => map_err(e),
+                    })?;
+                let mut keys: Vec<i64> = serde_json::from_str(&list)
+                    .map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
+                keys.reserve(self.rows.len());
+                keys
+            }
+        };
+        let first_key = if self.rows.is_empty() { None } else { Some(insert_items(tx, &self.rows)?) };
+        if let Some(first) = first_key {
+            history.extend(first..first + self.rows.len() as i64);
+        }
+        let history = encode(&history, "history")?;
+        let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
+            s.execute(params![
+                id,
+                self.previous_response_id,
+                self.model,
+                self.created_at,
+                self.status,
+                self.body,
+                self.history_from,
+                history,
+                self.conversation.as_ref().map(|c| &c.id),
+                self.owner
+            ])
+        });
+        match inserted {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id.clone())),
+            Err(e) => return Err(map_err(e)),
+        }
+        if let Some(first) = first_key {
+            tx.prepare_cached(INSERT_OWN_ITEMS)
+                .and_then(|mut s| {
+                    s.execute(params![id, first, self.inputs, self.rows.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
+                })
+                .map_err(map_err)?;
+            if let Some(append) = &self.conversation {
+                append_rows(tx, &append.id, first, self.rows.len())?;
+            }
+        }
+        Ok(())
+    }
+}
