@@ -67,6 +67,7 @@
 //! behaviour tests (`tests.rs`).
 
 mod background;
+mod encoding;
 mod item_cache;
 pub mod postgres;
 mod retention;

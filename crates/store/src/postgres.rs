@@ -32,9 +32,9 @@
 //!
 //! # Start-up and migrations
 //!
-//! Every process (the supervisor first, then each worker, on every host) runs [`migrate`] when it
-//! opens the store: in one transaction it takes a transaction-scoped advisory lock, reads the
-//! applied versions and applies the missing ones. Processes starting together therefore take
+//! Every process (the supervisor first, then each worker, on every host) runs the migrations
+//! (`schema.rs`) when it opens the store: in one transaction it takes a transaction-scoped
+//! advisory lock, reads the applied versions and applies the missing ones. Processes starting together therefore take
 //! turns, and all but the first find nothing to do. A database migrated by a newer gateway is
 //! refused rather than written in an older layout.
 //!
@@ -81,13 +81,14 @@ mod schema;
 use self::conversations::{
     APPEND_CONVERSATION_ITEMS, CONVERSATION_HISTORY, CONVERSATION_ITEM, CONVERSATION_ITEMS_ASC,
     CONVERSATION_ITEMS_DESC, COUNT_CONVERSATION_ITEMS, CREATE_CONVERSATION, SELECT_CONVERSATION, UPDATE_CONVERSATION,
-    encode_items, lock_conversation, record,
+    item_columns, lock_conversation,
 };
 pub(crate) use self::responses::save_on;
 use self::responses::{INPUT_ITEMS_ASC, INPUT_ITEMS_DESC, SELECT_RESPONSE, SELECT_RESPONSE_HISTORY};
 use self::schema::migrate;
 #[cfg(test)]
 pub(crate) use self::schema::{MIGRATIONS, MIGRATIONS_TABLE};
+use crate::encoding::{conversation_record, encode, encode_items};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::retention::{check_room, delete_conversation, delete_conversation_item, delete_response, is_live};
 use crate::{
@@ -275,10 +276,6 @@ fn map_err(e: sqlx::Error) -> StoreError {
     }
 }
 
-fn encode<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot encode {what}: {e}")))
-}
-
 /// Decode `(item_key, body)` rows of a LEFT JOIN, skipping the all-NULL row that only says the
 /// response exists; items decoded before come from `cache`.
 fn decode_rows(rows: Vec<sqlx::postgres::PgRow>, cache: &ItemCache) -> Result<Vec<Item>, StoreError> {
@@ -358,7 +355,8 @@ impl ResponseStore for PostgresStore {
     async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError> {
         let NewConversation { id, owner, created_at, metadata, items } = conversation;
         let metadata = encode(&metadata, "metadata")?;
-        let (item_ids, bodies) = encode_items(&items)?;
+        let items = encode_items(&items)?;
+        let (item_ids, bodies) = item_columns(&items);
         let created = sqlx::query(CREATE_CONVERSATION)
             .bind(&*lookup_key(&id))
             .bind(created_at)
@@ -383,7 +381,7 @@ impl ResponseStore for PostgresStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
-        row.map(|(created_at, metadata)| record(id, created_at, &metadata)).transpose()
+        row.map(|(created_at, metadata)| conversation_record(id, created_at, &metadata)).transpose()
     }
 
     async fn update_conversation(
@@ -401,7 +399,7 @@ impl ResponseStore for PostgresStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
-        row.map(|(created_at, metadata)| record(id, created_at, &metadata)).transpose()
+        row.map(|(created_at, metadata)| conversation_record(id, created_at, &metadata)).transpose()
     }
 
     async fn delete_conversation(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
@@ -445,7 +443,8 @@ impl ResponseStore for PostgresStore {
         max_items: usize,
     ) -> Result<Option<()>, StoreError> {
         let id = &*lookup_key(id);
-        let (item_ids, bodies) = encode_items(&items)?;
+        let items = encode_items(&items)?;
+        let (item_ids, bodies) = item_columns(&items);
         let mut tx = self.pool.begin().await.map_err(map_err)?;
         if !is_live(lock_conversation(&mut tx, &lookup_key(owner), id).await?) {
             return Ok(None);

@@ -80,14 +80,16 @@ use self::connection::{Stats, is_busy, is_unique_violation, map_err};
 use self::conversations::{
     APPEND_CONVERSATION_ITEMS, CONVERSATION_HISTORY, CONVERSATION_ITEM, CONVERSATION_ITEMS_ASC,
     CONVERSATION_ITEMS_DESC, COUNT_CONVERSATION_ITEMS, INSERT_CONVERSATION, SELECT_CONVERSATION, UPDATE_CONVERSATION,
-    append_rows, conversation_state, encode_items, record,
+    append_rows, conversation_state,
 };
 pub use self::reserve::DEFAULT_RESERVE_BYTES;
 use self::reserve::Reserve;
-pub(crate) use self::responses::EncodedResponse;
-use self::responses::{INPUT_ITEMS_ASC, INPUT_ITEMS_DESC, SELECT_RESPONSE, SELECT_RESPONSE_HISTORY, insert_items};
+use self::responses::{
+    INPUT_ITEMS_ASC, INPUT_ITEMS_DESC, SELECT_RESPONSE, SELECT_RESPONSE_HISTORY, insert_items, insert_response,
+};
 use self::retention::Tx;
 use self::writer::{Growth, Writer};
+use crate::encoding::{EncodedResponse, conversation_record, encode, encode_items};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
 use crate::retention::{check_room, delete_conversation, delete_conversation_item, delete_response, is_live};
 use crate::{
@@ -368,10 +370,6 @@ fn open_file(path: &Path, config: &Config, stats: &Arc<Stats>, signal: Arc<Signa
     Ok(Opened::Ready(Box::new((writer, checkpoint_conn, reserve))))
 }
 
-fn encode<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot encode {what}: {e}")))
-}
-
 /// Run a cached `(item_key, body)` query over a LEFT JOIN from `responses`: `None` when it returns
 /// no row (the response is not stored), else the items, skipping the all-NULL row that only says
 /// the response exists. Bodies of items decoded before are not even read out.
@@ -424,7 +422,7 @@ impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
         // Encode everything before taking the writer, to hold it as briefly as possible.
         let encoded = EncodedResponse::new(response)?;
-        self.write(Growth::Adds, move |tx| encoded.insert(tx)).await
+        self.write(Growth::Adds, move |tx| insert_response(tx, &encoded)).await
     }
 
     async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -489,7 +487,7 @@ impl ResponseStore for SqliteStore {
                 s.query_row([&id, &owner], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
             });
             match row {
-                Ok((created_at, metadata)) => record(&id, created_at, &metadata).map(Some),
+                Ok((created_at, metadata)) => conversation_record(&id, created_at, &metadata).map(Some),
                 Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
                 Err(e) => Err(map_err(e)),
             }
@@ -510,7 +508,7 @@ impl ResponseStore for SqliteStore {
                 s.query_row(params![id, metadata, owner], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
             });
             match row {
-                Ok((created_at, metadata)) => record(&id, created_at, &metadata).map(Some),
+                Ok((created_at, metadata)) => conversation_record(&id, created_at, &metadata).map(Some),
                 Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
                 Err(e) => Err(map_err(e)),
             }

@@ -1,12 +1,12 @@
 //! Conversations on PostgreSQL: the statements that create, read, page and append to them, and
 //! the row lock every write of a conversation takes first.
 
-use respgw_protocol::Item;
 use sqlx::postgres::PgConnection;
 
-use super::{encode, lookup_key, map_err};
+use super::{lookup_key, map_err};
+use crate::StoreError;
+use crate::encoding::EncodedItem;
 use crate::retention::ConversationState;
-use crate::{ConversationRecord, StoreError};
 
 /// Lock a conversation's row for a write (every write of a conversation takes it first, so they
 /// run one after the other, each seeing the one before); its tombstone flag and version. Only
@@ -69,7 +69,7 @@ pub(super) const CONVERSATION_HISTORY: &str = "
     ORDER BY ci.position";
 
 /// A page of a conversation's visible items from an exclusive cursor (`$2`, an item id, NULL for
-/// none), oldest first; shaped like [`INPUT_ITEMS_ASC`].
+/// none), oldest first; shaped like [`super::responses::INPUT_ITEMS_ASC`].
 pub(super) const CONVERSATION_ITEMS_ASC: &str = "
     SELECT ci.item_key, i.body
     FROM conversations c
@@ -109,21 +109,10 @@ pub(super) const CONVERSATION_ITEM: &str = "
     ) f
     LEFT JOIN items i ON i.key = f.item_key";
 
-/// Lookup ids and encoded bodies of new items.
-pub(super) fn encode_items(items: &[Item]) -> Result<(Vec<String>, Vec<String>), StoreError> {
-    let (mut ids, mut bodies) = (Vec::with_capacity(items.len()), Vec::with_capacity(items.len()));
-    for item in items {
-        ids.push(lookup_key(item.id()).into_owned());
-        bodies.push(encode(item, "item")?);
-    }
-    Ok((ids, bodies))
-}
-
-/// A conversation record from its stored columns.
-pub(super) fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecord, StoreError> {
-    let metadata = serde_json::from_str(metadata)
-        .map_err(|e| StoreError::Corrupt(format!("metadata of conversation {id}: {e}")))?;
-    Ok(ConversationRecord { id: id.to_owned(), created_at, metadata })
+/// New items as the two arrays the statements take: their ids as lookup keys (the column is for
+/// lookups, `after`; the body keeps the id as given) and their bodies.
+pub(super) fn item_columns(items: &[EncodedItem]) -> (Vec<String>, Vec<&str>) {
+    items.iter().map(|item| (lookup_key(&item.id).into_owned(), item.body.as_str())).unzip()
 }
 
 /// Lock `owner`'s conversation's row; its tombstone flag and version, or None when `owner` has

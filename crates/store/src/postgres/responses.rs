@@ -4,8 +4,9 @@
 
 use sqlx::postgres::PgConnection;
 
-use super::conversations::lock_conversation;
-use super::{encode, lookup_key, map_err, sqlstate};
+use super::conversations::{item_columns, lock_conversation};
+use super::{lookup_key, map_err, sqlstate};
+use crate::encoding::EncodedResponse;
 use crate::retention::check_save_into;
 use crate::{NewResponse, StoreError};
 
@@ -116,73 +117,42 @@ pub(super) const INPUT_ITEMS_DESC: &str = "
     ORDER BY ri.position DESC
     LIMIT $3";
 
-/// Save `response` with one statement on `executor` (the pool, or a background run's
-/// transaction).
+/// Save `response` with one statement on `conn` (a pooled connection, or a transaction: a save
+/// into a conversation locks the conversation's row first, until the caller commits).
 pub(crate) async fn save_on(conn: &mut PgConnection, response: NewResponse) -> Result<(), StoreError> {
-    let NewResponse {
-        id,
-        owner,
-        previous_response_id,
-        model,
-        created_at,
-        status,
-        response,
-        history_from,
-        input,
-        output,
-        conversation,
-    } = response;
-    let body = encode(&response, "response")?;
-    let inputs = input.len() as i64;
-    let (mut item_ids, mut bodies) = (Vec::with_capacity(input.len() + output.len()), Vec::new());
-    for item in input.iter().chain(&output) {
-        // The id column is for lookups (`after`); the body keeps the id as given.
-        item_ids.push(lookup_key(item.id()).into_owned());
-        bodies.push(encode(item, "item")?);
-    }
-    let saved = match &conversation {
+    let response = EncodedResponse::new(response)?;
+    let (item_ids, bodies) = item_columns(&response.items);
+    // `$7`: the conversation the response is created in, or else the response it continues.
+    let (statement, source) = match &response.conversation {
         Some(append) => {
             let conversation_id = lookup_key(&append.id).into_owned();
             // On an error, the caller's transaction rolls back.
-            check_save_into(lock_conversation(conn, &owner, &conversation_id).await?, append)?;
-            sqlx::query(SAVE_IN_CONVERSATION)
-                .bind(&id)
-                .bind(&previous_response_id)
-                .bind(&model)
-                .bind(created_at)
-                .bind(&status)
-                .bind(&body)
-                .bind(&conversation_id)
-                .bind(&item_ids)
-                .bind(&bodies)
-                .bind(inputs)
-                .bind(&owner)
-                .execute(&mut *conn)
-                .await
+            check_save_into(lock_conversation(conn, &response.owner, &conversation_id).await?, append)?;
+            (SAVE_IN_CONVERSATION, Some(conversation_id))
         }
-        None => {
-            sqlx::query(SAVE)
-                .bind(&id)
-                .bind(&previous_response_id)
-                .bind(&model)
-                .bind(created_at)
-                .bind(&status)
-                .bind(&body)
-                .bind(&history_from)
-                .bind(&item_ids)
-                .bind(&bodies)
-                .bind(inputs)
-                .bind(&owner)
-                .execute(&mut *conn)
-                .await
-        }
+        None => (SAVE, response.history_from.clone()),
     };
+    let saved = sqlx::query(statement)
+        .bind(&response.id)
+        .bind(&response.previous_response_id)
+        .bind(&response.model)
+        .bind(response.created_at)
+        .bind(&response.status)
+        .bind(&response.body)
+        .bind(&source)
+        .bind(&item_ids)
+        .bind(&bodies)
+        .bind(response.inputs)
+        .bind(&response.owner)
+        .execute(&mut *conn)
+        .await;
+    let id = response.id;
     match saved {
         Ok(_) => Ok(()),
         Err(e) if sqlstate(&e).as_deref() == Some("23505") => Err(StoreError::Duplicate(id)),
         Err(e) if sqlstate(&e).as_deref() == Some("23503") => Err(StoreError::MissingHistory(format!(
             "{} was deleted before its continuation {id} was saved",
-            history_from.as_deref().unwrap_or("(none)")
+            response.history_from.as_deref().unwrap_or("(none)")
         ))),
         Err(e) => Err(map_err(e)),
     }

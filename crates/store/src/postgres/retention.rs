@@ -5,8 +5,9 @@
 
 use sqlx::postgres::PgConnection;
 
-use super::conversations::{lock_conversation, record};
+use super::conversations::lock_conversation;
 use super::map_err;
+use crate::encoding::conversation_record;
 use crate::retention::{ConversationState, RetentionTx, StoredResponse};
 use crate::{ConversationRecord, StoreError};
 
@@ -137,7 +138,7 @@ impl RetentionTx for PgConnection {
     async fn bump_version(&mut self, id: &str) -> Result<ConversationRecord, StoreError> {
         let (created_at, metadata): (i64, String) =
             sqlx::query_as(BUMP_VERSION).bind(id).fetch_one(&mut *self).await.map_err(map_err)?;
-        record(id, created_at, &metadata)
+        conversation_record(id, created_at, &metadata)
     }
 
     async fn delete_orphans(&mut self, keys: &[i64]) -> Result<(), StoreError> {

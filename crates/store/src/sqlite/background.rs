@@ -9,10 +9,12 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::responses::insert_response;
 use super::writer::Growth;
-use super::{EncodedResponse, SqliteStore, map_err, run_now};
+use super::{SqliteStore, map_err, run_now};
 use crate::StoreError;
 use crate::background::{RunLedger, accepts_batch, end_run, now_ms};
+use crate::encoding::EncodedResponse;
 use respgw_store_api::background::{
     Admission, Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus,
     StoredEvent,
@@ -194,7 +196,7 @@ impl BackgroundStore for SqliteStore {
             }
             insert_events(tx, &id, &events)?;
             if let Some(save) = &save {
-                save.insert(tx)?;
+                insert_response(tx, save)?;
             }
             let (status, body) = match &state {
                 Some((status, body)) => (*status, body.as_str()),

@@ -3,10 +3,10 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{encode, map_err};
+use super::map_err;
+use crate::encoding::conversation_record;
 use crate::retention::ConversationState;
 use crate::{ConversationRecord, StoreError};
-use respgw_protocol::Item;
 
 pub(super) const INSERT_CONVERSATION: &str =
     "INSERT INTO conversations (id, created_at, metadata, owner) VALUES (?1, ?2, ?3, ?4)";
@@ -33,7 +33,7 @@ pub(super) const COUNT_CONVERSATION_ITEMS: &str =
 const NEXT_POSITION: &str = "SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = ?1";
 
 /// Rows for `?3` new items whose keys start at `?2`, at positions from `?4` (the keys are
-/// contiguous, see [`insert_items`]).
+/// contiguous, see [`super::responses::insert_items`]).
 pub(super) const APPEND_CONVERSATION_ITEMS: &str = "
     WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?3)
     INSERT INTO conversation_items (conversation_id, position, item_key)
@@ -53,7 +53,7 @@ pub(super) const CONVERSATION_HISTORY: &str = "
     ORDER BY ci.position";
 
 /// A page of a conversation's visible items from an exclusive cursor (`?2`, an item id, NULL for
-/// none), oldest first; shaped like [`INPUT_ITEMS_ASC`].
+/// none), oldest first; shaped like [`super::responses::INPUT_ITEMS_ASC`].
 pub(super) const CONVERSATION_ITEMS_ASC: &str = "
     SELECT ci.item_key, i.body
     FROM conversations c
@@ -129,17 +129,5 @@ pub(super) fn bump_version(tx: &Connection, id: &str) -> Result<ConversationReco
         .prepare_cached(BUMP_VERSION)
         .and_then(|mut s| s.query_row([id], |row| Ok((row.get(0)?, row.get(1)?))))
         .map_err(map_err)?;
-    record(id, created_at, &metadata)
-}
-
-/// A conversation record from its stored columns.
-pub(super) fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecord, StoreError> {
-    let metadata = serde_json::from_str(metadata)
-        .map_err(|e| StoreError::Corrupt(format!("metadata of conversation {id}: {e}")))?;
-    Ok(ConversationRecord { id: id.to_owned(), created_at, metadata })
-}
-
-/// Encode new items for [`super::responses::insert_items`].
-pub(super) fn encode_items(items: &[Item]) -> Result<Vec<(String, String)>, StoreError> {
-    items.iter().map(|item| Ok((item.id().to_owned(), encode(item, "item")?))).collect()
+    conversation_record(id, created_at, &metadata)
 }

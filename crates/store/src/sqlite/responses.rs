@@ -7,9 +7,10 @@ use std::sync::LazyLock;
 use rusqlite::{Connection, params};
 
 use super::conversations::{CONVERSATION_KEYS, append_rows, conversation_state};
-use super::{encode, is_unique_violation, map_err, query_keys};
+use super::{is_unique_violation, map_err, query_keys};
+use crate::StoreError;
+use crate::encoding::{EncodedItem, EncodedResponse, encode};
 use crate::retention::check_save_into;
-use crate::{ConversationAppend, NewResponse, StoreError};
 
 /// `response_items.role` of a response's input items.
 pub(super) const ROLE_INPUT: i64 = 1;
@@ -98,14 +99,14 @@ pub(super) const INPUT_ITEMS_DESC: &str = "
 /// `first..first + n`, even when deleted items left gaps below or above the current maximum. The
 /// chunk boundaries are checked anyway (cheaply), and the test `new_item_keys_are_contiguous`
 /// checks the whole mapping.
-pub(super) fn insert_items(tx: &Connection, items: &[(String, String)]) -> Result<i64, StoreError> {
+pub(super) fn insert_items(tx: &Connection, items: &[EncodedItem]) -> Result<i64, StoreError> {
     let mut first = None;
     let mut next = 0;
     for chunk in items.chunks(ITEMS_PER_INSERT) {
         let mut stmt = tx.prepare_cached(&INSERT_ITEMS[chunk.len() - 1]).map_err(map_err)?;
-        for (n, (item_id, body)) in chunk.iter().enumerate() {
-            stmt.raw_bind_parameter(2 * n + 1, item_id).map_err(map_err)?;
-            stmt.raw_bind_parameter(2 * n + 2, body).map_err(map_err)?;
+        for (n, item) in chunk.iter().enumerate() {
+            stmt.raw_bind_parameter(2 * n + 1, &item.id).map_err(map_err)?;
+            stmt.raw_bind_parameter(2 * n + 2, &item.body).map_err(map_err)?;
         }
         stmt.raw_execute().map_err(map_err)?;
         let last = tx.last_insert_rowid();
@@ -124,123 +125,66 @@ pub(super) fn insert_items(tx: &Connection, items: &[(String, String)]) -> Resul
     first.ok_or_else(|| StoreError::Unavailable("no items to insert".into()))
 }
 
-/// A response to save, encoded before the writer is taken.
-pub(crate) struct EncodedResponse {
-    id: String,
-    /// The tenant saving it (see [`NewResponse::owner`]).
-    owner: String,
-    previous_response_id: Option<String>,
-    model: String,
-    created_at: i64,
-    status: String,
-    body: String,
-    history_from: Option<String>,
-    /// The conversation the response was created in, at the version it read.
-    conversation: Option<ConversationAppend>,
-    inputs: i64,
-    /// The new items, input then output, as `(item_id, body)` rows.
-    rows: Vec<(String, String)>,
-}
-
-impl EncodedResponse {
-    pub(crate) fn new(response: NewResponse) -> Result<Self, StoreError> {
-        let NewResponse {
-            id,
-            owner,
-            previous_response_id,
-            model,
-            created_at,
-            status,
-            response,
-            history_from,
-            input,
-            output,
-            conversation,
-        } = response;
-        // A response created in a conversation continues the conversation, nothing else.
-        let history_from = if conversation.is_some() { None } else { history_from };
-        let body = encode(&response, "response")?;
-        let inputs = input.len() as i64;
-        let mut rows = Vec::with_capacity(input.len() + output.len());
-        for item in input.iter().chain(&output) {
-            rows.push((item.id().to_owned(), encode(item, "item")?));
+/// Write the response row, its new items and their rows inside `tx`.
+pub(super) fn insert_response(tx: &Connection, response: &EncodedResponse) -> Result<(), StoreError> {
+    let id = &response.id;
+    let mut history = match (&response.conversation, &response.history_from) {
+        (Some(append), _) => {
+            check_save_into(conversation_state(tx, &response.owner, &append.id)?, append)?;
+            let mut keys = query_keys(tx, CONVERSATION_KEYS, [&append.id])?;
+            keys.reserve(response.items.len());
+            keys
         }
-        Ok(Self {
-            id,
-            owner,
-            previous_response_id,
-            model,
-            created_at,
-            status,
-            body,
-            history_from,
-            conversation,
-            inputs,
-            rows,
-        })
+        (None, None) => Vec::with_capacity(response.items.len()),
+        (None, Some(parent)) => {
+            let list = tx
+                .prepare_cached(SELECT_HISTORY)
+                .and_then(|mut s| s.query_row([parent, &response.owner], |row| row.get::<_, String>(0)))
+                .map_err(|e| match e {
+                    rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
+                        "{parent} was deleted before its continuation {id} was saved"
+                    )),
+                    e => map_err(e),
+                })?;
+            let mut keys: Vec<i64> =
+                serde_json::from_str(&list).map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
+            keys.reserve(response.items.len());
+            keys
+        }
+    };
+    let first_key = if response.items.is_empty() { None } else { Some(insert_items(tx, &response.items)?) };
+    if let Some(first) = first_key {
+        history.extend(first..first + response.items.len() as i64);
     }
-
-    /// Write the response row, its new items and their rows inside `tx`.
-    pub(crate) fn insert(&self, tx: &Connection) -> Result<(), StoreError> {
-        let id = &self.id;
-        let mut history = match (&self.conversation, &self.history_from) {
-            (Some(append), _) => {
-                check_save_into(conversation_state(tx, &self.owner, &append.id)?, append)?;
-                let mut keys = query_keys(tx, CONVERSATION_KEYS, [&append.id])?;
-                keys.reserve(self.rows.len());
-                keys
-            }
-            (None, None) => Vec::with_capacity(self.rows.len()),
-            (None, Some(parent)) => {
-                let list = tx
-                    .prepare_cached(SELECT_HISTORY)
-                    .and_then(|mut s| s.query_row([parent, &self.owner], |row| row.get::<_, String>(0)))
-                    .map_err(|e| match e {
-                        rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
-                            "{parent} was deleted before its continuation {id} was saved"
-                        )),
-                        e => map_err(e),
-                    })?;
-                let mut keys: Vec<i64> = serde_json::from_str(&list)
-                    .map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
-                keys.reserve(self.rows.len());
-                keys
-            }
-        };
-        let first_key = if self.rows.is_empty() { None } else { Some(insert_items(tx, &self.rows)?) };
-        if let Some(first) = first_key {
-            history.extend(first..first + self.rows.len() as i64);
-        }
-        let history = encode(&history, "history")?;
-        let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
-            s.execute(params![
-                id,
-                self.previous_response_id,
-                self.model,
-                self.created_at,
-                self.status,
-                self.body,
-                self.history_from,
-                history,
-                self.conversation.as_ref().map(|c| &c.id),
-                self.owner
-            ])
-        });
-        match inserted {
-            Ok(_) => {}
-            Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id.clone())),
-            Err(e) => return Err(map_err(e)),
-        }
-        if let Some(first) = first_key {
-            tx.prepare_cached(INSERT_OWN_ITEMS)
-                .and_then(|mut s| {
-                    s.execute(params![id, first, self.inputs, self.rows.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
-                })
-                .map_err(map_err)?;
-            if let Some(append) = &self.conversation {
-                append_rows(tx, &append.id, first, self.rows.len())?;
-            }
-        }
-        Ok(())
+    let history = encode(&history, "history")?;
+    let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
+        s.execute(params![
+            id,
+            response.previous_response_id,
+            response.model,
+            response.created_at,
+            response.status,
+            response.body,
+            response.history_from,
+            history,
+            response.conversation.as_ref().map(|c| &c.id),
+            response.owner
+        ])
+    });
+    match inserted {
+        Ok(_) => {}
+        Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id.clone())),
+        Err(e) => return Err(map_err(e)),
     }
+    if let Some(first) = first_key {
+        tx.prepare_cached(INSERT_OWN_ITEMS)
+            .and_then(|mut s| {
+                s.execute(params![id, first, response.inputs, response.items.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
+            })
+            .map_err(map_err)?;
+        if let Some(append) = &response.conversation {
+            append_rows(tx, &append.id, first, response.items.len())?;
+        }
+    }
+    Ok(())
 }

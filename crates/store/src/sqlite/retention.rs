@@ -5,7 +5,8 @@
 use rusqlite::{Connection, OptionalExtension};
 
 use super::conversations::{bump_version, conversation_state};
-use super::{encode, map_err, query_keys};
+use super::{map_err, query_keys};
+use crate::encoding::encode;
 use crate::retention::{ConversationState, RetentionTx, StoredResponse};
 use crate::{ConversationRecord, StoreError};
 
