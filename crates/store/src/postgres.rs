@@ -79,17 +79,20 @@ mod retention;
 mod schema;
 
 use self::conversations::{
-    APPEND_CONVERSATION_ITEMS, CONVERSATION_HISTORY, CONVERSATION_ITEM, CONVERSATION_ITEMS_ASC,
-    CONVERSATION_ITEMS_DESC, COUNT_CONVERSATION_ITEMS, CREATE_CONVERSATION, SELECT_CONVERSATION, UPDATE_CONVERSATION,
+    APPEND_CONVERSATION_ITEMS, COUNT_CONVERSATION_ITEMS, CREATE_CONVERSATION, SELECT_CONVERSATION, UPDATE_CONVERSATION,
     item_columns, lock_conversation,
 };
 pub(crate) use self::responses::save_on;
-use self::responses::{INPUT_ITEMS_ASC, INPUT_ITEMS_DESC, SELECT_RESPONSE, SELECT_RESPONSE_HISTORY};
+use self::responses::{SELECT_RESPONSE, SELECT_RESPONSE_HISTORY};
 use self::schema::migrate;
 #[cfg(test)]
 pub(crate) use self::schema::{MIGRATIONS, MIGRATIONS_TABLE};
 use crate::encoding::{conversation_record, encode, encode_items};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
+use crate::queries::{
+    CONVERSATION_HISTORY, CONVERSATION_ITEM, CONVERSATION_ITEMS_ASC, CONVERSATION_ITEMS_DESC, INPUT_ITEMS_ASC,
+    INPUT_ITEMS_DESC,
+};
 use crate::retention::{check_room, delete_conversation, delete_conversation_item, delete_response, is_live};
 use crate::{
     ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsOrder, InputItemsPage,

@@ -62,7 +62,7 @@ use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -78,24 +78,30 @@ pub(crate) use self::connection::Config;
 pub(crate) use self::connection::{SCHEMA_V1, SCHEMA_V2};
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
 use self::conversations::{
-    APPEND_CONVERSATION_ITEMS, CONVERSATION_HISTORY, CONVERSATION_ITEM, CONVERSATION_ITEMS_ASC,
-    CONVERSATION_ITEMS_DESC, COUNT_CONVERSATION_ITEMS, INSERT_CONVERSATION, SELECT_CONVERSATION, UPDATE_CONVERSATION,
+    APPEND_CONVERSATION_ITEMS, COUNT_CONVERSATION_ITEMS, INSERT_CONVERSATION, SELECT_CONVERSATION, UPDATE_CONVERSATION,
     append_rows, conversation_state,
 };
 pub use self::reserve::DEFAULT_RESERVE_BYTES;
 use self::reserve::Reserve;
-use self::responses::{
-    INPUT_ITEMS_ASC, INPUT_ITEMS_DESC, SELECT_RESPONSE, SELECT_RESPONSE_HISTORY, insert_items, insert_response,
-};
+use self::responses::{SELECT_RESPONSE, SELECT_RESPONSE_HISTORY, insert_items, insert_response};
 use self::retention::Tx;
 use self::writer::{Growth, Writer};
 use crate::encoding::{EncodedResponse, conversation_record, encode, encode_items};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
+use crate::queries::{self, with_sqlite_parameters};
 use crate::retention::{check_room, delete_conversation, delete_conversation_item, delete_response, is_live};
 use crate::{
     ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsOrder, InputItemsPage,
     NewConversation, NewResponse, ResponseStore, StoreError,
 };
+
+/// The reads shared with PostgreSQL ([`crate::queries`]) with SQLite's parameters, made once.
+static INPUT_ITEMS_PAGES: LazyLock<[String; 2]> =
+    LazyLock::new(|| [queries::INPUT_ITEMS_ASC, queries::INPUT_ITEMS_DESC].map(with_sqlite_parameters));
+static CONVERSATION_ITEMS_PAGES: LazyLock<[String; 2]> =
+    LazyLock::new(|| [queries::CONVERSATION_ITEMS_ASC, queries::CONVERSATION_ITEMS_DESC].map(with_sqlite_parameters));
+static CONVERSATION_HISTORY: LazyLock<String> = LazyLock::new(|| with_sqlite_parameters(queries::CONVERSATION_HISTORY));
+static CONVERSATION_ITEM: LazyLock<String> = LazyLock::new(|| with_sqlite_parameters(queries::CONVERSATION_ITEM));
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 6;
@@ -191,7 +197,7 @@ impl SqliteStore {
     /// nothing has that id). None when nothing has that id.
     async fn items_page(
         &self,
-        [ascending, descending]: [&'static str; 2],
+        [ascending, descending]: &'static [String; 2],
         owner: &str,
         id: &str,
         page: InputItemsPage,
@@ -383,7 +389,7 @@ fn query_items(
 }
 
 /// [`query_items`], also returning the third column of the first row when `version` is set (a
-/// conversation's version, for [`CONVERSATION_HISTORY`]).
+/// conversation's version, for [`queries::CONVERSATION_HISTORY`]).
 fn query_items_and_version(
     conn: &Connection,
     cache: &ItemCache,
@@ -448,7 +454,7 @@ impl ResponseStore for SqliteStore {
         id: &str,
         page: InputItemsPage,
     ) -> Result<Option<InputItemsList>, StoreError> {
-        self.items_page([INPUT_ITEMS_ASC, INPUT_ITEMS_DESC], owner, id, page).await
+        self.items_page(&INPUT_ITEMS_PAGES, owner, id, page).await
     }
 
     async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
@@ -524,7 +530,7 @@ impl ResponseStore for SqliteStore {
     async fn conversation_history(&self, owner: &str, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
         let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
         self.read(move |conn| {
-            let found = query_items_and_version(conn, &cache, CONVERSATION_HISTORY, [&id, &owner], true)?;
+            let found = query_items_and_version(conn, &cache, &CONVERSATION_HISTORY, [&id, &owner], true)?;
             Ok(found.map(|(items, version)| ConversationHistory { items, version }))
         })
         .await
@@ -536,7 +542,7 @@ impl ResponseStore for SqliteStore {
         id: &str,
         page: InputItemsPage,
     ) -> Result<Option<InputItemsList>, StoreError> {
-        self.items_page([CONVERSATION_ITEMS_ASC, CONVERSATION_ITEMS_DESC], owner, id, page).await
+        self.items_page(&CONVERSATION_ITEMS_PAGES, owner, id, page).await
     }
 
     async fn append_conversation_items(
@@ -575,7 +581,7 @@ impl ResponseStore for SqliteStore {
         let (owner, id, item_id) = (owner.to_owned(), id.to_owned(), item_id.to_owned());
         let cache = Arc::clone(&self.inner.items);
         self.read(move |conn| {
-            Ok(match query_items(conn, &cache, CONVERSATION_ITEM, [&id, &item_id, &owner])? {
+            Ok(match query_items(conn, &cache, &CONVERSATION_ITEM, [&id, &item_id, &owner])? {
                 None => ConversationItemLookup::NoConversation,
                 Some(items) => match items.into_iter().next() {
                     None => ConversationItemLookup::NoItem,

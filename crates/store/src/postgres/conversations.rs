@@ -58,57 +58,6 @@ pub(super) const UPDATE_CONVERSATION: &str =
     "UPDATE conversations SET metadata = $2 WHERE id = $1 AND owner = $3 AND NOT deleted
     RETURNING created_at, metadata";
 
-/// Every visible item of a conversation with its version, in one statement: no row when the
-/// conversation does not exist, one all-NULL item when it is empty.
-pub(super) const CONVERSATION_HISTORY: &str = "
-    SELECT ci.item_key, i.body, c.version
-    FROM conversations c
-    LEFT JOIN conversation_items ci ON ci.conversation_id = c.id AND NOT ci.removed
-    LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = $1 AND c.owner = $2 AND NOT c.deleted
-    ORDER BY ci.position";
-
-/// A page of a conversation's visible items from an exclusive cursor (`$2`, an item id, NULL for
-/// none), oldest first; shaped like [`super::responses::INPUT_ITEMS_ASC`].
-pub(super) const CONVERSATION_ITEMS_ASC: &str = "
-    SELECT ci.item_key, i.body
-    FROM conversations c
-    LEFT JOIN conversation_items ci
-        ON ci.conversation_id = c.id AND NOT ci.removed
-        AND ($2::text IS NULL OR ci.position > (
-            SELECT MIN(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
-            WHERE x.conversation_id = $1 AND NOT x.removed AND xi.item_id = $2))
-    LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = $1 AND c.owner = $4 AND NOT c.deleted
-    ORDER BY ci.position ASC
-    LIMIT $3";
-
-/// [`CONVERSATION_ITEMS_ASC`], newest first.
-pub(super) const CONVERSATION_ITEMS_DESC: &str = "
-    SELECT ci.item_key, i.body
-    FROM conversations c
-    LEFT JOIN conversation_items ci
-        ON ci.conversation_id = c.id AND NOT ci.removed
-        AND ($2::text IS NULL OR ci.position < (
-            SELECT MAX(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
-            WHERE x.conversation_id = $1 AND NOT x.removed AND xi.item_id = $2))
-    LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = $1 AND c.owner = $4 AND NOT c.deleted
-    ORDER BY ci.position DESC
-    LIMIT $3";
-
-/// The first visible item with id `$2` of owner `$3`'s conversation `$1`: no row when the conversation does
-/// not exist, an all-NULL row when it holds no such item.
-pub(super) const CONVERSATION_ITEM: &str = "
-    SELECT f.item_key, i.body
-    FROM (
-        SELECT (SELECT ci.item_key FROM conversation_items ci JOIN items x ON x.key = ci.item_key
-                WHERE ci.conversation_id = c.id AND NOT ci.removed AND x.item_id = $2
-                ORDER BY ci.position LIMIT 1) AS item_key
-        FROM conversations c WHERE c.id = $1 AND c.owner = $3 AND NOT c.deleted
-    ) f
-    LEFT JOIN items i ON i.key = f.item_key";
-
 /// New items as the two arrays the statements take: their ids as lookup keys (the column is for
 /// lookups, `after`; the body keeps the id as given) and their bodies.
 pub(super) fn item_columns(items: &[EncodedItem]) -> (Vec<String>, Vec<&str>) {

@@ -87,36 +87,6 @@ pub(super) const SELECT_RESPONSE_HISTORY: &str = "
     WHERE r.id = $1 AND r.owner = $2 AND NOT r.deleted
     ORDER BY h.ord";
 
-/// Input items of one response from an exclusive cursor (`$2`, an item id, NULL for none), oldest
-/// first, as in the SQLite backend: one all-NULL row when the response exists but the page is
-/// empty, and a cursor that is not among the input gives an empty page.
-pub(super) const INPUT_ITEMS_ASC: &str = "
-    SELECT ri.item_key, i.body
-    FROM responses r
-    LEFT JOIN response_items ri
-        ON ri.response_id = r.id AND ri.role = 1
-        AND ($2::text IS NULL OR ri.position > (
-            SELECT MIN(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
-            WHERE c.response_id = $1 AND c.role = 1 AND ci.item_id = $2))
-    LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = $1 AND r.owner = $4 AND NOT r.deleted
-    ORDER BY ri.position ASC
-    LIMIT $3";
-
-/// [`INPUT_ITEMS_ASC`], newest first.
-pub(super) const INPUT_ITEMS_DESC: &str = "
-    SELECT ri.item_key, i.body
-    FROM responses r
-    LEFT JOIN response_items ri
-        ON ri.response_id = r.id AND ri.role = 1
-        AND ($2::text IS NULL OR ri.position < (
-            SELECT MAX(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
-            WHERE c.response_id = $1 AND c.role = 1 AND ci.item_id = $2))
-    LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = $1 AND r.owner = $4 AND NOT r.deleted
-    ORDER BY ri.position DESC
-    LIMIT $3";
-
 /// Save `response` with one statement on `conn` (a pooled connection, or a transaction: a save
 /// into a conversation locks the conversation's row first, until the caller commits).
 pub(crate) async fn save_on(conn: &mut PgConnection, response: NewResponse) -> Result<(), StoreError> {

@@ -57,37 +57,6 @@ pub(super) const SELECT_RESPONSE_HISTORY: &str = "
     WHERE r.id = ?1 AND r.owner = ?2 AND r.deleted = 0
     ORDER BY h.key";
 
-/// Input items of one response from an exclusive cursor, oldest first. The LEFT JOINs from
-/// `responses` yield one all-NULL row when the response exists but the page is empty, so existence
-/// and the page come from one statement (one snapshot). `?2` NULL means no cursor; a cursor id
-/// that is not among the input makes the bound NULL, hence an empty page.
-pub(super) const INPUT_ITEMS_ASC: &str = "
-    SELECT ri.item_key, i.body
-    FROM responses r
-    LEFT JOIN response_items ri
-        ON ri.response_id = r.id AND ri.role = 1
-        AND (?2 IS NULL OR ri.position > (
-            SELECT MIN(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
-            WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
-    LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1 AND r.owner = ?4 AND r.deleted = 0
-    ORDER BY ri.position ASC
-    LIMIT ?3";
-
-/// [`INPUT_ITEMS_ASC`], newest first.
-pub(super) const INPUT_ITEMS_DESC: &str = "
-    SELECT ri.item_key, i.body
-    FROM responses r
-    LEFT JOIN response_items ri
-        ON ri.response_id = r.id AND ri.role = 1
-        AND (?2 IS NULL OR ri.position < (
-            SELECT MAX(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
-            WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
-    LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1 AND r.owner = ?4 AND r.deleted = 0
-    ORDER BY ri.position DESC
-    LIMIT ?3";
-
 /// Insert the new items (`(item_id, body)`, in order) with as few statements as possible; returns
 /// the key of the first one, the others following it one by one.
 ///
