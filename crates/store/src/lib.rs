@@ -64,11 +64,17 @@
 //!   migrated under an advisory lock, so processes may start together.
 //!
 //! [`open`] picks one from the location (`postgres://…` or a SQLite path); both pass the same
-//! behaviour tests (`tests.rs`).
+//! behaviour tests (`tests.rs`). What the two share is written once: the deletion rules above
+//! (`retention`, over each backend's statements), what a background run's lease allows
+//! (`background`), how responses, items and metadata are encoded (`encoding`), and the reads whose
+//! SQL is the same in both dialects (`queries`).
 
 mod background;
+mod encoding;
 mod item_cache;
 pub mod postgres;
+mod queries;
+mod retention;
 pub mod sqlite;
 
 use std::sync::Arc;

@@ -52,13 +52,18 @@
 mod background;
 mod checkpoint;
 mod connection;
+mod conversations;
 mod reserve;
+mod responses;
+mod retention;
 mod writer;
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use respgw_protocol::Item;
@@ -72,14 +77,31 @@ pub(crate) use self::connection::Config;
 #[cfg(test)]
 pub(crate) use self::connection::{SCHEMA_V1, SCHEMA_V2};
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
+use self::conversations::{
+    APPEND_CONVERSATION_ITEMS, COUNT_CONVERSATION_ITEMS, INSERT_CONVERSATION, SELECT_CONVERSATION, UPDATE_CONVERSATION,
+    append_rows, conversation_state,
+};
 pub use self::reserve::DEFAULT_RESERVE_BYTES;
 use self::reserve::Reserve;
+use self::responses::{SELECT_RESPONSE, SELECT_RESPONSE_HISTORY, insert_items, insert_response};
+use self::retention::Tx;
 use self::writer::{Growth, Writer};
+use crate::encoding::{EncodedResponse, conversation_record, encode, encode_items};
 use crate::item_cache::{DEFAULT_ITEM_CACHE_BYTES, ItemCache};
+use crate::queries::{self, with_sqlite_parameters};
+use crate::retention::{check_room, delete_conversation, delete_conversation_item, delete_response, is_live};
 use crate::{
-    ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList,
-    InputItemsOrder, InputItemsPage, NewConversation, NewResponse, ResponseStore, StoreError,
+    ConversationHistory, ConversationItemLookup, ConversationRecord, InputItemsList, InputItemsOrder, InputItemsPage,
+    NewConversation, NewResponse, ResponseStore, StoreError,
 };
+
+/// The reads shared with PostgreSQL ([`crate::queries`]) with SQLite's parameters, made once.
+static INPUT_ITEMS_PAGES: LazyLock<[String; 2]> =
+    LazyLock::new(|| [queries::INPUT_ITEMS_ASC, queries::INPUT_ITEMS_DESC].map(with_sqlite_parameters));
+static CONVERSATION_ITEMS_PAGES: LazyLock<[String; 2]> =
+    LazyLock::new(|| [queries::CONVERSATION_ITEMS_ASC, queries::CONVERSATION_ITEMS_DESC].map(with_sqlite_parameters));
+static CONVERSATION_HISTORY: LazyLock<String> = LazyLock::new(|| with_sqlite_parameters(queries::CONVERSATION_HISTORY));
+static CONVERSATION_ITEM: LazyLock<String> = LazyLock::new(|| with_sqlite_parameters(queries::CONVERSATION_ITEM));
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 6;
@@ -87,210 +109,6 @@ pub const SCHEMA_VERSION: i64 = 6;
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).
 const OPEN_ATTEMPTS: u32 = 10;
-
-const ROLE_INPUT: i64 = 1;
-const ROLE_OUTPUT: i64 = 2;
-
-const INSERT_RESPONSE: &str = "
-    INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
-        conversation_id, owner)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-
-/// The key list of the response a save continues; tombstones included (a continuation that read
-/// the conversation before the delete still saves whole). Only the saving owner's.
-const SELECT_HISTORY: &str = "SELECT history FROM responses WHERE id = ?1 AND owner = ?2";
-
-/// Rows for the `?4` new items whose keys start at `?2`: the first `?3` are input (role `?5`), the
-/// rest output (role `?6`). A counting CTE instead of one bound row per item: the keys are
-/// contiguous (see [`insert_items`]).
-const INSERT_OWN_ITEMS: &str = "
-    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?4)
-    INSERT INTO response_items (response_id, position, item_key, role)
-    SELECT ?1, i, ?2 + i, CASE WHEN i < ?3 THEN ?5 ELSE ?6 END FROM n";
-
-/// New items per multi-row `INSERT` (two parameters each). Longer lists take several statements.
-const ITEMS_PER_INSERT: usize = 16;
-
-/// `INSERT INTO items … VALUES (?, ?), …` for 1..=[`ITEMS_PER_INSERT`] rows, built once.
-static INSERT_ITEMS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    (1..=ITEMS_PER_INSERT)
-        .map(|rows| format!("INSERT INTO items (item_id, body) VALUES {}", vec!["(?, ?)"; rows].join(", ")))
-        .collect()
-});
-
-const SELECT_RESPONSE: &str = "SELECT body FROM responses WHERE id = ?1 AND owner = ?2 AND deleted = 0";
-
-/// The key list joined to the items, in list order (json_each's `key` is the array index). LEFT
-/// JOINs from `responses`: no row at all means "not stored", one all-NULL row means "stored, empty
-/// conversation"; one statement, so one consistent snapshot.
-const SELECT_RESPONSE_HISTORY: &str = "
-    SELECT h.value, i.body
-    FROM responses r
-    LEFT JOIN json_each(r.history) AS h
-    LEFT JOIN items i ON i.key = h.value
-    WHERE r.id = ?1 AND r.owner = ?2 AND r.deleted = 0
-    ORDER BY h.key";
-
-/// Input items of one response from an exclusive cursor, oldest first. The LEFT JOINs from
-/// `responses` yield one all-NULL row when the response exists but the page is empty, so existence
-/// and the page come from one statement (one snapshot). `?2` NULL means no cursor; a cursor id
-/// that is not among the input makes the bound NULL, hence an empty page.
-const INPUT_ITEMS_ASC: &str = "
-    SELECT ri.item_key, i.body
-    FROM responses r
-    LEFT JOIN response_items ri
-        ON ri.response_id = r.id AND ri.role = 1
-        AND (?2 IS NULL OR ri.position > (
-            SELECT MIN(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
-            WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
-    LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1 AND r.owner = ?4 AND r.deleted = 0
-    ORDER BY ri.position ASC
-    LIMIT ?3";
-
-/// [`INPUT_ITEMS_ASC`], newest first.
-const INPUT_ITEMS_DESC: &str = "
-    SELECT ri.item_key, i.body
-    FROM responses r
-    LEFT JOIN response_items ri
-        ON ri.response_id = r.id AND ri.role = 1
-        AND (?2 IS NULL OR ri.position < (
-            SELECT MAX(c.position) FROM response_items c JOIN items ci ON ci.key = c.item_key
-            WHERE c.response_id = ?1 AND c.role = 1 AND ci.item_id = ?2))
-    LEFT JOIN items i ON i.key = ri.item_key
-    WHERE r.id = ?1 AND r.owner = ?4 AND r.deleted = 0
-    ORDER BY ri.position DESC
-    LIMIT ?3";
-
-/// Whether a response of owner `?2` is stored, a tombstone, and what it continues (a response
-/// continues only its own owner's).
-const SELECT_FOR_DELETE: &str = "SELECT deleted, history_from FROM responses WHERE id = ?1 AND owner = ?2";
-
-const HAS_CONTINUATIONS: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE history_from = ?1)";
-
-/// Hide a continued response; its own items stay for its continuations. The body is dropped.
-const MAKE_TOMBSTONE: &str = "UPDATE responses SET deleted = 1, body = '' WHERE id = ?1";
-
-/// Its own items' rows, returning their keys (the items go after the response row).
-const DELETE_OWN_ITEMS: &str = "DELETE FROM response_items WHERE response_id = ?1 RETURNING item_key";
-
-/// Remove a response row, returning the conversation it was created in (NULL for none).
-const DELETE_RESPONSE: &str = "DELETE FROM responses WHERE id = ?1 RETURNING conversation_id";
-
-/// Of the items under the keys in the JSON array `?1`, delete those that no response's own items
-/// and no conversation (removed rows included) hold any more.
-const DELETE_ORPHAN_ITEMS: &str = "
-    DELETE FROM items WHERE key IN (SELECT value FROM json_each(?1))
-    AND NOT EXISTS (SELECT 1 FROM response_items r WHERE r.item_key = items.key)
-    AND NOT EXISTS (SELECT 1 FROM conversation_items c WHERE c.item_key = items.key)";
-
-const INSERT_CONVERSATION: &str = "INSERT INTO conversations (id, created_at, metadata, owner) VALUES (?1, ?2, ?3, ?4)";
-
-/// An owner's conversation's state for a write: tombstone or not, and its version.
-const SELECT_CONVERSATION_STATE: &str = "SELECT deleted, version FROM conversations WHERE id = ?1 AND owner = ?2";
-
-const SELECT_CONVERSATION: &str =
-    "SELECT created_at, metadata FROM conversations WHERE id = ?1 AND owner = ?2 AND deleted = 0";
-
-const UPDATE_CONVERSATION: &str = "UPDATE conversations SET metadata = ?2 WHERE id = ?1 AND owner = ?3 AND deleted = 0
-    RETURNING created_at, metadata";
-
-/// The visible item keys of a conversation, in order.
-const CONVERSATION_KEYS: &str =
-    "SELECT item_key FROM conversation_items WHERE conversation_id = ?1 AND removed = 0 ORDER BY position";
-
-/// The position after every row of a conversation (removed ones included).
-/// How many items conversation `?1` holds (removed ones not counted).
-const COUNT_CONVERSATION_ITEMS: &str =
-    "SELECT count(*) FROM conversation_items WHERE conversation_id = ?1 AND removed = 0";
-
-const NEXT_POSITION: &str = "SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = ?1";
-
-/// Rows for `?3` new items whose keys start at `?2`, at positions from `?4` (the keys are
-/// contiguous, see [`insert_items`]).
-const APPEND_CONVERSATION_ITEMS: &str = "
-    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?3)
-    INSERT INTO conversation_items (conversation_id, position, item_key)
-    SELECT ?1, ?4 + i, ?2 + i FROM n";
-
-const BUMP_VERSION: &str =
-    "UPDATE conversations SET version = version + 1 WHERE id = ?1 RETURNING created_at, metadata";
-
-/// Every visible item of a conversation with its version, in one statement (one snapshot): no
-/// row when the conversation does not exist, one all-NULL item when it is empty.
-const CONVERSATION_HISTORY: &str = "
-    SELECT ci.item_key, i.body, c.version
-    FROM conversations c
-    LEFT JOIN conversation_items ci ON ci.conversation_id = c.id AND ci.removed = 0
-    LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = ?1 AND c.owner = ?2 AND c.deleted = 0
-    ORDER BY ci.position";
-
-/// A page of a conversation's visible items from an exclusive cursor (`?2`, an item id, NULL for
-/// none), oldest first; shaped like [`INPUT_ITEMS_ASC`].
-const CONVERSATION_ITEMS_ASC: &str = "
-    SELECT ci.item_key, i.body
-    FROM conversations c
-    LEFT JOIN conversation_items ci
-        ON ci.conversation_id = c.id AND ci.removed = 0
-        AND (?2 IS NULL OR ci.position > (
-            SELECT MIN(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
-            WHERE x.conversation_id = ?1 AND x.removed = 0 AND xi.item_id = ?2))
-    LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = ?1 AND c.owner = ?4 AND c.deleted = 0
-    ORDER BY ci.position ASC
-    LIMIT ?3";
-
-/// [`CONVERSATION_ITEMS_ASC`], newest first.
-const CONVERSATION_ITEMS_DESC: &str = "
-    SELECT ci.item_key, i.body
-    FROM conversations c
-    LEFT JOIN conversation_items ci
-        ON ci.conversation_id = c.id AND ci.removed = 0
-        AND (?2 IS NULL OR ci.position < (
-            SELECT MAX(x.position) FROM conversation_items x JOIN items xi ON xi.key = x.item_key
-            WHERE x.conversation_id = ?1 AND x.removed = 0 AND xi.item_id = ?2))
-    LEFT JOIN items i ON i.key = ci.item_key
-    WHERE c.id = ?1 AND c.owner = ?4 AND c.deleted = 0
-    ORDER BY ci.position DESC
-    LIMIT ?3";
-
-/// The first visible item with id `?2` of owner `?3`'s conversation `?1`: no row when the conversation does
-/// not exist, an all-NULL row when it holds no such item.
-const CONVERSATION_ITEM: &str = "
-    SELECT f.item_key, i.body
-    FROM (
-        SELECT (SELECT ci.item_key FROM conversation_items ci JOIN items x ON x.key = ci.item_key
-                WHERE ci.conversation_id = c.id AND ci.removed = 0 AND x.item_id = ?2
-                ORDER BY ci.position LIMIT 1) AS item_key
-        FROM conversations c WHERE c.id = ?1 AND c.owner = ?3 AND c.deleted = 0
-    ) f
-    LEFT JOIN items i ON i.key = f.item_key";
-
-/// The position of the first visible item with id `?2` of conversation `?1`.
-const FIND_CONVERSATION_ITEM: &str = "
-    SELECT ci.position FROM conversation_items ci JOIN items i ON i.key = ci.item_key
-    WHERE ci.conversation_id = ?1 AND ci.removed = 0 AND i.item_id = ?2
-    ORDER BY ci.position LIMIT 1";
-
-/// Whether a stored response (or tombstone) was created in conversation `?1`.
-const CONVERSATION_REFERENCED: &str = "SELECT EXISTS (SELECT 1 FROM responses WHERE conversation_id = ?1)";
-
-const FLAG_REMOVED: &str = "UPDATE conversation_items SET removed = 1 WHERE conversation_id = ?1 AND position = ?2";
-
-const DELETE_CONVERSATION_ROW: &str =
-    "DELETE FROM conversation_items WHERE conversation_id = ?1 AND position = ?2 RETURNING item_key";
-
-/// Hide a conversation that stored responses were created in; its rows stay for them.
-const MAKE_CONVERSATION_TOMBSTONE: &str =
-    "UPDATE conversations SET deleted = 1, metadata = '{}', version = version + 1 WHERE id = ?1";
-
-const DELETE_CONVERSATION_ROWS: &str = "DELETE FROM conversation_items WHERE conversation_id = ?1 RETURNING item_key";
-
-const DELETE_REMOVED_ROWS: &str =
-    "DELETE FROM conversation_items WHERE conversation_id = ?1 AND removed = 1 RETURNING item_key";
-
-const DELETE_CONVERSATION: &str = "DELETE FROM conversations WHERE id = ?1";
 
 /// A [`ResponseStore`] on a SQLite database (a file shared by processes, or private in memory).
 /// Clones share the same connections; the last one dropped closes them and stops the
@@ -379,7 +197,7 @@ impl SqliteStore {
     /// nothing has that id). None when nothing has that id.
     async fn items_page(
         &self,
-        [ascending, descending]: [&'static str; 2],
+        [ascending, descending]: &'static [String; 2],
         owner: &str,
         id: &str,
         page: InputItemsPage,
@@ -558,10 +376,6 @@ fn open_file(path: &Path, config: &Config, stats: &Arc<Stats>, signal: Arc<Signa
     Ok(Opened::Ready(Box::new((writer, checkpoint_conn, reserve))))
 }
 
-fn encode<T: serde::Serialize + ?Sized>(value: &T, what: &str) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot encode {what}: {e}")))
-}
-
 /// Run a cached `(item_key, body)` query over a LEFT JOIN from `responses`: `None` when it returns
 /// no row (the response is not stored), else the items, skipping the all-NULL row that only says
 /// the response exists. Bodies of items decoded before are not even read out.
@@ -575,7 +389,7 @@ fn query_items(
 }
 
 /// [`query_items`], also returning the third column of the first row when `version` is set (a
-/// conversation's version, for [`CONVERSATION_HISTORY`]).
+/// conversation's version, for [`queries::CONVERSATION_HISTORY`]).
 fn query_items_and_version(
     conn: &Connection,
     cache: &ItemCache,
@@ -609,174 +423,12 @@ fn query_items_and_version(
     Ok(found.map(|version| (items, version)))
 }
 
-/// Insert the new items (`(item_id, body)`, in order) with as few statements as possible; returns
-/// the key of the first one, the others following it one by one.
-///
-/// Why the keys are contiguous: the caller holds the write transaction (`BEGIN IMMEDIATE`), so no
-/// other connection, in this process or another, inserts items meanwhile. An `AUTOINCREMENT` key
-/// is one more than the largest of the table's current maximum and the largest key it ever handed
-/// out (`sqlite_sequence`), and a multi-row `INSERT … VALUES` inserts its rows in order, each
-/// getting the next key; the next statement continues from the last. So the n items get
-/// `first..first + n`, even when deleted items left gaps below or above the current maximum. The
-/// chunk boundaries are checked anyway (cheaply), and the test `new_item_keys_are_contiguous`
-/// checks the whole mapping.
-fn insert_items(tx: &Connection, items: &[(String, String)]) -> Result<i64, StoreError> {
-    let mut first = None;
-    let mut next = 0;
-    for chunk in items.chunks(ITEMS_PER_INSERT) {
-        let mut stmt = tx.prepare_cached(&INSERT_ITEMS[chunk.len() - 1]).map_err(map_err)?;
-        for (n, (item_id, body)) in chunk.iter().enumerate() {
-            stmt.raw_bind_parameter(2 * n + 1, item_id).map_err(map_err)?;
-            stmt.raw_bind_parameter(2 * n + 2, body).map_err(map_err)?;
-        }
-        stmt.raw_execute().map_err(map_err)?;
-        let last = tx.last_insert_rowid();
-        let chunk_first = last - (chunk.len() as i64 - 1);
-        match first {
-            None => first = Some(chunk_first),
-            Some(_) if chunk_first != next => {
-                return Err(StoreError::Unavailable(format!(
-                    "item keys are not contiguous (expected {next}, got {chunk_first}); nothing was saved"
-                )));
-            }
-            Some(_) => {}
-        }
-        next = last + 1;
-    }
-    first.ok_or_else(|| StoreError::Unavailable("no items to insert".into()))
-}
-
-/// A response to save, encoded before the writer is taken.
-pub(crate) struct EncodedResponse {
-    id: String,
-    /// The tenant saving it (see [`NewResponse::owner`]).
-    owner: String,
-    previous_response_id: Option<String>,
-    model: String,
-    created_at: i64,
-    status: String,
-    body: String,
-    history_from: Option<String>,
-    /// The conversation the response was created in, at the version it read.
-    conversation: Option<ConversationAppend>,
-    inputs: i64,
-    /// The new items, input then output, as `(item_id, body)` rows.
-    rows: Vec<(String, String)>,
-}
-
-impl EncodedResponse {
-    pub(crate) fn new(response: NewResponse) -> Result<Self, StoreError> {
-        let NewResponse {
-            id,
-            owner,
-            previous_response_id,
-            model,
-            created_at,
-            status,
-            response,
-            history_from,
-            input,
-            output,
-            conversation,
-        } = response;
-        // A response created in a conversation continues the conversation, nothing else.
-        let history_from = if conversation.is_some() { None } else { history_from };
-        let body = encode(&response, "response")?;
-        let inputs = input.len() as i64;
-        let mut rows = Vec::with_capacity(input.len() + output.len());
-        for item in input.iter().chain(&output) {
-            rows.push((item.id().to_owned(), encode(item, "item")?));
-        }
-        Ok(Self {
-            id,
-            owner,
-            previous_response_id,
-            model,
-            created_at,
-            status,
-            body,
-            history_from,
-            conversation,
-            inputs,
-            rows,
-        })
-    }
-
-    /// Write the response row, its new items and their rows inside `tx`.
-    pub(crate) fn insert(&self, tx: &Connection) -> Result<(), StoreError> {
-        let id = &self.id;
-        let mut history = match (&self.conversation, &self.history_from) {
-            (Some(append), _) => {
-                match conversation_state(tx, &self.owner, &append.id)? {
-                    Some((false, version)) if version == append.version => {}
-                    Some((false, _)) => return Err(StoreError::ConversationChanged(append.id.clone())),
-                    Some((true, _)) | None => return Err(StoreError::ConversationGone(append.id.clone())),
-                }
-                let mut keys = query_keys(tx, CONVERSATION_KEYS, [&append.id])?;
-                keys.reserve(self.rows.len());
-                keys
-            }
-            (None, None) => Vec::with_capacity(self.rows.len()),
-            (None, Some(parent)) => {
-                let list = tx
-                    .prepare_cached(SELECT_HISTORY)
-                    .and_then(|mut s| s.query_row([parent, &self.owner], |row| row.get::<_, String>(0)))
-                    .map_err(|e| match e {
-                        rusqlite::Error::QueryReturnedNoRows => StoreError::MissingHistory(format!(
-                            "{parent} was deleted before its continuation {id} was saved"
-                        )),
-                        e => map_err(e),
-                    })?;
-                let mut keys: Vec<i64> = serde_json::from_str(&list)
-                    .map_err(|e| StoreError::Corrupt(format!("history of {parent}: {e}")))?;
-                keys.reserve(self.rows.len());
-                keys
-            }
-        };
-        let first_key = if self.rows.is_empty() { None } else { Some(insert_items(tx, &self.rows)?) };
-        if let Some(first) = first_key {
-            history.extend(first..first + self.rows.len() as i64);
-        }
-        let history = encode(&history, "history")?;
-        let inserted = tx.prepare_cached(INSERT_RESPONSE).and_then(|mut s| {
-            s.execute(params![
-                id,
-                self.previous_response_id,
-                self.model,
-                self.created_at,
-                self.status,
-                self.body,
-                self.history_from,
-                history,
-                self.conversation.as_ref().map(|c| &c.id),
-                self.owner
-            ])
-        });
-        match inserted {
-            Ok(_) => {}
-            Err(e) if is_unique_violation(&e) => return Err(StoreError::Duplicate(id.clone())),
-            Err(e) => return Err(map_err(e)),
-        }
-        if let Some(first) = first_key {
-            tx.prepare_cached(INSERT_OWN_ITEMS)
-                .and_then(|mut s| {
-                    s.execute(params![id, first, self.inputs, self.rows.len() as i64, ROLE_INPUT, ROLE_OUTPUT])
-                })
-                .map_err(map_err)?;
-            if let Some(append) = &self.conversation {
-                append_rows(tx, &append.id, first, self.rows.len())?;
-            }
-        }
-        Ok(())
-    }
-}
-
 #[async_trait::async_trait]
 impl ResponseStore for SqliteStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
         // Encode everything before taking the writer, to hold it as briefly as possible.
         let encoded = EncodedResponse::new(response)?;
-        self.write(Growth::Adds, move |tx| encoded.insert(tx)).await
+        self.write(Growth::Adds, move |tx| insert_response(tx, &encoded)).await
     }
 
     async fn response(&self, owner: &str, id: &str) -> Result<Option<serde_json::Value>, StoreError> {
@@ -802,44 +454,12 @@ impl ResponseStore for SqliteStore {
         id: &str,
         page: InputItemsPage,
     ) -> Result<Option<InputItemsList>, StoreError> {
-        self.items_page([INPUT_ITEMS_ASC, INPUT_ITEMS_DESC], owner, id, page).await
+        self.items_page(&INPUT_ITEMS_PAGES, owner, id, page).await
     }
 
     async fn delete(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
-        self.write(Growth::Bounded, move |tx| {
-            let found = tx
-                .prepare_cached(SELECT_FOR_DELETE)
-                .and_then(|mut s| s.query_row([&id, &owner], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
-            let history_from: Option<String> = match found {
-                Ok((false, history_from)) => history_from,
-                // Not stored, or already deleted: nothing changes.
-                Ok((true, _)) | Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(false),
-                Err(e) => return Err(map_err(e)),
-            };
-            if has_continuations(tx, &id)? {
-                tx.prepare_cached(MAKE_TOMBSTONE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
-            } else {
-                remove(tx, &owner, &id)?;
-                // Up the chain: each tombstone whose last continuation just went goes too.
-                let mut parent = history_from;
-                while let Some(p) = parent.take() {
-                    let row = tx
-                        .prepare_cached(SELECT_FOR_DELETE)
-                        .and_then(|mut s| s.query_row([&p, &owner], |row| Ok((row.get::<_, bool>(0)?, row.get(1)?))));
-                    match row {
-                        Ok((true, next)) if !has_continuations(tx, &p)? => {
-                            remove(tx, &owner, &p)?;
-                            parent = next;
-                        }
-                        Ok(_) | Err(rusqlite::Error::QueryReturnedNoRows) => {}
-                        Err(e) => return Err(map_err(e)),
-                    }
-                }
-            }
-            Ok(true)
-        })
-        .await
+        self.write(Growth::Bounded, move |tx| run_now(delete_response(&mut Tx(tx), &owner, &id))).await
     }
 
     async fn create_conversation(&self, conversation: NewConversation) -> Result<(), StoreError> {
@@ -873,7 +493,7 @@ impl ResponseStore for SqliteStore {
                 s.query_row([&id, &owner], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
             });
             match row {
-                Ok((created_at, metadata)) => record(&id, created_at, &metadata).map(Some),
+                Ok((created_at, metadata)) => conversation_record(&id, created_at, &metadata).map(Some),
                 Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
                 Err(e) => Err(map_err(e)),
             }
@@ -894,7 +514,7 @@ impl ResponseStore for SqliteStore {
                 s.query_row(params![id, metadata, owner], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)))
             });
             match row {
-                Ok((created_at, metadata)) => record(&id, created_at, &metadata).map(Some),
+                Ok((created_at, metadata)) => conversation_record(&id, created_at, &metadata).map(Some),
                 Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
                 Err(e) => Err(map_err(e)),
             }
@@ -904,26 +524,13 @@ impl ResponseStore for SqliteStore {
 
     async fn delete_conversation(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
         let (owner, id) = (owner.to_owned(), id.to_owned());
-        self.write(Growth::Bounded, move |tx| {
-            match conversation_state(tx, &owner, &id)? {
-                Some((false, _)) => {}
-                // Not stored, or already deleted: nothing changes.
-                Some((true, _)) | None => return Ok(false),
-            }
-            if conversation_referenced(tx, &id)? {
-                tx.prepare_cached(MAKE_CONVERSATION_TOMBSTONE).and_then(|mut s| s.execute([&id])).map_err(map_err)?;
-            } else {
-                collect_conversation(tx, &id)?;
-            }
-            Ok(true)
-        })
-        .await
+        self.write(Growth::Bounded, move |tx| run_now(delete_conversation(&mut Tx(tx), &owner, &id))).await
     }
 
     async fn conversation_history(&self, owner: &str, id: &str) -> Result<Option<ConversationHistory>, StoreError> {
         let (owner, id, cache) = (owner.to_owned(), id.to_owned(), Arc::clone(&self.inner.items));
         self.read(move |conn| {
-            let found = query_items_and_version(conn, &cache, CONVERSATION_HISTORY, [&id, &owner], true)?;
+            let found = query_items_and_version(conn, &cache, &CONVERSATION_HISTORY, [&id, &owner], true)?;
             Ok(found.map(|(items, version)| ConversationHistory { items, version }))
         })
         .await
@@ -935,7 +542,7 @@ impl ResponseStore for SqliteStore {
         id: &str,
         page: InputItemsPage,
     ) -> Result<Option<InputItemsList>, StoreError> {
-        self.items_page([CONVERSATION_ITEMS_ASC, CONVERSATION_ITEMS_DESC], owner, id, page).await
+        self.items_page(&CONVERSATION_ITEMS_PAGES, owner, id, page).await
     }
 
     async fn append_conversation_items(
@@ -948,9 +555,8 @@ impl ResponseStore for SqliteStore {
         let (owner, id) = (owner.to_owned(), id.to_owned());
         let new_items = encode_items(&items)?;
         self.write(Growth::Adds, move |tx| {
-            match conversation_state(tx, &owner, &id)? {
-                Some((false, _)) => {}
-                Some((true, _)) | None => return Ok(None),
+            if !is_live(conversation_state(tx, &owner, &id)?) {
+                return Ok(None);
             }
             let held: i64 = tx
                 .prepare_cached(COUNT_CONVERSATION_ITEMS)
@@ -975,7 +581,7 @@ impl ResponseStore for SqliteStore {
         let (owner, id, item_id) = (owner.to_owned(), id.to_owned(), item_id.to_owned());
         let cache = Arc::clone(&self.inner.items);
         self.read(move |conn| {
-            Ok(match query_items(conn, &cache, CONVERSATION_ITEM, [&id, &item_id, &owner])? {
+            Ok(match query_items(conn, &cache, &CONVERSATION_ITEM, [&id, &item_id, &owner])? {
                 None => ConversationItemLookup::NoConversation,
                 Some(items) => match items.into_iter().next() {
                     None => ConversationItemLookup::NoItem,
@@ -993,49 +599,19 @@ impl ResponseStore for SqliteStore {
         item_id: &str,
     ) -> Result<ConversationItemLookup<ConversationRecord>, StoreError> {
         let (owner, id, item_id) = (owner.to_owned(), id.to_owned(), item_id.to_owned());
-        self.write(Growth::Bounded, move |tx| {
-            match conversation_state(tx, &owner, &id)? {
-                Some((false, _)) => {}
-                Some((true, _)) | None => return Ok(ConversationItemLookup::NoConversation),
-            }
-            let found = tx
-                .prepare_cached(FIND_CONVERSATION_ITEM)
-                .and_then(|mut s| s.query_row([&id, &item_id], |row| row.get::<_, i64>(0)));
-            let position = match found {
-                Ok(position) => position,
-                Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(ConversationItemLookup::NoItem),
-                Err(e) => return Err(map_err(e)),
-            };
-            if conversation_referenced(tx, &id)? {
-                // A stored response's history may hold it: only hidden.
-                tx.prepare_cached(FLAG_REMOVED).and_then(|mut s| s.execute(params![id, position])).map_err(map_err)?;
-            } else {
-                let keys = query_keys(tx, DELETE_CONVERSATION_ROW, params![id, position])?;
-                delete_orphans(tx, &keys)?;
-            }
-            let record = bump_version(tx, &id)?;
-            Ok(ConversationItemLookup::Found(record))
-        })
-        .await
+        self.write(Growth::Bounded, move |tx| run_now(delete_conversation_item(&mut Tx(tx), &owner, &id, &item_id)))
+            .await
     }
 }
 
-/// Whether a stored response (or tombstone) continues `id`.
-fn has_continuations(tx: &Connection, id: &str) -> Result<bool, StoreError> {
-    tx.prepare_cached(HAS_CONTINUATIONS).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)
-}
-
-/// Remove owner `owner`'s response that nothing continues, with those of its own items that no
-/// conversation holds; then release the conversation it was created in (the same owner's), if any.
-fn remove(tx: &Connection, owner: &str, id: &str) -> Result<(), StoreError> {
-    let keys = query_keys(tx, DELETE_OWN_ITEMS, [id])?;
-    let conversation: Option<String> =
-        tx.prepare_cached(DELETE_RESPONSE).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)?;
-    delete_orphans(tx, &keys)?;
-    if let Some(conversation) = conversation {
-        release_conversation(tx, owner, &conversation)?;
+/// Run one of the rules shared with PostgreSQL (`crate::retention`, `crate::background`) on this
+/// backend's statements. Those are synchronous (their futures never wait), so the rule completes
+/// on its first poll, on the thread that holds the transaction.
+fn run_now<T>(rule: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    match pin!(rule).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(result) => result,
+        Poll::Pending => Err(StoreError::Unavailable("a SQLite statement waited, which it never does".into())),
     }
-    Ok(())
 }
 
 /// The `i64`s of a one-column query (item keys).
@@ -1043,97 +619,6 @@ fn query_keys(tx: &Connection, sql: &str, params: impl rusqlite::Params) -> Resu
     let mut stmt = tx.prepare_cached(sql).map_err(map_err)?;
     let keys = stmt.query_map(params, |row| row.get::<_, i64>(0)).map_err(map_err)?;
     keys.collect::<Result<Vec<i64>, _>>().map_err(map_err)
-}
-
-/// Delete the items under `keys` that nothing holds any more.
-fn delete_orphans(tx: &Connection, keys: &[i64]) -> Result<(), StoreError> {
-    if !keys.is_empty() {
-        let keys = encode(keys, "keys")?;
-        tx.prepare_cached(DELETE_ORPHAN_ITEMS).and_then(|mut s| s.execute([&keys])).map_err(map_err)?;
-    }
-    Ok(())
-}
-
-/// Tombstone or not, and the version, of a conversation `owner` stored.
-fn conversation_state(tx: &Connection, owner: &str, id: &str) -> Result<Option<(bool, i64)>, StoreError> {
-    let row = tx
-        .prepare_cached(SELECT_CONVERSATION_STATE)
-        .and_then(|mut s| s.query_row([id, owner], |row| Ok((row.get::<_, bool>(0)?, row.get::<_, i64>(1)?))));
-    match row {
-        Ok(state) => Ok(Some(state)),
-        Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
-        Err(e) => Err(map_err(e)),
-    }
-}
-
-/// Refuse `adding` more items to a conversation holding `held` when that passes `max_items`.
-fn check_room(held: i64, adding: usize, max_items: usize) -> Result<(), StoreError> {
-    let held = usize::try_from(held).unwrap_or(0);
-    if held.saturating_add(adding) > max_items {
-        return Err(StoreError::ConversationFull { held, adding, limit: max_items });
-    }
-    Ok(())
-}
-
-/// Whether a stored response (or tombstone) was created in the conversation.
-fn conversation_referenced(tx: &Connection, id: &str) -> Result<bool, StoreError> {
-    tx.prepare_cached(CONVERSATION_REFERENCED).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)
-}
-
-/// Append `count` new items, whose keys start at `first`, to the conversation and bump its
-/// version; the conversation's record.
-fn append_rows(tx: &Connection, id: &str, first: i64, count: usize) -> Result<ConversationRecord, StoreError> {
-    let next: i64 =
-        tx.prepare_cached(NEXT_POSITION).and_then(|mut s| s.query_row([id], |row| row.get(0))).map_err(map_err)?;
-    tx.prepare_cached(APPEND_CONVERSATION_ITEMS)
-        .and_then(|mut s| s.execute(params![id, first, count as i64, next]))
-        .map_err(map_err)?;
-    bump_version(tx, id)
-}
-
-/// Move the conversation to its next version; its record.
-fn bump_version(tx: &Connection, id: &str) -> Result<ConversationRecord, StoreError> {
-    let (created_at, metadata): (i64, String) = tx
-        .prepare_cached(BUMP_VERSION)
-        .and_then(|mut s| s.query_row([id], |row| Ok((row.get(0)?, row.get(1)?))))
-        .map_err(map_err)?;
-    record(id, created_at, &metadata)
-}
-
-/// Remove a conversation with its rows and the items no response holds.
-fn collect_conversation(tx: &Connection, id: &str) -> Result<(), StoreError> {
-    let keys = query_keys(tx, DELETE_CONVERSATION_ROWS, [id])?;
-    tx.prepare_cached(DELETE_CONVERSATION).and_then(|mut s| s.execute([id])).map_err(map_err)?;
-    delete_orphans(tx, &keys)
-}
-
-/// After a response created in conversation `id` was removed: if no stored response names the
-/// conversation any more, what was kept only for such responses goes — the whole conversation if
-/// it is a tombstone, else its removed rows (and their items, unless held elsewhere).
-fn release_conversation(tx: &Connection, owner: &str, id: &str) -> Result<(), StoreError> {
-    if conversation_referenced(tx, id)? {
-        return Ok(());
-    }
-    match conversation_state(tx, owner, id)? {
-        Some((true, _)) => collect_conversation(tx, id),
-        Some((false, _)) => {
-            let keys = query_keys(tx, DELETE_REMOVED_ROWS, [id])?;
-            delete_orphans(tx, &keys)
-        }
-        None => Ok(()),
-    }
-}
-
-/// A conversation record from its stored columns.
-fn record(id: &str, created_at: i64, metadata: &str) -> Result<ConversationRecord, StoreError> {
-    let metadata = serde_json::from_str(metadata)
-        .map_err(|e| StoreError::Corrupt(format!("metadata of conversation {id}: {e}")))?;
-    Ok(ConversationRecord { id: id.to_owned(), created_at, metadata })
-}
-
-/// Encode new items for [`insert_items`].
-fn encode_items(items: &[Item]) -> Result<Vec<(String, String)>, StoreError> {
-    items.iter().map(|item| Ok((item.id().to_owned(), encode(item, "item")?))).collect()
 }
 
 /// Access for tests: raw SQL on the writer connection, and the internal counters.

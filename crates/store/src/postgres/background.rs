@@ -15,11 +15,11 @@
 //! is made up by the followers' fallback polling.
 
 use sqlx::Row;
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnection, PgListener, PgPoolOptions};
 
 use super::{PostgresStore, map_err, save_on, sqlstate};
 use crate::StoreError;
-use crate::background::number_events;
+use crate::background::{RunLedger, end_run};
 use respgw_store_api::background::{
     Admission, Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus,
     StoredEvent,
@@ -158,42 +158,42 @@ fn columns(events: &[StoredEvent]) -> Result<Columns<'_>, StoreError> {
     Ok(Columns { seqs, kinds, data })
 }
 
-async fn insert_events(tx: &mut sqlx::PgConnection, id: &str, events: &[StoredEvent]) -> Result<(), StoreError> {
-    let Columns { seqs, kinds, data } = columns(events)?;
-    sqlx::query(INSERT_EVENTS)
-        .bind(id)
-        .bind(&seqs)
-        .bind(&kinds)
-        .bind(&data)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-    Ok(())
-}
-
 /// The suffix of a notification about a run ended from outside its owner.
 const ENDED: &str = " ended";
 
-/// End a run from outside its owner: its status, body and next number, and wake the listeners
-/// (saying so) when this commits.
-async fn update_run(
-    tx: &mut sqlx::PgConnection,
-    id: &str,
-    status: RunStatus,
-    body: &str,
-    next_seq: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(UPDATE_RUN)
-        .bind(id)
-        .bind(status.as_str())
-        .bind(body)
-        .bind(next_seq)
-        .bind(status.is_terminal())
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-    sqlx::query(NOTIFY).bind(CHANNEL).bind(format!("{id}{ENDED}")).execute(&mut *tx).await.map_err(map_err)?;
-    Ok(())
+impl RunLedger for PgConnection {
+    async fn run_for_write(&mut self, id: &str) -> Result<Option<(RunRecord, i64)>, StoreError> {
+        let row = sqlx::query(LOCK_RUN).bind(id).fetch_optional(&mut *self).await.map_err(map_err)?;
+        row.map(|row| decode_run(&row)).transpose()
+    }
+
+    async fn insert_events(&mut self, id: &str, events: &[StoredEvent]) -> Result<(), StoreError> {
+        let Columns { seqs, kinds, data } = columns(events)?;
+        sqlx::query(INSERT_EVENTS)
+            .bind(id)
+            .bind(&seqs)
+            .bind(&kinds)
+            .bind(&data)
+            .execute(&mut *self)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    /// Also wakes the listeners, saying the run was ended from outside, when this commits.
+    async fn mark_ended(&mut self, id: &str, status: RunStatus, body: &str, next_seq: i64) -> Result<(), StoreError> {
+        sqlx::query(UPDATE_RUN)
+            .bind(id)
+            .bind(status.as_str())
+            .bind(body)
+            .bind(next_seq)
+            .bind(status.is_terminal())
+            .execute(&mut *self)
+            .await
+            .map_err(map_err)?;
+        sqlx::query(NOTIFY).bind(CHANNEL).bind(format!("{id}{ENDED}")).execute(&mut *self).await.map_err(map_err)?;
+        Ok(())
+    }
 }
 
 #[async_trait::async_trait]
@@ -305,19 +305,12 @@ impl BackgroundStore for PostgresStore {
 
     async fn end_run(&self, end: EndRun) -> Result<Ended, StoreError> {
         let mut tx = self.pool.begin().await.map_err(map_err)?;
-        let row = sqlx::query(LOCK_RUN).bind(&end.id).fetch_optional(&mut *tx).await.map_err(map_err)?;
-        let Some(row) = row else { return Ok(Ended::Missing) };
-        let (run, next_seq) = decode_run(&row)?;
-        let renewed = end.lease_expired_before_ms.is_some_and(|before| run.lease_until_ms >= before);
-        if run.status.is_terminal() || renewed {
-            return Ok(Ended::Unchanged(run));
+        // Dropping `tx` on an error, or when nothing changed, rolls back.
+        let ended = end_run(&mut *tx, end).await?;
+        if let Ended::Now(_) = ended {
+            tx.commit().await.map_err(map_err)?;
         }
-        let (body, closing) = (end.close)(&run, end.status)?;
-        let events = number_events(closing, next_seq)?;
-        insert_events(&mut tx, &end.id, &events).await?;
-        update_run(&mut tx, &end.id, end.status, &body, next_seq + events.len() as i64).await?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(Ended::Now(RunRecord { status: end.status, body, ..run }))
+        Ok(ended)
     }
 
     async fn renew(&self, owner: &str, ids: &[String], lease_until_ms: i64) -> Result<(), StoreError> {

@@ -9,10 +9,12 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::responses::insert_response;
 use super::writer::Growth;
-use super::{EncodedResponse, SqliteStore, map_err};
+use super::{SqliteStore, map_err, run_now};
 use crate::StoreError;
-use crate::background::{now_ms, number_events};
+use crate::background::{RunLedger, accepts_batch, end_run, now_ms};
+use crate::encoding::EncodedResponse;
 use respgw_store_api::background::{
     Admission, Appended, BackgroundStore, EndRun, Ended, EventBatch, NewRun, RunChange, RunRecord, RunStatus,
     StoredEvent,
@@ -107,6 +109,28 @@ fn insert_events(tx: &Connection, id: &str, events: &[StoredEvent]) -> Result<()
     Ok(())
 }
 
+/// A connection inside the writer's transaction, as the lease rules use it (its futures never
+/// wait: see [`run_now`]).
+struct Ledger<'a>(&'a Connection);
+
+impl RunLedger for Ledger<'_> {
+    async fn run_for_write(&mut self, id: &str) -> Result<Option<(RunRecord, i64)>, StoreError> {
+        read_run(self.0, id)
+    }
+
+    async fn insert_events(&mut self, id: &str, events: &[StoredEvent]) -> Result<(), StoreError> {
+        insert_events(self.0, id, events)
+    }
+
+    async fn mark_ended(&mut self, id: &str, status: RunStatus, body: &str, next_seq: i64) -> Result<(), StoreError> {
+        self.0
+            .prepare_cached(UPDATE_RUN)
+            .and_then(|mut s| s.execute(params![id, status.as_str(), body, next_seq, true, now_ms()]))
+            .map(drop)
+            .map_err(map_err)
+    }
+}
+
 #[async_trait::async_trait]
 impl BackgroundStore for SqliteStore {
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
@@ -167,13 +191,12 @@ impl BackgroundStore for SqliteStore {
         let (id, owner, events, state) = (batch.id, batch.owner, batch.events, batch.state);
         self.write(Growth::Adds, move |tx| {
             let Some((run, next_seq)) = read_run(tx, &id)? else { return Ok(Appended::NotActive) };
-            let first = events.first().map(|e| e.seq as i64);
-            if run.status.is_terminal() || run.owner != owner || first.is_some_and(|f| f != next_seq) {
+            if !accepts_batch(&run, next_seq, &owner, events.first().map(|e| e.seq as i64)) {
                 return Ok(Appended::NotActive);
             }
             insert_events(tx, &id, &events)?;
             if let Some(save) = &save {
-                save.insert(tx)?;
+                insert_response(tx, save)?;
             }
             let (status, body) = match &state {
                 Some((status, body)) => (*status, body.as_str()),
@@ -216,22 +239,7 @@ impl BackgroundStore for SqliteStore {
     }
 
     async fn end_run(&self, end: EndRun) -> Result<Ended, StoreError> {
-        self.write(Growth::Adds, move |tx| {
-            let Some((run, next_seq)) = read_run(tx, &end.id)? else { return Ok(Ended::Missing) };
-            let renewed = end.lease_expired_before_ms.is_some_and(|before| run.lease_until_ms >= before);
-            if run.status.is_terminal() || renewed {
-                return Ok(Ended::Unchanged(run));
-            }
-            let (body, closing) = (end.close)(&run, end.status)?;
-            let events = number_events(closing, next_seq)?;
-            insert_events(tx, &end.id, &events)?;
-            let next = next_seq + events.len() as i64;
-            tx.prepare_cached(UPDATE_RUN)
-                .and_then(|mut s| s.execute(params![end.id, end.status.as_str(), body, next, true, now_ms()]))
-                .map_err(map_err)?;
-            Ok(Ended::Now(RunRecord { status: end.status, body, ..run }))
-        })
-        .await
+        self.write(Growth::Adds, move |tx| run_now(end_run(&mut Ledger(tx), end))).await
     }
 
     async fn renew(&self, owner: &str, ids: &[String], lease_until_ms: i64) -> Result<(), StoreError> {

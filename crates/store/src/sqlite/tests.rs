@@ -10,6 +10,7 @@ use respgw_protocol::items::{ContentPart, ItemStatus, MessageItem, MessageRole};
 use serde_json::json;
 
 use super::*;
+use crate::sqlite::responses::{ROLE_INPUT, ROLE_OUTPUT};
 
 fn message(id: &str, role: MessageRole) -> Item {
     let content = match role {
