@@ -21,149 +21,22 @@ use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
 use respgw_protocol::items::McpListToolsItem;
 use respgw_protocol::request::Truncation;
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
-use respgw_protocol::{
-    ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
-};
-use respgw_store_api::{ConversationAppend, NewResponse, ResponseStore, StoreError};
-use respgw_telemetry::{Metrics, TokenCounts};
-use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use respgw_protocol::{ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest};
+use respgw_store_api::{ConversationAppend, NewResponse, StoreError};
+use respgw_telemetry::TokenCounts;
 
-use crate::background::BackgroundRuns;
-use crate::background::sink::BackgroundSink;
 use crate::chat::{ChatRequest, ToolOffer};
 use crate::compaction;
-use crate::conversations::Conversations;
-use crate::files::{FileReader, read_input_files};
-use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
-use crate::input_tokens::InputTokenCounter;
+use crate::engine::Engine;
+use crate::files::read_input_files;
+use crate::gateway_tool::{GatewayCall, GatewayTool};
 use crate::offer::{ToolMenu, TurnPhase};
-use crate::sealed::{Purpose, ReasoningSeal, open_sealed_items};
-use crate::stored::StoredResponses;
+use crate::sealed::{Purpose, open_sealed_items};
+use crate::sink::EventSink;
 use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
 use crate::truncation::TurnDropper;
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
-use crate::upstream::{Upstream, UpstreamEvent};
-
-/// Operator caps on what one response may ask of the gateway (`GW_MAX_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Size caps checked when the request is validated.
-    pub request: RequestLimits,
-    /// Rounds of gateway tool calls one response may take (the loop guard): after this many, one
-    /// more model turn is sent with `tool_choice: "none"`, so the model has to answer instead of
-    /// calling another tool.
-    pub max_tool_rounds: usize,
-    /// Longest gateway tool result sent back to the model, in bytes; longer ones are cut with a
-    /// note saying so (the item the client sees keeps the whole output).
-    pub max_tool_output_bytes: usize,
-    /// Most items one conversation may hold, counted in the store: items added past it are
-    /// refused (nothing written), and so is a response whose input would take it past it.
-    pub max_conversation_items: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            request: RequestLimits::default(),
-            max_tool_rounds: 15,
-            max_tool_output_bytes: 64 * 1024,
-            max_conversation_items: 5000,
-        }
-    }
-}
-
-/// Shared, process-wide engine: the upstream client, the store, the gateway's tools and the
-/// metrics it records into.
-pub struct Engine {
-    upstream: Upstream,
-    pub(crate) store: Arc<dyn ResponseStore>,
-    tools: Arc<dyn ToolResolver>,
-    metrics: Metrics,
-    limits: Limits,
-    /// Seals reasoning for `include: ["reasoning.encrypted_content"]` and compaction summaries,
-    /// and opens both on replay; without one, no reasoning is sealed, nothing can be compacted
-    /// and sealed input is refused.
-    pub(crate) seal: Option<ReasoningSeal>,
-    /// Reads `input_file` parts; without one, they are refused.
-    pub(crate) files: Option<Arc<dyn FileReader>>,
-    /// How this process's upstream counts input tokens, once found.
-    counter: InputTokenCounter,
-    /// Background responses; without them, `background: true` is refused.
-    background: Option<Arc<BackgroundRuns>>,
-}
-
-/// Where a running response sends its events. One run path serves both: a non-stream request
-/// gets only the outcome, a streaming one every event.
-pub(crate) enum EventSink {
-    /// Non-stream requests: events are not needed, only the outcome.
-    Discard,
-    /// Streaming requests (SSE, WebSocket): a bounded channel to the connection; closed when the
-    /// client goes away.
-    Channel {
-        tx: mpsc::Sender<ResponseEvent>,
-        /// The terminal event was sent: nothing may follow it.
-        ended: bool,
-    },
-    /// Background runs: the run's event log in the store (see `background::sink`).
-    Background(Box<BackgroundSink>),
-}
-
-/// The client disconnected; the run stops and nothing is stored.
-#[derive(Debug)]
-pub(crate) struct ClientGone;
-
-impl EventSink {
-    pub(crate) fn channel(tx: mpsc::Sender<ResponseEvent>) -> Self {
-        EventSink::Channel { tx, ended: false }
-    }
-
-    pub(crate) async fn send(&mut self, event: ResponseEvent) -> Result<(), ClientGone> {
-        match self {
-            EventSink::Discard => Ok(()),
-            EventSink::Channel { tx, ended } => {
-                let terminal = event.terminal_response().is_some();
-                tx.send(event).await.map_err(|_| ClientGone)?;
-                *ended |= terminal;
-                Ok(())
-            }
-            EventSink::Background(sink) => sink.send(event).await,
-        }
-    }
-
-    /// Whether events reach anyone (not [`EventSink::Discard`]): the costly ones need not be
-    /// built otherwise.
-    pub(crate) fn wants_events(&self) -> bool {
-        !matches!(self, EventSink::Discard)
-    }
-
-    /// Whether the terminal event was sent.
-    pub(crate) fn ended(&self) -> bool {
-        match self {
-            EventSink::Discard => false,
-            EventSink::Channel { ended, .. } => *ended,
-            EventSink::Background(sink) => sink.ended(),
-        }
-    }
-
-    /// What the log says when the run stopped because this sink turned it away.
-    pub(crate) fn why_stopped(&self) -> &'static str {
-        match self {
-            EventSink::Discard | EventSink::Channel { .. } => "client disconnected; response abandoned",
-            EventSink::Background(sink) => sink.why_stopped(),
-        }
-    }
-
-    /// Resolves when the run must stop: the client went away (or, for a background run, it was
-    /// ended elsewhere).
-    pub(crate) async fn closed(&self) {
-        match self {
-            EventSink::Discard => std::future::pending().await,
-            EventSink::Channel { tx, .. } => tx.closed().await,
-            EventSink::Background(sink) => sink.stopped().await,
-        }
-    }
-}
+use crate::upstream::UpstreamEvent;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -229,111 +102,7 @@ pub(crate) fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
-/// Client-facing error for a store failure.
-pub(crate) fn store_error(e: &StoreError) -> ApiError {
-    match e {
-        StoreError::Unavailable(detail) | StoreError::Full(detail) => ApiError::store_unavailable(detail),
-        StoreError::ConversationGone(id) => ApiError::conversation_not_found(id, "conversation"),
-        StoreError::ConversationChanged(id) => ApiError::conversation_conflict(id),
-        StoreError::ConversationFull { held, adding, limit } => {
-            ApiError::conversation_full("items", *held, *adding, *limit)
-        }
-        StoreError::Duplicate(_) | StoreError::Corrupt(_) | StoreError::MissingHistory(_) => {
-            ApiError::internal(format!("The response store failed: {e}"))
-        }
-    }
-}
-
 impl Engine {
-    pub fn new(
-        upstream: Upstream,
-        store: Arc<dyn ResponseStore>,
-        tools: Arc<dyn ToolResolver>,
-        metrics: Metrics,
-    ) -> Self {
-        Engine {
-            upstream,
-            store,
-            tools,
-            metrics,
-            limits: Limits::default(),
-            seal: None,
-            files: None,
-            counter: InputTokenCounter::default(),
-            background: None,
-        }
-    }
-
-    /// The same engine under `limits` instead of the defaults.
-    pub fn with_limits(self, limits: Limits) -> Self {
-        Engine { limits, ..self }
-    }
-
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    /// Seal and open `reasoning.encrypted_content` with these keys.
-    pub fn with_reasoning_seal(mut self, seal: ReasoningSeal) -> Self {
-        self.seal = Some(seal);
-        self
-    }
-
-    /// Read `input_file` parts with `files`.
-    pub fn with_file_reader(mut self, files: Arc<dyn FileReader>) -> Self {
-        self.files = Some(files);
-        self
-    }
-
-    /// Run `background: true` responses on `runs`.
-    pub fn with_background(mut self, runs: Arc<BackgroundRuns>) -> Self {
-        self.background = Some(runs);
-        self
-    }
-
-    /// The background runs, when background responses are on.
-    pub fn background(&self) -> Option<&Arc<BackgroundRuns>> {
-        self.background.as_ref()
-    }
-
-    pub fn upstream(&self) -> &Upstream {
-        &self.upstream
-    }
-
-    /// Reads and deletes of `owner`'s responses in the store.
-    pub fn stored<'a>(&'a self, owner: &'a str) -> StoredResponses<'a> {
-        StoredResponses {
-            store: self.store.as_ref(),
-            owner,
-            background: self.background.as_deref().map(BackgroundRuns::store),
-        }
-    }
-
-    /// Reads and writes of `owner`'s conversations and their items.
-    pub fn conversations<'a>(&'a self, owner: &'a str) -> Conversations<'a> {
-        Conversations {
-            store: self.store.as_ref(),
-            owner,
-            files: self.files.as_deref(),
-            seal: self.seal.as_ref(),
-            max_items: self.limits.max_conversation_items,
-        }
-    }
-
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// How input tokens are counted on this process's upstream.
-    pub fn input_token_counter(&self) -> &InputTokenCounter {
-        &self.counter
-    }
-
-    /// Which gateway tools requests may declare.
-    pub fn capabilities(&self) -> respgw_protocol::Capabilities {
-        self.tools.capabilities()
-    }
-
     /// Resolve history and tools for a response of tenant `owner`. Fails with 400
     /// `previous_response_not_found` for an id `owner` has not stored (another tenant's
     /// included), 503 when the store cannot be read, and 422 `bad_input` when a declared tool
@@ -365,8 +134,7 @@ impl Engine {
                 let stored = self
                     .store
                     .conversation_history(owner, id)
-                    .await
-                    .map_err(|e| store_error(&e))?
+                    .await?
                     .ok_or_else(|| ApiError::conversation_not_found(id, "conversation"))?;
                 let limit = self.limits.max_conversation_items;
                 if stored.items.len().saturating_add(request.input.len()) > limit {
@@ -387,8 +155,7 @@ impl Engine {
                 let mut stored = self
                     .store
                     .history(owner, prev)
-                    .await
-                    .map_err(|e| store_error(&e))?
+                    .await?
                     .ok_or_else(|| ApiError::previous_response_not_found(prev))?;
                 stored.reserve(request.input.len());
                 (stored, Some(prev.clone()))
@@ -580,7 +347,7 @@ impl PreparedResponse {
             let error = match (&e, &self.history_from) {
                 // The response it continues was deleted while this one ran: the client's doing.
                 (StoreError::MissingHistory(_), Some(previous)) => ApiError::previous_response_not_found(previous),
-                _ => store_error(&e),
+                _ => ApiError::from(e),
             };
             return self.fail(sink, error).await;
         }
