@@ -20,7 +20,6 @@
 
 pub mod background;
 pub mod chat;
-mod cite;
 pub mod compaction;
 mod conversations;
 mod engine;

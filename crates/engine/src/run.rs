@@ -33,7 +33,7 @@ use crate::gateway_tool::{GatewayCall, GatewayTool};
 use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{Purpose, open_sealed_items};
 use crate::sink::EventSink;
-use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
+use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, mcp};
 use crate::truncation::TurnDropper;
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
 use crate::upstream::UpstreamEvent;
@@ -179,9 +179,8 @@ impl Engine {
         }
         let menu = ToolMenu::new(&request, &resolved.tools);
         menu.check_choice(&request.tool_choice)?;
-        let tool_state =
-            GatewayToolState { container_id: code_interpreter::container_for(&history), citable: Vec::new() };
-        let sandbox_container = code_interpreter::sandbox_container(owner, &tool_state.container_id);
+        let tool_state = GatewayToolState::for_history(&history);
+        let sandbox_container = tool_state.sandbox_container(owner);
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
         let turns = match request.truncation {
             Truncation::Auto => TurnDropper::new(&history, self.limits.max_tool_output_bytes),
@@ -408,7 +407,7 @@ impl PreparedResponse {
             for call in result.gateway_calls {
                 self.run_gateway_call(sink, log, call).await?;
             }
-            if !result.client_calls.is_empty() || !result.approval_requests.is_empty() {
+            if !result.client_calls.is_empty() || !result.held_calls.is_empty() {
                 // The client has to run its functions, or approve calls, before the model can go on.
                 return Ok(TurnEnd::Finished);
             }
@@ -434,7 +433,7 @@ impl PreparedResponse {
         for call in &result.gateway_calls {
             metrics.tool_requested(call.tool_type());
         }
-        for item in &result.approval_requests {
+        for item in &result.held_calls {
             if let Item::McpApprovalRequest(request) = item {
                 metrics.tool_requested(mcp::TOOL_TYPE);
                 metrics.mcp_approval_requested(mcp::approval::metric_label(&self.request, &request.server_label));
@@ -470,8 +469,7 @@ impl PreparedResponse {
         targets: CallTargets,
     ) -> Result<TurnResult, Stop> {
         let mut chunks = self.open_turn(sink, log, offer).await?;
-        let mut state = TurnState::new(turn, targets, self.tool_state.container_id.clone())
-            .with_citable(self.tool_state.citable.clone());
+        let mut state = TurnState::new(turn, targets, self.tool_state.clone());
         let mut events = Vec::new();
         loop {
             let next = tokio::select! {
