@@ -33,6 +33,7 @@ use crate::gateway_tool::{GatewayCall, GatewayTool};
 use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{Purpose, open_sealed_items};
 use crate::sink::EventSink;
+use crate::tool_kinds::mcp::approval::Approvals;
 use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, mcp};
 use crate::truncation::TurnDropper;
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
@@ -84,10 +85,9 @@ pub struct PreparedResponse {
     menu: ToolMenu,
     /// `mcp_list_tools` items to show first.
     listings: Vec<McpListToolsItem>,
-    /// The answers to MCP approval requests in the input, acted on before the first model turn.
-    approval_answers: Vec<mcp::approval::Answer>,
-    /// What the gateway tools keep across this response's calls (the conversation's code
-    /// interpreter container, the pages web_search showed the model).
+    /// The client's answers to approval requests, acted on before the first model turn.
+    approvals: Approvals,
+    /// What the gateway tool kinds keep across this response's calls, each kind its own part.
     tool_state: GatewayToolState,
     /// The sandbox's container for `tool_state`'s container id and this owner: another tenant
     /// naming the same container id gets another, fresh one.
@@ -166,17 +166,8 @@ impl Engine {
         }
         let input_start = history.len();
         history.extend(request.input.iter().cloned());
-        let approval_answers = mcp::approval::answers_to_act_on(&history, input_start)?;
-        let resolved = self
-            .tools
-            .resolve(&request, &history)
-            .await
-            .map_err(|e| mcp::approval::resolution_error(e, &approval_answers, &request))?;
-        if let Some(answer) =
-            approval_answers.iter().find(|a| a.approve && !resolved.tools.iter().any(|t| t.spec().name == a.function()))
-        {
-            return Err(mcp::approval::not_offered(answer, &request));
-        }
+        let approvals = Approvals::in_input(&history, input_start)?;
+        let resolved = approvals.check_tools(self.tools.resolve(&request, &history).await, &request)?;
         let menu = ToolMenu::new(&request, &resolved.tools);
         menu.check_choice(&request.tool_choice)?;
         let tool_state = GatewayToolState::for_history(&history);
@@ -200,7 +191,7 @@ impl Engine {
             gateway_tools: resolved.tools,
             menu,
             listings: resolved.listings,
-            approval_answers,
+            approvals,
             tool_state,
             output: Vec::new(),
             turns,
@@ -371,8 +362,11 @@ impl PreparedResponse {
         for listing in std::mem::take(&mut self.listings) {
             self.emit_listing(sink, log, listing).await?;
         }
-        for answer in std::mem::take(&mut self.approval_answers) {
-            self.act_on_approval_answer(sink, log, answer).await?;
+        let mut events = Vec::new();
+        while let Some(call) = self.approvals.next_approved_call(&self.request, &self.engine.metrics, log, &mut events)
+        {
+            self.flush(sink, log, &mut events).await?;
+            self.run_gateway_call(sink, log, call).await?;
         }
         let targets = CallTargets::new(&self.request, &self.gateway_tools);
         let mut phase = TurnPhase::First;
@@ -433,30 +427,7 @@ impl PreparedResponse {
         for call in &result.gateway_calls {
             metrics.tool_requested(call.tool_type());
         }
-        for item in &result.held_calls {
-            if let Item::McpApprovalRequest(request) = item {
-                metrics.tool_requested(mcp::TOOL_TYPE);
-                metrics.mcp_approval_requested(mcp::approval::metric_label(&self.request, &request.server_label));
-            }
-        }
-    }
-
-    /// Count the client's answer to an approval request and, when it approves, run the call.
-    async fn act_on_approval_answer(
-        &mut self,
-        sink: &mut EventSink,
-        log: &mut OutputLog,
-        answer: mcp::approval::Answer,
-    ) -> Result<(), Stop> {
-        let label = mcp::approval::metric_label(&self.request, &answer.request.server_label);
-        self.engine.metrics.mcp_approval_answered(label, answer.approve);
-        if !answer.approve {
-            return Ok(());
-        }
-        let mut events = Vec::new();
-        let call = mcp::approval::approved_call(&answer, log.allocate_index(), &mut events);
-        self.flush(sink, log, &mut events).await?;
-        self.run_gateway_call(sink, log, call).await
+        Approvals::count_requests(&self.request, &result.held_calls, metrics);
     }
 
     /// One upstream call (the model turn `turn`), streamed into events.
