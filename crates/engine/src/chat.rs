@@ -181,8 +181,14 @@ impl AssistantTurn {
                     GatewayCalls::Unnamed => true,
                 }
             }
-            // Everything else ends the turn in `messages` itself.
-            _ => false,
+            // These end the turn in `messages` itself, or are not sent.
+            Item::Message(_)
+            | Item::FunctionCallOutput(_)
+            | Item::CustomToolCallOutput(_)
+            | Item::LocalShellCallOutput(_)
+            | Item::Compaction(_)
+            | Item::McpListTools(_)
+            | Item::McpApprovalResponse(_) => false,
         }
     }
 

@@ -28,9 +28,11 @@ use respgw_telemetry::CompactionTrigger;
 use serde_json::{Value, json};
 
 use crate::chat;
+use crate::engine::Engine;
 use crate::files::read_input_files;
-use crate::run::{Engine, EventSink, Stop, store_error, unix_now};
+use crate::run::{Stop, unix_now};
 use crate::sealed::{Purpose, open_sealed_items};
+use crate::sink::EventSink;
 use crate::think::{Segment, ThinkSplitter};
 use crate::turn::OutputLog;
 use crate::upstream::{ChunkStream, UpstreamEvent};
@@ -208,12 +210,9 @@ impl Engine {
         read_input_files(self.files.as_deref(), &mut input).await?;
         let mut history = match &request.previous_response_id {
             None => Vec::with_capacity(input.len()),
-            Some(prev) => self
-                .store
-                .history(owner, prev)
-                .await
-                .map_err(|e| store_error(&e))?
-                .ok_or_else(|| ApiError::previous_response_not_found(prev))?,
+            Some(prev) => {
+                self.store.history(owner, prev).await?.ok_or_else(|| ApiError::previous_response_not_found(prev))?
+            }
         };
         history.extend(input);
         if self.seal.is_none() {

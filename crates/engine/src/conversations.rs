@@ -12,7 +12,6 @@ use respgw_protocol::{ApiError, Item};
 use respgw_store_api::{ConversationItemLookup, ConversationRecord, NewConversation, ResponseStore};
 
 use crate::files::{FileReader, read_files};
-use crate::run::store_error;
 use crate::sealed::{ReasoningSeal, open_sealed_items};
 use crate::tool_kinds;
 
@@ -64,26 +63,25 @@ impl Conversations<'_> {
         };
         let created =
             ConversationObject::new(conversation.id.clone(), conversation.created_at, conversation.metadata.clone());
-        self.store.create_conversation(conversation).await.map_err(|e| store_error(&e))?;
+        self.store.create_conversation(conversation).await?;
         Ok(created)
     }
 
     /// The conversation `id`; 404 when it does not exist.
     pub async fn retrieve(&self, id: &str) -> Result<ConversationObject, ApiError> {
-        let record = self.store.conversation(self.owner, id).await.map_err(|e| store_error(&e))?;
+        let record = self.store.conversation(self.owner, id).await?;
         record.map(object).ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))
     }
 
     /// Replace the metadata of conversation `id`.
     pub async fn update(&self, id: &str, request: UpdateConversation) -> Result<ConversationObject, ApiError> {
-        let record =
-            self.store.update_conversation(self.owner, id, request.metadata).await.map_err(|e| store_error(&e))?;
+        let record = self.store.update_conversation(self.owner, id, request.metadata).await?;
         record.map(object).ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))
     }
 
     /// Delete conversation `id`; responses created in it stay readable and continuable.
     pub async fn delete(&self, id: &str) -> Result<Deleted, ApiError> {
-        if self.store.delete_conversation(self.owner, id).await.map_err(|e| store_error(&e))? {
+        if self.store.delete_conversation(self.owner, id).await? {
             Ok(Deleted::new(id.to_owned(), "conversation.deleted"))
         } else {
             Err(ApiError::conversation_not_found(id, PATH_PARAM))
@@ -95,8 +93,7 @@ impl Conversations<'_> {
         let list = self
             .store
             .conversation_items(self.owner, id, query.into())
-            .await
-            .map_err(|e| store_error(&e))?
+            .await?
             .ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))?;
         let items = list.items.into_iter().map(|item| present(item, include)).collect();
         Ok(ListPage::new(items, list.has_more, Item::id))
@@ -115,15 +112,14 @@ impl Conversations<'_> {
         let added: Vec<Item> = request.items.iter().map(|item| present(item.clone(), include)).collect();
         self.store
             .append_conversation_items(self.owner, id, request.items, self.max_items)
-            .await
-            .map_err(|e| store_error(&e))?
+            .await?
             .ok_or_else(|| ApiError::conversation_not_found(id, PATH_PARAM))?;
         Ok(ListPage::new(added, false, Item::id))
     }
 
     /// One item of the conversation.
     pub async fn item(&self, id: &str, item_id: &str, include: &[String]) -> Result<Item, ApiError> {
-        match self.store.conversation_item(self.owner, id, item_id).await.map_err(|e| store_error(&e))? {
+        match self.store.conversation_item(self.owner, id, item_id).await? {
             ConversationItemLookup::Found(item) => Ok(present(item, include)),
             ConversationItemLookup::NoConversation => Err(ApiError::conversation_not_found(id, PATH_PARAM)),
             ConversationItemLookup::NoItem => Err(ApiError::conversation_item_not_found(id, item_id)),
@@ -132,7 +128,7 @@ impl Conversations<'_> {
 
     /// Remove one item from the conversation; the conversation afterwards.
     pub async fn delete_item(&self, id: &str, item_id: &str) -> Result<ConversationObject, ApiError> {
-        match self.store.delete_conversation_item(self.owner, id, item_id).await.map_err(|e| store_error(&e))? {
+        match self.store.delete_conversation_item(self.owner, id, item_id).await? {
             ConversationItemLookup::Found(record) => Ok(object(record)),
             ConversationItemLookup::NoConversation => Err(ApiError::conversation_not_found(id, PATH_PARAM)),
             ConversationItemLookup::NoItem => Err(ApiError::conversation_item_not_found(id, item_id)),

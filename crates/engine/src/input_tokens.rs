@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::{Map, Value, json};
 
-use crate::run::Engine;
+use crate::engine::Engine;
 use crate::upstream::{Upstream, UpstreamError};
 
 /// How the upstream counts a chat request's prompt tokens.

@@ -20,15 +20,16 @@
 
 pub mod background;
 pub mod chat;
-mod cite;
 pub mod compaction;
 mod conversations;
+mod engine;
 pub mod files;
 pub mod gateway_tool;
 mod input_tokens;
 mod offer;
 mod run;
 pub mod sealed;
+mod sink;
 mod spawn;
 mod sse_decoder;
 mod stored;
@@ -40,11 +41,12 @@ pub mod upstream;
 
 pub use background::{BackgroundRuns, BackgroundSettings, ResumeFrom};
 pub use conversations::Conversations;
+pub use engine::{Engine, Limits};
 pub use files::FileReader;
 pub use gateway_tool::{FunctionSpec, GatewayCall, GatewayTool, ResolvedTools, ToolResolver};
 pub use input_tokens::{CountMethod, InputTokenCounter};
 pub use respgw_store_api::background::StoredEvent;
-pub use run::{Engine, Limits, LocalConversation, PreparedResponse, RunOutcome};
+pub use run::{LocalConversation, PreparedResponse, RunOutcome};
 pub use stored::StoredResponses;
 pub use tool_kinds::{
     CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, GatewayKind, GatewayOutcome, WebSearchOutcome,

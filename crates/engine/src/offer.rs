@@ -53,10 +53,13 @@ impl ToolMenu {
                 .enumerate()
                 .filter_map(|(i, t)| match t {
                     AllowedTool::Mcp(m) => Some((m, format!("tool_choice.tools[{i}].name"))),
-                    _ => None,
+                    AllowedTool::Function(_) | AllowedTool::CodeInterpreter(_) | AllowedTool::WebSearch(_) => None,
                 })
                 .collect(),
-            _ => Vec::new(),
+            ToolChoice::Mode(_)
+            | ToolChoice::Function(_)
+            | ToolChoice::CodeInterpreter(_)
+            | ToolChoice::WebSearch(_) => Vec::new(),
         };
         for (m, param) in mcp_choices {
             if let Some(name) = &m.name

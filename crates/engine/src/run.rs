@@ -21,149 +21,23 @@ use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
 use respgw_protocol::items::McpListToolsItem;
 use respgw_protocol::request::Truncation;
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
-use respgw_protocol::{
-    ApiError, Item, RequestLimits, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest,
-};
-use respgw_store_api::{ConversationAppend, NewResponse, ResponseStore, StoreError};
-use respgw_telemetry::{Metrics, TokenCounts};
-use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use respgw_protocol::{ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest};
+use respgw_store_api::{ConversationAppend, NewResponse, StoreError};
+use respgw_telemetry::TokenCounts;
 
-use crate::background::BackgroundRuns;
-use crate::background::sink::BackgroundSink;
 use crate::chat::{ChatRequest, ToolOffer};
 use crate::compaction;
-use crate::conversations::Conversations;
-use crate::files::{FileReader, read_input_files};
-use crate::gateway_tool::{GatewayCall, GatewayTool, ToolResolver};
-use crate::input_tokens::InputTokenCounter;
+use crate::engine::Engine;
+use crate::files::read_input_files;
+use crate::gateway_tool::{GatewayCall, GatewayTool};
 use crate::offer::{ToolMenu, TurnPhase};
-use crate::sealed::{Purpose, ReasoningSeal, open_sealed_items};
-use crate::stored::StoredResponses;
-use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, code_interpreter, mcp};
+use crate::sealed::{Purpose, open_sealed_items};
+use crate::sink::EventSink;
+use crate::tool_kinds::mcp::approval::Approvals;
+use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, mcp};
 use crate::truncation::TurnDropper;
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
-use crate::upstream::{Upstream, UpstreamEvent};
-
-/// Operator caps on what one response may ask of the gateway (`GW_MAX_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
-    /// Size caps checked when the request is validated.
-    pub request: RequestLimits,
-    /// Rounds of gateway tool calls one response may take (the loop guard): after this many, one
-    /// more model turn is sent with `tool_choice: "none"`, so the model has to answer instead of
-    /// calling another tool.
-    pub max_tool_rounds: usize,
-    /// Longest gateway tool result sent back to the model, in bytes; longer ones are cut with a
-    /// note saying so (the item the client sees keeps the whole output).
-    pub max_tool_output_bytes: usize,
-    /// Most items one conversation may hold, counted in the store: items added past it are
-    /// refused (nothing written), and so is a response whose input would take it past it.
-    pub max_conversation_items: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            request: RequestLimits::default(),
-            max_tool_rounds: 15,
-            max_tool_output_bytes: 64 * 1024,
-            max_conversation_items: 5000,
-        }
-    }
-}
-
-/// Shared, process-wide engine: the upstream client, the store, the gateway's tools and the
-/// metrics it records into.
-pub struct Engine {
-    upstream: Upstream,
-    pub(crate) store: Arc<dyn ResponseStore>,
-    tools: Arc<dyn ToolResolver>,
-    metrics: Metrics,
-    limits: Limits,
-    /// Seals reasoning for `include: ["reasoning.encrypted_content"]` and compaction summaries,
-    /// and opens both on replay; without one, no reasoning is sealed, nothing can be compacted
-    /// and sealed input is refused.
-    pub(crate) seal: Option<ReasoningSeal>,
-    /// Reads `input_file` parts; without one, they are refused.
-    pub(crate) files: Option<Arc<dyn FileReader>>,
-    /// How this process's upstream counts input tokens, once found.
-    counter: InputTokenCounter,
-    /// Background responses; without them, `background: true` is refused.
-    background: Option<Arc<BackgroundRuns>>,
-}
-
-/// Where a running response sends its events. One run path serves both: a non-stream request
-/// gets only the outcome, a streaming one every event.
-pub(crate) enum EventSink {
-    /// Non-stream requests: events are not needed, only the outcome.
-    Discard,
-    /// Streaming requests (SSE, WebSocket): a bounded channel to the connection; closed when the
-    /// client goes away.
-    Channel {
-        tx: mpsc::Sender<ResponseEvent>,
-        /// The terminal event was sent: nothing may follow it.
-        ended: bool,
-    },
-    /// Background runs: the run's event log in the store (see `background::sink`).
-    Background(Box<BackgroundSink>),
-}
-
-/// The client disconnected; the run stops and nothing is stored.
-#[derive(Debug)]
-pub(crate) struct ClientGone;
-
-impl EventSink {
-    pub(crate) fn channel(tx: mpsc::Sender<ResponseEvent>) -> Self {
-        EventSink::Channel { tx, ended: false }
-    }
-
-    pub(crate) async fn send(&mut self, event: ResponseEvent) -> Result<(), ClientGone> {
-        match self {
-            EventSink::Discard => Ok(()),
-            EventSink::Channel { tx, ended } => {
-                let terminal = event.terminal_response().is_some();
-                tx.send(event).await.map_err(|_| ClientGone)?;
-                *ended |= terminal;
-                Ok(())
-            }
-            EventSink::Background(sink) => sink.send(event).await,
-        }
-    }
-
-    /// Whether events reach anyone (not [`EventSink::Discard`]): the costly ones need not be
-    /// built otherwise.
-    pub(crate) fn wants_events(&self) -> bool {
-        !matches!(self, EventSink::Discard)
-    }
-
-    /// Whether the terminal event was sent.
-    pub(crate) fn ended(&self) -> bool {
-        match self {
-            EventSink::Discard => false,
-            EventSink::Channel { ended, .. } => *ended,
-            EventSink::Background(sink) => sink.ended(),
-        }
-    }
-
-    /// What the log says when the run stopped because this sink turned it away.
-    pub(crate) fn why_stopped(&self) -> &'static str {
-        match self {
-            EventSink::Discard | EventSink::Channel { .. } => "client disconnected; response abandoned",
-            EventSink::Background(sink) => sink.why_stopped(),
-        }
-    }
-
-    /// Resolves when the run must stop: the client went away (or, for a background run, it was
-    /// ended elsewhere).
-    pub(crate) async fn closed(&self) {
-        match self {
-            EventSink::Discard => std::future::pending().await,
-            EventSink::Channel { tx, .. } => tx.closed().await,
-            EventSink::Background(sink) => sink.stopped().await,
-        }
-    }
-}
+use crate::upstream::UpstreamEvent;
 
 /// How a run ended.
 #[derive(Debug)]
@@ -211,10 +85,9 @@ pub struct PreparedResponse {
     menu: ToolMenu,
     /// `mcp_list_tools` items to show first.
     listings: Vec<McpListToolsItem>,
-    /// The answers to MCP approval requests in the input, acted on before the first model turn.
-    approval_answers: Vec<mcp::approval::Answer>,
-    /// What the gateway tools keep across this response's calls (the conversation's code
-    /// interpreter container, the pages web_search showed the model).
+    /// The client's answers to approval requests, acted on before the first model turn.
+    approvals: Approvals,
+    /// What the gateway tool kinds keep across this response's calls, each kind its own part.
     tool_state: GatewayToolState,
     /// The sandbox's container for `tool_state`'s container id and this owner: another tenant
     /// naming the same container id gets another, fresh one.
@@ -229,111 +102,7 @@ pub(crate) fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
-/// Client-facing error for a store failure.
-pub(crate) fn store_error(e: &StoreError) -> ApiError {
-    match e {
-        StoreError::Unavailable(detail) | StoreError::Full(detail) => ApiError::store_unavailable(detail),
-        StoreError::ConversationGone(id) => ApiError::conversation_not_found(id, "conversation"),
-        StoreError::ConversationChanged(id) => ApiError::conversation_conflict(id),
-        StoreError::ConversationFull { held, adding, limit } => {
-            ApiError::conversation_full("items", *held, *adding, *limit)
-        }
-        StoreError::Duplicate(_) | StoreError::Corrupt(_) | StoreError::MissingHistory(_) => {
-            ApiError::internal(format!("The response store failed: {e}"))
-        }
-    }
-}
-
 impl Engine {
-    pub fn new(
-        upstream: Upstream,
-        store: Arc<dyn ResponseStore>,
-        tools: Arc<dyn ToolResolver>,
-        metrics: Metrics,
-    ) -> Self {
-        Engine {
-            upstream,
-            store,
-            tools,
-            metrics,
-            limits: Limits::default(),
-            seal: None,
-            files: None,
-            counter: InputTokenCounter::default(),
-            background: None,
-        }
-    }
-
-    /// The same engine under `limits` instead of the defaults.
-    pub fn with_limits(self, limits: Limits) -> Self {
-        Engine { limits, ..self }
-    }
-
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    /// Seal and open `reasoning.encrypted_content` with these keys.
-    pub fn with_reasoning_seal(mut self, seal: ReasoningSeal) -> Self {
-        self.seal = Some(seal);
-        self
-    }
-
-    /// Read `input_file` parts with `files`.
-    pub fn with_file_reader(mut self, files: Arc<dyn FileReader>) -> Self {
-        self.files = Some(files);
-        self
-    }
-
-    /// Run `background: true` responses on `runs`.
-    pub fn with_background(mut self, runs: Arc<BackgroundRuns>) -> Self {
-        self.background = Some(runs);
-        self
-    }
-
-    /// The background runs, when background responses are on.
-    pub fn background(&self) -> Option<&Arc<BackgroundRuns>> {
-        self.background.as_ref()
-    }
-
-    pub fn upstream(&self) -> &Upstream {
-        &self.upstream
-    }
-
-    /// Reads and deletes of `owner`'s responses in the store.
-    pub fn stored<'a>(&'a self, owner: &'a str) -> StoredResponses<'a> {
-        StoredResponses {
-            store: self.store.as_ref(),
-            owner,
-            background: self.background.as_deref().map(BackgroundRuns::store),
-        }
-    }
-
-    /// Reads and writes of `owner`'s conversations and their items.
-    pub fn conversations<'a>(&'a self, owner: &'a str) -> Conversations<'a> {
-        Conversations {
-            store: self.store.as_ref(),
-            owner,
-            files: self.files.as_deref(),
-            seal: self.seal.as_ref(),
-            max_items: self.limits.max_conversation_items,
-        }
-    }
-
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// How input tokens are counted on this process's upstream.
-    pub fn input_token_counter(&self) -> &InputTokenCounter {
-        &self.counter
-    }
-
-    /// Which gateway tools requests may declare.
-    pub fn capabilities(&self) -> respgw_protocol::Capabilities {
-        self.tools.capabilities()
-    }
-
     /// Resolve history and tools for a response of tenant `owner`. Fails with 400
     /// `previous_response_not_found` for an id `owner` has not stored (another tenant's
     /// included), 503 when the store cannot be read, and 422 `bad_input` when a declared tool
@@ -365,8 +134,7 @@ impl Engine {
                 let stored = self
                     .store
                     .conversation_history(owner, id)
-                    .await
-                    .map_err(|e| store_error(&e))?
+                    .await?
                     .ok_or_else(|| ApiError::conversation_not_found(id, "conversation"))?;
                 let limit = self.limits.max_conversation_items;
                 if stored.items.len().saturating_add(request.input.len()) > limit {
@@ -387,8 +155,7 @@ impl Engine {
                 let mut stored = self
                     .store
                     .history(owner, prev)
-                    .await
-                    .map_err(|e| store_error(&e))?
+                    .await?
                     .ok_or_else(|| ApiError::previous_response_not_found(prev))?;
                 stored.reserve(request.input.len());
                 (stored, Some(prev.clone()))
@@ -399,22 +166,12 @@ impl Engine {
         }
         let input_start = history.len();
         history.extend(request.input.iter().cloned());
-        let approval_answers = mcp::approval::answers_to_act_on(&history, input_start)?;
-        let resolved = self
-            .tools
-            .resolve(&request, &history)
-            .await
-            .map_err(|e| mcp::approval::resolution_error(e, &approval_answers, &request))?;
-        if let Some(answer) =
-            approval_answers.iter().find(|a| a.approve && !resolved.tools.iter().any(|t| t.spec().name == a.function()))
-        {
-            return Err(mcp::approval::not_offered(answer, &request));
-        }
+        let approvals = Approvals::in_input(&history, input_start)?;
+        let resolved = approvals.check_tools(self.tools.resolve(&request, &history).await, &request)?;
         let menu = ToolMenu::new(&request, &resolved.tools);
         menu.check_choice(&request.tool_choice)?;
-        let tool_state =
-            GatewayToolState { container_id: code_interpreter::container_for(&history), citable: Vec::new() };
-        let sandbox_container = code_interpreter::sandbox_container(owner, &tool_state.container_id);
+        let tool_state = GatewayToolState::for_history(&history);
+        let sandbox_container = tool_state.sandbox_container(owner);
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
         let turns = match request.truncation {
             Truncation::Auto => TurnDropper::new(&history, self.limits.max_tool_output_bytes),
@@ -434,7 +191,7 @@ impl Engine {
             gateway_tools: resolved.tools,
             menu,
             listings: resolved.listings,
-            approval_answers,
+            approvals,
             tool_state,
             output: Vec::new(),
             turns,
@@ -580,7 +337,7 @@ impl PreparedResponse {
             let error = match (&e, &self.history_from) {
                 // The response it continues was deleted while this one ran: the client's doing.
                 (StoreError::MissingHistory(_), Some(previous)) => ApiError::previous_response_not_found(previous),
-                _ => store_error(&e),
+                _ => ApiError::from(e),
             };
             return self.fail(sink, error).await;
         }
@@ -605,8 +362,11 @@ impl PreparedResponse {
         for listing in std::mem::take(&mut self.listings) {
             self.emit_listing(sink, log, listing).await?;
         }
-        for answer in std::mem::take(&mut self.approval_answers) {
-            self.act_on_approval_answer(sink, log, answer).await?;
+        let mut events = Vec::new();
+        while let Some(call) = self.approvals.next_approved_call(&self.request, &self.engine.metrics, log, &mut events)
+        {
+            self.flush(sink, log, &mut events).await?;
+            self.run_gateway_call(sink, log, call).await?;
         }
         let targets = CallTargets::new(&self.request, &self.gateway_tools);
         let mut phase = TurnPhase::First;
@@ -641,7 +401,7 @@ impl PreparedResponse {
             for call in result.gateway_calls {
                 self.run_gateway_call(sink, log, call).await?;
             }
-            if !result.client_calls.is_empty() || !result.approval_requests.is_empty() {
+            if !result.client_calls.is_empty() || !result.held_calls.is_empty() {
                 // The client has to run its functions, or approve calls, before the model can go on.
                 return Ok(TurnEnd::Finished);
             }
@@ -667,30 +427,7 @@ impl PreparedResponse {
         for call in &result.gateway_calls {
             metrics.tool_requested(call.tool_type());
         }
-        for item in &result.approval_requests {
-            if let Item::McpApprovalRequest(request) = item {
-                metrics.tool_requested(mcp::TOOL_TYPE);
-                metrics.mcp_approval_requested(mcp::approval::metric_label(&self.request, &request.server_label));
-            }
-        }
-    }
-
-    /// Count the client's answer to an approval request and, when it approves, run the call.
-    async fn act_on_approval_answer(
-        &mut self,
-        sink: &mut EventSink,
-        log: &mut OutputLog,
-        answer: mcp::approval::Answer,
-    ) -> Result<(), Stop> {
-        let label = mcp::approval::metric_label(&self.request, &answer.request.server_label);
-        self.engine.metrics.mcp_approval_answered(label, answer.approve);
-        if !answer.approve {
-            return Ok(());
-        }
-        let mut events = Vec::new();
-        let call = mcp::approval::approved_call(&answer, log.allocate_index(), &mut events);
-        self.flush(sink, log, &mut events).await?;
-        self.run_gateway_call(sink, log, call).await
+        Approvals::count_requests(&self.request, &result.held_calls, metrics);
     }
 
     /// One upstream call (the model turn `turn`), streamed into events.
@@ -703,8 +440,7 @@ impl PreparedResponse {
         targets: CallTargets,
     ) -> Result<TurnResult, Stop> {
         let mut chunks = self.open_turn(sink, log, offer).await?;
-        let mut state = TurnState::new(turn, targets, self.tool_state.container_id.clone())
-            .with_citable(self.tool_state.citable.clone());
+        let mut state = TurnState::new(turn, targets, self.tool_state.clone());
         let mut events = Vec::new();
         loop {
             let next = tokio::select! {

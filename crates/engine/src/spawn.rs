@@ -15,7 +15,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::run::{EventSink, LocalConversation, PreparedResponse, end_failed};
+use crate::run::{LocalConversation, PreparedResponse, end_failed};
+use crate::sink::EventSink;
 
 /// What a client is told when a run dies.
 pub(crate) const RUN_DIED: &str = "The gateway stopped producing this response unexpectedly.";

@@ -11,8 +11,6 @@ use respgw_store_api::background::RunStatus;
 use respgw_store_api::{BackgroundStore, ResponseStore};
 use serde_json::Value;
 
-use crate::run::store_error;
-
 /// Reads and deletes of stored responses (see [`crate::Engine::stored`]).
 pub struct StoredResponses<'a> {
     pub(crate) store: &'a dyn ResponseStore,
@@ -26,19 +24,16 @@ impl StoredResponses<'_> {
     /// The stored response object, exactly as it was when it finished. 404 when the owner
     /// stored no response `id`.
     pub async fn retrieve(&self, id: &str) -> Result<Value, ApiError> {
-        if let Some(response) = self.store.response(self.owner, id).await.map_err(|e| store_error(&e))? {
+        if let Some(response) = self.store.response(self.owner, id).await? {
             return Ok(response);
         }
         let Some(background) = self.background else { return Err(ApiError::response_not_found(id)) };
-        match background.run(id).await.map_err(|e| store_error(&e))?.filter(|run| run.tenant == self.owner) {
+        match background.run(id).await?.filter(|run| run.tenant == self.owner) {
             // Stored as it ended (the read above may have come just before): read it there, where
             // a delete also removes it.
-            Some(run) if matches!(run.status, RunStatus::Completed | RunStatus::Incomplete) => self
-                .store
-                .response(self.owner, id)
-                .await
-                .map_err(|e| store_error(&e))?
-                .ok_or_else(|| ApiError::response_not_found(id)),
+            Some(run) if matches!(run.status, RunStatus::Completed | RunStatus::Incomplete) => {
+                self.store.response(self.owner, id).await?.ok_or_else(|| ApiError::response_not_found(id))
+            }
             Some(run) => serde_json::from_str(&run.body)
                 .map_err(|e| ApiError::internal(format!("The stored response {id} is unreadable: {e}"))),
             None => Err(ApiError::response_not_found(id)),
@@ -47,12 +42,12 @@ impl StoredResponses<'_> {
 
     /// Whether the owner stored response `id` (not as a background run of its own).
     pub(crate) async fn is_stored(&self, id: &str) -> Result<bool, ApiError> {
-        Ok(self.store.response(self.owner, id).await.map_err(|e| store_error(&e))?.is_some())
+        Ok(self.store.response(self.owner, id).await?.is_some())
     }
 
     /// Delete response `id`; 404 when it is not stored.
     pub async fn delete(&self, id: &str) -> Result<Deleted, ApiError> {
-        if self.store.delete(self.owner, id).await.map_err(|e| store_error(&e))? {
+        if self.store.delete(self.owner, id).await? {
             Ok(Deleted::new(id.to_owned(), "response"))
         } else {
             Err(ApiError::response_not_found(id))
@@ -65,8 +60,7 @@ impl StoredResponses<'_> {
         let list = self
             .store
             .input_items(self.owner, id, query.into())
-            .await
-            .map_err(|e| store_error(&e))?
+            .await?
             .ok_or_else(|| ApiError::response_not_found(id))?;
         let items = list.items.into_iter().map(Item::client_view).collect();
         Ok(ListPage::new(items, list.has_more, Item::id))

@@ -21,6 +21,7 @@ use respgw_protocol::items::{Item, MessageRole};
 use respgw_protocol::response::TruncationDetails;
 
 use crate::chat;
+use crate::tool_kinds::client;
 use crate::upstream::ContextOverflow;
 
 /// Upstream calls one model turn may make, the first included, before truncation gives up.
@@ -51,8 +52,8 @@ impl TurnDropper {
             .collect();
         // A boundary between a client call and its output is not a turn boundary.
         for (output_at, item) in history.iter().enumerate() {
-            let Some(call_id) = output_call_id(item) else { continue };
-            if let Some(call_at) = history[..output_at].iter().rposition(|i| call_id_of(i) == Some(call_id)) {
+            let Some(call_id) = client::answered_call_id(item) else { continue };
+            if let Some(call_at) = history[..output_at].iter().rposition(|i| client::call_id(i) == Some(call_id)) {
                 starts.retain(|&s| s <= call_at || s > output_at);
             }
         }
@@ -138,26 +139,6 @@ fn is_system(item: &Item) -> bool {
 
 fn is_user(item: &Item) -> bool {
     matches!(item, Item::Message(m) if m.role == MessageRole::User)
-}
-
-/// The `call_id` a client tool call item carries.
-fn call_id_of(item: &Item) -> Option<&str> {
-    match item {
-        Item::FunctionCall(c) => Some(&c.call_id),
-        Item::CustomToolCall(c) => Some(&c.call_id),
-        Item::LocalShellCall(c) => Some(c.call_id.as_deref().unwrap_or(&c.id)),
-        _ => None,
-    }
-}
-
-/// The `call_id` a client tool output item answers.
-fn output_call_id(item: &Item) -> Option<&str> {
-    match item {
-        Item::FunctionCallOutput(o) => Some(&o.call_id),
-        Item::CustomToolCallOutput(o) => Some(&o.call_id),
-        Item::LocalShellCallOutput(o) => Some(o.call_id.as_deref().unwrap_or(&o.id)),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -14,9 +14,8 @@ use respgw_protocol::response::IncompleteReason;
 use serde_json::Value;
 
 use crate::chat::{ChatChunk, ToolCallDelta};
-use crate::cite::find_citations;
 use crate::think::{Segment, ThinkSplitter};
-use crate::tool_kinds::{CallPlace, CallTargets, CitableSource, FinishedCall, OpenCall, PendingGatewayCall};
+use crate::tool_kinds::{CallTargets, FinishedCall, GatewayToolState, OpenCall, PendingGatewayCall};
 
 /// The response-wide record of output: index allocation and finished items in completion order.
 #[derive(Debug, Default)]
@@ -57,8 +56,8 @@ pub struct TurnResult {
     pub client_calls: Vec<Item>,
     /// Calls to the gateway's own tools, in order; their items stay open until they have run.
     pub gateway_calls: Vec<PendingGatewayCall>,
-    /// Calls waiting for the client's approval, as their `mcp_approval_request` items (done).
-    pub approval_requests: Vec<Item>,
+    /// Gateway tool calls held until the client answers for them, as their items (done).
+    pub held_calls: Vec<Item>,
 }
 
 #[derive(Debug)]
@@ -97,10 +96,9 @@ pub struct TurnState {
     turn: TurnStamp,
     /// Who runs the functions the model may call, and so how their calls are reported.
     targets: CallTargets,
-    /// The conversation's code interpreter container.
-    container_id: String,
-    /// Pages web_search showed the model in this response: links to them are cited.
-    citable: Vec<CitableSource>,
+    /// What the gateway tool kinds kept from the response's earlier calls: where call items go,
+    /// what the answer's text is annotated with.
+    tools: GatewayToolState,
     splitter: ThinkSplitter,
     reasoning: Option<OpenReasoning>,
     message: Option<OpenMessage>,
@@ -122,14 +120,12 @@ pub enum TurnError {
 }
 
 impl TurnState {
-    /// The model turn `turn`, whose calls go to `targets`; `container_id` is the conversation's
-    /// code interpreter container.
-    pub fn new(turn: TurnStamp, targets: CallTargets, container_id: String) -> Self {
+    /// The model turn `turn`, whose calls go to `targets`, with the gateway tool kinds' `tools`.
+    pub fn new(turn: TurnStamp, targets: CallTargets, tools: GatewayToolState) -> Self {
         TurnState {
             turn,
             targets,
-            container_id,
-            citable: Vec::new(),
+            tools,
             splitter: ThinkSplitter::default(),
             reasoning: None,
             message: None,
@@ -139,12 +135,6 @@ impl TurnState {
             usage: None,
             saw_done: false,
         }
-    }
-
-    /// Links to these pages in the answer become `url_citation` annotations.
-    pub fn with_citable(mut self, citable: Vec<CitableSource>) -> Self {
-        self.citable = citable;
-        self
     }
 
     /// Apply one chunk; events it causes are appended to `events`.
@@ -252,9 +242,7 @@ impl TurnState {
                 delta,
                 logprobs: [],
             });
-            if !self.citable.is_empty() {
-                announce_citations(m, &self.citable, false, events);
-            }
+            self.tools.annotate(&m.id, m.output_index, &m.text, &mut m.annotations, false, events);
         }
     }
 
@@ -300,7 +288,7 @@ impl TurnState {
         } else {
             call.arguments.push_str(&fragment);
             if call.name.is_some() {
-                announce(call, self.turn, &self.targets, &self.container_id, log, events);
+                announce(call, self.turn, &self.targets, &self.tools, log, events);
             }
         }
     }
@@ -326,7 +314,7 @@ impl TurnState {
 
     fn close_message(&mut self, status: ItemStatus, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) {
         if let Some(mut m) = self.message.take() {
-            announce_citations(&mut m, &self.citable, true, events);
+            self.tools.annotate(&m.id, m.output_index, &m.text, &mut m.annotations, true, events);
             events.push(ResponseEvent::OutputTextDone {
                 item_id: m.id.clone(),
                 output_index: m.output_index,
@@ -370,13 +358,13 @@ impl TurnState {
 
         let mut client_calls = Vec::new();
         let mut gateway_calls = Vec::new();
-        let mut approval_requests = Vec::new();
+        let mut held_calls = Vec::new();
         for mut call in std::mem::take(&mut self.calls) {
             if call.announced.is_none() {
                 if call.name.is_none() {
                     return Err(TurnError::NamelessToolCall);
                 }
-                announce(&mut call, self.turn, &self.targets, &self.container_id, log, events);
+                announce(&mut call, self.turn, &self.targets, &self.tools, log, events);
             }
             let Some(open) = call.announced.take() else { continue };
             let name = call.name.take().unwrap_or_default();
@@ -386,13 +374,13 @@ impl TurnState {
                     client_calls.push(item);
                 }
                 FinishedCall::Gateway(pending) => gateway_calls.push(pending),
-                FinishedCall::McpApproval(item) => {
+                FinishedCall::Held(item) => {
                     log.items.push(item.clone());
-                    approval_requests.push(item);
+                    held_calls.push(item);
                 }
             }
         }
-        Ok(TurnResult { end, usage: self.usage, client_calls, gateway_calls, approval_requests })
+        Ok(TurnResult { end, usage: self.usage, client_calls, gateway_calls, held_calls })
     }
 }
 
@@ -402,34 +390,17 @@ fn announce(
     call: &mut StreamingCall,
     turn: TurnStamp,
     targets: &CallTargets,
-    container_id: &str,
+    tools: &GatewayToolState,
     log: &mut OutputLog,
     events: &mut Vec<ResponseEvent>,
 ) {
     let name = call.name.clone().unwrap_or_default();
-    let place = CallPlace { turn, output_index: log.allocate(), container_id };
+    let place = tools.place(turn, log.allocate());
     let mut open = OpenCall::announce(targets.of(&name), &name, &mut call.call_id, place, events);
     if !call.arguments.is_empty() {
         open.on_arguments(&call.arguments, events);
     }
     call.announced = Some(open);
-}
-
-/// Announce the message's citations that became complete (all of them when `complete`).
-fn announce_citations(m: &mut OpenMessage, citable: &[CitableSource], complete: bool, events: &mut Vec<ResponseEvent>) {
-    if citable.is_empty() {
-        return;
-    }
-    for annotation in find_citations(&m.text, citable, complete).into_iter().skip(m.annotations.len()) {
-        events.push(ResponseEvent::OutputTextAnnotationAdded {
-            item_id: m.id.clone(),
-            output_index: m.output_index,
-            content_index: 0,
-            annotation_index: m.annotations.len(),
-            annotation: Box::new(annotation.clone()),
-        });
-        m.annotations.push(annotation);
-    }
 }
 
 #[cfg(test)]
@@ -445,13 +416,13 @@ mod tests {
 
     /// A turn without gateway tools.
     fn plain_turn() -> TurnState {
-        TurnState::new(TurnStamp::after(None), CallTargets::default(), String::new())
+        TurnState::new(TurnStamp::after(None), CallTargets::default(), GatewayToolState::in_container(""))
     }
 
     /// A turn in which calls to these functions go to these targets.
     fn turn_calling(targets: Vec<(&str, CallTarget)>) -> TurnState {
         let targets = targets.into_iter().map(|(name, target)| (name.to_owned(), target)).collect();
-        TurnState::new(TurnStamp::after(None), targets, "cntr_1".into())
+        TurnState::new(TurnStamp::after(None), targets, GatewayToolState::in_container("cntr_1"))
     }
 
     /// The turn's `function_call` items.
@@ -745,7 +716,7 @@ mod tests {
             ("web_search".to_owned(), CallTarget::Gateway(GatewayKind::WebSearch)),
             ("code_interpreter".to_owned(), CallTarget::Gateway(GatewayKind::CodeInterpreter)),
         ];
-        let mut state = TurnState::new(turn, targets.into_iter().collect(), "cntr_1".into());
+        let mut state = TurnState::new(turn, targets.into_iter().collect(), GatewayToolState::in_container("cntr_1"));
         let mut log = OutputLog::default();
         let mut events = Vec::new();
         state.on_chunk(
@@ -786,13 +757,13 @@ mod tests {
         let result = state.finish(&mut log, &mut events).unwrap();
         assert_eq!(kinds(&events), ["response.output_item.added", "response.output_item.done"]);
         assert!(result.gateway_calls.is_empty() && result.client_calls.is_empty(), "{result:?}");
-        let [Item::McpApprovalRequest(request)] = result.approval_requests.as_slice() else { panic!("{result:?}") };
+        let [Item::McpApprovalRequest(request)] = result.held_calls.as_slice() else { panic!("{result:?}") };
         assert_eq!(
             (request.server_label.as_str(), request.name.as_str(), request.arguments.as_str()),
             ("docs", "delete", "{\"path\":\"a\"}")
         );
         assert!(request.id.starts_with("mcpr_") && TurnStamp::of(&request.id).is_some(), "{request:?}");
-        assert_eq!(log.items, result.approval_requests, "done once its arguments are complete");
+        assert_eq!(log.items, result.held_calls, "done once its arguments are complete");
     }
 
     #[test]

@@ -17,8 +17,8 @@
 pub mod background;
 
 pub use background::BackgroundStore;
-use respgw_protocol::Item;
 use respgw_protocol::listing::{ListOrder, ListQuery};
+use respgw_protocol::{ApiError, Item};
 
 /// What the engine hands the store when a response reaches `completed` or `incomplete`.
 #[derive(Debug, Clone)]
@@ -189,6 +189,24 @@ pub enum StoreError {
     /// its limit; nothing was written.
     #[error("the conversation holds {held} items; {adding} more would pass its limit of {limit}")]
     ConversationFull { held: usize, adding: usize, limit: usize },
+}
+
+/// The client-facing error for a store failure: unavailable or full is 503, a conversation gone,
+/// changed or full is what the conversation's client is told, the rest is an internal error.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(detail) | StoreError::Full(detail) => ApiError::store_unavailable(&detail),
+            StoreError::ConversationGone(id) => ApiError::conversation_not_found(&id, "conversation"),
+            StoreError::ConversationChanged(id) => ApiError::conversation_conflict(&id),
+            StoreError::ConversationFull { held, adding, limit } => {
+                ApiError::conversation_full("items", held, adding, limit)
+            }
+            StoreError::Duplicate(_) | StoreError::Corrupt(_) | StoreError::MissingHistory(_) => {
+                ApiError::internal(format!("The response store failed: {e}"))
+            }
+        }
+    }
 }
 
 /// Where responses and their conversations are kept. "Not stored" below includes "stored for

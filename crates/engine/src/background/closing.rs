@@ -14,7 +14,6 @@ use respgw_store_api::background::{Closing, EndRun, Ended, RunRecord, RunStatus}
 use serde_json::{Value, json};
 
 use super::{BackgroundRuns, EXPIRED_BATCH, Failure, StopReason, now_ms};
-use crate::run::store_error;
 
 /// What a client is told about a run whose lease ran out, as another process sees it: it cannot
 /// tell a process that stopped from one that lost the store.
@@ -96,7 +95,7 @@ impl BackgroundRuns {
             lease_expired_before_ms: None,
             close: close_cancelled,
         };
-        match self.end(end, StopReason::Cancelled).await.map_err(|e| store_error(&e))? {
+        match self.end(end, StopReason::Cancelled).await? {
             Ended::Now(run) => {
                 self.metrics.background_cancelled();
                 tracing::info!(response_id = %id, "background response cancelled");

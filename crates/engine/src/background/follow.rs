@@ -15,7 +15,6 @@ use tokio::sync::mpsc;
 
 use super::BackgroundRuns;
 use super::sink::is_terminal_kind;
-use crate::run::store_error;
 
 /// Events read from the log at a time.
 const PAGE: usize = 256;
@@ -50,9 +49,7 @@ impl BackgroundRuns {
         from: ResumeFrom,
     ) -> Result<mpsc::Receiver<StoredEvent>, ApiError> {
         let id = &run.id;
-        if run.status.is_terminal()
-            && self.store.events_after(id, None, 1).await.map_err(|e| store_error(&e))?.is_empty()
-        {
+        if run.status.is_terminal() && self.store.events_after(id, None, 1).await?.is_empty() {
             let hours = self.settings.retention.as_secs_f64() / 3600.0;
             return Err(ApiError::invalid(
                 "stream",
@@ -66,7 +63,7 @@ impl BackgroundRuns {
             // The log has no gaps: event `after` exists exactly when `after` is not past the
             // highest number written so far (a live run's later events may still come, but no
             // client can have seen them).
-            let next = self.store.events_after(id, after.checked_sub(1), 1).await.map_err(|e| store_error(&e))?;
+            let next = self.store.events_after(id, after.checked_sub(1), 1).await?;
             if next.first().map(|event| event.seq) != Some(after) {
                 return Err(ApiError::invalid(
                     "starting_after",

@@ -436,7 +436,7 @@ impl crate::Engine {
     pub async fn cancel_background(&self, owner: &str, id: &str) -> Result<serde_json::Value, ApiError> {
         let runs = self.background_runs("response_id")?;
         // Another tenant's run is a missing one: found (or not) by the same lookup.
-        let own = runs.store.run(id).await.map_err(|e| crate::run::store_error(&e))?.is_some_and(|r| r.tenant == owner);
+        let own = runs.store.run(id).await?.is_some_and(|r| r.tenant == owner);
         match if own { runs.cancel(id).await? } else { None } {
             Some(response) => Ok(response),
             None if self.stored(owner).is_stored(id).await? => Err(not_background(id, "cancelled")),
@@ -455,7 +455,7 @@ impl crate::Engine {
         from: ResumeFrom,
     ) -> Result<tokio::sync::mpsc::Receiver<respgw_store_api::background::StoredEvent>, ApiError> {
         let runs = self.background_runs("stream")?;
-        let run = runs.store.run(id).await.map_err(|e| crate::run::store_error(&e))?;
+        let run = runs.store.run(id).await?;
         // Another tenant's run is a missing one.
         let Some(run) = run.filter(|run| run.tenant == owner) else {
             return Err(if self.stored(owner).is_stored(id).await? {

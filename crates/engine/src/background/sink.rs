@@ -23,7 +23,7 @@ use respgw_store_api::{NewResponse, StoreError};
 use tokio::sync::{mpsc, watch};
 
 use super::{BackgroundRuns, Failure, StopReason};
-use crate::run::ClientGone;
+use crate::sink::ClientGone;
 
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 256;

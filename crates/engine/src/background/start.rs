@@ -15,7 +15,8 @@ use tracing::Instrument;
 
 use super::sink::{BackgroundSink, log_events, stored_event};
 use super::{BackgroundRuns, StopReason, now_ms};
-use crate::run::{EventSink, PreparedResponse, end_failed, store_error};
+use crate::run::{PreparedResponse, end_failed};
+use crate::sink::EventSink;
 use crate::spawn::{RUN_DIED, panic_text};
 
 /// Events between the run and its log writer before the run waits for the store.
@@ -73,7 +74,7 @@ impl PreparedResponse {
                  after some have started.",
                 runs.settings.max_queued_per_tenant
             ))),
-            Err(e) => Some(store_error(&e)),
+            Err(e) => Some(ApiError::from(e)),
         };
         if let Some(refused) = refused {
             runs.release(&id);

@@ -320,6 +320,26 @@ pub(crate) fn replayed_output(item: &Item) -> Option<Value> {
     Some(json!({"role": "tool", "tool_call_id": call_id, "content": content}))
 }
 
+/// The `call_id` a client call item carries; `None` for other items.
+pub(crate) fn call_id(item: &Item) -> Option<&str> {
+    match item {
+        Item::FunctionCall(c) => Some(&c.call_id),
+        Item::CustomToolCall(c) => Some(&c.call_id),
+        Item::LocalShellCall(c) => Some(c.call_id.as_deref().unwrap_or(&c.id)),
+        _ => None,
+    }
+}
+
+/// The `call_id` a client's output item answers; `None` for other items.
+pub(crate) fn answered_call_id(item: &Item) -> Option<&str> {
+    match item {
+        Item::FunctionCallOutput(o) => Some(&o.call_id),
+        Item::CustomToolCallOutput(o) => Some(&o.call_id),
+        Item::LocalShellCallOutput(o) => Some(o.call_id.as_deref().unwrap_or(&o.id)),
+        _ => None,
+    }
+}
+
 fn output_content(output: &FunctionOutput) -> Value {
     match output {
         FunctionOutput::Text(t) => json!(t),

@@ -117,13 +117,55 @@ impl FromIterator<(String, CallTarget)> for CallTargets {
     }
 }
 
-/// What the gateway tool kinds keep across the calls of one response.
-#[derive(Debug, Clone, Default)]
+/// What the gateway tool kinds keep across the calls of one response, each kind's own part. The
+/// run and the turn carry it without looking inside.
+#[derive(Debug, Clone)]
 pub struct GatewayToolState {
-    /// The conversation's code interpreter container (files persist in it).
-    pub container_id: String,
-    /// Pages web_search showed the model so far: links to them in answers are cited.
-    pub citable: Vec<CitableSource>,
+    code_interpreter: code_interpreter::Container,
+    web_search: web_search::Citations,
+}
+
+impl GatewayToolState {
+    /// The state a response starts with, given its history.
+    pub fn for_history(history: &[Item]) -> Self {
+        GatewayToolState {
+            code_interpreter: code_interpreter::Container::of(history),
+            web_search: web_search::Citations::default(),
+        }
+    }
+
+    /// Where the item of a call made in model turn `turn` goes.
+    pub(crate) fn place(&self, turn: TurnStamp, output_index: usize) -> CallPlace<'_> {
+        CallPlace { turn, output_index, container_id: self.code_interpreter.id() }
+    }
+
+    /// The sandbox container the response's calls run in, for tenant `owner`.
+    pub(crate) fn sandbox_container(&self, owner: &str) -> String {
+        code_interpreter::sandbox_container(owner, self.code_interpreter.id())
+    }
+
+    /// Announce the annotations of answer text `text` (message `item_id`) that became complete
+    /// since those in `annotations` (all of them when `complete`), and add them there.
+    pub(crate) fn annotate(
+        &self,
+        item_id: &str,
+        output_index: usize,
+        text: &str,
+        annotations: &mut Vec<Value>,
+        complete: bool,
+        events: &mut Vec<ResponseEvent>,
+    ) {
+        self.web_search.annotate(item_id, output_index, text, annotations, complete, events);
+    }
+
+    /// The state of a response whose history used container `container_id`.
+    #[cfg(test)]
+    pub(crate) fn in_container(container_id: &str) -> Self {
+        GatewayToolState {
+            code_interpreter: code_interpreter::Container::with_id(container_id),
+            web_search: web_search::Citations::default(),
+        }
+    }
 }
 
 /// Where a call's item goes.
@@ -152,8 +194,9 @@ pub(crate) enum FinishedCall {
     Client(Item),
     /// A gateway tool call, waiting to run.
     Gateway(PendingGatewayCall),
-    /// An `mcp_approval_request`, done: the call waits for the client's approval.
-    McpApproval(Item),
+    /// A gateway tool call held until the client answers for it (an `mcp_approval_request`),
+    /// its item done.
+    Held(Item),
 }
 
 impl OpenCall {
@@ -209,7 +252,7 @@ impl OpenCall {
     ) -> FinishedCall {
         let mut item = match self {
             OpenCall::Client(call) => return FinishedCall::Client(call.finish(name, call_id, arguments, events)),
-            OpenCall::McpApproval(request) => return FinishedCall::McpApproval(request.finish(arguments, events)),
+            OpenCall::McpApproval(request) => return FinishedCall::Held(request.finish(arguments, events)),
             OpenCall::Gateway(item) => item,
         };
         match &mut item {
@@ -297,7 +340,7 @@ impl PendingGatewayCall {
                 Ok(call.complete(outcome))
             }
             (GatewayCallItem::WebSearch(call), GatewayOutcome::WebSearch(outcome)) => {
-                Ok(call.complete(outcome, &mut state.citable))
+                Ok(call.complete(outcome, &mut state.web_search))
             }
             (GatewayCallItem::Mcp(call), GatewayOutcome::Mcp(outcome)) => Ok(call.complete(outcome)),
             _ => Err(ApiError::internal("a gateway tool returned another tool's outcome")),

@@ -6,7 +6,7 @@
 //! decoded from the JSON arguments as they arrive ([`code_stream`]), and ends with
 //! `…call_code.done`. The item stays open while the code runs (`…call.interpreting`), then is done
 //! with its outputs (`…call.completed`; the item's status is `failed` when the code failed or
-//! could not run). Files persist in the conversation's container ([`container_for`]). Clients
+//! could not run). Files persist in the conversation's container ([`Container`]). Clients
 //! see the outputs only with `include: ["code_interpreter_call.outputs"]`; the model sees them
 //! as text in later turns (the logs, and a note for each image).
 //!
@@ -59,19 +59,36 @@ pub fn function_spec() -> FunctionSpec {
     }
 }
 
-/// The conversation's container: the last one this gateway made that `history` used (another
-/// system's id starts afresh), or a new one.
-pub(crate) fn container_for(history: &[Item]) -> String {
-    history
-        .iter()
-        .rev()
-        .find_map(|item| match item {
-            Item::CodeInterpreterCall(c) if is_own_id(IdKind::Container, &c.container_id) => {
-                Some(c.container_id.clone())
-            }
-            _ => None,
-        })
-        .unwrap_or_else(|| new_id(IdKind::Container))
+/// The conversation's container id, which a response's calls share (files persist in it).
+#[derive(Debug, Clone)]
+pub(crate) struct Container(String);
+
+impl Container {
+    /// The last container this gateway made that `history` used (another system's id starts
+    /// afresh), or a new one.
+    pub(crate) fn of(history: &[Item]) -> Self {
+        let id = history
+            .iter()
+            .rev()
+            .find_map(|item| match item {
+                Item::CodeInterpreterCall(c) if is_own_id(IdKind::Container, &c.container_id) => {
+                    Some(c.container_id.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| new_id(IdKind::Container));
+        Container(id)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn with_id(id: &str) -> Self {
+        Container(id.to_owned())
+    }
+
+    /// The container id, as the call items show it.
+    pub(crate) fn id(&self) -> &str {
+        &self.0
+    }
 }
 
 /// The sandbox container that container id `container_id` names for tenant `owner`: the same

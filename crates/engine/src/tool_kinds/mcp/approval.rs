@@ -14,6 +14,10 @@
 //! thing in the response, as an `mcp_call` whose `approval_request_id` names the request
 //! ([`approved_call`]), and the loop goes on; a denial only changes what the model is told.
 //!
+//! [`Approvals`] is a response's part in this flow, for the run: the answers it acts on (checked
+//! against the tools the request resolved), the approved calls to run before its first model turn,
+//! and the approval requests its turns make, counted.
+//!
 //! What the model sees ([`ApprovalHistory`]): the approval request as the tool call the model made,
 //! followed by one tool result that says how it ended — still waiting for approval, denied (with
 //! the reason), or approved with the call's result. The approved `mcp_call` and the answer items
@@ -21,15 +25,19 @@
 //! conversation and a client's replay give the model the same messages.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use respgw_protocol::ids::{IdKind, TurnStamp};
 use respgw_protocol::items::{Item, McpApprovalRequestItem, McpCallItem, MessageRole};
 use respgw_protocol::tools::ToolDeclaration;
 use respgw_protocol::tools::mcp::{McpTool, mcp_function_name};
 use respgw_protocol::{ApiError, ResponseEvent, ValidatedRequest};
+use respgw_telemetry::Metrics;
 
 use super::CallItem;
+use crate::gateway_tool::{GatewayTool, ResolvedTools};
 use crate::tool_kinds::{CallPlace, GatewayCallItem, PendingGatewayCall};
+use crate::turn::OutputLog;
 
 /// The `server_label` metric label of the approvals of Remote MCP servers (their labels are chosen
 /// by clients, so they are counted together) and of servers the request does not declare.
@@ -238,6 +246,72 @@ pub fn approved_call(answer: &Answer, output_index: usize, events: &mut Vec<Resp
     call.on_arguments(&arguments, events);
     call.arguments_done(&mut arguments, events);
     PendingGatewayCall { function: answer.function(), arguments, item: GatewayCallItem::Mcp(call) }
+}
+
+/// A response's part in the approval flow: the client's answers in its input, acted on before
+/// its first model turn.
+#[derive(Debug)]
+pub(crate) struct Approvals {
+    /// The answers to act on, in input order.
+    answers: Vec<Answer>,
+    /// How many of them were acted on.
+    acted_on: usize,
+}
+
+impl Approvals {
+    /// The answers in the request's input (the items of `history` from `input_start` on) that the
+    /// response acts on ([`answers_to_act_on`]).
+    pub(crate) fn in_input(history: &[Item], input_start: usize) -> Result<Self, ApiError> {
+        Ok(Approvals { answers: answers_to_act_on(history, input_start)?, acted_on: 0 })
+    }
+
+    /// The tools `request` resolved to, when every approved call can run with them: a resolution
+    /// error is said about the answer that needed the tool ([`resolution_error`]), and an approved
+    /// call whose tool is not offered is a 400 naming its answer ([`not_offered`]).
+    pub(crate) fn check_tools(
+        &self,
+        resolved: Result<ResolvedTools, ApiError>,
+        request: &ValidatedRequest,
+    ) -> Result<ResolvedTools, ApiError> {
+        let resolved = resolved.map_err(|e| resolution_error(e, &self.answers, request))?;
+        if let Some(answer) = self.answers.iter().find(|a| a.approve && !offers(&resolved.tools, &a.function())) {
+            return Err(not_offered(answer, request));
+        }
+        Ok(resolved)
+    }
+
+    /// Before the first model turn: the next approved call to run, announced at the next index of
+    /// `log`. Every answer on the way is counted.
+    pub(crate) fn next_approved_call(
+        &mut self,
+        request: &ValidatedRequest,
+        metrics: &Metrics,
+        log: &mut OutputLog,
+        events: &mut Vec<ResponseEvent>,
+    ) -> Option<PendingGatewayCall> {
+        while let Some(answer) = self.answers.get(self.acted_on) {
+            self.acted_on += 1;
+            metrics.mcp_approval_answered(metric_label(request, &answer.request.server_label), answer.approve);
+            if answer.approve {
+                return Some(approved_call(answer, log.allocate_index(), events));
+            }
+        }
+        None
+    }
+
+    /// After a model turn: count the approval requests among the calls it held for the client.
+    pub(crate) fn count_requests(request: &ValidatedRequest, held_calls: &[Item], metrics: &Metrics) {
+        for item in held_calls {
+            if let Item::McpApprovalRequest(approval) = item {
+                metrics.tool_requested(super::TOOL_TYPE);
+                metrics.mcp_approval_requested(metric_label(request, &approval.server_label));
+            }
+        }
+    }
+}
+
+fn offers(tools: &[Arc<dyn GatewayTool>], function: &str) -> bool {
+    tools.iter().any(|t| t.spec().name == function)
 }
 
 /// How the approval requests of a conversation ended, for what the model is told.

@@ -6,11 +6,14 @@
 //! runs and done with the action and the result the model was given (`model_result`, kept for
 //! the conversation, never shown to clients) — `completed` even when the search failed, since a
 //! failure is a result the model sees. The pages a call showed the model become
-//! [`CitableSource`]s: links to them in the answer are cited (`cite.rs`). Clients see an action's
+//! [`CitableSource`]s, kept for the response in [`Citations`]: links to them in the answer are cited
+//! (`cite.rs`). Clients see an action's
 //! `sources` only with `include: ["web_search_call.action.sources"]`.
 //!
 //! Executor: `respgw_tools::web_search::WebSearchTool` (`crates/tools/src/web_search/mod.rs`),
 //! which implements the engine's `GatewayTool` itself.
+
+mod cite;
 
 use respgw_protocol::ResponseEvent;
 use respgw_protocol::ids::IdKind;
@@ -20,6 +23,7 @@ use respgw_protocol::tools::web_search::WEB_SEARCH_FUNCTION;
 use respgw_telemetry::ToolType;
 use serde_json::{Value, json};
 
+use self::cite::find_citations;
 use super::{CallPlace, CompletedCall};
 use crate::gateway_tool::FunctionSpec;
 
@@ -44,6 +48,54 @@ pub struct WebSearchOutcome {
 pub struct CitableSource {
     pub url: String,
     pub title: Option<String>,
+}
+
+/// The pages web_search showed the model so far in one response: links to them in its answers
+/// become `url_citation` annotations.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Citations(Vec<CitableSource>);
+
+impl Citations {
+    /// Add the pages a call showed the model; the latest word on a page wins (an opened page's
+    /// own title over a search's).
+    fn learn(&mut self, sources: Vec<CitableSource>) {
+        for source in sources {
+            match self.0.iter_mut().find(|known| known.url == source.url) {
+                Some(known) => {
+                    if source.title.is_some() {
+                        known.title = source.title;
+                    }
+                }
+                None => self.0.push(source),
+            }
+        }
+    }
+
+    /// Announce the citations in `text` (message `item_id`) that became complete since those in
+    /// `annotations` (all of them when `complete`), and add them there.
+    pub(super) fn annotate(
+        &self,
+        item_id: &str,
+        output_index: usize,
+        text: &str,
+        annotations: &mut Vec<Value>,
+        complete: bool,
+        events: &mut Vec<ResponseEvent>,
+    ) {
+        if self.0.is_empty() {
+            return;
+        }
+        for annotation in find_citations(text, &self.0, complete).into_iter().skip(annotations.len()) {
+            events.push(ResponseEvent::OutputTextAnnotationAdded {
+                item_id: item_id.to_owned(),
+                output_index,
+                content_index: 0,
+                annotation_index: annotations.len(),
+                annotation: Box::new(annotation.clone()),
+            });
+            annotations.push(annotation);
+        }
+    }
 }
 
 /// How the model sees the tool: one function whose nullable parameters name the action.
@@ -114,19 +166,9 @@ impl CallItem {
         ResponseEvent::WebSearchCallSearching { item_id: self.item.id.clone(), output_index: self.output_index }
     }
 
-    /// The item with the action and its result; the pages it showed join `citable`.
-    pub(super) fn complete(self, outcome: WebSearchOutcome, citable: &mut Vec<CitableSource>) -> CompletedCall {
-        // The latest word on a page wins (an opened page's own title over a search's).
-        for source in outcome.citable {
-            match citable.iter_mut().find(|known| known.url == source.url) {
-                Some(known) => {
-                    if source.title.is_some() {
-                        known.title = source.title;
-                    }
-                }
-                None => citable.push(source),
-            }
-        }
+    /// The item with the action and its result; the pages it showed join `citations`.
+    pub(super) fn complete(self, outcome: WebSearchOutcome, citations: &mut Citations) -> CompletedCall {
+        citations.learn(outcome.citable);
         let done_event =
             ResponseEvent::WebSearchCallCompleted { item_id: self.item.id.clone(), output_index: self.output_index };
         let item = WebSearchCallItem {

@@ -12,10 +12,10 @@
 
 use serde_json::{Value, json};
 
-use crate::tool_kinds::CitableSource;
+use super::CitableSource;
 
 /// The `url_citation` annotations of `text`, in order of position.
-pub fn find_citations(text: &str, sources: &[CitableSource], complete: bool) -> Vec<Value> {
+pub(super) fn find_citations(text: &str, sources: &[CitableSource], complete: bool) -> Vec<Value> {
     let mut found = Vec::new();
     if sources.is_empty() {
         return found;
