@@ -21,11 +21,12 @@
 //!   terminal event. `EventSink` is the only difference between SSE and JSON replies. Each model
 //!   turn's upstream call is opened by `open_turn`, where `truncation: "auto"` retries.
 //!   [`Engine::prepare_continuing`] and `spawn.rs`'s `spawn_keeping_conversation` serve WebSocket
-//!   mode's connection-local state
-//!   ([`LocalConversation`]: a finished `store:false` response's whole conversation, continued
-//!   without the store). [`Limits`] holds the loop guard (`max_tool_rounds`: after that many gateway
-//!   tool rounds, one last turn with `tool_choice: "none"`) and the cut of gateway tool results fed
-//!   back to the model (`max_tool_output_bytes`; the item keeps the whole output).
+//!   mode's connection-local state ([`LocalConversation`]: a finished `store:false` response's
+//!   whole conversation, continued without the store). [`Limits`] holds the loop guard
+//!   (`max_tool_rounds`: after that many gateway tool rounds, one last turn with
+//!   `tool_choice: "none"`), the cut of gateway tool results fed back to the model
+//!   (`max_tool_output_bytes`; the item keeps the whole output) and the cap on a conversation's
+//!   items (`max_conversation_items`).
 //! - `spawn.rs`: [`PreparedResponse::spawn`] — a streaming run on its own task; a panic is caught
 //!   and the stream still ends with `error` + `response.failed`.
 //! - [`chat`]: history items → chat messages, one assistant message per model turn (reasoning
