@@ -14,9 +14,84 @@
 //! upstream count what a response's first model turn would send; conversations are managed
 //! through [`Engine::conversations`].
 //!
+//! # Files
+//!
+//! - `run.rs`: [`Engine::prepare`] (history, tool resolution, input files) and
+//!   [`PreparedResponse::run`]: the tool loop (turn → gateway tools → turn …), persistence, the
+//!   terminal event. `EventSink` is the only difference between SSE and JSON replies. Each model
+//!   turn's upstream call is opened by `open_turn`, where `truncation: "auto"` retries.
+//!   [`Engine::prepare_continuing`] and `spawn.rs`'s `spawn_keeping_conversation` serve WebSocket
+//!   mode's connection-local state ([`LocalConversation`]: a finished `store:false` response's
+//!   whole conversation, continued without the store). [`Limits`] holds the loop guard
+//!   (`max_tool_rounds`: after that many gateway tool rounds, one last turn with
+//!   `tool_choice: "none"`), the cut of gateway tool results fed back to the model
+//!   (`max_tool_output_bytes`; the item keeps the whole output) and the cap on a conversation's
+//!   items (`max_conversation_items`).
+//! - `spawn.rs`: [`PreparedResponse::spawn`] — a streaming run on its own task; a panic is caught
+//!   and the stream still ends with `error` + `response.failed`.
+//! - [`chat`]: history items → chat messages, one assistant message per model turn (reasoning
+//!   replayed as `reasoning_content`, gateway tool calls followed by their results in call order;
+//!   where a turn ends is decided from the items alone, `AssistantTurn::is_followed_by_turn_of`),
+//!   so each round's request extends the previous one's and prefix caches are reused; the upstream
+//!   request body (a real `tool_choice`, never prompt text) and the chunk types.
+//! - `offer.rs`: which functions each turn offers and the `tool_choice` sent (forcing choices on the
+//!   first turn only; `allowed_tools` narrows every turn; the last turn gets `none`).
+//! - [`upstream`]: the pooled reqwest client, the streaming call, error classification
+//!   ([`UpstreamError`]) and its single mapping to `ApiError`, including the one place that
+//!   recognises a context-window overflow in vLLM's, SGLang's, llama.cpp's and OpenAI-style wording
+//!   ([`ContextOverflow`]) and makes it 400 `context_length_exceeded`.
+//! - `sse_decoder.rs`: the upstream's event stream decoded in place, chunk by chunk (the data of a
+//!   one-line event is a slice of the buffer, no allocation per token).
+//! - [`turn`]: `TurnState`, the stream state machine; `OutputLog` allocates `output_index`
+//!   response-wide. It handles one generic call (`OpenCall`, routed by [`CallTarget`]) and knows no
+//!   tool kind. [`think`]: `<think>…</think>` splitting across chunk boundaries.
+//! - [`tool_kinds`]: one module per kind of tool call (`client`, `code_interpreter`, `web_search`,
+//!   `mcp` with its approvals); `tool_kinds/mod.rs` holds the generic call and the `match`es that
+//!   hand over to the kinds. [`gateway_tool`]: the executor interface `respgw-tools` implements
+//!   ([`GatewayTool`], [`ToolResolver`]) — what the engine needs from it, nothing more.
+//! - `cite.rs`: `url_citation` annotations — markdown links in the answer to pages `web_search`
+//!   showed the model, found incrementally so `annotation.added` goes out as soon as a citation is
+//!   complete.
+//! - `truncation.rs`: `truncation: "auto"` — the history split into conversation turns, the oldest
+//!   dropped when the upstream refuses a model turn for its context window (enough at once when the
+//!   refusal gives sizes, else doubling); what was dropped is the response's `truncation_details`.
+//! - `input_tokens.rs`: [`Engine::count_input_tokens`] — `prepare` as for a response, the first model
+//!   turn's chat request built as the run builds it, then counted by the upstream (vLLM `/tokenize`,
+//!   llama.cpp `/apply-template` + `/tokenize`, else a one-token completion's usage); the method that
+//!   worked is remembered per process ([`InputTokenCounter`]).
+//! - [`files`]: [`FileReader`], the engine's view of input files: each `input_file` part of a
+//!   request's own input is read once in `prepare`, and what the model gets is kept on the part
+//!   (`model_content`, stored, never shown to clients), so a continuation sees the same file.
+//! - [`sealed`]: `reasoning.encrypted_content` and compaction summaries — AES-256-GCM with the
+//!   blob's purpose and tenant as associated data, so neither kind opens as the other and a blob
+//!   opens only for the tenant it was sealed for; `open_sealed_items` opens a request's sealed items
+//!   once, when they arrive (a blob that does not open is a 400 naming the item).
+//! - [`compaction`]: the summarisation call, [`Engine::compact`], `context_management` inside a run,
+//!   and the replay rule applied by `chat::messages`: the latest compaction item stands for
+//!   everything before it except the user messages. Items are never dropped from history or the
+//!   store; the rule only decides what the model is sent.
+//! - `stored.rs`: [`Engine::stored`] — retrieve, delete and input items of a tenant's stored
+//!   responses (a background response is read from its run's record until it is stored).
+//! - `conversations.rs`: [`Engine::conversations`] — the Conversations API. A response created in a
+//!   conversation is `run.rs`'s: `prepare` reads the conversation's items and version, and the save
+//!   appends to it only if that version is still current (else 409 `conversation_conflict`, nothing
+//!   stored).
+//! - [`background`]: background responses. `background/mod.rs` holds the process's runs, their stop
+//!   signals and the upkeep loop (lease renewal, expired leases of any process failed, runs ended
+//!   elsewhere stopped, event logs purged); `start.rs` records a run and waits for a run slot;
+//!   `sink.rs` numbers events and writes them in group-commit batches, the save riding with the
+//!   terminal event; `follow.rs` reads the event log and follows it to the terminal event;
+//!   `closing.rs` ends a run from outside (cancel, lease expiry, unwritable log) in one store
+//!   transaction.
+//!
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
 //! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.
 //! It owns the end of every response stream: exactly one terminal event, even when a run panics.
+//!
+//! Architecture invariant: a background run's status and event log live in the store, and every
+//! change of them is one transaction under the run's row lock (an owner's batch, a cancel, a lease
+//! expiry); a client only ever reads committed events, so whichever process answers, the stream it
+//! replays has the original numbers and exactly one terminal event.
 
 pub mod background;
 pub mod chat;

@@ -2,9 +2,47 @@
 //! WebSocket mode, pass-through forwarding, the accept loop and client-connection limits, and the
 //! functions that build and serve a gateway process.
 //!
+//! # Files
+//!
+//! - `app.rs`: the router (every route and its handler; every own error reply gets the JSON error
+//!   shape, every 405 its `Allow`). `error.rs`: [`respgw_protocol::ApiError`] as an HTTP reply, and
+//!   the errors of the HTTP edge itself.
+//! - `connections/`: the worker's own accept loop on hyper-util (HTTP/1 and h2c, upgrades included)
+//!   and the client limits — `book.rs` keeps each connection's state (busy from request head to the
+//!   end of the response body, deadlines for the rest, oldest-idle eviction at the cap, WebSockets
+//!   with no response in flight included); `upgraded.rs` is the entry a WebSocket holds after the
+//!   upgrade; `socket.rs` holds a connection's place under the cap until the socket closes;
+//!   `service.rs` times out stalled request bodies and marks busy/idle.
+//! - `auth.rs`: API keys (SHA-256 digests compared in constant time); it gives each request its
+//!   [`Tenant`] as a request extension, counts the tenant's requests per minute, open streams and
+//!   open WebSockets per worker, and answers 429 `rate_limit_exceeded` with `Retry-After`.
+//!   `tenants.rs`: the keys file (`--api-keys-file`) parsed and checked into the [`TenantTable`]
+//!   that [`GatewayOptions`] carries.
+//! - `request_id.rs`: request ids and the request span. `metrics.rs`: request metrics (label values
+//!   from fixed sets) and `/metrics`. `json_body.rs`: the content-type check of JSON bodies.
+//! - `responses.rs`: the `/v1/responses*` handlers (create, retrieve, delete, input items,
+//!   compact); `input_tokens.rs`: `POST /v1/responses/input_tokens`; `conversations.rs`: the
+//!   `/v1/conversations*` handlers; `background.rs`: cancel, the resumed background stream and
+//!   `BackgroundDrain`; `mcp_routes.rs`: Built-in MCP discovery; `passthrough.rs`: `GET /v1/models`,
+//!   `POST /v1/chat/completions`, and in integrated mode the fallback that forwards every unknown
+//!   path to the model server.
+//! - `event_sequence.rs`: one response's numbered events for any transport (`sequence_number` from
+//!   0, the end after the terminal event; it makes nothing up — the engine ends every stream) and
+//!   the batching rule both transports use (`gather_ready`: the events a run produces in turns with
+//!   its upstream connection go out in one write). `sse.rs`: SSE framing and `[DONE]`.
+//! - `websocket/`: WebSocket mode — the upgrade of `GET /v1/responses`, one connection's loop
+//!   (frames in, events out, one response at a time), its idle timeout and pings, its draining
+//!   (`WebSocketDrain`), and its connection-local state (`local_state.rs`: the last finished
+//!   `store:false` response's conversation, bounded per connection and per worker by JSON size,
+//!   oldest dropped first).
+//! - `options.rs`: [`GatewayOptions`], what a worker needs (serializable); `serve.rs`: [`build`] and
+//!   [`serve_on`] (serve a given listener until a given shutdown future, then drain within a bound).
+//!
 //! Architecture invariant: handlers are thin — parse, validate, hand to the engine, frame the
 //! result. No Responses semantics live here, and nothing here knows about other processes: a
 //! worker passes in the listener, the shutdown signal and the metrics view it wants served.
+//! SSE and WebSocket differ only in framing: both run the engine's one event stream through
+//! `EventSequence`.
 
 mod app;
 mod auth;

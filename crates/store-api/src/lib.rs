@@ -13,6 +13,12 @@
 //! The engine and the server's handlers need only this; the backends (SQLite, PostgreSQL) and
 //! choosing one from a location are in `respgw-store`, so a crate that never opens a database
 //! does not compile a driver.
+//!
+//! `background.rs`: `BackgroundStore` — background runs (status, response object, tenant and lease)
+//! and their event logs, and the wake-up channel between processes.
+//!
+//! Architecture invariant: only `respgw-store` (and the binaries that open a store) compile
+//! rusqlite and sqlx.
 
 pub mod background;
 

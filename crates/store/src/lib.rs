@@ -63,6 +63,39 @@
 //!   versioned in the table `respgw_schema_migrations` (currently [`postgres::SCHEMA_VERSION`]) and
 //!   migrated under an advisory lock, so processes may start together.
 //!
+//! # Files
+//!
+//! - `sqlite.rs` (+ `sqlite/`): rusqlite. Every write of a process is a job for its one writer
+//!   thread (`sqlite/writer.rs`), which owns the writer connection and commits the jobs waiting
+//!   together in one transaction, each in its own savepoint (group commit); each read is one hop to
+//!   a blocking thread with a pooled reader (`--db-pool-size`). WAL mode, a busy handler between
+//!   processes (`sqlite/connection.rs`) and background WAL checkpoints, never inside a request
+//!   (`sqlite/checkpoint.rs`); several processes share one file safely. `sqlite/reserve.rs`: the
+//!   disk-space reserve (`<db>-reserve`, `--db-reserve-mb`), released when a write or checkpoint
+//!   fails with a full disk; while it is released, writes that add data are refused with
+//!   [`StoreError::Full`] unless the database's free pages hold the reserve's size, deletes still
+//!   run and checkpoints truncate; it is made again once the disk has room. Whether the file exists
+//!   is the state every process shares.
+//! - `postgres.rs`: a sqlx pool per process (`--db-pool-size`); each read and each save outside a
+//!   conversation is one SQL statement, hence one round trip (the save is a chain of
+//!   data-modifying CTEs). Migrations are applied at open under `pg_advisory_xact_lock`, and a newer
+//!   schema is refused. A delete is a short transaction that locks the row first; the foreign key on
+//!   `history_from` makes a save racing it either wait and be seen (tombstone) or fail cleanly.
+//!   Conversation writes lock the conversation's row first (`FOR UPDATE`), so they run one after the
+//!   other. Start-up connects directly first, so an unreachable server fails with its real cause.
+//! - `sqlite/background.rs`, `postgres/background.rs` (shared pieces in `background.rs`): the
+//!   `BackgroundStore` of each backend — runs, their event logs and per-tenant queue bounds
+//!   (`create_run` counts the queue in its write transaction, on PostgreSQL under an advisory
+//!   transaction lock); a batch that ends a completed response saves it in the same transaction.
+//!   PostgreSQL sends `NOTIFY respgw_background` in each change's transaction and listens on one
+//!   dedicated connection per process; SQLite has no channel (callers poll).
+//! - `item_cache.rs`: decoded items by key, per process (keys are never reused and rows never
+//!   change, so there is no invalidation); only reads fill it.
+//! - Ownership: `responses.owner` and `conversations.owner` name the tenant that created the row;
+//!   every statement that finds a row by id also filters on the owner. [`redacted_location`] is the
+//!   only way a store location reaches a log or message (no password).
+//! - `tests.rs`: the behaviour tests on both backends (`both!`).
+//!
 //! [`open`] picks one from the location (`postgres://…` or a SQLite path); both pass the same
 //! behaviour tests (`tests.rs`). What the two share is written once: the deletion rules above
 //! (`retention`, over each backend's statements), what a background run's lease allows

@@ -6,6 +6,30 @@
 //!   the model server itself as a supervised child on a private loopback port.
 //! - [`worker`]: `respgw worker` — the re-exec'd worker process.
 //!
+//! # Files
+//!
+//! - `sockets.rs`: the public sockets (one `SO_REUSEPORT` socket per slot, kept open by the
+//!   supervisor so a restarted worker inherits it; or the socket systemd passes in `LISTEN_FDS`),
+//!   and handing a socket to a re-exec'd worker (`RESPGW_LISTEN_FD`, close-on-exec cleared in that
+//!   child only).
+//! - `pool.rs`: the worker pool — spawn, IPC, restart with back-off, SIGHUP rolling restart (the API
+//!   keys file read again first), SIGTERM/SIGINT drain with a kill deadline, merged metrics,
+//!   `READY=1`.
+//! - `worker.rs`: the worker process — a current-thread tokio runtime (blocking work on tokio's
+//!   blocking pool), so the way to use more cores is more workers; adopts its sockets, builds the
+//!   gateway, reports readiness and metrics, answers `/metrics` with the supervisor's merged view,
+//!   drains on `Shutdown`, signals or the supervisor's death.
+//! - `memory.rs`: a worker's freed memory given back to the system after a burst (`malloc_trim`
+//!   once the free memory the allocator holds has grown by 16 MiB).
+//! - `mcp_helper_process.rs`: the MCP helper process — validate the config, start the helper on
+//!   loopback, wait for it, restart it with back-off, hand its URL to workers, and merge its
+//!   per-server start-up counts into the metrics like one more process.
+//! - `readiness.rs` waits for the upstream; `notify.rs` speaks sd_notify; `open_files.rs` raises
+//!   `RLIMIT_NOFILE` and derives the client-connection cap under it.
+//! - `lib.rs` (below) checks the store and the code-interpreter sandbox once before workers start, and
+//!   claims the code interpreter's per-instance container directory (`WorkRootClaim`) for as long as
+//!   the workers run.
+//!
 //! Architecture invariant: this crate knows processes, sockets and signals, not Responses; a
 //! worker hands its listener, shutdown signal and metrics view to `respgw_server`.
 

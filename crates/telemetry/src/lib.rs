@@ -15,6 +15,26 @@
 //! Tracing: [`tracing_otlp`] installs the log subscriber and, when span export is on, exports
 //! spans over OTLP/gRPC (cargo feature `otlp`); every log line passes through
 //! [`log_redaction::redact`] on its way to stderr.
+//!
+//! # Files
+//!
+//! - `families.rs`: the `gw_responses_*` families as one static table, read by recording and
+//!   exposition alike. Two are per tenant: tokens by `tenant`/`model`/`kind` (model names past a
+//!   per-process cap folded into `other`) and requests by `tenant`/`status`.
+//! - `recorder.rs`: the per-worker recorder ([`Metrics`]), with guards for in-flight handlers and
+//!   open SSE streams, and the SQLite store's lock-wait count read from the store at each snapshot.
+//! - `snapshot.rs`: the serde snapshots a worker sends. `merge.rs`: [`MergedMetrics`] — live
+//!   snapshots plus the retained counters of exited workers (their gauges dropped), keyed by a
+//!   per-process id so a restarted worker never makes a counter go backwards.
+//! - `exposition.rs`: the text exposition, written by hand because what is served is a merge of
+//!   several processes' snapshots (`promtool check metrics` in the tests).
+//! - `log_redaction.rs`: the one redactor every log line passes on its way to stderr
+//!   (`RedactedWriter`), matching credentials by shape (URL userinfo, secret-named parameters,
+//!   Authorization-like values), so libraries' lines are covered too.
+//! - `tracing_otlp.rs`: the log subscriber (colours only on a terminal without `NO_COLOR`) and,
+//!   behind the `otlp` cargo feature (off here, on by default in the `respgw` binary),
+//!   OpenTelemetry export over OTLP/gRPC (`GW_TRACING_*`), W3C trace-context extraction for
+//!   inbound requests and injection into upstream calls.
 
 pub mod exposition;
 pub mod families;

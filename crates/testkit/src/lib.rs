@@ -14,6 +14,16 @@
 //! * [`prerequisites`]: what tests need from outside the repository, and skipping (or, under
 //!   `scripts/test`, failing) a test when it is missing.
 //! * [`small_disk`]: a tmpfs of a chosen size, for tests that fill a disk.
+//!
+//! The replay upstream picks a scenario by the request's `model` and counts streamed replies the
+//! gateway closed before their last chunk (`unfinished_streams`), which is how tests see a cancelled
+//! upstream call. Opt-in, it counts prompts with [`toy_tokenizer`]: vLLM- or llama.cpp-style
+//! tokenizer routes, a context window refused with vLLM's error body, and a one-token completion's
+//! `usage.prompt_tokens`; `Step::recorded_tool_call` replays a recorded tool-call stream with the
+//! call renamed, for client tools such as Codex's `exec_command`. The schema validator has one
+//! documented schema patch and a supplement, `tests/fixtures/openresponses-supplement.json`, for
+//! exactly the compaction item, event and object the document lacks. The `respgw-replay-upstream`
+//! binary serves the replay upstream as a process of its own.
 
 pub mod cassette;
 pub mod client_log;
