@@ -16,9 +16,12 @@
 //!
 //! # Files
 //!
+//! - `engine.rs`: [`Engine`], the process-wide engine value (upstream, store, tools, metrics,
+//!   seal, file reader, background runs), its `with_*` builder and [`Limits`]. `sink.rs`:
+//!   `EventSink`, the only difference between JSON, SSE/WebSocket and background replies.
 //! - `run.rs`: [`Engine::prepare`] (history, tool resolution, input files) and
 //!   [`PreparedResponse::run`]: the tool loop (turn → gateway tools → turn …), persistence, the
-//!   terminal event. `EventSink` is the only difference between SSE and JSON replies. Each model
+//!   terminal event. Each model
 //!   turn's upstream call is opened by `open_turn`, where `truncation: "auto"` retries.
 //!   [`Engine::prepare_continuing`] and `spawn.rs`'s `spawn_keeping_conversation` serve WebSocket
 //!   mode's connection-local state ([`LocalConversation`]: a finished `store:false` response's
@@ -46,11 +49,12 @@
 //!   response-wide. It handles one generic call (`OpenCall`, routed by [`CallTarget`]) and knows no
 //!   tool kind. [`think`]: `<think>…</think>` splitting across chunk boundaries.
 //! - [`tool_kinds`]: one module per kind of tool call (`client`, `code_interpreter`, `web_search`,
-//!   `mcp` with its approvals); `tool_kinds/mod.rs` holds the generic call and the `match`es that
-//!   hand over to the kinds. [`gateway_tool`]: the executor interface `respgw-tools` implements
+//!   `mcp` with its approval flow, `Approvals`); `tool_kinds/mod.rs` holds the generic call, the
+//!   `match`es that hand over to the kinds and `GatewayToolState`, each kind's per-response state
+//!   (a code-interpreter container, web search's citable pages) that the turn carries unopened. [`gateway_tool`]: the executor interface `respgw-tools` implements
 //!   ([`GatewayTool`], [`ToolResolver`]) — what the engine needs from it, nothing more.
-//! - `cite.rs`: `url_citation` annotations — markdown links in the answer to pages `web_search`
-//!   showed the model, found incrementally so `annotation.added` goes out as soon as a citation is
+//! - `tool_kinds/web_search/cite.rs`: `url_citation` annotations — markdown links in the answer
+//!   to pages `web_search` showed the model, found incrementally so `annotation.added` goes out as soon as a citation is
 //!   complete.
 //! - `truncation.rs`: `truncation: "auto"` — the history split into conversation turns, the oldest
 //!   dropped when the upstream refuses a model turn for its context window (enough at once when the

@@ -65,6 +65,11 @@
 //!
 //! # Files
 //!
+//! - `retention.rs`: the delete rules above, written once over `RetentionTx` (each backend's
+//!   statements: `sqlite/retention.rs`, `postgres/retention.rs`); `background.rs` likewise holds
+//!   what a run's lease allows, over `RunLedger`. `encoding.rs`: how responses, items and
+//!   conversation metadata become stored text; `queries.rs`: the reads whose SQL is the same in
+//!   both dialects. A rule changes there, never in one backend.
 //! - `sqlite.rs` (+ `sqlite/`): rusqlite. Every write of a process is a job for its one writer
 //!   thread (`sqlite/writer.rs`), which owns the writer connection and commits the jobs waiting
 //!   together in one transaction, each in its own savepoint (group commit); each read is one hop to
