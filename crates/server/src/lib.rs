@@ -54,6 +54,7 @@ mod event_sequence;
 mod input_tokens;
 mod json_body;
 mod mcp_routes;
+mod messages;
 mod metrics;
 mod options;
 mod passthrough;

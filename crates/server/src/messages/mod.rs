@@ -1,0 +1,3 @@
+//! (filled in by its owner: the `/v1/messages` handlers)
+
+pub(crate) mod reply;
