@@ -14,7 +14,7 @@ use respgw_protocol::items::{Item, McpListToolsItem};
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::Value;
 
-use crate::tool_kinds::{GatewayKind, GatewayOutcome};
+use crate::tool_kinds::{GatewayKind, GatewayOutcome, GatewayToolState};
 
 /// What the model sees of one function: its name, description and parameter schema.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,9 +30,9 @@ pub struct FunctionSpec {
 pub struct GatewayCall<'a> {
     /// The arguments JSON the model produced.
     pub arguments: &'a str,
-    /// For code interpreter calls: the sandbox container of the conversation and its tenant
-    /// (files persist in it).
-    pub container_id: &'a str,
+    /// What the gateway tool kinds keep across this response's calls; an executor reads its own
+    /// kind's part (the code interpreter: the sandbox container its files persist in).
+    pub state: &'a GatewayToolState,
 }
 
 /// A tool the gateway runs itself.

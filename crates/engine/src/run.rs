@@ -89,9 +89,6 @@ pub struct PreparedResponse {
     approvals: Approvals,
     /// What the gateway tool kinds keep across this response's calls, each kind its own part.
     tool_state: GatewayToolState,
-    /// The sandbox's container for `tool_state`'s container id and this owner: another tenant
-    /// naming the same container id gets another, fresh one.
-    sandbox_container: String,
     /// Output items as produced, unfiltered: what history and the store keep.
     output: Vec<Item>,
     /// The turns of `history` that `truncation: "auto"` may drop, and those it dropped.
@@ -170,8 +167,7 @@ impl Engine {
         let resolved = approvals.check_tools(self.tools.resolve(&request, &history).await, &request)?;
         let menu = ToolMenu::new(&request, &resolved.tools);
         menu.check_choice(&request.tool_choice)?;
-        let tool_state = GatewayToolState::for_history(&history);
-        let sandbox_container = tool_state.sandbox_container(owner);
+        let tool_state = GatewayToolState::for_history(&history, owner);
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
         let turns = match request.truncation {
             Truncation::Auto => TurnDropper::new(&history, self.limits.max_tool_output_bytes),
@@ -181,7 +177,6 @@ impl Engine {
             engine: Arc::clone(self),
             request,
             owner: owner.to_owned(),
-            sandbox_container,
             history,
             history_from,
             unstored_inherited,
@@ -520,7 +515,7 @@ impl PreparedResponse {
             return Err(Stop::Error(ApiError::internal(format!("no gateway tool named '{}'", call.function))));
         };
         let started = Instant::now();
-        let arguments = GatewayCall { arguments: &call.arguments, container_id: &self.sandbox_container };
+        let arguments = GatewayCall { arguments: &call.arguments, state: &self.tool_state };
         let outcome = tokio::select! {
             outcome = tool.call(arguments) => outcome,
             () = sink.closed() => return Err(Stop::ClientGone),

@@ -126,10 +126,10 @@ pub struct GatewayToolState {
 }
 
 impl GatewayToolState {
-    /// The state a response starts with, given its history.
-    pub fn for_history(history: &[Item]) -> Self {
+    /// The state a response of tenant `owner` starts with, given its history.
+    pub(crate) fn for_history(history: &[Item], owner: &str) -> Self {
         GatewayToolState {
-            code_interpreter: code_interpreter::Container::of(history),
+            code_interpreter: code_interpreter::Container::of(history, owner),
             web_search: web_search::Citations::default(),
         }
     }
@@ -139,9 +139,9 @@ impl GatewayToolState {
         CallPlace { turn, output_index, container_id: self.code_interpreter.id() }
     }
 
-    /// The sandbox container the response's calls run in, for tenant `owner`.
-    pub(crate) fn sandbox_container(&self, owner: &str) -> String {
-        code_interpreter::sandbox_container(owner, self.code_interpreter.id())
+    /// The code interpreter's part: the conversation's container.
+    pub fn code_interpreter(&self) -> &code_interpreter::Container {
+        &self.code_interpreter
     }
 
     /// Announce the annotations of answer text `text` (message `item_id`) that became complete
