@@ -10,11 +10,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use respgw_protocol::items::{Item, McpListToolsItem};
+use respgw_protocol::items::Item;
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::Value;
 
-use crate::tool_kinds::{GatewayKind, GatewayOutcome, GatewayToolState};
+use crate::tool_kinds::{GatewayKind, GatewayOutcome, GatewayToolState, ShownFirst};
 
 /// What the model sees of one function: its name, description and parameter schema.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,9 +50,8 @@ pub trait GatewayTool: Send + Sync {
 #[derive(Default)]
 pub struct ResolvedTools {
     pub tools: Vec<Arc<dyn GatewayTool>>,
-    /// `mcp_list_tools` items to show before the first model turn (servers this conversation
-    /// has not listed yet).
-    pub listings: Vec<McpListToolsItem>,
+    /// What the kinds show before the first model turn, in order.
+    pub shown_first: Vec<ShownFirst>,
 }
 
 /// Turns a request's `code_interpreter`, `web_search` and `mcp` declarations into gateway tools.

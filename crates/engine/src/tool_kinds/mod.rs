@@ -19,6 +19,7 @@
 
 pub mod client;
 pub mod code_interpreter;
+mod hooks;
 pub mod mcp;
 pub mod web_search;
 
@@ -34,6 +35,8 @@ use serde_json::{Value, json};
 use crate::gateway_tool::GatewayTool;
 pub use client::ClientCallShape;
 pub use code_interpreter::CodeInterpreterOutcome;
+pub(crate) use hooks::RunHooks;
+pub use hooks::ShownFirst;
 pub use web_search::{CitableSource, WebSearchOutcome};
 
 /// Which gateway tool a call goes to, and so which item family its calls produce.

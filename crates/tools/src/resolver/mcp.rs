@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use respgw_engine::tool_kinds::mcp;
+use respgw_engine::tool_kinds::{ShownFirst, mcp};
 use respgw_engine::{FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, ResolvedTools};
 use respgw_protocol::ApiError;
 use respgw_protocol::ids::{IdKind, new_id};
@@ -89,7 +89,7 @@ fn offer_mcp_tools<'a>(
     }
     let listed_before = history.iter().any(|item| matches!(item, Item::McpListTools(l) if l.server_label == *label));
     if !listed_before {
-        resolved.listings.push(McpListToolsItem {
+        resolved.shown_first.push(ShownFirst::McpListTools(McpListToolsItem {
             id: new_id(IdKind::McpListTools),
             server_label: label.clone(),
             tools: allowed
@@ -102,7 +102,7 @@ fn offer_mcp_tools<'a>(
                 })
                 .collect(),
             error: None,
-        });
+        }));
     }
     Ok(allowed)
 }

@@ -14,9 +14,10 @@
 //! thing in the response, as an `mcp_call` whose `approval_request_id` names the request
 //! ([`approved_call`]), and the loop goes on; a denial only changes what the model is told.
 //!
-//! [`Approvals`] is a response's part in this flow, for the run: the answers it acts on (checked
-//! against the tools the request resolved), the approved calls to run before its first model turn,
-//! and the approval requests its turns make, counted.
+//! [`Approvals`] is a response's part in this flow, which the run reaches through its hooks
+//! (`tool_kinds/hooks.rs`): the answers it acts on (checked against the tools the request
+//! resolved), the approved calls to run before its first model turn, and the approval requests
+//! its turns make, counted.
 //!
 //! What the model sees ([`ApprovalHistory`]): the approval request as the tool call the model made,
 //! followed by one tool result that says how it ended — still waiting for approval, denied (with

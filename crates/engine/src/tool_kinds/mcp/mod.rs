@@ -5,7 +5,7 @@
 //! Each tool of a declared server is one function for the model, `mcp__<label>__<tool>`
 //! ([`function_spec`], its input schema made acceptable to any upstream by
 //! [`upstream_schema`]). A server this conversation has not listed yet is first shown as an
-//! `mcp_list_tools` item ([`listing_events`]). A call's `mcp_call` item carries the real label
+//! `mcp_list_tools` item ([`show_listing`], through the run's hooks, `hooks.rs`). A call's `mcp_call` item carries the real label
 //! and tool name; it is announced (`…call.in_progress`) when the model names the function,
 //! streams `mcp_call_arguments.delta`, ends its arguments with `…arguments.done`, and is done
 //! with the tool's output (`…call.completed`) or its error (`…call.failed`). A `tool_choice`
@@ -98,9 +98,9 @@ fn inline_refs(node: &Value, defs: &Map<String, Value>, definitions: &Map<String
     }
 }
 
-/// The events that show a server's tools as an `mcp_list_tools` item at `output_index`, and the
-/// item.
-pub(crate) fn listing_events(listing: McpListToolsItem, output_index: usize) -> ([ResponseEvent; 4], Item) {
+/// Show a server's tools as an `mcp_list_tools` item at `output_index`: its events go to
+/// `events`; the item is given back.
+pub(crate) fn show_listing(listing: McpListToolsItem, output_index: usize, events: &mut Vec<ResponseEvent>) -> Item {
     let item_id = listing.id.clone();
     let announced = McpListToolsItem { tools: Vec::new(), error: None, ..listing.clone() };
     let finished = if listing.error.is_some() {
@@ -109,13 +109,13 @@ pub(crate) fn listing_events(listing: McpListToolsItem, output_index: usize) -> 
         ResponseEvent::McpListToolsCompleted { item_id: item_id.clone(), output_index }
     };
     let item = Item::McpListTools(listing);
-    let events = [
+    events.extend([
         ResponseEvent::OutputItemAdded { output_index, item: Box::new(Item::McpListTools(announced)) },
         ResponseEvent::McpListToolsInProgress { item_id, output_index },
         finished,
         ResponseEvent::OutputItemDone { output_index, item: Box::new(item.clone()) },
-    ];
-    (events, item)
+    ]);
+    item
 }
 
 /// Whether calls to `target` go to the server `label` (and to its tool `tool`, when given).
