@@ -17,6 +17,7 @@
 //! into its item. Every difference between kinds is a `match` in this file handing over to the
 //! kind's module.
 
+pub(crate) mod choice;
 pub mod client;
 pub mod code_interpreter;
 mod hooks;
@@ -33,6 +34,7 @@ use respgw_telemetry::ToolType;
 use serde_json::{Value, json};
 
 use crate::gateway_tool::GatewayTool;
+pub(crate) use choice::ChoiceRule;
 pub use client::ClientCallShape;
 pub use code_interpreter::CodeInterpreterOutcome;
 pub(crate) use hooks::RunHooks;

@@ -23,6 +23,7 @@ use respgw_protocol::tools::code_interpreter::CODE_INTERPRETER_FUNCTION;
 use respgw_telemetry::ToolType;
 use serde_json::json;
 
+use super::choice::ChoiceRule;
 use super::{CallPlace, CompletedCall};
 use crate::gateway_tool::FunctionSpec;
 use code_stream::CodeStream;
@@ -124,6 +125,11 @@ fn sandbox_container(owner: &str, container_id: &str) -> String {
 
 pub(crate) fn allowed_by(entry: &AllowedTool) -> bool {
     matches!(entry, AllowedTool::CodeInterpreter(_))
+}
+
+/// What `tool_choice: {"type": "code_interpreter"}` asks: a call of the tool's function.
+pub(crate) fn forced() -> ChoiceRule<'static> {
+    ChoiceRule::Function(CODE_INTERPRETER_FUNCTION.to_owned())
 }
 
 /// A `code_interpreter_call` from its announcement until the code has run.
