@@ -364,26 +364,37 @@ pub(crate) fn present(item: &Item, include: &[String]) -> Item {
     }
 }
 
-/// The tool call a gateway tool item stands for in an assistant message; `None` for other items.
-pub(crate) fn replayed_call(item: &Item) -> Option<Value> {
-    let (name, arguments) = match item {
-        Item::CodeInterpreterCall(c) => code_interpreter::replayed_call(c),
-        Item::WebSearchCall(w) => web_search::replayed_call(w),
-        Item::McpCall(m) => mcp::replayed_call(m),
-        _ => return None,
-    };
-    Some(json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}}))
+/// How the gateway tool items of a conversation are told to the model: each as the call the model
+/// made and the whole text of its result. Built from the whole conversation, since a kind may tell
+/// one item with another (MCP: an approved call is told as the result of its approval request,
+/// `mcp/approval.rs`). Derived from the items alone, so a live tool loop, a stored conversation
+/// and a client's replay send the model the same text.
+pub(crate) struct GatewayReplay<'a> {
+    mcp_approvals: mcp::approval::ApprovalHistory<'a>,
 }
 
-/// The whole text the model is told a gateway tool call returned; `None` for other items.
-/// Derived from the finished item alone, so a live tool loop and a later continuation send the
-/// model the same text.
-pub(crate) fn result_text(item: &Item) -> Option<String> {
-    match item {
-        Item::CodeInterpreterCall(c) => Some(code_interpreter::result_text(c)),
-        Item::WebSearchCall(w) => Some(web_search::result_text(w)),
-        Item::McpCall(m) => Some(mcp::result_text(m)),
-        _ => None,
+impl<'a> GatewayReplay<'a> {
+    pub(crate) fn of(history: &[&'a Item]) -> Self {
+        GatewayReplay { mcp_approvals: mcp::approval::ApprovalHistory::of(history) }
+    }
+
+    /// Whether `item` is told with another item, and so not on its own.
+    pub(crate) fn is_told_with_another(&self, item: &Item) -> bool {
+        matches!(item, Item::McpCall(c) if self.mcp_approvals.is_told_with_its_request(c))
+    }
+
+    /// The tool call a gateway tool item stands for in an assistant message, and the whole text
+    /// of its result; `None` for other items.
+    pub(crate) fn call_and_result(&self, item: &Item) -> Option<(Value, String)> {
+        let ((name, arguments), result) = match item {
+            Item::CodeInterpreterCall(c) => (code_interpreter::replayed_call(c), code_interpreter::result_text(c)),
+            Item::WebSearchCall(w) => (web_search::replayed_call(w), web_search::result_text(w)),
+            Item::McpCall(m) => (mcp::replayed_call(m), mcp::result_text(m)),
+            Item::McpApprovalRequest(r) => (mcp::approval::replayed_call(r), self.mcp_approvals.result_text(r)),
+            _ => return None,
+        };
+        let call = json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}});
+        Some((call, result))
     }
 }
 
