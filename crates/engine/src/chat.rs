@@ -154,8 +154,8 @@ impl AssistantTurn {
     }
 
     /// Whether the assistant-side `item` was produced by the model turn after this one. The
-    /// gateway records a turn as its reasoning, its text, its client calls and calls waiting for
-    /// approval, then its gateway tool calls (each once it has run, with its result), so:
+    /// gateway records a turn as its reasoning, its text, its client calls and the calls it held
+    /// for the client, then its gateway tool calls (each once it has run, with its result), so:
     /// - reasoning after text or calls is the next turn's (reasoning precedes what it produced);
     /// - text or a client call after a gateway tool call is the next turn's (the model had
     ///   seen the result);
@@ -220,10 +220,9 @@ impl AssistantTurn {
 /// `AssistantTurn::is_followed_by_turn_of` from the items alone, so the live loop, a stored
 /// conversation and a client's replay of the output give the same messages. Gateway tool calls
 /// are followed by their results, in call order; what a kind tells of its items, and which items
-/// it tells with another, is its own ([`GatewayReplay`]: e.g. an approved MCP call is told as the
-/// result of its approval request). Items that are no call or message (a tool listing, an answer
-/// to an approval request) are not sent. The latest compaction item stands for everything before
-/// it but the user messages, and is sent as its summary ([`compaction::replayed`]).
+/// it tells with another, is its own ([`GatewayReplay`]). Items that are neither a call nor a
+/// message are not sent. The latest compaction item stands for everything before it but the user
+/// messages, and is sent as its summary ([`compaction::replayed`]).
 pub fn messages<'a>(
     instructions: Option<&str>,
     history: impl IntoIterator<Item = &'a Item>,

@@ -31,7 +31,7 @@ pub struct GatewayCall<'a> {
     /// The arguments JSON the model produced.
     pub arguments: &'a str,
     /// What the gateway tool kinds keep across this response's calls; an executor reads its own
-    /// kind's part (the code interpreter: the sandbox container its files persist in).
+    /// kind's part of it.
     pub state: &'a GatewayToolState,
 }
 
@@ -54,7 +54,7 @@ pub struct ResolvedTools {
     pub shown_first: Vec<ShownFirst>,
 }
 
-/// Turns a request's `code_interpreter`, `web_search` and `mcp` declarations into gateway tools.
+/// Turns a request's declarations of gateway tools into the tools.
 #[async_trait]
 pub trait ToolResolver: Send + Sync {
     /// Which gateway tools requests may declare (validation rejects the others with a 400).

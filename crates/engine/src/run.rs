@@ -64,7 +64,7 @@ pub struct PreparedResponse {
     engine: Arc<Engine>,
     request: ValidatedRequest,
     /// The tenant the response is run for: it owns what the response stores, and its history
-    /// and container are only ever its own.
+    /// and tool state are only ever its own.
     owner: String,
     /// Inherited items (from `previous_response_id`) followed by this request's input.
     history: Vec<Item>,

@@ -14,8 +14,13 @@
 //! The turn state machine (`turn.rs`) and the run loop (`run.rs`) handle one generic call: a
 //! [`CallTarget`] says who runs it, an [`OpenCall`] follows it while its arguments stream, a
 //! [`PendingGatewayCall`] waits to run and [`PendingGatewayCall::complete`] turns the outcome
-//! into its item. Every difference between kinds is a `match` in this file handing over to the
-//! kind's module.
+//! into its item. What the kinds keep across a response's calls is one opaque
+//! [`GatewayToolState`], which executors are given too; how their items are told to the model is
+//! [`GatewayReplay`] (used by `chat.rs`). Every difference between kinds is a `match` in this
+//! file handing over to the kind's module, with no fallback arm, so a new kind is pointed at by
+//! the compiler. Two more files speak for all kinds: [`hooks`] (`RunHooks`, what the kinds do in
+//! a run besides the model's calls: show items and run calls before the first turn, count after
+//! each) and [`choice`] (`tool_choice` in the kinds' terms, for `offer.rs`).
 
 pub(crate) mod choice;
 pub mod client;
@@ -27,7 +32,7 @@ pub mod web_search;
 use std::sync::Arc;
 
 use respgw_protocol::ids::TurnStamp;
-use respgw_protocol::items::Item;
+use respgw_protocol::items::{Item, MessageRole};
 use respgw_protocol::tools::choice::AllowedTool;
 use respgw_protocol::{ApiError, ResponseEvent, ValidatedRequest};
 use respgw_telemetry::ToolType;
@@ -360,7 +365,39 @@ pub(crate) fn present(item: &Item, include: &[String]) -> Item {
         Item::CodeInterpreterCall(c) => Item::CodeInterpreterCall(code_interpreter::present(c, include)),
         Item::WebSearchCall(w) => Item::WebSearchCall(web_search::present(w, include)),
         Item::Compaction(_) => item.clone().client_view(),
-        other => other.clone(),
+        Item::Message(_)
+        | Item::FunctionCall(_)
+        | Item::FunctionCallOutput(_)
+        | Item::Reasoning(_)
+        | Item::McpCall(_)
+        | Item::McpListTools(_)
+        | Item::McpApprovalRequest(_)
+        | Item::McpApprovalResponse(_)
+        | Item::CustomToolCall(_)
+        | Item::CustomToolCallOutput(_)
+        | Item::LocalShellCall(_)
+        | Item::LocalShellCallOutput(_) => item.clone(),
+    }
+}
+
+/// Whether `item` is something a model turn produced.
+pub(crate) fn is_model_output(item: &Item) -> bool {
+    match item {
+        Item::Message(m) => m.role == MessageRole::Assistant,
+        Item::Reasoning(_)
+        | Item::FunctionCall(_)
+        | Item::CustomToolCall(_)
+        | Item::LocalShellCall(_)
+        | Item::CodeInterpreterCall(_)
+        | Item::WebSearchCall(_)
+        | Item::McpCall(_)
+        | Item::McpApprovalRequest(_) => true,
+        Item::FunctionCallOutput(_)
+        | Item::CustomToolCallOutput(_)
+        | Item::LocalShellCallOutput(_)
+        | Item::McpListTools(_)
+        | Item::McpApprovalResponse(_)
+        | Item::Compaction(_) => false,
     }
 }
 
@@ -391,7 +428,17 @@ impl<'a> GatewayReplay<'a> {
             Item::WebSearchCall(w) => (web_search::replayed_call(w), web_search::result_text(w)),
             Item::McpCall(m) => (mcp::replayed_call(m), mcp::result_text(m)),
             Item::McpApprovalRequest(r) => (mcp::approval::replayed_call(r), self.mcp_approvals.result_text(r)),
-            _ => return None,
+            Item::Message(_)
+            | Item::FunctionCall(_)
+            | Item::FunctionCallOutput(_)
+            | Item::Reasoning(_)
+            | Item::McpListTools(_)
+            | Item::McpApprovalResponse(_)
+            | Item::CustomToolCall(_)
+            | Item::CustomToolCallOutput(_)
+            | Item::LocalShellCall(_)
+            | Item::LocalShellCallOutput(_)
+            | Item::Compaction(_) => return None,
         };
         let call = json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}});
         Some((call, result))
