@@ -220,9 +220,9 @@ impl AssistantTurn {
 /// `AssistantTurn::is_followed_by_turn_of` from the items alone, so the live loop, a stored
 /// conversation and a client's replay of the output give the same messages. Gateway tool calls
 /// are followed by their results, in call order; what a kind tells of its items, and which items
-/// it tells with another, is its own ([`GatewayReplay`]). Items that are neither a call nor a
-/// message are not sent. The latest compaction item stands for everything before it but the user
-/// messages, and is sent as its summary ([`compaction::replayed`]).
+/// it tells with another, is its own (`tool_kinds::GatewayReplay`). Items that are neither a call
+/// nor a message are not sent. The latest compaction item stands for everything before it but the
+/// user messages, and is sent as its summary ([`compaction::replayed`]).
 pub fn messages<'a>(
     instructions: Option<&str>,
     history: impl IntoIterator<Item = &'a Item>,

@@ -16,11 +16,11 @@
 //! [`PendingGatewayCall`] waits to run and [`PendingGatewayCall::complete`] turns the outcome
 //! into its item. What the kinds keep across a response's calls is one opaque
 //! [`GatewayToolState`], which executors are given too; how their items are told to the model is
-//! [`GatewayReplay`] (used by `chat.rs`). Every difference between kinds is a `match` in this
+//! `GatewayReplay` (used by `chat.rs`). Every difference between kinds is a `match` in this
 //! file handing over to the kind's module, with no fallback arm, so a new kind is pointed at by
-//! the compiler. Two more files speak for all kinds: [`hooks`] (`RunHooks`, what the kinds do in
+//! the compiler. Two more files speak for all kinds: `hooks.rs` (`RunHooks`, what the kinds do in
 //! a run besides the model's calls: show items and run calls before the first turn, count after
-//! each) and [`choice`] (`tool_choice` in the kinds' terms, for `offer.rs`).
+//! each) and `choice.rs` (`tool_choice` in the kinds' terms, for `offer.rs`).
 
 pub(crate) mod choice;
 pub mod client;

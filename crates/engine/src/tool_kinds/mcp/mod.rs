@@ -5,11 +5,12 @@
 //! Each tool of a declared server is one function for the model, `mcp__<label>__<tool>`
 //! ([`function_spec`], its input schema made acceptable to any upstream by
 //! [`upstream_schema`]). A server this conversation has not listed yet is first shown as an
-//! `mcp_list_tools` item ([`show_listing`], through the run's hooks, `hooks.rs`). A call's `mcp_call` item carries the real label
-//! and tool name; it is announced (`…call.in_progress`) when the model names the function,
-//! streams `mcp_call_arguments.delta`, ends its arguments with `…arguments.done`, and is done
-//! with the tool's output (`…call.completed`) or its error (`…call.failed`). A `tool_choice`
-//! naming an MCP tool must name one the server has ([`check_choice`]).
+//! `mcp_list_tools` item ([`show_listing`], called through the run's hooks, `hooks.rs`). A call's
+//! `mcp_call` item carries the real label and tool name; it is announced (`…call.in_progress`)
+//! when the model names the function, streams `mcp_call_arguments.delta`, ends its arguments with
+//! `…arguments.done`, and is done with the tool's output (`…call.completed`) or its error
+//! (`…call.failed`). A `tool_choice` naming an MCP server asks for a call of its tool, or of any
+//! of its tools ([`forced`]); a named tool must be one the server has ([`check_choice`]).
 //!
 //! A tool whose declaration's `require_approval` asks for the client's approval is called in
 //! another shape, the `mcp_approval_request` of [`approval`], and runs only once a later request
@@ -20,11 +21,11 @@
 
 pub mod approval;
 
-use respgw_protocol::{ApiError, ResponseEvent};
 use respgw_protocol::ids::IdKind;
 use respgw_protocol::items::{CallStatus, Item, McpCallItem, McpListToolsItem};
 use respgw_protocol::tools::choice::{AllowedTool, McpToolChoice};
 use respgw_protocol::tools::mcp::mcp_function_name;
+use respgw_protocol::{ApiError, ResponseEvent};
 use respgw_telemetry::ToolType;
 use serde_json::{Map, Value, json};
 
