@@ -73,3 +73,41 @@ pub(crate) fn check<'a>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use respgw_protocol::tools::choice::parse_tool_choice;
+    use serde_json::json;
+
+    use crate::tool_kinds::GatewayKind;
+
+    fn forced_function(choice: serde_json::Value) -> Option<String> {
+        match rule(&parse_tool_choice(choice).unwrap()) {
+            ChoiceRule::Function(name) => Some(name),
+            ChoiceRule::Mode(_) | ChoiceRule::Allowed { .. } | ChoiceRule::OneOf(_) => None,
+        }
+    }
+
+    #[test]
+    fn a_choice_naming_a_tool_forces_its_function() {
+        assert_eq!(forced_function(json!({"type":"function","name":"f"})).as_deref(), Some("f"));
+        assert_eq!(forced_function(json!({"type":"code_interpreter"})).as_deref(), Some("code_interpreter"));
+        assert_eq!(forced_function(json!({"type":"web_search"})).as_deref(), Some("web_search"));
+        let mcp_tool = json!({"type":"mcp","server_label":"docs","name":"fetch"});
+        assert_eq!(forced_function(mcp_tool).as_deref(), Some("mcp__docs__fetch"));
+        assert_eq!(forced_function(json!("required")), None);
+    }
+
+    #[test]
+    fn an_mcp_server_without_a_tool_forces_one_of_its_tools() {
+        let choice = parse_tool_choice(json!({"type":"mcp","server_label":"docs"})).unwrap();
+        let ChoiceRule::OneOf(admits) = rule(&choice) else { panic!("not a group") };
+        let spec = FunctionSpec { name: "x".into(), description: None, parameters: json!({}), strict: None };
+        let tool_of =
+            |label: &str| CallTarget::Gateway(GatewayKind::Mcp { server_label: label.into(), tool_name: "t".into() });
+        assert!(admits(&spec, &tool_of("docs")));
+        assert!(!admits(&spec, &tool_of("other")));
+        assert!(!admits(&spec, &CallTarget::Gateway(GatewayKind::WebSearch)));
+    }
+}

@@ -89,3 +89,109 @@ impl RunHooks {
         Approvals::count_requests(request, held_calls, metrics);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use respgw_protocol::items::{McpApprovalRequestItem, McpApprovalResponseItem};
+    use respgw_protocol::{Capabilities, CreateResponseRequest};
+    use serde_json::json;
+
+    use crate::gateway_tool::{FunctionSpec, GatewayCall};
+    use crate::tool_kinds::{GatewayKind, GatewayOutcome};
+
+    /// The tool `docs`:`delete`, never called here.
+    struct Delete(FunctionSpec, GatewayKind);
+
+    #[async_trait]
+    impl GatewayTool for Delete {
+        fn spec(&self) -> &FunctionSpec {
+            &self.0
+        }
+        fn kind(&self) -> &GatewayKind {
+            &self.1
+        }
+        async fn call(&self, _: GatewayCall<'_>) -> GatewayOutcome {
+            GatewayOutcome::Mcp(Ok(String::new()))
+        }
+    }
+
+    fn resolved(tools: Vec<Arc<dyn GatewayTool>>) -> ResolvedTools {
+        let listing =
+            McpListToolsItem { id: "mcpl_1".into(), server_label: "docs".into(), tools: Vec::new(), error: None };
+        ResolvedTools { tools, shown_first: vec![ShownFirst::McpListTools(listing)] }
+    }
+
+    fn delete_tool() -> Arc<dyn GatewayTool> {
+        let spec = crate::tool_kinds::mcp::function_spec("docs", "delete", None, &json!({}));
+        Arc::new(Delete(spec, GatewayKind::Mcp { server_label: "docs".into(), tool_name: "delete".into() }))
+    }
+
+    /// A conversation with an approval request, and an input approving it.
+    fn history() -> Vec<Item> {
+        vec![
+            Item::McpApprovalRequest(McpApprovalRequestItem {
+                id: "mcpr_1".into(),
+                server_label: "docs".into(),
+                name: "delete".into(),
+                arguments: "{}".into(),
+            }),
+            Item::McpApprovalResponse(McpApprovalResponseItem {
+                id: "mcpa_1".into(),
+                approval_request_id: "mcpr_1".into(),
+                approve: true,
+                reason: None,
+            }),
+        ]
+    }
+
+    fn request() -> ValidatedRequest {
+        let body = json!({"model":"m","input":"x","tools":[{"type":"mcp","server_label":"docs"}]});
+        let caps = Capabilities { builtin_mcp: true, ..Capabilities::default() };
+        CreateResponseRequest::from_slice(body.to_string().as_bytes()).unwrap().validate(&caps).unwrap()
+    }
+
+    #[test]
+    fn what_the_kinds_show_comes_before_the_calls_they_run_and_each_happens_once() {
+        let (request, metrics) = (request(), Metrics::new());
+        let mut hooks = RunHooks::for_input(&history(), 1).unwrap();
+        let tools = hooks.tools_resolved(Ok(resolved(vec![delete_tool()])), &request).unwrap();
+        assert_eq!(tools.len(), 1);
+
+        let (mut log, mut events) = (OutputLog::default(), Vec::new());
+        let call = hooks.before_first_turn(&request, &metrics, &mut log, &mut events).expect("the approved call");
+        assert_eq!(call.function, "mcp__docs__delete");
+        assert_eq!(call.item.output_index(), 1, "after the listing");
+        let kinds: Vec<_> = events.iter().map(ResponseEvent::kind).collect();
+        assert_eq!(
+            kinds[..5],
+            [
+                "response.output_item.added",
+                "response.mcp_list_tools.in_progress",
+                "response.mcp_list_tools.completed",
+                "response.output_item.done",
+                "response.output_item.added"
+            ]
+        );
+        assert!(matches!(log.items.as_slice(), [Item::McpListTools(l)] if l.id == "mcpl_1"), "{:?}", log.items);
+
+        events.clear();
+        assert!(hooks.before_first_turn(&request, &metrics, &mut log, &mut events).is_none());
+        assert!(events.is_empty() && log.items.len() == 1, "{events:?}");
+    }
+
+    #[test]
+    fn an_approved_call_needs_its_tool_among_the_resolved_ones() {
+        let request = request();
+        let mut hooks = RunHooks::for_input(&history(), 1).unwrap();
+        let Err(e) = hooks.tools_resolved(Ok(resolved(Vec::new())), &request) else { panic!("the call would not run") };
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("input[0]")), "{e:?}");
+    }
+
+    #[test]
+    fn an_answer_to_no_request_of_the_conversation_is_refused_before_tools_resolve() {
+        let e = RunHooks::for_input(&history()[1..], 0).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("input[0].approval_request_id")), "{e:?}");
+    }
+}
