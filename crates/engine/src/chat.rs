@@ -13,8 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::compaction;
 use crate::gateway_tool::FunctionSpec;
-use crate::tool_kinds::mcp::approval::ApprovalHistory;
-use crate::tool_kinds::{self, client, mcp};
+use crate::tool_kinds::{GatewayReplay, client};
 
 /// The JSON body of one upstream chat-completions call.
 pub struct ChatRequest;
@@ -31,7 +30,7 @@ pub struct ToolOffer {
 
 impl ChatRequest {
     /// Build the streaming request for `history` with the tools of `offer`; gateway tool results
-    /// longer than `max_tool_output_bytes` are cut (see [`tool_result_text`]).
+    /// longer than `max_tool_output_bytes` are cut, with a note telling the model so.
     pub fn build<'a>(
         req: &ValidatedRequest,
         history: impl IntoIterator<Item = &'a Item>,
@@ -108,14 +107,9 @@ impl ChatRequest {
     }
 }
 
-/// What the model is told a gateway tool call returned (each kind's text, from `tool_kinds`).
-/// Derived from the finished item alone, so a live tool loop and a later continuation send the
-/// model exactly the same text. Text longer than `max_bytes` is cut at a character boundary and
-/// ends with a note telling the model so (the item the client sees keeps the whole output).
-pub fn tool_result_text(item: &Item, max_bytes: usize) -> Option<String> {
-    tool_kinds::result_text(item).map(|text| truncate_for_model(text, max_bytes))
-}
-
+/// What the model is told a gateway tool call returned (each kind's text, [`GatewayReplay`]), cut
+/// when longer than `max_bytes`: at a character boundary, ending with a note telling the model so
+/// (the item the client sees keeps the whole output).
 fn truncate_for_model(mut text: String, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text;
@@ -160,8 +154,8 @@ impl AssistantTurn {
     }
 
     /// Whether the assistant-side `item` was produced by the model turn after this one. The
-    /// gateway records a turn as its reasoning, its text, its client calls and calls waiting for
-    /// approval, then its gateway tool calls (each once it has run, with its result), so:
+    /// gateway records a turn as its reasoning, its text, its client calls and the calls it held
+    /// for the client, then its gateway tool calls (each once it has run, with its result), so:
     /// - reasoning after text or calls is the next turn's (reasoning precedes what it produced);
     /// - text or a client call after a gateway tool call is the next turn's (the model had
     ///   seen the result);
@@ -225,18 +219,17 @@ impl AssistantTurn {
 /// gateway's own tool calls) form its message; where one turn ends is decided by
 /// `AssistantTurn::is_followed_by_turn_of` from the items alone, so the live loop, a stored
 /// conversation and a client's replay of the output give the same messages. Gateway tool calls
-/// are followed by their results, in call order. `mcp_list_tools` items are not sent. An
-/// `mcp_approval_request` is the call the model made, followed by one result saying how it ended
-/// (`tool_kinds::mcp::approval`); the answer and the approved call are told there, not again. The
-/// latest compaction item stands for everything before it but the user messages, and is sent as
-/// its summary ([`compaction::replayed`]).
+/// are followed by their results, in call order; what a kind tells of its items, and which items
+/// it tells with another, is its own (`tool_kinds::GatewayReplay`). Items that are neither a call
+/// nor a message are not sent. The latest compaction item stands for everything before it but the
+/// user messages, and is sent as its summary ([`compaction::replayed`]).
 pub fn messages<'a>(
     instructions: Option<&str>,
     history: impl IntoIterator<Item = &'a Item>,
     max_tool_output_bytes: usize,
 ) -> Vec<Value> {
     let history = compaction::replayed(history.into_iter().collect());
-    let approvals = ApprovalHistory::of(&history);
+    let gateway = GatewayReplay::of(&history);
     let mut out = Vec::with_capacity(history.len() + 1);
     if let Some(text) = instructions {
         out.push(json!({"role": "system", "content": text}));
@@ -248,7 +241,7 @@ pub fn messages<'a>(
         }
     };
     for item in history {
-        if matches!(item, Item::McpCall(c) if approvals.is_told_with_its_request(c)) {
+        if gateway.is_told_with_another(item) {
             continue;
         }
         if turn.is_followed_by_turn_of(item) {
@@ -275,23 +268,14 @@ pub fn messages<'a>(
                 flush(&mut turn, &mut out);
                 out.extend(client::replayed_output(item));
             }
-            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => {
-                if let (Some(call), Some(result)) =
-                    (tool_kinds::replayed_call(item), tool_result_text(item, max_tool_output_bytes))
-                {
-                    turn.push_gateway_call(item.id(), call, result);
+            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) | Item::McpApprovalRequest(_) => {
+                if let Some((call, result)) = gateway.call_and_result(item) {
+                    turn.push_gateway_call(item.id(), call, truncate_for_model(result, max_tool_output_bytes));
                 }
             }
             Item::Compaction(c) => {
                 flush(&mut turn, &mut out);
                 out.push(compaction::summary_message(c));
-            }
-            Item::McpApprovalRequest(request) => {
-                let (name, arguments) = mcp::approval::replayed_call(request);
-                let call =
-                    json!({"id": request.id, "type": "function", "function": {"name": name, "arguments": arguments}});
-                let result = truncate_for_model(approvals.result_text(request), max_tool_output_bytes);
-                turn.push_gateway_call(&request.id, call, result);
             }
             Item::McpListTools(_) | Item::McpApprovalResponse(_) => {}
             Item::Message(m) => {
@@ -669,6 +653,9 @@ mod gateway_history_tests {
                 error: None,
                 approval_request_id: None,
             })
+        };
+        let tool_result_text = |item: &Item, max_bytes| {
+            GatewayReplay::of(&[]).call_and_result(item).map(|(_, text)| truncate_for_model(text, max_bytes))
         };
         assert_eq!(tool_result_text(&call("short"), 5).as_deref(), Some("short"));
         // "é" is two bytes: a cut inside it moves back to the character boundary.

@@ -10,11 +10,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use respgw_protocol::items::{Item, McpListToolsItem};
+use respgw_protocol::items::Item;
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::Value;
 
-use crate::tool_kinds::{GatewayKind, GatewayOutcome};
+use crate::tool_kinds::{GatewayKind, GatewayOutcome, GatewayToolState, ShownFirst};
 
 /// What the model sees of one function: its name, description and parameter schema.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,9 +30,9 @@ pub struct FunctionSpec {
 pub struct GatewayCall<'a> {
     /// The arguments JSON the model produced.
     pub arguments: &'a str,
-    /// For code interpreter calls: the sandbox container of the conversation and its tenant
-    /// (files persist in it).
-    pub container_id: &'a str,
+    /// What the gateway tool kinds keep across this response's calls; an executor reads its own
+    /// kind's part of it.
+    pub state: &'a GatewayToolState,
 }
 
 /// A tool the gateway runs itself.
@@ -50,12 +50,11 @@ pub trait GatewayTool: Send + Sync {
 #[derive(Default)]
 pub struct ResolvedTools {
     pub tools: Vec<Arc<dyn GatewayTool>>,
-    /// `mcp_list_tools` items to show before the first model turn (servers this conversation
-    /// has not listed yet).
-    pub listings: Vec<McpListToolsItem>,
+    /// What the kinds show before the first model turn, in order.
+    pub shown_first: Vec<ShownFirst>,
 }
 
-/// Turns a request's `code_interpreter`, `web_search` and `mcp` declarations into gateway tools.
+/// Turns a request's declarations of gateway tools into the tools.
 #[async_trait]
 pub trait ToolResolver: Send + Sync {
     /// Which gateway tools requests may declare (validation rejects the others with a 400).

@@ -49,13 +49,17 @@
 //!   response-wide. It handles one generic call (`OpenCall`, routed by [`CallTarget`]) and knows no
 //!   tool kind. [`think`]: `<think>…</think>` splitting across chunk boundaries.
 //! - [`tool_kinds`]: one module per kind of tool call (`client`, `code_interpreter`, `web_search`,
-//!   `mcp` with its approval flow, `Approvals`); `tool_kinds/mod.rs` holds the generic call, the
-//!   `match`es that hand over to the kinds and `GatewayToolState`, each kind's per-response state
-//!   (a code-interpreter container, web search's citable pages) that the turn carries unopened. [`gateway_tool`]: the executor interface `respgw-tools` implements
-//!   ([`GatewayTool`], [`ToolResolver`]) — what the engine needs from it, nothing more.
+//!   `mcp` with its approval flow). The rest of the engine reaches the kinds through three files:
+//!   `tool_kinds/mod.rs` (the generic call and the `match`es that hand over to the kinds;
+//!   `GatewayToolState`, each kind's per-response state, which the turn carries unopened and
+//!   executors are given; `GatewayReplay`, how their items are told to the model),
+//!   `tool_kinds/hooks.rs` (`RunHooks`: what the kinds show and run before the first model turn
+//!   and count after each) and `tool_kinds/choice.rs` (`tool_choice` in the kinds' terms).
+//!   [`gateway_tool`]: the executor interface `respgw-tools` implements ([`GatewayTool`],
+//!   [`ToolResolver`]) — what the engine needs from it, nothing more.
 //! - `tool_kinds/web_search/cite.rs`: `url_citation` annotations — markdown links in the answer
-//!   to pages `web_search` showed the model, found incrementally so `annotation.added` goes out as soon as a citation is
-//!   complete.
+//!   to pages `web_search` showed the model, found incrementally so `annotation.added` goes out
+//!   as soon as a citation is complete.
 //! - `truncation.rs`: `truncation: "auto"` — the history split into conversation turns, the oldest
 //!   dropped when the upstream refuses a model turn for its context window (enough at once when the
 //!   refusal gives sizes, else doubling); what was dropped is the response's `truncation_details`.
@@ -91,6 +95,11 @@
 //! Architecture invariant: the engine knows nothing of HTTP servers or processes; it talks to
 //! the model server through [`Upstream`] and to storage through `respgw_store_api::ResponseStore`.
 //! It owns the end of every response stream: exactly one terminal event, even when a run panics.
+//!
+//! Architecture invariant: outside `tool_kinds/`, the engine names no tool kind: the run, the
+//! turn, the offer and the replay handle one generic call, one opaque per-kind state and one
+//! hook object, and every `match` over kinds is exhaustive (no fallback arm), so the compiler
+//! points at every place a new kind needs.
 //!
 //! Architecture invariant: a background run's status and event log live in the store, and every
 //! change of them is one transaction under the run's row lock (an owner's batch, a cancel, a lease

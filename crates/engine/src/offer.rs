@@ -1,24 +1,22 @@
 //! Which functions the model is offered in each turn of the tool loop, and the `tool_choice`
 //! sent with them.
 //!
-//! The client's functions and the gateway tools are offered together. A forcing choice
-//! (`required`, a named function, an MCP server or tool, `code_interpreter`) applies to the first
-//! turn only: once a gateway tool has run, the model must be free to answer, or it would call
-//! tools forever. `allowed_tools` narrows the offer in every turn. The last turn the loop allows
-//! is sent with `tool_choice: "none"`, so the model answers with what it has.
+//! The client's functions and the gateway tools are offered together. What a `tool_choice` asks
+//! is said by the kinds it names (`tool_kinds/choice.rs`); a forcing choice (`required`, a named
+//! function, a gateway tool or a group of them) applies to the first turn only: once a gateway
+//! tool has run, the model must be free to answer, or it would call tools forever.
+//! `allowed_tools` narrows the offer in every turn. The last turn the loop allows is sent with
+//! `tool_choice: "none"`, so the model answers with what it has.
 
 use std::sync::Arc;
 
-use respgw_protocol::tools::choice::{AllowedTool, McpToolChoice, ToolChoice, ToolChoiceMode};
-use respgw_protocol::tools::code_interpreter::CODE_INTERPRETER_FUNCTION;
-use respgw_protocol::tools::mcp::mcp_function_name;
-use respgw_protocol::tools::web_search::WEB_SEARCH_FUNCTION;
+use respgw_protocol::tools::choice::{ToolChoice, ToolChoiceMode};
 use respgw_protocol::{ApiError, ValidatedRequest};
 use serde_json::json;
 
 use crate::chat::ToolOffer;
 use crate::gateway_tool::{FunctionSpec, GatewayTool};
-use crate::tool_kinds::{CallTarget, client, mcp};
+use crate::tool_kinds::{CallTarget, ChoiceRule, choice, client};
 
 /// Where the loop is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,35 +41,10 @@ impl ToolMenu {
         ToolMenu { entries: client.chain(gateway).collect() }
     }
 
-    /// Check that a forced MCP tool exists on its server (only known once inventories are in).
+    /// Check that the tools `choice` forces are on the menu (for some kinds, e.g. an MCP server's
+    /// tools, only known once the gateway tools are resolved).
     pub fn check_choice(&self, choice: &ToolChoice) -> Result<(), ApiError> {
-        let mcp_choices: Vec<(&McpToolChoice, String)> = match choice {
-            ToolChoice::Mcp(m) => vec![(m, "tool_choice.name".to_owned())],
-            ToolChoice::AllowedTools(a) => a
-                .tools
-                .iter()
-                .enumerate()
-                .filter_map(|(i, t)| match t {
-                    AllowedTool::Mcp(m) => Some((m, format!("tool_choice.tools[{i}].name"))),
-                    AllowedTool::Function(_) | AllowedTool::CodeInterpreter(_) | AllowedTool::WebSearch(_) => None,
-                })
-                .collect(),
-            ToolChoice::Mode(_)
-            | ToolChoice::Function(_)
-            | ToolChoice::CodeInterpreter(_)
-            | ToolChoice::WebSearch(_) => Vec::new(),
-        };
-        for (m, param) in mcp_choices {
-            if let Some(name) = &m.name
-                && !self.entries.iter().any(|(_, target)| mcp::is_tool_of(target, &m.server_label, Some(name)))
-            {
-                return Err(ApiError::bad_input(
-                    param,
-                    format!("`tool_choice.name` '{name}' is not a tool of MCP server '{}'.", m.server_label),
-                ));
-            }
-        }
-        Ok(())
+        choice::check(choice, self.entries.iter().map(|(_, target)| target))
     }
 
     /// The offer for one turn.
@@ -89,39 +62,20 @@ impl ToolMenu {
                 ToolChoiceMode::Required => "required",
             })
         };
-        let named = |name: &str| json!({"type": "function", "function": {"name": name}});
         let first = phase == TurnPhase::First;
-        let (functions, tool_choice) = match choice {
-            ToolChoice::Mode(m) => (all(), mode(*m)),
-            ToolChoice::Function(f) if first => (all(), named(&f.name)),
-            ToolChoice::CodeInterpreter(_) if first => (all(), named(CODE_INTERPRETER_FUNCTION)),
-            ToolChoice::WebSearch(_) if first => (all(), named(WEB_SEARCH_FUNCTION)),
-            ToolChoice::Mcp(m) if first => match &m.name {
-                Some(tool) => (all(), named(&mcp_function_name(&m.server_label, tool))),
-                // Any tool of that server: offer only its tools, and require a call.
-                None => (self.select(|_, t| mcp::is_tool_of(t, &m.server_label, None)), json!("required")),
-            },
-            ToolChoice::Function(_)
-            | ToolChoice::CodeInterpreter(_)
-            | ToolChoice::WebSearch(_)
-            | ToolChoice::Mcp(_) => (all(), json!("auto")),
-            ToolChoice::AllowedTools(a) => (self.select(|f, s| a.tools.iter().any(|t| allows(t, f, s))), mode(a.mode)),
+        let (functions, tool_choice) = match choice::rule(choice) {
+            ChoiceRule::Mode(m) => (all(), mode(m)),
+            ChoiceRule::Allowed { mode: m, admits } => (self.select(&admits), mode(m)),
+            ChoiceRule::Function(name) if first => (all(), json!({"type": "function", "function": {"name": name}})),
+            ChoiceRule::OneOf(admits) if first => (self.select(&admits), json!("required")),
+            ChoiceRule::Function(_) | ChoiceRule::OneOf(_) => (all(), json!("auto")),
         };
         let tool_choice = if phase == TurnPhase::Last { json!("none") } else { tool_choice };
         ToolOffer { functions, tool_choice }
     }
 
-    fn select(&self, keep: impl Fn(&FunctionSpec, &CallTarget) -> bool) -> Vec<FunctionSpec> {
+    fn select(&self, keep: &dyn Fn(&FunctionSpec, &CallTarget) -> bool) -> Vec<FunctionSpec> {
         self.entries.iter().filter(|(f, t)| keep(f, t)).map(|(f, _)| f.clone()).collect()
-    }
-}
-
-/// Whether an `allowed_tools` entry admits a function, given who runs it.
-fn allows(entry: &AllowedTool, spec: &FunctionSpec, target: &CallTarget) -> bool {
-    match target {
-        CallTarget::Client(_) => client::allowed_by(entry, spec),
-        CallTarget::Gateway(kind) => kind.allowed_by(entry),
-        CallTarget::McpApproval { server_label, tool_name } => mcp::allowed_by(entry, server_label, tool_name),
     }
 }
 

@@ -2,12 +2,12 @@
 //!
 //! [`Engine::prepare`] does everything that can still fail with a plain HTTP error: reading the
 //! input's files, the history lookup for `previous_response_id` and resolving the gateway's own
-//! tools (MCP inventories).
+//! tools (which may ask remote servers).
 //! [`PreparedResponse::run`] (or [`PreparedResponse::spawn`], `spawn.rs`, for a stream) then
-//! runs: `created`, `in_progress`, MCP tool listings, then the tool loop — one upstream turn, the
-//! gateway tools it called, the next turn — until the model answers or calls a client function;
-//! then persistence, and exactly one terminal event (`completed`, `incomplete`, or `failed`
-//! preceded by an `error` event). The store write happens before the terminal event leaves, so a
+//! runs: `created`, `in_progress`, what the tool kinds show and run first (`tool_kinds::RunHooks`),
+//! then the tool loop — one upstream turn, the gateway tools it called, the next turn — until the
+//! model answers or calls a client function; then persistence, and exactly one terminal event
+//! (`completed`, `incomplete`, or `failed` preceded by an `error` event). The store write happens before the terminal event leaves, so a
 //! client that saw `completed` can always continue from it. Under `truncation: "auto"`, a model
 //! turn the upstream refuses for its context window is sent again without the oldest
 //! conversation turns ([`crate::truncation`]).
@@ -18,7 +18,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use respgw_protocol::events::StreamError;
 use respgw_protocol::ids::{IdKind, TurnStamp, new_id};
-use respgw_protocol::items::McpListToolsItem;
 use respgw_protocol::request::Truncation;
 use respgw_protocol::response::{IncompleteDetails, ResponseError};
 use respgw_protocol::{ApiError, Item, ResponseEvent, ResponseObject, ResponseStatus, Usage, ValidatedRequest};
@@ -33,8 +32,7 @@ use crate::gateway_tool::{GatewayCall, GatewayTool};
 use crate::offer::{ToolMenu, TurnPhase};
 use crate::sealed::{Purpose, open_sealed_items};
 use crate::sink::EventSink;
-use crate::tool_kinds::mcp::approval::Approvals;
-use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, client, mcp};
+use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, RunHooks, client};
 use crate::truncation::TurnDropper;
 use crate::turn::{OutputLog, TurnEnd, TurnResult, TurnState};
 use crate::upstream::UpstreamEvent;
@@ -65,7 +63,7 @@ pub struct PreparedResponse {
     engine: Arc<Engine>,
     request: ValidatedRequest,
     /// The tenant the response is run for: it owns what the response stores, and its history
-    /// and container are only ever its own.
+    /// and tool state are only ever its own.
     owner: String,
     /// Inherited items (from `previous_response_id`) followed by this request's input.
     history: Vec<Item>,
@@ -83,15 +81,10 @@ pub struct PreparedResponse {
     upstream_headers: Vec<(&'static str, String)>,
     gateway_tools: Vec<Arc<dyn GatewayTool>>,
     menu: ToolMenu,
-    /// `mcp_list_tools` items to show first.
-    listings: Vec<McpListToolsItem>,
-    /// The client's answers to approval requests, acted on before the first model turn.
-    approvals: Approvals,
+    /// What the tool kinds do besides the calls of the model turns (before the first, after each).
+    hooks: RunHooks,
     /// What the gateway tool kinds keep across this response's calls, each kind its own part.
     tool_state: GatewayToolState,
-    /// The sandbox's container for `tool_state`'s container id and this owner: another tenant
-    /// naming the same container id gets another, fresh one.
-    sandbox_container: String,
     /// Output items as produced, unfiltered: what history and the store keep.
     output: Vec<Item>,
     /// The turns of `history` that `truncation: "auto"` may drop, and those it dropped.
@@ -166,12 +159,11 @@ impl Engine {
         }
         let input_start = history.len();
         history.extend(request.input.iter().cloned());
-        let approvals = Approvals::in_input(&history, input_start)?;
-        let resolved = approvals.check_tools(self.tools.resolve(&request, &history).await, &request)?;
-        let menu = ToolMenu::new(&request, &resolved.tools);
+        let mut hooks = RunHooks::for_input(&history, input_start)?;
+        let gateway_tools = hooks.tools_resolved(self.tools.resolve(&request, &history).await, &request)?;
+        let menu = ToolMenu::new(&request, &gateway_tools);
         menu.check_choice(&request.tool_choice)?;
-        let tool_state = GatewayToolState::for_history(&history);
-        let sandbox_container = tool_state.sandbox_container(owner);
+        let tool_state = GatewayToolState::for_history(&history, owner);
         let response = ResponseObject::in_progress(new_id(IdKind::Response), unix_now(), &request);
         let turns = match request.truncation {
             Truncation::Auto => TurnDropper::new(&history, self.limits.max_tool_output_bytes),
@@ -181,17 +173,15 @@ impl Engine {
             engine: Arc::clone(self),
             request,
             owner: owner.to_owned(),
-            sandbox_container,
             history,
             history_from,
             unstored_inherited,
             conversation,
             response,
             upstream_headers,
-            gateway_tools: resolved.tools,
+            gateway_tools,
             menu,
-            listings: resolved.listings,
-            approvals,
+            hooks,
             tool_state,
             output: Vec::new(),
             turns,
@@ -352,22 +342,20 @@ impl PreparedResponse {
         RunOutcome::Finished(Box::new(self.response.clone()))
     }
 
-    /// Listings, then model turns and the gateway tools they call, until the model is done.
+    /// What the tool kinds show and run first, then model turns and the gateway tools they call,
+    /// until the model is done.
     async fn tool_loop(
         &mut self,
         sink: &mut EventSink,
         log: &mut OutputLog,
         usage: &mut Usage,
     ) -> Result<TurnEnd, Stop> {
-        for listing in std::mem::take(&mut self.listings) {
-            self.emit_listing(sink, log, listing).await?;
-        }
         let mut events = Vec::new();
-        while let Some(call) = self.approvals.next_approved_call(&self.request, &self.engine.metrics, log, &mut events)
-        {
+        while let Some(call) = self.hooks.before_first_turn(&self.request, &self.engine.metrics, log, &mut events) {
             self.flush(sink, log, &mut events).await?;
             self.run_gateway_call(sink, log, call).await?;
         }
+        self.flush(sink, log, &mut events).await?;
         let targets = CallTargets::new(&self.request, &self.gateway_tools);
         let mut phase = TurnPhase::First;
         let mut previous_turn = None;
@@ -427,7 +415,7 @@ impl PreparedResponse {
         for call in &result.gateway_calls {
             metrics.tool_requested(call.tool_type());
         }
-        Approvals::count_requests(&self.request, &result.held_calls, metrics);
+        self.hooks.after_turn(&self.request, &result.held_calls, metrics);
     }
 
     /// One upstream call (the model turn `turn`), streamed into events.
@@ -520,7 +508,7 @@ impl PreparedResponse {
             return Err(Stop::Error(ApiError::internal(format!("no gateway tool named '{}'", call.function))));
         };
         let started = Instant::now();
-        let arguments = GatewayCall { arguments: &call.arguments, container_id: &self.sandbox_container };
+        let arguments = GatewayCall { arguments: &call.arguments, state: &self.tool_state };
         let outcome = tokio::select! {
             outcome = tool.call(arguments) => outcome,
             () = sink.closed() => return Err(Stop::ClientGone),
@@ -534,21 +522,6 @@ impl PreparedResponse {
         sink.send(ResponseEvent::OutputItemDone { output_index, item: Box::new(presented) })
             .await
             .map_err(|_| Stop::ClientGone)
-    }
-
-    /// Show an MCP server's tools as an `mcp_list_tools` item.
-    async fn emit_listing(
-        &mut self,
-        sink: &mut EventSink,
-        log: &mut OutputLog,
-        listing: McpListToolsItem,
-    ) -> Result<(), Stop> {
-        let (events, item) = mcp::listing_events(listing, log.allocate_index());
-        for event in events {
-            sink.send(event).await.map_err(|_| Stop::ClientGone)?;
-        }
-        log.items.push(item);
-        Ok(())
     }
 
     async fn flush(

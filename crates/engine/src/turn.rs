@@ -25,7 +25,8 @@ pub struct OutputLog {
 }
 
 impl OutputLog {
-    /// The next `output_index`, for an item announced outside a model turn (e.g. a listing).
+    /// The next `output_index`, for an item announced outside a model turn (e.g. one a tool kind
+    /// shows before the first turn).
     pub fn allocate_index(&mut self) -> usize {
         self.allocate()
     }
@@ -72,7 +73,7 @@ struct OpenMessage {
     id: String,
     output_index: usize,
     text: String,
-    /// `url_citation`s already announced.
+    /// The annotations already announced (`GatewayToolState::annotate`).
     annotations: Vec<Value>,
 }
 

@@ -111,7 +111,7 @@ impl ToolResolver for FakeResolver {
     async fn resolve(&self, request: &ValidatedRequest, _: &[Item]) -> Result<ResolvedTools, ApiError> {
         let declared = request.tools.iter().any(|t| matches!(t, ToolDeclaration::Mcp(_)));
         let tools: Vec<Arc<dyn GatewayTool>> = if declared { vec![self.tool.clone()] } else { Vec::new() };
-        Ok(ResolvedTools { tools, listings: Vec::new() })
+        Ok(ResolvedTools { tools, shown_first: Vec::new() })
     }
 }
 

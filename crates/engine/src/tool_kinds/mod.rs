@@ -14,26 +14,36 @@
 //! The turn state machine (`turn.rs`) and the run loop (`run.rs`) handle one generic call: a
 //! [`CallTarget`] says who runs it, an [`OpenCall`] follows it while its arguments stream, a
 //! [`PendingGatewayCall`] waits to run and [`PendingGatewayCall::complete`] turns the outcome
-//! into its item. Every difference between kinds is a `match` in this file handing over to the
-//! kind's module.
+//! into its item. What the kinds keep across a response's calls is one opaque
+//! [`GatewayToolState`], which executors are given too; how their items are told to the model is
+//! `GatewayReplay` (used by `chat.rs`). Every difference between kinds is a `match` in this
+//! file handing over to the kind's module, with no fallback arm, so a new kind is pointed at by
+//! the compiler. Two more files speak for all kinds: `hooks.rs` (`RunHooks`, what the kinds do in
+//! a run besides the model's calls: show items and run calls before the first turn, count after
+//! each) and `choice.rs` (`tool_choice` in the kinds' terms, for `offer.rs`).
 
+pub(crate) mod choice;
 pub mod client;
 pub mod code_interpreter;
+mod hooks;
 pub mod mcp;
 pub mod web_search;
 
 use std::sync::Arc;
 
 use respgw_protocol::ids::TurnStamp;
-use respgw_protocol::items::Item;
+use respgw_protocol::items::{Item, MessageRole};
 use respgw_protocol::tools::choice::AllowedTool;
 use respgw_protocol::{ApiError, ResponseEvent, ValidatedRequest};
 use respgw_telemetry::ToolType;
 use serde_json::{Value, json};
 
 use crate::gateway_tool::GatewayTool;
+pub(crate) use choice::ChoiceRule;
 pub use client::ClientCallShape;
 pub use code_interpreter::CodeInterpreterOutcome;
+pub(crate) use hooks::RunHooks;
+pub use hooks::ShownFirst;
 pub use web_search::{CitableSource, WebSearchOutcome};
 
 /// Which gateway tool a call goes to, and so which item family its calls produce.
@@ -126,10 +136,10 @@ pub struct GatewayToolState {
 }
 
 impl GatewayToolState {
-    /// The state a response starts with, given its history.
-    pub fn for_history(history: &[Item]) -> Self {
+    /// The state a response of tenant `owner` starts with, given its history.
+    pub(crate) fn for_history(history: &[Item], owner: &str) -> Self {
         GatewayToolState {
-            code_interpreter: code_interpreter::Container::of(history),
+            code_interpreter: code_interpreter::Container::of(history, owner),
             web_search: web_search::Citations::default(),
         }
     }
@@ -139,9 +149,9 @@ impl GatewayToolState {
         CallPlace { turn, output_index, container_id: self.code_interpreter.id() }
     }
 
-    /// The sandbox container the response's calls run in, for tenant `owner`.
-    pub(crate) fn sandbox_container(&self, owner: &str) -> String {
-        code_interpreter::sandbox_container(owner, self.code_interpreter.id())
+    /// The code interpreter's part: the conversation's container.
+    pub fn code_interpreter(&self) -> &code_interpreter::Container {
+        &self.code_interpreter
     }
 
     /// Announce the annotations of answer text `text` (message `item_id`) that became complete
@@ -355,30 +365,83 @@ pub(crate) fn present(item: &Item, include: &[String]) -> Item {
         Item::CodeInterpreterCall(c) => Item::CodeInterpreterCall(code_interpreter::present(c, include)),
         Item::WebSearchCall(w) => Item::WebSearchCall(web_search::present(w, include)),
         Item::Compaction(_) => item.clone().client_view(),
-        other => other.clone(),
+        Item::Message(_)
+        | Item::FunctionCall(_)
+        | Item::FunctionCallOutput(_)
+        | Item::Reasoning(_)
+        | Item::McpCall(_)
+        | Item::McpListTools(_)
+        | Item::McpApprovalRequest(_)
+        | Item::McpApprovalResponse(_)
+        | Item::CustomToolCall(_)
+        | Item::CustomToolCallOutput(_)
+        | Item::LocalShellCall(_)
+        | Item::LocalShellCallOutput(_) => item.clone(),
     }
 }
 
-/// The tool call a gateway tool item stands for in an assistant message; `None` for other items.
-pub(crate) fn replayed_call(item: &Item) -> Option<Value> {
-    let (name, arguments) = match item {
-        Item::CodeInterpreterCall(c) => code_interpreter::replayed_call(c),
-        Item::WebSearchCall(w) => web_search::replayed_call(w),
-        Item::McpCall(m) => mcp::replayed_call(m),
-        _ => return None,
-    };
-    Some(json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}}))
+/// Whether `item` is something a model turn produced.
+pub(crate) fn is_model_output(item: &Item) -> bool {
+    match item {
+        Item::Message(m) => m.role == MessageRole::Assistant,
+        Item::Reasoning(_)
+        | Item::FunctionCall(_)
+        | Item::CustomToolCall(_)
+        | Item::LocalShellCall(_)
+        | Item::CodeInterpreterCall(_)
+        | Item::WebSearchCall(_)
+        | Item::McpCall(_)
+        | Item::McpApprovalRequest(_) => true,
+        Item::FunctionCallOutput(_)
+        | Item::CustomToolCallOutput(_)
+        | Item::LocalShellCallOutput(_)
+        | Item::McpListTools(_)
+        | Item::McpApprovalResponse(_)
+        | Item::Compaction(_) => false,
+    }
 }
 
-/// The whole text the model is told a gateway tool call returned; `None` for other items.
-/// Derived from the finished item alone, so a live tool loop and a later continuation send the
-/// model the same text.
-pub(crate) fn result_text(item: &Item) -> Option<String> {
-    match item {
-        Item::CodeInterpreterCall(c) => Some(code_interpreter::result_text(c)),
-        Item::WebSearchCall(w) => Some(web_search::result_text(w)),
-        Item::McpCall(m) => Some(mcp::result_text(m)),
-        _ => None,
+/// How the gateway tool items of a conversation are told to the model: each as the call the model
+/// made and the whole text of its result. Built from the whole conversation, since a kind may tell
+/// one item with another (MCP: an approved call is told as the result of its approval request,
+/// `mcp/approval.rs`). Derived from the items alone, so a live tool loop, a stored conversation
+/// and a client's replay send the model the same text.
+pub(crate) struct GatewayReplay<'a> {
+    mcp_approvals: mcp::approval::ApprovalHistory<'a>,
+}
+
+impl<'a> GatewayReplay<'a> {
+    pub(crate) fn of(history: &[&'a Item]) -> Self {
+        GatewayReplay { mcp_approvals: mcp::approval::ApprovalHistory::of(history) }
+    }
+
+    /// Whether `item` is told with another item, and so not on its own.
+    pub(crate) fn is_told_with_another(&self, item: &Item) -> bool {
+        matches!(item, Item::McpCall(c) if self.mcp_approvals.is_told_with_its_request(c))
+    }
+
+    /// The tool call a gateway tool item stands for in an assistant message, and the whole text
+    /// of its result; `None` for other items.
+    pub(crate) fn call_and_result(&self, item: &Item) -> Option<(Value, String)> {
+        let ((name, arguments), result) = match item {
+            Item::CodeInterpreterCall(c) => (code_interpreter::replayed_call(c), code_interpreter::result_text(c)),
+            Item::WebSearchCall(w) => (web_search::replayed_call(w), web_search::result_text(w)),
+            Item::McpCall(m) => (mcp::replayed_call(m), mcp::result_text(m)),
+            Item::McpApprovalRequest(r) => (mcp::approval::replayed_call(r), self.mcp_approvals.result_text(r)),
+            Item::Message(_)
+            | Item::FunctionCall(_)
+            | Item::FunctionCallOutput(_)
+            | Item::Reasoning(_)
+            | Item::McpListTools(_)
+            | Item::McpApprovalResponse(_)
+            | Item::CustomToolCall(_)
+            | Item::CustomToolCallOutput(_)
+            | Item::LocalShellCall(_)
+            | Item::LocalShellCallOutput(_)
+            | Item::Compaction(_) => return None,
+        };
+        let call = json!({"id": item.id(), "type": "function", "function": {"name": name, "arguments": arguments}});
+        Some((call, result))
     }
 }
 

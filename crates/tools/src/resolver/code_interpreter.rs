@@ -39,7 +39,7 @@ impl GatewayTool for CodeInterpreterTool {
             .ok()
             .and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned))
             .unwrap_or_else(|| call.arguments.to_owned());
-        match self.sandbox.execute(call.container_id, &code).await {
+        match self.sandbox.execute(call.state.code_interpreter().sandbox(), &code).await {
             Ok(execution) => {
                 let mut outputs = Vec::new();
                 let mut logs = String::new();

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use respgw_engine::tool_kinds::mcp;
+use respgw_engine::tool_kinds::{ShownFirst, mcp};
 use respgw_engine::{FunctionSpec, GatewayCall, GatewayKind, GatewayOutcome, GatewayTool, ResolvedTools};
 use respgw_protocol::ApiError;
 use respgw_protocol::ids::{IdKind, new_id};
@@ -89,7 +89,7 @@ fn offer_mcp_tools<'a>(
     }
     let listed_before = history.iter().any(|item| matches!(item, Item::McpListTools(l) if l.server_label == *label));
     if !listed_before {
-        resolved.listings.push(McpListToolsItem {
+        resolved.shown_first.push(ShownFirst::McpListTools(McpListToolsItem {
             id: new_id(IdKind::McpListTools),
             server_label: label.clone(),
             tools: allowed
@@ -102,7 +102,7 @@ fn offer_mcp_tools<'a>(
                 })
                 .collect(),
             error: None,
-        });
+        }));
     }
     Ok(allowed)
 }
@@ -112,6 +112,9 @@ fn offer_mcp_tools<'a>(
 struct McpToolFace {
     spec: FunctionSpec,
     kind: GatewayKind,
+    /// The real label and tool name (what `kind` holds too, said without a match over kinds).
+    server_label: String,
+    tool_name: String,
     /// The tool's own input schema, to check arguments before calling.
     validator: Option<jsonschema::Validator>,
 }
@@ -122,15 +125,13 @@ impl McpToolFace {
         let validator = jsonschema::validator_for(&tool.input_schema)
             .inspect_err(|e| tracing::warn!(server_label, tool = %tool.name, error = %e, "tool input schema does not compile; arguments are not checked"))
             .ok();
-        McpToolFace { spec, kind: GatewayKind::Mcp { server_label, tool_name: tool.name.clone() }, validator }
+        let kind = GatewayKind::Mcp { server_label: server_label.clone(), tool_name: tool.name.clone() };
+        McpToolFace { spec, kind, server_label, tool_name: tool.name.clone(), validator }
     }
 
     /// The real label and tool name.
     fn names(&self) -> (&str, &str) {
-        match &self.kind {
-            GatewayKind::Mcp { server_label, tool_name } => (server_label, tool_name),
-            GatewayKind::CodeInterpreter | GatewayKind::WebSearch => ("", ""),
-        }
+        (&self.server_label, &self.tool_name)
     }
 
     /// The model's arguments as a JSON object that matches the tool's input schema, or why not.

@@ -23,6 +23,7 @@ use respgw_protocol::tools::code_interpreter::CODE_INTERPRETER_FUNCTION;
 use respgw_telemetry::ToolType;
 use serde_json::json;
 
+use super::choice::ChoiceRule;
 use super::{CallPlace, CompletedCall};
 use crate::gateway_tool::FunctionSpec;
 use code_stream::CodeStream;
@@ -59,14 +60,20 @@ pub fn function_spec() -> FunctionSpec {
     }
 }
 
-/// The conversation's container id, which a response's calls share (files persist in it).
+/// The conversation's container, which a response's calls share (files persist in it): the id its
+/// items show, and the sandbox's container that id names for the response's tenant.
 #[derive(Debug, Clone)]
-pub(crate) struct Container(String);
+pub struct Container {
+    id: String,
+    /// The sandbox's container for `id` and the response's tenant: another tenant naming the same
+    /// container id gets another, fresh one ([`sandbox_container`]).
+    sandbox: String,
+}
 
 impl Container {
     /// The last container this gateway made that `history` used (another system's id starts
-    /// afresh), or a new one.
-    pub(crate) fn of(history: &[Item]) -> Self {
+    /// afresh), or a new one, for tenant `owner`.
+    pub(crate) fn of(history: &[Item], owner: &str) -> Self {
         let id = history
             .iter()
             .rev()
@@ -77,17 +84,22 @@ impl Container {
                 _ => None,
             })
             .unwrap_or_else(|| new_id(IdKind::Container));
-        Container(id)
+        Container { sandbox: sandbox_container(owner, &id), id }
     }
 
     #[cfg(test)]
     pub(crate) fn with_id(id: &str) -> Self {
-        Container(id.to_owned())
+        Container { id: id.to_owned(), sandbox: sandbox_container("", id) }
     }
 
     /// The container id, as the call items show it.
     pub(crate) fn id(&self) -> &str {
-        &self.0
+        &self.id
+    }
+
+    /// The sandbox's container the calls run in: what the executor is given.
+    pub fn sandbox(&self) -> &str {
+        &self.sandbox
     }
 }
 
@@ -96,7 +108,7 @@ impl Container {
 /// a container id copied from another tenant's items opens a fresh, empty container. It has the
 /// container id format (`cntr_` + a UUID v7 shape; the bits come from SHA-256 of the pair, so
 /// its time field means nothing), so the sandbox can use it as a directory name.
-pub(crate) fn sandbox_container(owner: &str, container_id: &str) -> String {
+fn sandbox_container(owner: &str, container_id: &str) -> String {
     let mut context = ring::digest::Context::new(&ring::digest::SHA256);
     for part in [owner, container_id] {
         context.update(&(part.len() as u64).to_be_bytes());
@@ -113,6 +125,11 @@ pub(crate) fn sandbox_container(owner: &str, container_id: &str) -> String {
 
 pub(crate) fn allowed_by(entry: &AllowedTool) -> bool {
     matches!(entry, AllowedTool::CodeInterpreter(_))
+}
+
+/// What `tool_choice: {"type": "code_interpreter"}` asks: a call of the tool's function.
+pub(crate) fn forced() -> ChoiceRule<'static> {
+    ChoiceRule::Function(CODE_INTERPRETER_FUNCTION.to_owned())
 }
 
 /// A `code_interpreter_call` from its announcement until the code has run.

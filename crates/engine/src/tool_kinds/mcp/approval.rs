@@ -14,9 +14,10 @@
 //! thing in the response, as an `mcp_call` whose `approval_request_id` names the request
 //! ([`approved_call`]), and the loop goes on; a denial only changes what the model is told.
 //!
-//! [`Approvals`] is a response's part in this flow, for the run: the answers it acts on (checked
-//! against the tools the request resolved), the approved calls to run before its first model turn,
-//! and the approval requests its turns make, counted.
+//! [`Approvals`] is a response's part in this flow, which the run reaches through its hooks
+//! (`tool_kinds/hooks.rs`): the answers it acts on (checked against the tools the request
+//! resolved), the approved calls to run before its first model turn, and the approval requests
+//! its turns make, counted.
 //!
 //! What the model sees ([`ApprovalHistory`]): the approval request as the tool call the model made,
 //! followed by one tool result that says how it ended — still waiting for approval, denied (with
@@ -28,7 +29,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use respgw_protocol::ids::{IdKind, TurnStamp};
-use respgw_protocol::items::{Item, McpApprovalRequestItem, McpCallItem, MessageRole};
+use respgw_protocol::items::{Item, McpApprovalRequestItem, McpCallItem};
 use respgw_protocol::tools::ToolDeclaration;
 use respgw_protocol::tools::mcp::{McpTool, mcp_function_name};
 use respgw_protocol::{ApiError, ResponseEvent, ValidatedRequest};
@@ -36,7 +37,7 @@ use respgw_telemetry::Metrics;
 
 use super::CallItem;
 use crate::gateway_tool::{GatewayTool, ResolvedTools};
-use crate::tool_kinds::{CallPlace, GatewayCallItem, PendingGatewayCall};
+use crate::tool_kinds::{CallPlace, GatewayCallItem, PendingGatewayCall, is_model_output};
 use crate::turn::OutputLog;
 
 /// The `server_label` metric label of the approvals of Remote MCP servers (their labels are chosen
@@ -165,22 +166,6 @@ pub fn answers_to_act_on(history: &[Item], input_start: usize) -> Result<Vec<Ans
         }
     }
     Ok(answers)
-}
-
-/// Whether `item` is something a model turn produced.
-fn is_model_output(item: &Item) -> bool {
-    match item {
-        Item::Message(m) => m.role == MessageRole::Assistant,
-        Item::Reasoning(_)
-        | Item::FunctionCall(_)
-        | Item::CustomToolCall(_)
-        | Item::LocalShellCall(_)
-        | Item::CodeInterpreterCall(_)
-        | Item::WebSearchCall(_)
-        | Item::McpCall(_)
-        | Item::McpApprovalRequest(_) => true,
-        _ => false,
-    }
 }
 
 /// Why an approved call cannot run with this request's tools, as a 400 naming the answer: its
@@ -381,7 +366,7 @@ pub(crate) fn replayed_call(request: &McpApprovalRequestItem) -> (String, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use respgw_protocol::items::{ContentPart, ItemStatus, McpApprovalResponseItem, MessageItem};
+    use respgw_protocol::items::{ContentPart, ItemStatus, McpApprovalResponseItem, MessageItem, MessageRole};
     use respgw_protocol::{Capabilities, CreateResponseRequest};
     use serde_json::{Value, json};
 

@@ -5,11 +5,12 @@
 //! Each tool of a declared server is one function for the model, `mcp__<label>__<tool>`
 //! ([`function_spec`], its input schema made acceptable to any upstream by
 //! [`upstream_schema`]). A server this conversation has not listed yet is first shown as an
-//! `mcp_list_tools` item ([`listing_events`]). A call's `mcp_call` item carries the real label
-//! and tool name; it is announced (`…call.in_progress`) when the model names the function,
-//! streams `mcp_call_arguments.delta`, ends its arguments with `…arguments.done`, and is done
-//! with the tool's output (`…call.completed`) or its error (`…call.failed`). A `tool_choice`
-//! naming an MCP tool must name one the server has ([`is_tool_of`]).
+//! `mcp_list_tools` item ([`show_listing`], called through the run's hooks, `hooks.rs`). A call's
+//! `mcp_call` item carries the real label and tool name; it is announced (`…call.in_progress`)
+//! when the model names the function, streams `mcp_call_arguments.delta`, ends its arguments with
+//! `…arguments.done`, and is done with the tool's output (`…call.completed`) or its error
+//! (`…call.failed`). A `tool_choice` naming an MCP server asks for a call of its tool, or of any
+//! of its tools ([`forced`]); a named tool must be one the server has ([`check_choice`]).
 //!
 //! A tool whose declaration's `require_approval` asks for the client's approval is called in
 //! another shape, the `mcp_approval_request` of [`approval`], and runs only once a later request
@@ -20,14 +21,15 @@
 
 pub mod approval;
 
-use respgw_protocol::ResponseEvent;
 use respgw_protocol::ids::IdKind;
 use respgw_protocol::items::{CallStatus, Item, McpCallItem, McpListToolsItem};
-use respgw_protocol::tools::choice::AllowedTool;
+use respgw_protocol::tools::choice::{AllowedTool, McpToolChoice};
 use respgw_protocol::tools::mcp::mcp_function_name;
+use respgw_protocol::{ApiError, ResponseEvent};
 use respgw_telemetry::ToolType;
 use serde_json::{Map, Value, json};
 
+use super::choice::ChoiceRule;
 use super::{CallPlace, CallTarget, CompletedCall, GatewayKind};
 use crate::gateway_tool::FunctionSpec;
 
@@ -98,9 +100,9 @@ fn inline_refs(node: &Value, defs: &Map<String, Value>, definitions: &Map<String
     }
 }
 
-/// The events that show a server's tools as an `mcp_list_tools` item at `output_index`, and the
-/// item.
-pub(crate) fn listing_events(listing: McpListToolsItem, output_index: usize) -> ([ResponseEvent; 4], Item) {
+/// Show a server's tools as an `mcp_list_tools` item at `output_index`: its events go to
+/// `events`; the item is given back.
+pub(crate) fn show_listing(listing: McpListToolsItem, output_index: usize, events: &mut Vec<ResponseEvent>) -> Item {
     let item_id = listing.id.clone();
     let announced = McpListToolsItem { tools: Vec::new(), error: None, ..listing.clone() };
     let finished = if listing.error.is_some() {
@@ -109,17 +111,44 @@ pub(crate) fn listing_events(listing: McpListToolsItem, output_index: usize) -> 
         ResponseEvent::McpListToolsCompleted { item_id: item_id.clone(), output_index }
     };
     let item = Item::McpListTools(listing);
-    let events = [
+    events.extend([
         ResponseEvent::OutputItemAdded { output_index, item: Box::new(Item::McpListTools(announced)) },
         ResponseEvent::McpListToolsInProgress { item_id, output_index },
         finished,
         ResponseEvent::OutputItemDone { output_index, item: Box::new(item.clone()) },
-    ];
-    (events, item)
+    ]);
+    item
+}
+
+/// What a `tool_choice` naming an MCP server asks: a call of the tool it names, or of any tool of
+/// the server (only those offered).
+pub(crate) fn forced(choice: &McpToolChoice) -> ChoiceRule<'_> {
+    match &choice.name {
+        Some(tool) => ChoiceRule::Function(mcp_function_name(&choice.server_label, tool)),
+        None => ChoiceRule::OneOf(Box::new(|_, target| is_tool_of(target, &choice.server_label, None))),
+    }
+}
+
+/// Check that a `tool_choice` naming a tool of an MCP server (at `param`) names one the server
+/// has, among `targets` (known only once its inventory is in): a 422 otherwise.
+pub(crate) fn check_choice<'a>(
+    choice: &McpToolChoice,
+    param: &str,
+    mut targets: impl Iterator<Item = &'a CallTarget>,
+) -> Result<(), ApiError> {
+    if let Some(name) = &choice.name
+        && !targets.any(|target| is_tool_of(target, &choice.server_label, Some(name)))
+    {
+        return Err(ApiError::bad_input(
+            param,
+            format!("`tool_choice.name` '{name}' is not a tool of MCP server '{}'.", choice.server_label),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether calls to `target` go to the server `label` (and to its tool `tool`, when given).
-pub(crate) fn is_tool_of(target: &CallTarget, label: &str, tool: Option<&str>) -> bool {
+fn is_tool_of(target: &CallTarget, label: &str, tool: Option<&str>) -> bool {
     matches!(target, CallTarget::Gateway(GatewayKind::Mcp { server_label, tool_name })
         if server_label == label && tool.is_none_or(|t| t == tool_name))
 }

@@ -24,6 +24,7 @@ use respgw_telemetry::ToolType;
 use serde_json::{Value, json};
 
 use self::cite::find_citations;
+use super::choice::ChoiceRule;
 use super::{CallPlace, CompletedCall};
 use crate::gateway_tool::FunctionSpec;
 
@@ -129,6 +130,11 @@ pub fn function_spec() -> FunctionSpec {
 
 pub(crate) fn allowed_by(entry: &AllowedTool) -> bool {
     matches!(entry, AllowedTool::WebSearch(_))
+}
+
+/// What `tool_choice: {"type": "web_search"}` asks: a call of the tool's function.
+pub(crate) fn forced() -> ChoiceRule<'static> {
+    ChoiceRule::Function(WEB_SEARCH_FUNCTION.to_owned())
 }
 
 /// A `web_search_call` from its announcement until the action has run.
