@@ -127,7 +127,9 @@ pub fn into_engine(
     if let Some(effort) = reasoning_effort(request.thinking, request.effort) {
         body.insert("reasoning".into(), json!({"effort": effort}));
     }
-    body.insert("max_output_tokens".into(), json!(request.max_tokens));
+    if let Some(max_tokens) = request.max_tokens {
+        body.insert("max_output_tokens".into(), json!(max_tokens));
+    }
     for (key, value) in [("temperature", request.temperature), ("top_p", request.top_p)] {
         if let Some(value) = value {
             body.insert(key.into(), json!(value));

@@ -20,8 +20,8 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, PartialEq)]
 pub struct MessagesRequest {
     pub model: String,
-    /// `max_tokens` (required, at least 1).
-    pub max_tokens: u64,
+    /// `max_tokens`: at least 1; required but for counting tokens.
+    pub max_tokens: Option<u64>,
     /// The texts of `system` (a string is one text).
     pub system: Vec<String>,
     pub messages: Vec<Message>,
@@ -294,16 +294,24 @@ struct AdaptiveThinkingFields {
 }
 
 impl MessagesRequest {
-    /// Parse raw body bytes: bad JSON, a non-object body, a wrongly typed or missing field, an
-    /// unknown block type or a value out of range → 400 naming the field.
+    /// Parse the raw body of `POST /v1/messages`: bad JSON, a non-object body, a wrongly typed or
+    /// missing field, an unknown block type or a value out of range → 400 naming the field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
-        let body: Value = serde_json::from_slice(bytes)
-            .map_err(|e| respgw_protocol::error::describe_json_syntax("request body", &e))?;
-        Self::from_value(body)
+        Self::from_value(json_body(bytes)?)
     }
 
-    /// Parse a body that is already JSON.
+    /// Parse the raw body of `POST /v1/messages/count_tokens`: as [`MessagesRequest::from_slice`],
+    /// but `max_tokens` may be left out (nothing is generated).
+    pub fn counting_from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
+        Self::parse(json_body(bytes)?, false)
+    }
+
+    /// Parse a body of `POST /v1/messages` that is already JSON.
     pub fn from_value(body: Value) -> Result<Self, ApiError> {
+        Self::parse(body, true)
+    }
+
+    fn parse(body: Value, needs_max_tokens: bool) -> Result<Self, ApiError> {
         if !body.is_object() {
             return Err(ApiError::invalid_body("The request body must be a JSON object."));
         }
@@ -314,8 +322,8 @@ impl MessagesRequest {
         };
         let max_tokens = match fields.max_tokens {
             Some(0) => return Err(invalid("max_tokens", "expected an integer of at least 1, got 0")),
-            Some(n) => n,
-            None => return Err(missing("max_tokens")),
+            None if needs_max_tokens => return Err(missing("max_tokens")),
+            given => given,
         };
         let messages = match fields.messages {
             Some(messages) => messages
@@ -372,6 +380,10 @@ impl MessagesRequest {
             stream: fields.stream.unwrap_or(false),
         })
     }
+}
+
+fn json_body(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| respgw_protocol::error::describe_json_syntax("request body", &e))
 }
 
 /// Deserialize `value` as `T`; an error names its path under `at`.
@@ -677,7 +689,7 @@ fn parse_tool_choice(value: Value) -> Result<ToolChoice, ApiError> {
 
 const THINKING_TYPES: &[&str] = &["enabled", "adaptive", "disabled"];
 
-fn parse_thinking(value: Value, max_tokens: u64) -> Result<Thinking, ApiError> {
+fn parse_thinking(value: Value, max_tokens: Option<u64>) -> Result<Thinking, ApiError> {
     let at = "thinking";
     match type_tag(&value, at, "a thinking configuration")? {
         "enabled" => {
@@ -688,7 +700,9 @@ fn parse_thinking(value: Value, max_tokens: u64) -> Result<Thinking, ApiError> {
                     format!("expected at least {MIN_THINKING_BUDGET}, got {}", fields.budget_tokens),
                 ));
             }
-            if fields.budget_tokens >= max_tokens {
+            if let Some(max_tokens) = max_tokens
+                && fields.budget_tokens >= max_tokens
+            {
                 return Err(invalid(
                     "thinking.budget_tokens",
                     format!("must be less than max_tokens ({max_tokens}), got {}", fields.budget_tokens),
@@ -737,7 +751,7 @@ mod tests {
     fn a_minimal_request_is_one_user_text() {
         let request = parse(with(json!({}))).unwrap();
         assert_eq!(request.messages, vec![Message { role: Role::User, content: vec![Block::Text("hi".into())] }]);
-        assert_eq!((request.max_tokens, request.stream, request.system.len()), (64, false, 0));
+        assert_eq!((request.max_tokens, request.stream, request.system.len()), (Some(64), false, 0));
     }
 
     #[test]
@@ -749,6 +763,10 @@ mod tests {
             assert_eq!(param, field);
             assert_eq!(message, format!("Missing required parameter: '{field}'."));
         }
+        let mut counting = with(json!({"thinking":{"type":"enabled","budget_tokens":2048}}));
+        counting.as_object_mut().unwrap().remove("max_tokens");
+        let counted = MessagesRequest::counting_from_slice(counting.to_string().as_bytes()).unwrap();
+        assert_eq!(counted.max_tokens, None, "counting tokens needs no max_tokens");
         let (param, message) = refused(with(json!({"max_tokens":0})));
         assert_eq!((param.as_str(), message.as_str()), ("max_tokens", "max_tokens: expected an integer of at least 1, got 0."));
     }
