@@ -213,7 +213,7 @@ async fn a_tool_use_round_trip_keeps_the_call_id_both_ways() {
         json!({"type":"function","function":{"name":"ls","description":"List files",
             "parameters":{"type":"object","properties":{"path":{"type":"string"}}},"strict":false}})
     );
-    assert_eq!(offered[1]["function"]["name"], "later", "deferred tools are offered like the others");
+    assert_eq!(offered.as_array().map(Vec::len), Some(1), "a deferred tool waits for a tool_reference: {offered}");
 
     let mut second = base(
         "tools",
@@ -221,7 +221,8 @@ async fn a_tool_use_round_trip_keeps_the_call_id_both_ways() {
             {"role":"user","content":"list"},
             {"role":"assistant","content":[{"type":"tool_use","id":"call_abc","name":"ls","input":{"path":"."}}]},
             {"role":"user","content":[
-                {"type":"tool_result","tool_use_id":"call_abc","content":[{"type":"text","text":"a.txt b.txt"}]},
+                {"type":"tool_result","tool_use_id":"call_abc","content":[{"type":"text","text":"a.txt b.txt"},
+                    {"type":"tool_reference","tool_name":"later"}],"cache_control":{"type":"ephemeral"}},
                 {"type":"text","text":"which is newer?"}
             ]}
         ]),
@@ -236,6 +237,8 @@ async fn a_tool_use_round_trip_keeps_the_call_id_both_ways() {
     assert_eq!(messages[2]["tool_call_id"], "call_abc");
     assert!(messages[2]["content"].to_string().contains("a.txt b.txt"), "{}", messages[2]);
     assert_eq!(messages[3], json!({"role":"user","content":"which is newer?"}));
+    let offered = &h.upstream_bodies("tools")[1]["tools"];
+    assert_eq!(offered[1]["function"]["name"], "later", "loaded by the tool_reference: {offered}");
 }
 
 #[tokio::test]

@@ -4,8 +4,8 @@
 //! Content blocks and sources dispatch on their `type` here, so an unknown or misspelt type is
 //! refused with the types that would have been accepted. Fields the gateway has no use for are
 //! accepted and ignored, never refused: `cache_control` on any block, tool or system text,
-//! `citations`, `context_management`, `service_tier`, `container`, a tool's `defer_loading`, and
-//! top-level fields Anthropic adds later.
+//! `citations`, `context_management`, `service_tier`, `container`, and top-level fields Anthropic
+//! adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it changes.
 
 use std::fmt::Display;
 
@@ -69,6 +69,8 @@ pub enum Block {
     Thinking { thinking: String, signature: String },
     /// Reasoning the client only has as the gateway's sealed blob.
     RedactedThinking { data: String },
+    /// Inside a `tool_result`: a deferred tool that a client-side tool search loaded.
+    ToolReference { tool_name: String },
 }
 
 /// Where an image comes from.
@@ -118,6 +120,8 @@ pub struct Tool {
     pub input_schema: Map<String, Value>,
     /// `strict`: the input must follow the schema exactly (off unless asked for, as in Anthropic's API).
     pub strict: bool,
+    /// `defer_loading`: offered only once a `tool_reference` block has loaded it.
+    pub defer_loading: bool,
 }
 
 /// `tool_choice`.
@@ -174,7 +178,7 @@ pub const BLOCK_TYPES: &[&str] =
     &["text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"];
 
 /// The block types a `tool_result` may hold.
-const TOOL_RESULT_BLOCK_TYPES: &[&str] = &["text", "image", "document"];
+const TOOL_RESULT_BLOCK_TYPES: &[&str] = &["text", "image", "document", "tool_reference"];
 
 /// The top-level fields the gateway reads; any other is accepted and ignored.
 #[derive(Deserialize)]
@@ -245,6 +249,11 @@ struct RedactedThinkingFields {
 }
 
 #[derive(Deserialize)]
+struct ToolReferenceFields {
+    tool_name: String,
+}
+
+#[derive(Deserialize)]
 struct Base64Fields {
     media_type: String,
     data: String,
@@ -270,6 +279,8 @@ struct ToolFields {
     input_schema: Map<String, Value>,
     #[serde(default)]
     strict: Option<bool>,
+    #[serde(default)]
+    defer_loading: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -498,7 +509,7 @@ fn parse_message(value: Value, at: &str) -> Result<Message, ApiError> {
 fn check_blocks_for_role(role: Role, blocks: &[Block], at: &str) -> Result<(), ApiError> {
     for (i, block) in blocks.iter().enumerate() {
         let (kind, allowed) = match block {
-            Block::Text(_) => continue,
+            Block::Text(_) | Block::ToolReference { .. } => continue,
             Block::Image(_) => ("image", role == Role::User),
             Block::Document(_) => ("document", role == Role::User),
             Block::ToolResult(_) => ("tool_result", role == Role::User),
@@ -584,6 +595,9 @@ fn parse_block(value: Value, at: &str, accepted: &[&str]) -> Result<Block, ApiEr
         "redacted_thinking" => {
             typed::<RedactedThinkingFields>(value, at).map(|b| Block::RedactedThinking { data: b.data })
         }
+        "tool_reference" => {
+            typed::<ToolReferenceFields>(value, at).map(|b| Block::ToolReference { tool_name: b.tool_name })
+        }
         other => Err(unknown_type(at, other, "content block", accepted)),
     }
 }
@@ -665,6 +679,7 @@ fn parse_tool(value: Value, at: &str) -> Result<Tool, ApiError> {
         description: tool.description,
         input_schema: tool.input_schema,
         strict: tool.strict.unwrap_or(false),
+        defer_loading: tool.defer_loading.unwrap_or(false),
     })
 }
 
@@ -858,7 +873,12 @@ mod tests {
             json!([{"type":"tool_result","tool_use_id":"c","content":[{"type":"tool_use","id":"x","name":"n","input":{}}]}]),
         ));
         assert_eq!(param, "messages[0].content[0].content[0].type");
-        assert!(message.ends_with("expected one of text, image, document."), "{message}");
+        assert!(message.ends_with("expected one of text, image, document, tool_reference."), "{message}");
+        let loaded = parse(user_blocks(json!([{"type":"tool_result","tool_use_id":"c","content":[
+            {"type":"tool_reference","tool_name":"Grep"}]}])))
+        .unwrap();
+        let Block::ToolResult(result) = &loaded.messages[0].content[0] else { panic!() };
+        assert_eq!(result.content, ToolResultContent::Blocks(vec![Block::ToolReference { tool_name: "Grep".into() }]));
     }
 
     #[test]
@@ -906,6 +926,7 @@ mod tests {
         .unwrap();
         assert_eq!(request.tools.len(), 2);
         assert!(!request.tools[0].strict && request.tools[1].strict);
+        assert!(!request.tools[0].defer_loading && request.tools[1].defer_loading);
         assert_eq!(
             request.tool_choice,
             Some(ToolChoice { mode: ToolChoiceMode::Tool("ls".into()), disable_parallel_tool_use: true })
