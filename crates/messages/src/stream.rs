@@ -486,6 +486,14 @@ impl MessageStream {
         self.end_with(MessagesEvent::error(error_kind(error), &error.message), out);
     }
 
+    /// The run's events stopped short of its end: an `error` event of `kind` ends the stream
+    /// (unless it has ended already).
+    pub fn end_with_error(&mut self, kind: MessagesErrorType, message: &str, out: &mut Vec<MessagesEvent>) {
+        if !self.ended {
+            self.end_with(MessagesEvent::error(kind, message), out);
+        }
+    }
+
     fn end_with(&mut self, last: MessagesEvent, out: &mut Vec<MessagesEvent>) {
         out.push(last);
         self.ended = true;
