@@ -6,7 +6,9 @@
 //! the API's error shape — or, in integrated mode, are forwarded to the model server unchanged.
 //! A 405 lists the route's methods in `Allow`, and any other error reply of the gateway's own
 //! that has no JSON body gets the error shape ([`error::fill_error_body`]); forwarded replies are
-//! left as the model server sent them.
+//! left as the model server sent them. Under `/v1/messages` (and for `GET /v1/models` with
+//! `anthropic-version`) one more layer recasts every error in Anthropic's shape and adds
+//! `request-id` ([`messages::anthropic_errors`]).
 
 use std::sync::Arc;
 
@@ -27,7 +29,7 @@ use crate::metrics::{self, MetricsView};
 use crate::options::WebSocketLimits;
 use crate::passthrough::{self, Passthrough};
 use crate::websocket::{self, LocalStates, WebSocketMode};
-use crate::{background, conversations, input_tokens, request_id, responses};
+use crate::{background, conversations, input_tokens, messages, request_id, responses};
 
 /// What the router needs.
 pub struct AppConfig {
@@ -89,6 +91,9 @@ pub fn router(config: AppConfig) -> Router {
         )
         .route("/v1/responses/compact", post(responses::compact))
         .route("/v1/responses/{response_id}/cancel", post(background::cancel))
+        .route(messages::ROUTE, post(messages::create))
+        .route(messages::COUNT_TOKENS_ROUTE, post(messages::count_tokens))
+        .route(messages::OTHER_ROUTES, any(messages::not_found))
         .with_state(Arc::clone(&config.engine))
         .merge(
             Router::new()
@@ -126,6 +131,7 @@ pub fn router(config: AppConfig) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .merge(api)
         .layer(middleware::from_fn(error::fill_error_body))
+        .layer(middleware::from_fn(messages::anthropic_errors))
         .layer(DefaultBodyLimit::max(config.max_body_bytes));
     if let Some(label) = config.worker_label.and_then(|l| HeaderValue::from_str(&l).ok()) {
         let pid = HeaderValue::from(std::process::id());
