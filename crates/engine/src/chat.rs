@@ -386,6 +386,20 @@ pub struct ChunkChoice {
     pub delta: Option<ChunkDelta>,
     #[serde(default)]
     pub finish_reason: Option<String>,
+    /// vLLM: the stop string that ended the choice (a number when a stop token id did; `null`
+    /// for the end-of-sequence token).
+    #[serde(default)]
+    pub stop_reason: Option<Value>,
+    /// SGLang: the same, under its own name.
+    #[serde(default)]
+    pub matched_stop: Option<Value>,
+}
+
+impl ChunkChoice {
+    /// The stop string the upstream says ended the choice, when it names one.
+    pub fn matched_stop_string(&self) -> Option<&str> {
+        [&self.stop_reason, &self.matched_stop].into_iter().find_map(|v| v.as_ref().and_then(Value::as_str))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

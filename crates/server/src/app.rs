@@ -39,6 +39,8 @@ pub struct AppConfig {
     pub max_body_bytes: usize,
     /// What WebSocket connections are allowed.
     pub websocket: WebSocketLimits,
+    /// How long a Messages stream may go without an event before it sends a `ping` event.
+    pub messages_ping_interval: std::time::Duration,
     /// Recorder for this process's request metrics.
     pub metrics: Metrics,
     /// Where `/metrics` is served and what it shows; `None` disables the route.

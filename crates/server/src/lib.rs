@@ -68,7 +68,7 @@ mod websocket;
 pub use app::{AppConfig, router};
 pub use auth::{ApiKeys, Tenant};
 pub use metrics::{MetricsView, local_view};
-pub use options::{ClientLimits, GatewayOptions, WebSocketLimits};
+pub use options::{ClientLimits, DEFAULT_MESSAGES_PING_INTERVAL, GatewayOptions, WebSocketLimits};
 pub use respgw_engine::sealed::ReasoningKeys;
 pub use respgw_engine::{BackgroundSettings, DEFAULT_MAX_IDLE_CONNECTIONS, Limits, UpstreamConfig};
 pub use respgw_protocol::RequestLimits;
