@@ -9,8 +9,9 @@
 pub(crate) mod reply;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::Json;
+use axum::{Extension, Json};
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -35,9 +36,15 @@ pub(crate) const COUNT_TOKENS_ROUTE: &str = "/v1/messages/count_tokens";
 /// Every other path under `/v1/messages/`: a 404 in Anthropic's shape in both modes.
 pub(crate) const OTHER_ROUTES: &str = "/v1/messages/{*rest}";
 
+/// How long a Messages stream may go without an event before it sends a `ping` (the router's
+/// setting, handed to [`create`] as a request extension).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PingInterval(pub Duration);
+
 /// `POST /v1/messages`.
 pub(crate) async fn create(
     State(engine): State<Arc<Engine>>,
+    Extension(PingInterval(ping_interval)): Extension<PingInterval>,
     tenant: Tenant,
     RequestId(request_id): RequestId,
     JsonBody(body): JsonBody,
@@ -59,7 +66,7 @@ pub(crate) async fn create(
         return reply::json(prepared, shape).await;
     }
     let open_stream = engine.metrics().sse_stream(ROUTE);
-    Ok(reply::sse(prepared, shape, open_stream, slot))
+    Ok(reply::sse(prepared, shape, open_stream, slot, ping_interval))
 }
 
 /// `POST /v1/messages/count_tokens`: `{"input_tokens": n}`, counted by the upstream like
