@@ -455,7 +455,7 @@ async fn thinking_signatures_are_checked_and_a_forged_or_edited_one_refused() {
     let h = Harness::start_with(&["--api-keys-file", &keys], &[]).await;
     h.scenario("seal", vec![thought_then("Two plus two is four.", "4")]);
     let (thought, signature) = sealed_thought(&h, ALPHA, "seal").await;
-    h.scenario("replay", vec![answer()]);
+    h.scenario("replay", vec![answer(), answer()]);
     let conversation = |thinking: Value| {
         base(
             "replay",
@@ -501,6 +501,27 @@ async fn thinking_signatures_are_checked_and_a_forged_or_edited_one_refused() {
             .await;
     assert_anthropic_error(&other_tenant, 400, "invalid_request_error");
     assert_eq!(h.upstream_messages("replay").len(), 2, "refused replays never reach the model");
+
+    // The blocks a Messages reply carries come back as they are, the text shown or omitted.
+    for display in ["summarized", "omitted"] {
+        h.scenario("think", vec![thought_then("Three plus three is six.", "6"), answer()]);
+        let mut asked = base("think", json!([{"role":"user","content":"3+3?"}]));
+        asked["thinking"] = json!({"type":"adaptive","display":display});
+        let reply = post(&h, "/v1/messages", Some(ALPHA), &asked).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let blocks = reply.body["content"].as_array().expect("content blocks").clone();
+        assert_eq!(blocks[0]["type"], "thinking", "{}", reply.body);
+        let mut replayed = asked.clone();
+        replayed["messages"] = json!([
+            {"role":"user","content":"3+3?"},
+            {"role":"assistant","content":blocks},
+            {"role":"user","content":"and 4+4?"}
+        ]);
+        let again = post(&h, "/v1/messages", Some(ALPHA), &replayed).await;
+        assert_eq!(again.status, 200, "{display}: {}", again.body);
+        let messages = h.upstream_messages("think").pop().expect("the replay reached the model");
+        assert_eq!(messages[1]["reasoning_content"], "Three plus three is six.", "{display}: {messages:?}");
+    }
 }
 
 #[tokio::test]
