@@ -10,12 +10,12 @@ pub(crate) mod reply;
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use respgw_engine::Engine;
 use respgw_messages::error::messages_error;
 use respgw_messages::into_engine::{EngineRequest, into_engine};
@@ -27,6 +27,7 @@ use crate::auth::Tenant;
 use crate::error::{HttpError, Relayed};
 use crate::json_body::JsonBody;
 use crate::request_id::RequestId;
+use reply::PingInterval;
 
 /// The route of `POST /v1/messages`, also its streams' metrics label.
 pub(crate) const ROUTE: &str = "/v1/messages";
@@ -40,6 +41,7 @@ pub(crate) async fn create(
     State(engine): State<Arc<Engine>>,
     tenant: Tenant,
     RequestId(request_id): RequestId,
+    Extension(PingInterval(ping_interval)): Extension<PingInterval>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
     let request = MessagesRequest::from_slice(&body)?;
@@ -59,7 +61,7 @@ pub(crate) async fn create(
         return reply::json(prepared, shape).await;
     }
     let open_stream = engine.metrics().sse_stream(ROUTE);
-    Ok(reply::sse(prepared, shape, open_stream, slot))
+    Ok(reply::sse(prepared, shape, open_stream, slot, ping_interval))
 }
 
 /// `POST /v1/messages/count_tokens`: `{"input_tokens": n}`, counted by the upstream like
@@ -166,7 +168,8 @@ mod tests {
             request = request.header(*name, *value);
         }
         let request = request.body(Body::empty()).expect("a request");
-        let response = app.layer(axum::middleware::from_fn(anthropic_errors)).oneshot(request).await.expect("infallible");
+        let response =
+            app.layer(axum::middleware::from_fn(anthropic_errors)).oneshot(request).await.expect("infallible");
         (response.status(), response)
     }
 
@@ -201,9 +204,8 @@ mod tests {
         let (status, response) = reply(app.clone(), "POST", "/v1/messages/count_tokens", &[]).await;
         assert_eq!(status.as_u16(), 529);
         assert_eq!(json_body(response).await["error"]["type"], "overloaded_error");
-        let wrong_method = app.method_not_allowed_fallback(|| async {
-            HttpError(ApiError::method_not_allowed("GET", "/v1/messages"))
-        });
+        let wrong_method = app
+            .method_not_allowed_fallback(|| async { HttpError(ApiError::method_not_allowed("GET", "/v1/messages")) });
         let (status, response) = reply(wrong_method, "GET", "/v1/messages", &[]).await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(json_body(response).await["error"]["type"], "invalid_request_error");
