@@ -50,9 +50,9 @@ pub struct GatewayArgs {
     #[arg(long, env = "GW_REASONING_KEYS", value_name = "ENTRIES", hide_env_values = true, help_heading = "Gateway")]
     reasoning_keys: Option<String>,
 
-    /// An API key clients must present as `Authorization: Bearer <key>`, of the tenant `default`.
-    /// Repeatable; the environment form is comma-separated. No key here nor in --api-keys-file:
-    /// authentication is off (everything belongs to `default`).
+    /// An API key clients must present as `Authorization: Bearer <key>` (or `x-api-key: <key>`),
+    /// of the tenant `default`. Repeatable; the environment form is comma-separated. No key here
+    /// nor in --api-keys-file: authentication is off (everything belongs to `default`).
     #[arg(
         long = "api-key",
         env = "GW_API_KEYS",

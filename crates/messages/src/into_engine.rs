@@ -13,7 +13,10 @@
 //!   `signature`; `redacted_thinking` → a reasoning item carrying only its `data` blob. The engine
 //!   opens every blob for the request's tenant and refuses a forged one, another tenant's, or a
 //!   text that differs from what the blob seals.
-//! - `tools` → function tools (`input_schema` as `parameters`, `strict` only when asked for);
+//! - `tools` → function tools (`input_schema` as `parameters`, `strict` only when asked for). A
+//!   tool with `defer_loading: true` is offered only once a `tool_reference` block in some
+//!   `tool_result` has named it (a client-side tool search loaded it), as Anthropic's API does; a
+//!   `tool_reference` reaches the model as a line saying the tool is now available;
 //!   `tool_choice` `auto` / `any` / `tool` / `none` → `auto` / `required` / that function /
 //!   `none`; `disable_parallel_tool_use` → `parallel_tool_calls: false`.
 //! - `thinking` and `output_config.effort` → `reasoning.effort` (see [`reasoning_effort`]).
@@ -31,7 +34,7 @@ use serde_json::{Map, Value, json};
 
 use crate::request::{
     Block, Document, DocumentSource, Effort, ImageSource, Message, MessagesRequest, Role, Thinking,
-    ThinkingDisplayParam, ToolChoiceMode, ToolResult, ToolResultContent, invalid,
+    ThinkingDisplayParam, Tool, ToolChoiceMode, ToolResult, ToolResultContent, invalid,
 };
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
@@ -44,10 +47,12 @@ pub struct EngineRequest {
     pub paths: SourcePaths,
 }
 
-/// Where each engine input item came from in `messages`.
+/// Where each engine input item and tool came from in the Messages request.
 #[derive(Debug, Clone, Default)]
 pub struct SourcePaths {
     origins: Vec<Origin>,
+    /// The index in `tools` of each tool offered (deferred tools not loaded are left out).
+    tools: Vec<usize>,
 }
 
 /// The origin of one input item.
@@ -96,11 +101,18 @@ pub fn into_engine(
     if !request.system.is_empty() {
         body.insert("instructions".into(), json!(request.system.join("\n\n")));
     }
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
+    let loaded = loaded_tools(&request.messages);
+    let offered: Vec<(usize, &Tool)> = request
+        .tools
+        .iter()
+        .enumerate()
+        .filter(|(_, tool)| !tool.defer_loading || loaded.contains(&tool.name.as_str()))
+        .collect();
+    paths.tools = offered.iter().map(|(index, _)| *index).collect();
+    if !offered.is_empty() {
+        let tools: Vec<Value> = offered
             .iter()
-            .map(|tool| {
+            .map(|(_, tool)| {
                 json!({
                     "type": "function",
                     "name": tool.name,
@@ -183,6 +195,21 @@ pub fn reasoning_effort(thinking: Option<Thinking>, effort: Option<Effort>) -> O
     Some(chosen.as_str())
 }
 
+/// The names `tool_reference` blocks load, anywhere in the conversation.
+fn loaded_tools(messages: &[Message]) -> Vec<&str> {
+    let results = messages.iter().flat_map(|m| &m.content).filter_map(|block| match block {
+        Block::ToolResult(ToolResult { content: ToolResultContent::Blocks(blocks), .. }) => Some(blocks),
+        _ => None,
+    });
+    results
+        .flatten()
+        .filter_map(|block| match block {
+            Block::ToolReference { tool_name } => Some(tool_name.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The input items of `messages[index]`, in the order of its blocks.
 fn message_items(
     index: usize,
@@ -245,6 +272,8 @@ fn message_items(
             Block::RedactedThinking { data } => {
                 (json!({"type": "reasoning", "summary": [], "encrypted_content": data}), BlockKind::RedactedThinking)
             }
+            // The parser admits tool references only inside a tool result.
+            Block::ToolReference { .. } => continue,
         };
         flush(&mut parts, first, items, paths);
         let (item, kind) = single;
@@ -307,7 +336,10 @@ fn tool_output(result: &ToolResult) -> Value {
                 Block::Text(text) => Some(json!({"type": "input_text", "text": text})),
                 Block::Image(source) => Some(image_part(source)),
                 Block::Document(document) => Some(document_part(document)),
-                // The parser admits only text, images and documents in a tool result.
+                Block::ToolReference { tool_name } => {
+                    Some(json!({"type": "input_text", "text": format!("The tool '{tool_name}' is now available.")}))
+                }
+                // The parser admits nothing else in a tool result.
                 _ => None,
             }));
             Value::Array(parts)
@@ -332,9 +364,13 @@ impl SourcePaths {
             "messages".to_owned()
         } else if let Some(rest) = param.strip_prefix("tools[")
             && let Some((index, rest)) = rest.split_once(']')
-            && let Some(after) = rest.strip_prefix(".parameters")
+            && let Some(&index) = index.parse::<usize>().ok().and_then(|i| self.tools.get(i))
         {
-            format!("tools[{index}].input_schema{after}")
+            let rest = match rest.strip_prefix(".parameters") {
+                Some(after) => format!(".input_schema{after}"),
+                None => rest.to_owned(),
+            };
+            format!("tools[{index}]{rest}")
         } else {
             return error;
         };
@@ -410,10 +446,7 @@ mod tests {
         assert!(!request.store && request.stream);
         assert_eq!(request.include, vec!["reasoning.encrypted_content".to_owned()]);
         assert_eq!(request.max_output_tokens, Some(64));
-        assert_eq!(
-            translated.shape,
-            ReplyShape { model: "m".into(), thinking: ThinkingDisplay::Text, stop_sequences: vec![] }
-        );
+        assert_eq!(translated.shape, ReplyShape { model: "m".into(), thinking: ThinkingDisplay::Text, stop_sequences: vec![] });
     }
 
     #[test]
@@ -476,37 +509,53 @@ mod tests {
             ]
         })))
         .request;
-        let kinds: Vec<String> =
-            request.input.iter().map(|i| item_json(i)["type"].as_str().unwrap().to_owned()).collect();
+        let kinds: Vec<String> = request.input.iter().map(|i| item_json(i)["type"].as_str().unwrap().to_owned()).collect();
         assert_eq!(
             kinds,
-            [
-                "message",
-                "message",
-                "function_call",
-                "function_call_output",
-                "function_call_output",
-                "function_call_output",
-                "message"
-            ]
+            ["message", "message", "function_call", "function_call_output", "function_call_output", "function_call_output", "message"]
         );
         let Item::FunctionCall(call) = &request.input[2] else { panic!() };
-        assert_eq!(
-            (call.call_id.as_str(), call.name.as_str(), call.arguments.as_str()),
-            ("call_7", "ls", r#"{"path":"."}"#)
-        );
+        assert_eq!((call.call_id.as_str(), call.name.as_str(), call.arguments.as_str()), ("call_7", "ls", r#"{"path":"."}"#));
         let Item::FunctionCallOutput(output) = &request.input[3] else { panic!() };
         assert_eq!((output.call_id.as_str(), &output.output), ("call_7", &FunctionOutput::Text("a.txt".into())));
         let Item::FunctionCallOutput(failed) = &request.input[4] else { panic!() };
         assert_eq!(failed.output, FunctionOutput::Text("Error: denied".into()));
         let Item::FunctionCallOutput(parts) = &request.input[5] else { panic!() };
         let FunctionOutput::Parts(parts) = &parts.output else { panic!() };
-        assert!(
-            matches!(&parts[1], ContentPart::InputImage { image_url, .. } if image_url == "https://example.com/s.png")
-        );
+        assert!(matches!(&parts[1], ContentPart::InputImage { image_url, .. } if image_url == "https://example.com/s.png"));
         let ToolDeclaration::Function(tool) = &request.tools[0] else { panic!() };
         assert_eq!((tool.name.as_str(), tool.strict), ("ls", Some(false)));
         assert_eq!(tool.parameters.as_ref().and_then(|p| p.get("type")), Some(&json!("object")));
+    }
+
+    #[test]
+    fn deferred_tools_are_offered_once_a_tool_reference_loads_them() {
+        let tools = json!([
+            {"name":"ToolSearch","input_schema":{"type":"object"}},
+            {"name":"DeferredToolPlaceholder","input_schema":{"type":"object"},"defer_loading":true},
+            {"name":"Grep","input_schema":{"type":"object"},"defer_loading":true}
+        ]);
+        let names = |request: &ValidatedRequest| -> Vec<String> {
+            request.tools.iter().map(|t| serde_json::to_value(t).unwrap()["name"].as_str().unwrap().to_owned()).collect()
+        };
+        let first = engine(with(json!({"tools":tools}))).request;
+        assert_eq!(names(&first), ["ToolSearch"]);
+        let loaded = engine(with(json!({"tools":tools,"messages":[
+            {"role":"user","content":"find"},
+            {"role":"assistant","content":[{"type":"tool_use","id":"c1","name":"ToolSearch","input":{"query":"grep"}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":[{"type":"tool_reference","tool_name":"Grep"}]}]}
+        ]})))
+        .request;
+        assert_eq!(names(&loaded), ["ToolSearch", "Grep"]);
+        let Item::FunctionCallOutput(output) = &loaded.input[2] else { panic!() };
+        assert_eq!(
+            output.output,
+            FunctionOutput::Parts(vec![ContentPart::InputText { text: "The tool 'Grep' is now available.".into() }])
+        );
+        let mixed = json!([{"name":"later","input_schema":{"type":"object"},"defer_loading":true},
+            {"name":"bad","input_schema":{"type":"array"}}]);
+        let error = translate(with(json!({"tools":mixed}))).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("tools[1].input_schema.type"), "named as the client sent it");
     }
 
     #[test]
@@ -534,8 +583,9 @@ mod tests {
         assert_eq!(effort(json!({"thinking":{"type":"adaptive"},"output_config":{"effort":"high"}})), Some("high"));
         assert_eq!(effort(json!({"output_config":{"effort":"max"}})), Some("xhigh"));
         assert_eq!(effort(json!({"thinking":{"type":"disabled"},"output_config":{"effort":"low"}})), Some("none"));
-        let budget =
-            |tokens: u64| effort(json!({"max_tokens":64000,"thinking":{"type":"enabled","budget_tokens":tokens}}));
+        let budget = |tokens: u64| {
+            effort(json!({"max_tokens":64000,"thinking":{"type":"enabled","budget_tokens":tokens}}))
+        };
         assert_eq!((budget(1024), budget(8000), budget(32000)), (Some("low"), Some("medium"), Some("high")));
         let omitted = engine(with(json!({"thinking":{"type":"adaptive","display":"omitted"}})));
         assert_eq!(omitted.shape.thinking, ThinkingDisplay::Omitted);
@@ -586,8 +636,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(error.param.as_deref(), Some("messages[0].content[1]"), "{error:?}");
         assert!(error.message.starts_with("messages[0].content[1]: "), "{}", error.message);
-        let error =
-            translate(with(json!({"tools":[{"name":"bad name","input_schema":{"type":"object"}}]}))).unwrap_err();
+        let error = translate(with(json!({"tools":[{"name":"bad name","input_schema":{"type":"object"}}]}))).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("tools[0].name"));
         let error = translate(with(json!({"tools":[{"name":"f","input_schema":{"type":"array"}}]}))).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("tools[0].input_schema.type"));

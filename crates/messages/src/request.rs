@@ -4,8 +4,8 @@
 //! Content blocks and sources dispatch on their `type` here, so an unknown or misspelt type is
 //! refused with the types that would have been accepted. Fields the gateway has no use for are
 //! accepted and ignored, never refused: `cache_control` on any block, tool or system text,
-//! `citations`, `context_management`, `service_tier`, `container`, a tool's `defer_loading`, and
-//! top-level fields Anthropic adds later.
+//! `citations`, `context_management`, `service_tier`, `container`, and top-level fields Anthropic
+//! adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it changes.
 
 use std::fmt::Display;
 
@@ -63,21 +63,14 @@ pub enum Block {
     Image(ImageSource),
     Document(Document),
     /// A call of a client tool, replayed by the client: its `id` is the engine's `call_id`.
-    ToolUse {
-        id: String,
-        name: String,
-        input: Value,
-    },
+    ToolUse { id: String, name: String, input: Value },
     ToolResult(ToolResult),
     /// The model's reasoning and the gateway's sealed blob of it.
-    Thinking {
-        thinking: String,
-        signature: String,
-    },
+    Thinking { thinking: String, signature: String },
     /// Reasoning the client only has as the gateway's sealed blob.
-    RedactedThinking {
-        data: String,
-    },
+    RedactedThinking { data: String },
+    /// Inside a `tool_result`: a deferred tool that a client-side tool search loaded.
+    ToolReference { tool_name: String },
 }
 
 /// Where an image comes from.
@@ -98,15 +91,9 @@ pub struct Document {
 #[derive(Debug, Clone, PartialEq)]
 pub enum DocumentSource {
     /// Base64 bytes of a PDF (or any file type the input-file path reads).
-    Base64 {
-        media_type: String,
-        data: String,
-    },
+    Base64 { media_type: String, data: String },
     /// Plain text given inline.
-    Text {
-        media_type: String,
-        data: String,
-    },
+    Text { media_type: String, data: String },
     Url(String),
 }
 
@@ -133,6 +120,8 @@ pub struct Tool {
     pub input_schema: Map<String, Value>,
     /// `strict`: the input must follow the schema exactly (off unless asked for, as in Anthropic's API).
     pub strict: bool,
+    /// `defer_loading`: offered only once a `tool_reference` block has loaded it.
+    pub defer_loading: bool,
 }
 
 /// `tool_choice`.
@@ -189,7 +178,7 @@ pub const BLOCK_TYPES: &[&str] =
     &["text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"];
 
 /// The block types a `tool_result` may hold.
-const TOOL_RESULT_BLOCK_TYPES: &[&str] = &["text", "image", "document"];
+const TOOL_RESULT_BLOCK_TYPES: &[&str] = &["text", "image", "document", "tool_reference"];
 
 /// The top-level fields the gateway reads; any other is accepted and ignored.
 #[derive(Deserialize)]
@@ -260,6 +249,11 @@ struct RedactedThinkingFields {
 }
 
 #[derive(Deserialize)]
+struct ToolReferenceFields {
+    tool_name: String,
+}
+
+#[derive(Deserialize)]
 struct Base64Fields {
     media_type: String,
     data: String,
@@ -285,6 +279,8 @@ struct ToolFields {
     input_schema: Map<String, Value>,
     #[serde(default)]
     strict: Option<bool>,
+    #[serde(default)]
+    defer_loading: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -513,7 +509,7 @@ fn parse_message(value: Value, at: &str) -> Result<Message, ApiError> {
 fn check_blocks_for_role(role: Role, blocks: &[Block], at: &str) -> Result<(), ApiError> {
     for (i, block) in blocks.iter().enumerate() {
         let (kind, allowed) = match block {
-            Block::Text(_) => continue,
+            Block::Text(_) | Block::ToolReference { .. } => continue,
             Block::Image(_) => ("image", role == Role::User),
             Block::Document(_) => ("document", role == Role::User),
             Block::ToolResult(_) => ("tool_result", role == Role::User),
@@ -547,10 +543,7 @@ fn parse_block(value: Value, at: &str, accepted: &[&str]) -> Result<Block, ApiEr
                 None | Some(Value::Null) => None,
                 Some(Value::String(title)) => Some(title.clone()),
                 Some(other) => {
-                    return Err(invalid(
-                        &join_path(at, "title"),
-                        format!("expected a string, got {}", json_kind(other)),
-                    ));
+                    return Err(invalid(&join_path(at, "title"), format!("expected a string, got {}", json_kind(other))));
                 }
             };
             let source = parse_document_source(field(value, at, "source")?, &join_path(at, "source"))?;
@@ -601,6 +594,9 @@ fn parse_block(value: Value, at: &str, accepted: &[&str]) -> Result<Block, ApiEr
         }
         "redacted_thinking" => {
             typed::<RedactedThinkingFields>(value, at).map(|b| Block::RedactedThinking { data: b.data })
+        }
+        "tool_reference" => {
+            typed::<ToolReferenceFields>(value, at).map(|b| Block::ToolReference { tool_name: b.tool_name })
         }
         other => Err(unknown_type(at, other, "content block", accepted)),
     }
@@ -683,6 +679,7 @@ fn parse_tool(value: Value, at: &str) -> Result<Tool, ApiError> {
         description: tool.description,
         input_schema: tool.input_schema,
         strict: tool.strict.unwrap_or(false),
+        defer_loading: tool.defer_loading.unwrap_or(false),
     })
 }
 
@@ -786,10 +783,7 @@ mod tests {
         let counted = MessagesRequest::counting_from_slice(counting.to_string().as_bytes()).unwrap();
         assert_eq!(counted.max_tokens, None, "counting tokens needs no max_tokens");
         let (param, message) = refused(with(json!({"max_tokens":0})));
-        assert_eq!(
-            (param.as_str(), message.as_str()),
-            ("max_tokens", "max_tokens: expected an integer of at least 1, got 0.")
-        );
+        assert_eq!((param.as_str(), message.as_str()), ("max_tokens", "max_tokens: expected an integer of at least 1, got 0."));
     }
 
     #[test]
@@ -879,7 +873,12 @@ mod tests {
             json!([{"type":"tool_result","tool_use_id":"c","content":[{"type":"tool_use","id":"x","name":"n","input":{}}]}]),
         ));
         assert_eq!(param, "messages[0].content[0].content[0].type");
-        assert!(message.ends_with("expected one of text, image, document."), "{message}");
+        assert!(message.ends_with("expected one of text, image, document, tool_reference."), "{message}");
+        let loaded = parse(user_blocks(json!([{"type":"tool_result","tool_use_id":"c","content":[
+            {"type":"tool_reference","tool_name":"Grep"}]}])))
+        .unwrap();
+        let Block::ToolResult(result) = &loaded.messages[0].content[0] else { panic!() };
+        assert_eq!(result.content, ToolResultContent::Blocks(vec![Block::ToolReference { tool_name: "Grep".into() }]));
     }
 
     #[test]
@@ -895,10 +894,7 @@ mod tests {
         let (param, _) = refused(user_blocks(json!([{"type":"document","source":{"type":"pdf"}}])));
         assert_eq!(param, "messages[0].content[0].source.type");
         let (param, message) = refused(user_blocks(json!([{"type":"text","text":5}])));
-        assert_eq!(
-            (param.as_str(), message.as_str()),
-            ("messages[0].content[0].text", "messages[0].content[0].text: expected a string, got the number 5.")
-        );
+        assert_eq!((param.as_str(), message.as_str()), ("messages[0].content[0].text", "messages[0].content[0].text: expected a string, got the number 5."));
     }
 
     #[test]
@@ -909,7 +905,8 @@ mod tests {
         ]})));
         assert_eq!(param, "messages[1].content[0]");
         assert_eq!(message, "messages[1].content[0]: assistant messages cannot hold tool_result blocks.");
-        let (param, _) = refused(user_blocks(json!([{"type":"tool_use","id":"c","name":"n","input":{}}])));
+        let (param, _) =
+            refused(user_blocks(json!([{"type":"tool_use","id":"c","name":"n","input":{}}])));
         assert_eq!(param, "messages[0].content[0]");
         let (param, _) = refused(with(json!({"messages":[{"role":"system","content":"only system"}]})));
         assert_eq!(param, "messages");
@@ -929,6 +926,7 @@ mod tests {
         .unwrap();
         assert_eq!(request.tools.len(), 2);
         assert!(!request.tools[0].strict && request.tools[1].strict);
+        assert!(!request.tools[0].defer_loading && request.tools[1].defer_loading);
         assert_eq!(
             request.tool_choice,
             Some(ToolChoice { mode: ToolChoiceMode::Tool("ls".into()), disable_parallel_tool_use: true })
@@ -959,16 +957,12 @@ mod tests {
         assert_eq!((request.temperature, request.top_p, request.top_k), (Some(0.5), Some(0.9), Some(40)));
         assert_eq!(request.user_id.as_deref(), Some("u-1"));
         assert!(request.stream);
-        let enabled =
-            parse(with(json!({"max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":2048}}))).unwrap();
+        let enabled = parse(with(json!({"max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":2048}}))).unwrap();
         assert_eq!(
             enabled.thinking,
             Some(Thinking::Enabled { budget_tokens: 2048, display: ThinkingDisplayParam::Summarized })
         );
-        assert_eq!(
-            refused(with(json!({"thinking":{"type":"enabled","budget_tokens":100}}))).0,
-            "thinking.budget_tokens"
-        );
+        assert_eq!(refused(with(json!({"thinking":{"type":"enabled","budget_tokens":100}}))).0, "thinking.budget_tokens");
         let (param, message) = refused(with(json!({"thinking":{"type":"enabled","budget_tokens":2048}})));
         assert_eq!(param, "thinking.budget_tokens");
         assert_eq!(message, "thinking.budget_tokens: must be less than max_tokens (64), got 2048.");
@@ -976,10 +970,7 @@ mod tests {
         assert_eq!(refused(with(json!({"output_config":{"effort":"extreme"}}))).0, "output_config.effort");
         assert_eq!(refused(with(json!({"temperature":1.5}))).0, "temperature");
         assert_eq!(refused(with(json!({"stop_sequences":[""]}))).0, "stop_sequences[0]");
-        assert_eq!(
-            refused(with(json!({"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}))).0,
-            "mcp_servers"
-        );
+        assert_eq!(refused(with(json!({"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}))).0, "mcp_servers");
     }
 
     #[test]

@@ -12,12 +12,12 @@
 
 use std::sync::Arc;
 
+use axum::{Extension, Router};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{HeaderValue, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use axum::{Extension, Router};
 use respgw_engine::Engine;
 use respgw_protocol::ApiError;
 use respgw_telemetry::Metrics;
@@ -93,7 +93,7 @@ pub fn router(config: AppConfig) -> Router {
         .route("/v1/responses/{response_id}/cancel", post(background::cancel))
         .route(
             messages::ROUTE,
-            post(messages::create).layer(Extension(messages::reply::PingInterval(config.messages_ping_interval))),
+            post(messages::create).layer(Extension(messages::PingInterval(config.messages_ping_interval))),
         )
         .route(messages::COUNT_TOKENS_ROUTE, post(messages::count_tokens))
         .route(messages::OTHER_ROUTES, any(messages::not_found))

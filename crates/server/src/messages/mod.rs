@@ -9,13 +9,14 @@
 pub(crate) mod reply;
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::{Extension, Json};
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use respgw_engine::Engine;
 use respgw_messages::error::messages_error;
 use respgw_messages::into_engine::{EngineRequest, into_engine};
@@ -27,7 +28,6 @@ use crate::auth::Tenant;
 use crate::error::{HttpError, Relayed};
 use crate::json_body::JsonBody;
 use crate::request_id::RequestId;
-use reply::PingInterval;
 
 /// The route of `POST /v1/messages`, also its streams' metrics label.
 pub(crate) const ROUTE: &str = "/v1/messages";
@@ -36,12 +36,17 @@ pub(crate) const COUNT_TOKENS_ROUTE: &str = "/v1/messages/count_tokens";
 /// Every other path under `/v1/messages/`: a 404 in Anthropic's shape in both modes.
 pub(crate) const OTHER_ROUTES: &str = "/v1/messages/{*rest}";
 
+/// How long a Messages stream may go without an event before it sends a `ping` (the router's
+/// setting, handed to [`create`] as a request extension).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PingInterval(pub Duration);
+
 /// `POST /v1/messages`.
 pub(crate) async fn create(
     State(engine): State<Arc<Engine>>,
+    Extension(PingInterval(ping_interval)): Extension<PingInterval>,
     tenant: Tenant,
     RequestId(request_id): RequestId,
-    Extension(PingInterval(ping_interval)): Extension<PingInterval>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
     let request = MessagesRequest::from_slice(&body)?;
@@ -168,8 +173,7 @@ mod tests {
             request = request.header(*name, *value);
         }
         let request = request.body(Body::empty()).expect("a request");
-        let response =
-            app.layer(axum::middleware::from_fn(anthropic_errors)).oneshot(request).await.expect("infallible");
+        let response = app.layer(axum::middleware::from_fn(anthropic_errors)).oneshot(request).await.expect("infallible");
         (response.status(), response)
     }
 
@@ -204,8 +208,9 @@ mod tests {
         let (status, response) = reply(app.clone(), "POST", "/v1/messages/count_tokens", &[]).await;
         assert_eq!(status.as_u16(), 529);
         assert_eq!(json_body(response).await["error"]["type"], "overloaded_error");
-        let wrong_method = app
-            .method_not_allowed_fallback(|| async { HttpError(ApiError::method_not_allowed("GET", "/v1/messages")) });
+        let wrong_method = app.method_not_allowed_fallback(|| async {
+            HttpError(ApiError::method_not_allowed("GET", "/v1/messages"))
+        });
         let (status, response) = reply(wrong_method, "GET", "/v1/messages", &[]).await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(json_body(response).await["error"]["type"], "invalid_request_error");

@@ -38,11 +38,6 @@ const MAX_BATCH_BYTES: usize = 64 * 1024;
 /// What a client is told when the run's events stop before its end.
 const RUN_VANISHED: &str = "The gateway stopped producing this message unexpectedly.";
 
-/// How long a Messages stream may go without an event before it sends a `ping`: given to the
-/// `/v1/messages` handler by the router, as an `Extension`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PingInterval(pub Duration);
-
 /// Runs `prepared` to its end and answers with the `message` body; a failed run answers with
 /// its error (re-shaped for Messages by the routes' error layer).
 pub(crate) async fn json(prepared: PreparedResponse, shape: ReplyShape) -> Result<Response, HttpError> {
