@@ -22,6 +22,7 @@ mod mcp;
 mod mcp_approvals;
 mod mcp_remote;
 mod messages;
+mod messages_replies;
 mod openai_sdk;
 mod postgres;
 mod process_model;
