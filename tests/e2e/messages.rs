@@ -576,3 +576,49 @@ async fn a_stream_is_an_event_stream_counted_among_the_tenants_streams() {
     let metrics = h.metrics().await;
     assert!(metrics.contains("route=\"/v1/messages\""), "Messages requests have their own route label");
 }
+
+#[tokio::test]
+async fn the_mcp_connector_runs_a_remote_servers_tools_in_the_gateway() {
+    let server = crate::mcp_remote::McpServer::start(&[]);
+    let h = crate::mcp_remote::gateway(&[]).await;
+    let call = chunk(
+        json!({"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function",
+            "function":{"name":"mcp__docs__echo","arguments":"{\"text\":\"hello remote\"}"}}]}),
+        json!("tool_calls"),
+    );
+    h.scenario("connector", vec![Step::Sse(vec![call, "data: [DONE]\n\n".to_owned()]), answer()]);
+    let mut body = base("connector", json!([{"role":"user","content":"echo it"}]));
+    body["mcp_servers"] = json!([{"type":"url","url":server.url("/mcp"),"name":"docs",
+        "tool_configuration":{"allowed_tools":["echo"]}}]);
+    let reply = create(&h, body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let sent = h.upstream_bodies("connector");
+    let offered: Vec<&str> =
+        sent[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(offered, ["mcp__docs__echo"]);
+    let result = sent[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").expect("a tool result");
+    assert_eq!(result["content"], "hello remote", "the gateway ran the call without asking the client");
+    let text: Vec<&str> = reply.body["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
+    assert_eq!(text.last(), Some(&"Done."));
+}
+
+#[tokio::test]
+async fn server_tools_the_gateway_has_not_enabled_are_refused_naming_the_tool() {
+    let h = Harness::start().await;
+    for (tool, kind) in [
+        (json!({"type":"web_search_20250305","name":"web_search"}), "web search"),
+        (json!({"type":"code_execution_20250825","name":"code_execution"}), "code execution"),
+    ] {
+        let mut body = base("m", json!([{"role":"user","content":"hi"}]));
+        body["tools"] = json!([{"name":"ls","input_schema":{"type":"object"}}, tool]);
+        let reply = create(&h, body).await;
+        assert_anthropic_error(&reply, 400, "invalid_request_error");
+        let message = reply.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("tools[1]"), "{kind}: {message}");
+    }
+    let mut body = base("m", json!([{"role":"user","content":"hi"}]));
+    body["mcp_servers"] = json!([{"type":"url","url":"https://mcp.example.com/mcp","name":"docs"}]);
+    let reply = create(&h, body).await;
+    assert!((400..500).contains(&reply.status), "{}", reply.body);
+    assert!(reply.body["error"]["message"].as_str().unwrap().contains("mcp_servers[0]"), "{}", reply.body);
+}

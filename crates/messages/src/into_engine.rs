@@ -19,6 +19,11 @@
 //!   `tool_reference` reaches the model as a line saying the tool is now available;
 //!   `tool_choice` `auto` / `any` / `tool` / `none` → `auto` / `required` / that function /
 //!   `none`; `disable_parallel_tool_use` → `parallel_tool_calls: false`.
+//! - Server tools run by the gateway, where it has that tool: `web_search_…` → `web_search`
+//!   (`allowed_domains` as its filter, `user_location` passed on), `code_execution_…` →
+//!   `code_interpreter`, `mcp_servers` → Remote MCP tools (`authorization_token` as the
+//!   authorization, `tool_configuration.allowed_tools`, never waiting for an approval). A tool the
+//!   gateway does not have enabled is refused by the engine's own check, naming the client's field.
 //! - `thinking` and `output_config.effort` → `reasoning.effort` (see [`reasoning_effort`]).
 //! - `max_tokens` → `max_output_tokens`; `temperature`, `top_p` as they are; `metadata.user_id`
 //!   → `user`; `stop_sequences` and `top_k` → the engine request's upstream sampling options.
@@ -33,8 +38,8 @@ use respgw_protocol::{ApiError, Capabilities, CreateResponseRequest, RequestLimi
 use serde_json::{Map, Value, json};
 
 use crate::request::{
-    Block, Document, DocumentSource, Effort, ImageSource, Message, MessagesRequest, Role, Thinking,
-    ThinkingDisplayParam, Tool, ToolChoiceMode, ToolResult, ToolResultContent, invalid,
+    Block, Document, DocumentSource, Effort, ImageSource, Message, MessagesRequest, MessagesTool, Role, Thinking,
+    ThinkingDisplayParam, ToolChoiceMode, ToolResult, ToolResultContent, invalid,
 };
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
@@ -51,8 +56,21 @@ pub struct EngineRequest {
 #[derive(Debug, Clone, Default)]
 pub struct SourcePaths {
     origins: Vec<Origin>,
-    /// The index in `tools` of each tool offered (deferred tools not loaded are left out).
-    tools: Vec<usize>,
+    /// Where each engine tool came from (deferred tools not loaded are left out).
+    tools: Vec<ToolOrigin>,
+}
+
+/// The origin of one engine tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolOrigin {
+    /// `tools[index]`, a client tool.
+    Client(usize),
+    /// `tools[index]`, a web search server tool.
+    WebSearch(usize),
+    /// `tools[index]`, a code execution server tool.
+    CodeExecution(usize),
+    /// `mcp_servers[index]`.
+    McpServer(usize),
 }
 
 /// The origin of one input item.
@@ -101,27 +119,8 @@ pub fn into_engine(
     if !request.system.is_empty() {
         body.insert("instructions".into(), json!(request.system.join("\n\n")));
     }
-    let loaded = loaded_tools(&request.messages);
-    let offered: Vec<(usize, &Tool)> = request
-        .tools
-        .iter()
-        .enumerate()
-        .filter(|(_, tool)| !tool.defer_loading || loaded.contains(&tool.name.as_str()))
-        .collect();
-    paths.tools = offered.iter().map(|(index, _)| *index).collect();
-    if !offered.is_empty() {
-        let tools: Vec<Value> = offered
-            .iter()
-            .map(|(_, tool)| {
-                json!({
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.input_schema,
-                    "strict": tool.strict,
-                })
-            })
-            .collect();
+    let tools = engine_tools(&request, &mut paths.tools);
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(choice) = &request.tool_choice {
@@ -129,7 +128,7 @@ pub fn into_engine(
             ToolChoiceMode::Auto => json!("auto"),
             ToolChoiceMode::Any => json!("required"),
             ToolChoiceMode::None => json!("none"),
-            ToolChoiceMode::Tool(name) => json!({"type": "function", "name": name}),
+            ToolChoiceMode::Tool(name) => named_choice(&request.tools, name),
         };
         body.insert("tool_choice".into(), mode);
         if choice.disable_parallel_tool_use {
@@ -193,6 +192,76 @@ pub fn reasoning_effort(thinking: Option<Thinking>, effort: Option<Effort>) -> O
         (Some(Thinking::Adaptive { .. }) | None, None) => return None,
     };
     Some(chosen.as_str())
+}
+
+/// The engine's tool declarations for `tools` and `mcp_servers`, in that order, with where each
+/// came from. A deferred client tool is left out until a `tool_reference` has loaded it; a
+/// disabled MCP server is left out.
+fn engine_tools(request: &MessagesRequest, origins: &mut Vec<ToolOrigin>) -> Vec<Value> {
+    let loaded = loaded_tools(&request.messages);
+    let mut tools = Vec::new();
+    for (index, tool) in request.tools.iter().enumerate() {
+        match tool {
+            MessagesTool::Client(tool) if tool.defer_loading && !loaded.contains(&tool.name.as_str()) => continue,
+            MessagesTool::Client(tool) => {
+                tools.push(json!({
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.input_schema,
+                    "strict": tool.strict,
+                }));
+                origins.push(ToolOrigin::Client(index));
+            }
+            MessagesTool::WebSearch(search) => {
+                let mut declaration = Map::new();
+                declaration.insert("type".into(), json!("web_search"));
+                if let Some(domains) = &search.allowed_domains {
+                    declaration.insert("filters".into(), json!({"allowed_domains": domains}));
+                }
+                if let Some(location) = &search.user_location {
+                    declaration.insert("user_location".into(), location.clone());
+                }
+                tools.push(Value::Object(declaration));
+                origins.push(ToolOrigin::WebSearch(index));
+            }
+            MessagesTool::CodeExecution { .. } => {
+                tools.push(json!({"type": "code_interpreter", "container": {"type": "auto"}}));
+                origins.push(ToolOrigin::CodeExecution(index));
+            }
+        }
+    }
+    for (index, server) in request.mcp_servers.iter().enumerate().filter(|(_, server)| server.enabled) {
+        let mut declaration = Map::new();
+        declaration.insert("type".into(), json!("mcp"));
+        declaration.insert("server_label".into(), json!(server.name));
+        declaration.insert("server_url".into(), json!(server.url));
+        if let Some(token) = &server.authorization_token {
+            declaration.insert("authorization".into(), json!(token));
+        }
+        if let Some(allowed) = &server.allowed_tools {
+            declaration.insert("allowed_tools".into(), json!(allowed));
+        }
+        // The MCP connector runs a server's tools without asking the client.
+        declaration.insert("require_approval".into(), json!("never"));
+        tools.push(Value::Object(declaration));
+        origins.push(ToolOrigin::McpServer(index));
+    }
+    tools
+}
+
+/// `tool_choice: {"type": "tool", "name": …}` for the engine: that function, or the server tool
+/// of that name.
+fn named_choice(tools: &[MessagesTool], name: &str) -> Value {
+    let server_tool = tools.iter().find_map(|tool| match tool {
+        MessagesTool::WebSearch(search) if search.name == name => Some("web_search"),
+        MessagesTool::CodeExecution { name: own } if own == name => Some("code_interpreter"),
+        _ => None,
+    });
+    match server_tool {
+        Some(kind) => json!({"type": kind}),
+        None => json!({"type": "function", "name": name}),
+    }
 }
 
 /// The names `tool_reference` blocks load, anywhere in the conversation.
@@ -364,19 +433,43 @@ impl SourcePaths {
             "messages".to_owned()
         } else if let Some(rest) = param.strip_prefix("tools[")
             && let Some((index, rest)) = rest.split_once(']')
-            && let Some(&index) = index.parse::<usize>().ok().and_then(|i| self.tools.get(i))
+            && let Some(origin) = index.parse::<usize>().ok().and_then(|i| self.tools.get(i))
         {
-            let rest = match rest.strip_prefix(".parameters") {
-                Some(after) => format!(".input_schema{after}"),
-                None => rest.to_owned(),
-            };
-            format!("tools[{index}]{rest}")
+            origin.path(rest)
         } else {
             return error;
         };
         error.message = error.message.replace(&param, &renamed);
         error.param = Some(renamed);
         error
+    }
+}
+
+impl ToolOrigin {
+    /// The client's path of `rest` (e.g. `.parameters.type`) inside the tool from here.
+    fn path(self, rest: &str) -> String {
+        let renamed = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .find_map(|(engine, client)| rest.strip_prefix(engine).map(|after| format!("{client}{after}")))
+                .unwrap_or_else(|| rest.to_owned())
+        };
+        match self {
+            ToolOrigin::Client(index) => format!("tools[{index}]{}", renamed(&[(".parameters", ".input_schema")])),
+            ToolOrigin::WebSearch(index) => {
+                format!("tools[{index}]{}", renamed(&[(".filters.allowed_domains", ".allowed_domains")]))
+            }
+            ToolOrigin::CodeExecution(index) => format!("tools[{index}]{rest}"),
+            ToolOrigin::McpServer(index) => format!(
+                "mcp_servers[{index}]{}",
+                renamed(&[
+                    (".server_label", ".name"),
+                    (".server_url", ".url"),
+                    (".authorization", ".authorization_token"),
+                    (".allowed_tools", ".tool_configuration.allowed_tools"),
+                ])
+            ),
+        }
     }
 }
 
@@ -577,6 +670,44 @@ mod tests {
             {"name":"bad","input_schema":{"type":"array"}}]);
         let error = translate(with(json!({"tools":mixed}))).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("tools[1].input_schema.type"), "named as the client sent it");
+    }
+
+    #[test]
+    fn server_tools_become_gateway_tools_where_the_gateway_has_them() {
+        let body = with(json!({
+            "tools":[
+                {"name":"ls","input_schema":{"type":"object"}},
+                {"type":"web_search_20250305","name":"web_search","allowed_domains":["example.com"],"max_uses":2},
+                {"type":"code_execution_20250825","name":"code_execution"}
+            ],
+            "mcp_servers":[
+                {"type":"url","url":"https://mcp.example.com/mcp","name":"docs","authorization_token":"secret",
+                 "tool_configuration":{"allowed_tools":["search"]}},
+                {"type":"url","url":"https://off.example.com/mcp","name":"off","tool_configuration":{"enabled":false}}
+            ],
+            "tool_choice":{"type":"tool","name":"web_search"}
+        }));
+        let caps =
+            Capabilities { web_search: true, code_interpreter: true, remote_mcp: true, ..Capabilities::default() };
+        let request = MessagesRequest::from_value(body.clone()).unwrap();
+        let translated =
+            into_engine(request, &caps, &RequestLimits::default()).unwrap_or_else(|e| panic!("{e:?}")).request;
+        let declared: Vec<Value> = translated.tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect();
+        let kinds: Vec<&str> = declared.iter().map(|t| t["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["function", "web_search", "code_interpreter", "mcp"]);
+        assert_eq!(declared[1]["filters"], json!({"allowed_domains":["example.com"]}));
+        assert_eq!((&declared[3]["server_label"], &declared[3]["allowed_tools"]), (&json!("docs"), &json!(["search"])));
+        assert_eq!(declared[3]["require_approval"], "never");
+        let ToolDeclaration::Mcp(server) = &translated.tools[3] else { panic!() };
+        assert_eq!(server.connect_url().as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(serde_json::to_value(&translated.tool_choice).unwrap(), json!({"type":"web_search"}));
+
+        let error = translate(body).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("tools[1].type"), "a gateway without web search: {error:?}");
+        let error =
+            translate(with(json!({"mcp_servers":[{"type":"url","url":"https://x.example/mcp","name":"bad name"}]})))
+                .unwrap_err();
+        assert!(error.param.as_deref().is_some_and(|p| p.starts_with("mcp_servers[0]")), "{error:?}");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! Content blocks and sources dispatch on their `type` here, so an unknown or misspelt type is
 //! refused with the types that would have been accepted. Fields the gateway has no use for are
 //! accepted and ignored, never refused: `cache_control` on any block, tool or system text,
-//! `citations`, `context_management`, `service_tier`, `container`, and top-level fields Anthropic
-//! adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it changes.
+//! `citations`, `context_management`, `service_tier`, `container`, a web search's `max_uses`, and
+//! top-level fields Anthropic adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it changes.
 
 use std::fmt::Display;
 
@@ -25,7 +25,9 @@ pub struct MessagesRequest {
     /// The texts of `system` (a string is one text).
     pub system: Vec<String>,
     pub messages: Vec<Message>,
-    pub tools: Vec<Tool>,
+    pub tools: Vec<MessagesTool>,
+    /// `mcp_servers`: the MCP connector.
+    pub mcp_servers: Vec<McpServer>,
     pub tool_choice: Option<ToolChoice>,
     pub thinking: Option<Thinking>,
     /// `output_config.effort`.
@@ -129,6 +131,40 @@ pub enum ToolResultContent {
     Blocks(Vec<Block>),
 }
 
+/// An entry of `tools`: a client tool, or one of Anthropic's server tools the gateway runs with
+/// a gateway tool of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MessagesTool {
+    Client(Tool),
+    /// `web_search_20250305` (or a later `web_search_…` version): the gateway's web search.
+    WebSearch(WebSearch),
+    /// `code_execution_…`: the gateway's code interpreter.
+    CodeExecution {
+        name: String,
+    },
+}
+
+/// A web search server tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebSearch {
+    pub name: String,
+    pub allowed_domains: Option<Vec<String>>,
+    /// Passed on to search backends that take a location hint.
+    pub user_location: Option<Value>,
+}
+
+/// An MCP server of `mcp_servers`, dialled by the gateway for this request (Remote MCP).
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServer {
+    pub name: String,
+    pub url: String,
+    pub authorization_token: Option<String>,
+    /// `tool_configuration.allowed_tools` (`None`: all of the server's tools).
+    pub allowed_tools: Option<Vec<String>>,
+    /// `tool_configuration.enabled: false` leaves the server out.
+    pub enabled: bool,
+}
+
 /// A client tool: a function the model may call, with the JSON schema of its input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tool {
@@ -214,7 +250,7 @@ struct RequestFields {
     top_k: Option<u64>,
     metadata: Option<Metadata>,
     stream: Option<bool>,
-    mcp_servers: Option<Value>,
+    mcp_servers: Option<Vec<Value>>,
 }
 
 #[derive(Deserialize)]
@@ -301,6 +337,44 @@ struct ToolFields {
 }
 
 #[derive(Deserialize)]
+struct WebSearchFields {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    allowed_domains: Option<Vec<String>>,
+    #[serde(default)]
+    blocked_domains: Option<Vec<String>>,
+    #[serde(default)]
+    user_location: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct NamedFields {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct McpServerFields {
+    #[serde(rename = "type")]
+    kind: String,
+    url: String,
+    name: String,
+    #[serde(default)]
+    authorization_token: Option<String>,
+    #[serde(default)]
+    tool_configuration: Option<McpToolConfiguration>,
+}
+
+#[derive(Deserialize)]
+struct McpToolConfiguration {
+    #[serde(default)]
+    enabled: Option<bool>,
+    #[serde(default)]
+    allowed_tools: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
 struct ToolChoiceFields {
     #[serde(default)]
     name: Option<String>,
@@ -364,12 +438,13 @@ impl MessagesRequest {
         if messages.iter().all(|m| m.role == Role::System) {
             return Err(invalid("messages", "expected at least one user or assistant message"));
         }
-        if fields.mcp_servers.as_ref().is_some_and(|servers| !servers.is_null()) {
-            return Err(invalid(
-                "mcp_servers",
-                "the MCP connector is not supported by this gateway; declare the server's tools as client tools",
-            ));
-        }
+        let mcp_servers = fields
+            .mcp_servers
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, server)| parse_mcp_server(server, &format!("mcp_servers[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
         let tools = fields
             .tools
             .unwrap_or_default()
@@ -397,6 +472,7 @@ impl MessagesRequest {
             system: parse_system(fields.system)?,
             messages,
             tools,
+            mcp_servers,
             tool_choice,
             thinking,
             effort: fields.output_config.and_then(|config| config.effort),
@@ -672,19 +748,40 @@ fn no_files_api(at: &str) -> ApiError {
     )
 }
 
-fn parse_tool(value: Value, at: &str) -> Result<Tool, ApiError> {
+fn parse_tool(value: Value, at: &str) -> Result<MessagesTool, ApiError> {
     let Some(object) = value.as_object() else {
         return Err(invalid(at, format!("expected a tool (an object), got {}", json_kind(&value))));
     };
     match object.get("type") {
         None | Some(Value::Null) => {}
         Some(Value::String(kind)) if kind == "custom" => {}
+        Some(Value::String(kind)) if kind.starts_with("web_search_") => {
+            let fields: WebSearchFields = typed(value, at)?;
+            if fields.blocked_domains.as_ref().is_some_and(|blocked| !blocked.is_empty()) {
+                return Err(invalid(
+                    &join_path(at, "blocked_domains"),
+                    "the gateway's web search limits searches with allowed_domains only; blocked_domains is not \
+                     supported",
+                ));
+            }
+            return Ok(MessagesTool::WebSearch(WebSearch {
+                name: fields.name.unwrap_or_else(|| "web_search".to_owned()),
+                allowed_domains: fields.allowed_domains,
+                user_location: fields.user_location,
+            }));
+        }
+        Some(Value::String(kind)) if kind.starts_with("code_execution_") => {
+            let fields: NamedFields = typed(value, at)?;
+            return Ok(MessagesTool::CodeExecution {
+                name: fields.name.unwrap_or_else(|| "code_execution".to_owned()),
+            });
+        }
         Some(Value::String(kind)) => {
             return Err(invalid(
                 &join_path(at, "type"),
                 format!(
                     "the tool type '{}' is not supported by this gateway; declare client tools with a name and \
-                     an input_schema (type 'custom' or no type)",
+                     an input_schema (type 'custom' or no type), or use web_search_20250305 or code_execution",
                     clip(kind)
                 ),
             ));
@@ -694,12 +791,27 @@ fn parse_tool(value: Value, at: &str) -> Result<Tool, ApiError> {
         }
     }
     let tool: ToolFields = typed(value, at)?;
-    Ok(Tool {
+    Ok(MessagesTool::Client(Tool {
         name: tool.name,
         description: tool.description,
         input_schema: tool.input_schema,
         strict: tool.strict.unwrap_or(false),
         defer_loading: tool.defer_loading.unwrap_or(false),
+    }))
+}
+
+fn parse_mcp_server(value: Value, at: &str) -> Result<McpServer, ApiError> {
+    let fields: McpServerFields = typed(value, at)?;
+    if fields.kind != "url" {
+        return Err(unknown_type(at, &fields.kind, "MCP server", &["url"]));
+    }
+    let configuration = fields.tool_configuration;
+    Ok(McpServer {
+        name: fields.name,
+        url: fields.url,
+        authorization_token: fields.authorization_token,
+        allowed_tools: configuration.as_ref().and_then(|c| c.allowed_tools.clone()),
+        enabled: configuration.and_then(|c| c.enabled).unwrap_or(true),
     })
 }
 
@@ -949,9 +1061,11 @@ mod tests {
             "tool_choice":{"type":"tool","name":"ls","disable_parallel_tool_use":true}
         })))
         .unwrap();
-        assert_eq!(request.tools.len(), 2);
-        assert!(!request.tools[0].strict && request.tools[1].strict);
-        assert!(!request.tools[0].defer_loading && request.tools[1].defer_loading);
+        let [MessagesTool::Client(first), MessagesTool::Client(second)] = request.tools.as_slice() else {
+            panic!("{:?}", request.tools)
+        };
+        assert!(!first.strict && second.strict);
+        assert!(!first.defer_loading && second.defer_loading);
         assert_eq!(
             request.tool_choice,
             Some(ToolChoice { mode: ToolChoiceMode::Tool("ls".into()), disable_parallel_tool_use: true })
@@ -962,6 +1076,45 @@ mod tests {
         assert_eq!(refused(with(json!({"tools":[{"name":"x"}]}))).0, "tools[0].input_schema");
         assert_eq!(refused(with(json!({"tool_choice":{"type":"tool"}}))).0, "tool_choice.name");
         assert_eq!(refused(with(json!({"tool_choice":{"type":"some"}}))).0, "tool_choice.type");
+    }
+
+    #[test]
+    fn server_tools_and_mcp_servers() {
+        let request = parse(with(json!({
+            "tools":[
+                {"type":"web_search_20250305","name":"web_search","max_uses":3,"allowed_domains":["example.com"],
+                 "user_location":{"type":"approximate","city":"Paris"}},
+                {"type":"code_execution_20250825","name":"code_execution"}
+            ],
+            "mcp_servers":[{"type":"url","url":"https://mcp.example.com/mcp","name":"docs","authorization_token":"t",
+                "tool_configuration":{"allowed_tools":["search"]}}]
+        })))
+        .unwrap();
+        assert_eq!(
+            request.tools,
+            vec![
+                MessagesTool::WebSearch(WebSearch {
+                    name: "web_search".into(),
+                    allowed_domains: Some(vec!["example.com".into()]),
+                    user_location: Some(json!({"type":"approximate","city":"Paris"}))
+                }),
+                MessagesTool::CodeExecution { name: "code_execution".into() }
+            ]
+        );
+        assert_eq!(
+            request.mcp_servers,
+            vec![McpServer {
+                name: "docs".into(),
+                url: "https://mcp.example.com/mcp".into(),
+                authorization_token: Some("t".into()),
+                allowed_tools: Some(vec!["search".into()]),
+                enabled: true
+            }]
+        );
+        let (param, _) = refused(with(
+            json!({"tools":[{"type":"web_search_20250305","name":"web_search","blocked_domains":["x.com"]}]}),
+        ));
+        assert_eq!(param, "tools[0].blocked_domains");
     }
 
     #[test]
@@ -999,9 +1152,10 @@ mod tests {
         assert_eq!(refused(with(json!({"output_config":{"effort":"extreme"}}))).0, "output_config.effort");
         assert_eq!(refused(with(json!({"temperature":1.5}))).0, "temperature");
         assert_eq!(refused(with(json!({"stop_sequences":[""]}))).0, "stop_sequences[0]");
+        assert_eq!(refused(with(json!({"mcp_servers":[{"type":"url","name":"x"}]}))).0, "mcp_servers[0].url");
         assert_eq!(
-            refused(with(json!({"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}))).0,
-            "mcp_servers"
+            refused(with(json!({"mcp_servers":[{"type":"sse","url":"https://x","name":"x"}]}))).0,
+            "mcp_servers[0].type"
         );
     }
 

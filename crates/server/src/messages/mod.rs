@@ -106,7 +106,8 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// Middleware: on the Anthropic routes, every reply carries `request-id`, and every error reply
 /// of the gateway's own (auth, rate limits, body limits, bad JSON, content type, unknown paths
 /// and methods, engine errors) is re-cast as `{"type":"error","error":{"type","message"}}` with
-/// Anthropic's status. Headers such as `Retry-After` and `Allow` stay.
+/// Anthropic's status, its message starting with the field at fault when it does not name it.
+/// Headers such as `Retry-After` and `Allow` stay.
 pub(crate) async fn anthropic_errors(request: Request, next: Next) -> Response {
     if !is_anthropic_request(&request) {
         return next.run(request).await;
@@ -122,7 +123,13 @@ pub(crate) async fn anthropic_errors(request: Request, next: Next) -> Response {
     }
     let (mut parts, body) = response.into_parts();
     let body = to_bytes(body, MAX_ERROR_BODY_BYTES).await.unwrap_or_default();
-    let error = gateway_error(status, &body);
+    let mut error = gateway_error(status, &body);
+    // Anthropic's shape has no `param`: the message names the field instead.
+    if let Some(param) = &error.param
+        && !error.message.contains(param.as_str())
+    {
+        error.message = format!("{param}: {}", error.message);
+    }
     let (anthropic_status, anthropic_body) = messages_error(&error);
     // HTTP-level refusals keep their status (a 405 goes with its `Allow`); the rest take Anthropic's.
     let keeps_status = matches!(status.as_u16(), 405 | 408 | 415);
@@ -199,6 +206,23 @@ mod tests {
             json_body(response).await,
             json!({"type":"error","error":{"type":"rate_limit_error","message":"slow down"}})
         );
+    }
+
+    #[tokio::test]
+    async fn the_message_names_the_field_it_is_about() {
+        let app = Router::new().route(
+            ROUTE,
+            post(|| async { HttpError(ApiError::invalid("tools[1].type", "Tool type 'web_search' is not enabled.")) }),
+        );
+        let (_, response) = reply(app, "POST", ROUTE, &[]).await;
+        assert_eq!(
+            json_body(response).await["error"]["message"],
+            "tools[1].type: Tool type 'web_search' is not enabled."
+        );
+        let named = Router::new()
+            .route(ROUTE, post(|| async { HttpError(ApiError::invalid("model", "model: expected a string.")) }));
+        let (_, response) = reply(named, "POST", ROUTE, &[]).await;
+        assert_eq!(json_body(response).await["error"]["message"], "model: expected a string.");
     }
 
     #[tokio::test]
