@@ -32,9 +32,14 @@ async fn send(request: reqwest::RequestBuilder) -> Reply {
     Reply { status, request_id, retry_after, body }
 }
 
-/// `POST {path}` as an Anthropic SDK sends it (`anthropic-version`, key as `x-api-key` if any).
+/// `POST {path}` as Claude Code sends it (`anthropic-version`, `anthropic-beta`, key as `x-api-key`
+/// if any).
 async fn post(h: &Harness, path: &str, key: Option<&str>, body: &Value) -> Reply {
-    let mut request = http_client().post(h.url(path)).header("anthropic-version", VERSION).json(body);
+    let mut request = http_client()
+        .post(h.url(path))
+        .header("anthropic-version", VERSION)
+        .header("anthropic-beta", "claude-code-20250219,interleaved-thinking-2025-05-14,effort-2025-11-24")
+        .json(body);
     if let Some(key) = key {
         request = request.header("x-api-key", key);
     }
