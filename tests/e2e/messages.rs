@@ -627,3 +627,75 @@ async fn server_tools_the_gateway_has_not_enabled_are_refused_naming_the_tool() 
     assert!((400..500).contains(&reply.status), "{}", reply.body);
     assert!(reply.body["error"]["message"].as_str().unwrap().contains("mcp_servers[0]"), "{}", reply.body);
 }
+
+/// A first turn shaped like Claude Code's (2.1.x): three system blocks, a system-reminder text
+/// before the prompt, a `role: "system"` entry after it, tools with JSON-Schema 2020-12 inputs and
+/// a deferred placeholder, a JSON-string user id, adaptive thinking with its text omitted,
+/// context-management edits, an effort, and a stream.
+fn claude_code_first_turn(model: &str) -> Value {
+    let schema = |properties: Value, required: &[&str]| {
+        json!({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":properties,
+            "required":required,"additionalProperties":false})
+    };
+    json!({
+        "model": model,
+        "messages": [
+            {"role":"user","content":[
+                {"type":"text","text":"<system-reminder>\nAttribution guidance.\n</system-reminder>\n"},
+                {"type":"text","text":"Write the marker to a file."}
+            ]},
+            {"role":"system","content":[{"type":"text","text":"# Environment\nPrimary working directory: /work"}]}
+        ],
+        "system": [
+            {"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.328.abc; cc_entrypoint=sdk-cli;"},
+            {"type":"text","text":"You are a Claude agent.","cache_control":{"type":"ephemeral"}},
+            {"type":"text","text":"Main prompt.","cache_control":{"type":"ephemeral"}}
+        ],
+        "tools": [
+            {"name":"Bash","description":"Run a command","input_schema":schema(
+                json!({"command":{"type":"string"},"description":{"type":"string"}}), &["command"])},
+            {"name":"Read","description":"Read a file","input_schema":schema(json!({"file_path":{"type":"string"}}), &["file_path"])},
+            {"name":"DeferredToolPlaceholder","description":"Never call this tool.",
+             "input_schema":{"type":"object","properties":{}},"defer_loading":true}
+        ],
+        "metadata": {"user_id": "{\"device_id\":\"9ce0\",\"account_uuid\":\"\",\"session_id\":\"213e\"}"},
+        "max_tokens": 32000,
+        "thinking": {"type":"adaptive","display":"omitted"},
+        "context_management": {"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},
+        "output_config": {"effort":"high"},
+        "stream": true
+    })
+}
+
+#[tokio::test]
+async fn claude_codes_first_turn_reaches_the_model_as_one_chat_request() {
+    let h = Harness::start_with(&["--api-key", "sk-cc"], &[]).await;
+    h.scenario("cc", vec![tool_call("toolu_1", "Bash", r#"{"command":"echo marker > m.txt"}"#)]);
+    let response = http_client()
+        .post(h.url("/v1/messages?beta=true"))
+        .header("x-api-key", "sk-cc")
+        .header("anthropic-version", VERSION)
+        .header("anthropic-beta", "claude-code-20250219,context-management-2025-06-27,advanced-tool-use-2025-11-20")
+        .header("x-app", "cli")
+        .json(&claude_code_first_turn("cc"))
+        .send()
+        .await
+        .expect("stream opens");
+    assert_eq!(response.status().as_u16(), 200);
+    let text = response.text().await.expect("the stream ends");
+    assert!(text.contains("\"toolu_1\"") && text.contains("event: message_stop"), "{text}");
+
+    let sent = &h.upstream_bodies("cc")[0];
+    let roles: Vec<&str> = sent["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "system"], "the system entry stays where Claude Code put it");
+    assert_eq!(
+        sent["messages"][0]["content"],
+        "x-anthropic-billing-header: cc_version=2.1.328.abc; cc_entrypoint=sdk-cli;\n\nYou are a Claude agent.\n\nMain prompt."
+    );
+    let offered: Vec<&str> =
+        sent["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(offered, ["Bash", "Read"], "the deferred placeholder is not offered");
+    assert_eq!(sent["tools"][0]["function"]["parameters"]["additionalProperties"], false);
+    assert_eq!((&sent["reasoning_effort"], &sent["max_completion_tokens"]), (&json!("high"), &json!(32000)));
+    assert_eq!(sent["stream"], true);
+}
