@@ -699,3 +699,41 @@ async fn claude_codes_first_turn_reaches_the_model_as_one_chat_request() {
     assert_eq!((&sent["reasoning_effort"], &sent["max_completion_tokens"]), (&json!("high"), &json!(32000)));
     assert_eq!(sent["stream"], true);
 }
+
+/// A SearXNG instance on loopback: every search answers one hit naming the query.
+async fn searxng() -> String {
+    use axum::extract::Query;
+    let app = axum::Router::new().route(
+        "/searxng/search",
+        axum::routing::get(|Query(params): Query<std::collections::HashMap<String, String>>| async move {
+            let query = params.get("q").cloned().unwrap_or_default();
+            axum::Json(json!({"query": query, "number_of_results": 1, "results": [
+                {"url": "https://searxng.example/hit", "title": format!("SearXNG hit for {query}"),
+                 "content": "From the JSON API.", "engine": "duckduckgo", "score": 1.0}]}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://127.0.0.1:{port}/searxng")
+}
+
+#[tokio::test]
+async fn web_search_runs_in_the_gateway_for_a_messages_client() {
+    let base_url = searxng().await;
+    let h = Harness::start_with(&["--web-search-profile", "searxng", "--web-search-searxng-url", &base_url], &[]).await;
+    h.scenario(
+        "searching",
+        vec![tool_call("call_ws", "web_search", r#"{"action":"search","query":"vllm releases"}"#), answer()],
+    );
+    let mut body = base("searching", json!([{"role":"user","content":"What is new in vLLM?"}]));
+    body["tools"] = json!([{"type":"web_search_20250305","name":"web_search","max_uses":3}]);
+    let reply = create(&h, body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let sent = h.upstream_bodies("searching");
+    assert_eq!(sent[0]["tools"][0]["function"]["name"], "web_search");
+    let result = sent[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").expect("a tool result");
+    assert!(result["content"].to_string().contains("SearXNG hit for vllm releases"), "{result}");
+    let text: Vec<&str> = reply.body["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
+    assert_eq!(text.last(), Some(&"Done."));
+}
