@@ -26,8 +26,7 @@ struct Reply {
 async fn send(request: reqwest::RequestBuilder) -> Reply {
     let response = request.send().await.expect("request completes");
     let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let (status, request_id, retry_after) =
-        (response.status().as_u16(), header("request-id"), header("retry-after"));
+    let (status, request_id, retry_after) = (response.status().as_u16(), header("request-id"), header("retry-after"));
     let text = response.text().await.expect("body reads");
     let body = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON reply ({status}): {text}"));
     Reply { status, request_id, retry_after, body }
@@ -296,7 +295,11 @@ async fn thinking_effort_sampling_and_metadata_reach_the_upstream() {
 
     let sent = h.upstream_bodies("knobs");
     assert_eq!((&sent[0]["reasoning_effort"], &sent[0]["max_completion_tokens"]), (&json!("high"), &json!(32000)));
-    assert_eq!(sent[0]["user"], Value::Null, "metadata.user_id is the response's user; the chat request does not carry one");
+    assert_eq!(
+        sent[0]["user"],
+        Value::Null,
+        "metadata.user_id is the response's user; the chat request does not carry one"
+    );
     assert_eq!(sent[1]["reasoning_effort"], "low");
     assert_eq!(sent[1]["stop"], json!(["END", "\n\nHuman:"]));
     assert_eq!((&sent[1]["top_k"], &sent[1]["temperature"], &sent[1]["top_p"]), (&json!(40), &json!(0.3), &json!(0.9)));
@@ -365,7 +368,9 @@ async fn errors_on_messages_routes_are_anthropic_shaped() {
     let h = Harness::start_with(&["--max-body-mb", "1"], &[]).await;
     let ok = base("m", json!([{"role":"user","content":"hi"}]));
 
-    let bad_json = send(http_client().post(h.url("/v1/messages")).header("content-type", "application/json").body("{\"model\":")).await;
+    let bad_json =
+        send(http_client().post(h.url("/v1/messages")).header("content-type", "application/json").body("{\"model\":"))
+            .await;
     assert_anthropic_error(&bad_json, 400, "invalid_request_error");
 
     let mut missing = ok.clone();
@@ -467,12 +472,17 @@ async fn thinking_signatures_are_checked_and_a_forged_or_edited_one_refused() {
         )
     };
 
-    let replayed =
-        post(&h, "/v1/messages", Some(ALPHA), &conversation(json!({"type":"thinking","thinking":thought,"signature":signature})))
-            .await;
+    let replayed = post(
+        &h,
+        "/v1/messages",
+        Some(ALPHA),
+        &conversation(json!({"type":"thinking","thinking":thought,"signature":signature})),
+    )
+    .await;
     assert_eq!(replayed.status, 200, "{}", replayed.body);
     let omitted =
-        post(&h, "/v1/messages", Some(ALPHA), &conversation(json!({"type":"redacted_thinking","data":signature}))).await;
+        post(&h, "/v1/messages", Some(ALPHA), &conversation(json!({"type":"redacted_thinking","data":signature})))
+            .await;
     assert_eq!(omitted.status, 200, "{}", omitted.body);
     for messages in h.upstream_messages("replay") {
         assert_eq!(messages[1]["reasoning_content"], thought, "the model gets its reasoning back: {messages:?}");
@@ -486,7 +496,11 @@ async fn thinking_signatures_are_checked_and_a_forged_or_edited_one_refused() {
     )
     .await;
     assert_anthropic_error(&edited, 400, "invalid_request_error");
-    assert!(edited.body["error"]["message"].as_str().unwrap().contains("messages[1].content[0].thinking"), "{}", edited.body);
+    assert!(
+        edited.body["error"]["message"].as_str().unwrap().contains("messages[1].content[0].thinking"),
+        "{}",
+        edited.body
+    );
     let forged = post(
         &h,
         "/v1/messages",
@@ -495,10 +509,18 @@ async fn thinking_signatures_are_checked_and_a_forged_or_edited_one_refused() {
     )
     .await;
     assert_anthropic_error(&forged, 400, "invalid_request_error");
-    assert!(forged.body["error"]["message"].as_str().unwrap().contains("messages[1].content[0].signature"), "{}", forged.body);
-    let other_tenant =
-        post(&h, "/v1/messages", Some(BETA), &conversation(json!({"type":"thinking","thinking":thought,"signature":signature})))
-            .await;
+    assert!(
+        forged.body["error"]["message"].as_str().unwrap().contains("messages[1].content[0].signature"),
+        "{}",
+        forged.body
+    );
+    let other_tenant = post(
+        &h,
+        "/v1/messages",
+        Some(BETA),
+        &conversation(json!({"type":"thinking","thinking":thought,"signature":signature})),
+    )
+    .await;
     assert_anthropic_error(&other_tenant, 400, "invalid_request_error");
     assert_eq!(h.upstream_messages("replay").len(), 2, "refused replays never reach the model");
 

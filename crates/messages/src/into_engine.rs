@@ -446,7 +446,10 @@ mod tests {
         assert!(!request.store && request.stream);
         assert_eq!(request.include, vec!["reasoning.encrypted_content".to_owned()]);
         assert_eq!(request.max_output_tokens, Some(64));
-        assert_eq!(translated.shape, ReplyShape { model: "m".into(), thinking: ThinkingDisplay::Text, stop_sequences: vec![] });
+        assert_eq!(
+            translated.shape,
+            ReplyShape { model: "m".into(), thinking: ThinkingDisplay::Text, stop_sequences: vec![] }
+        );
     }
 
     #[test]
@@ -509,20 +512,34 @@ mod tests {
             ]
         })))
         .request;
-        let kinds: Vec<String> = request.input.iter().map(|i| item_json(i)["type"].as_str().unwrap().to_owned()).collect();
+        let kinds: Vec<String> =
+            request.input.iter().map(|i| item_json(i)["type"].as_str().unwrap().to_owned()).collect();
         assert_eq!(
             kinds,
-            ["message", "message", "function_call", "function_call_output", "function_call_output", "function_call_output", "message"]
+            [
+                "message",
+                "message",
+                "function_call",
+                "function_call_output",
+                "function_call_output",
+                "function_call_output",
+                "message"
+            ]
         );
         let Item::FunctionCall(call) = &request.input[2] else { panic!() };
-        assert_eq!((call.call_id.as_str(), call.name.as_str(), call.arguments.as_str()), ("call_7", "ls", r#"{"path":"."}"#));
+        assert_eq!(
+            (call.call_id.as_str(), call.name.as_str(), call.arguments.as_str()),
+            ("call_7", "ls", r#"{"path":"."}"#)
+        );
         let Item::FunctionCallOutput(output) = &request.input[3] else { panic!() };
         assert_eq!((output.call_id.as_str(), &output.output), ("call_7", &FunctionOutput::Text("a.txt".into())));
         let Item::FunctionCallOutput(failed) = &request.input[4] else { panic!() };
         assert_eq!(failed.output, FunctionOutput::Text("Error: denied".into()));
         let Item::FunctionCallOutput(parts) = &request.input[5] else { panic!() };
         let FunctionOutput::Parts(parts) = &parts.output else { panic!() };
-        assert!(matches!(&parts[1], ContentPart::InputImage { image_url, .. } if image_url == "https://example.com/s.png"));
+        assert!(
+            matches!(&parts[1], ContentPart::InputImage { image_url, .. } if image_url == "https://example.com/s.png")
+        );
         let ToolDeclaration::Function(tool) = &request.tools[0] else { panic!() };
         assert_eq!((tool.name.as_str(), tool.strict), ("ls", Some(false)));
         assert_eq!(tool.parameters.as_ref().and_then(|p| p.get("type")), Some(&json!("object")));
@@ -536,7 +553,11 @@ mod tests {
             {"name":"Grep","input_schema":{"type":"object"},"defer_loading":true}
         ]);
         let names = |request: &ValidatedRequest| -> Vec<String> {
-            request.tools.iter().map(|t| serde_json::to_value(t).unwrap()["name"].as_str().unwrap().to_owned()).collect()
+            request
+                .tools
+                .iter()
+                .map(|t| serde_json::to_value(t).unwrap()["name"].as_str().unwrap().to_owned())
+                .collect()
         };
         let first = engine(with(json!({"tools":tools}))).request;
         assert_eq!(names(&first), ["ToolSearch"]);
@@ -583,9 +604,8 @@ mod tests {
         assert_eq!(effort(json!({"thinking":{"type":"adaptive"},"output_config":{"effort":"high"}})), Some("high"));
         assert_eq!(effort(json!({"output_config":{"effort":"max"}})), Some("xhigh"));
         assert_eq!(effort(json!({"thinking":{"type":"disabled"},"output_config":{"effort":"low"}})), Some("none"));
-        let budget = |tokens: u64| {
-            effort(json!({"max_tokens":64000,"thinking":{"type":"enabled","budget_tokens":tokens}}))
-        };
+        let budget =
+            |tokens: u64| effort(json!({"max_tokens":64000,"thinking":{"type":"enabled","budget_tokens":tokens}}));
         assert_eq!((budget(1024), budget(8000), budget(32000)), (Some("low"), Some("medium"), Some("high")));
         let omitted = engine(with(json!({"thinking":{"type":"adaptive","display":"omitted"}})));
         assert_eq!(omitted.shape.thinking, ThinkingDisplay::Omitted);
@@ -636,7 +656,8 @@ mod tests {
         .unwrap_err();
         assert_eq!(error.param.as_deref(), Some("messages[0].content[1]"), "{error:?}");
         assert!(error.message.starts_with("messages[0].content[1]: "), "{}", error.message);
-        let error = translate(with(json!({"tools":[{"name":"bad name","input_schema":{"type":"object"}}]}))).unwrap_err();
+        let error =
+            translate(with(json!({"tools":[{"name":"bad name","input_schema":{"type":"object"}}]}))).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("tools[0].name"));
         let error = translate(with(json!({"tools":[{"name":"f","input_schema":{"type":"array"}}]}))).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("tools[0].input_schema.type"));

@@ -63,14 +63,25 @@ pub enum Block {
     Image(ImageSource),
     Document(Document),
     /// A call of a client tool, replayed by the client: its `id` is the engine's `call_id`.
-    ToolUse { id: String, name: String, input: Value },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
     ToolResult(ToolResult),
     /// The model's reasoning and the gateway's sealed blob of it.
-    Thinking { thinking: String, signature: String },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     /// Reasoning the client only has as the gateway's sealed blob.
-    RedactedThinking { data: String },
+    RedactedThinking {
+        data: String,
+    },
     /// Inside a `tool_result`: a deferred tool that a client-side tool search loaded.
-    ToolReference { tool_name: String },
+    ToolReference {
+        tool_name: String,
+    },
 }
 
 /// Where an image comes from.
@@ -91,9 +102,15 @@ pub struct Document {
 #[derive(Debug, Clone, PartialEq)]
 pub enum DocumentSource {
     /// Base64 bytes of a PDF (or any file type the input-file path reads).
-    Base64 { media_type: String, data: String },
+    Base64 {
+        media_type: String,
+        data: String,
+    },
     /// Plain text given inline.
-    Text { media_type: String, data: String },
+    Text {
+        media_type: String,
+        data: String,
+    },
     Url(String),
 }
 
@@ -543,7 +560,10 @@ fn parse_block(value: Value, at: &str, accepted: &[&str]) -> Result<Block, ApiEr
                 None | Some(Value::Null) => None,
                 Some(Value::String(title)) => Some(title.clone()),
                 Some(other) => {
-                    return Err(invalid(&join_path(at, "title"), format!("expected a string, got {}", json_kind(other))));
+                    return Err(invalid(
+                        &join_path(at, "title"),
+                        format!("expected a string, got {}", json_kind(other)),
+                    ));
                 }
             };
             let source = parse_document_source(field(value, at, "source")?, &join_path(at, "source"))?;
@@ -783,7 +803,10 @@ mod tests {
         let counted = MessagesRequest::counting_from_slice(counting.to_string().as_bytes()).unwrap();
         assert_eq!(counted.max_tokens, None, "counting tokens needs no max_tokens");
         let (param, message) = refused(with(json!({"max_tokens":0})));
-        assert_eq!((param.as_str(), message.as_str()), ("max_tokens", "max_tokens: expected an integer of at least 1, got 0."));
+        assert_eq!(
+            (param.as_str(), message.as_str()),
+            ("max_tokens", "max_tokens: expected an integer of at least 1, got 0.")
+        );
     }
 
     #[test]
@@ -894,7 +917,10 @@ mod tests {
         let (param, _) = refused(user_blocks(json!([{"type":"document","source":{"type":"pdf"}}])));
         assert_eq!(param, "messages[0].content[0].source.type");
         let (param, message) = refused(user_blocks(json!([{"type":"text","text":5}])));
-        assert_eq!((param.as_str(), message.as_str()), ("messages[0].content[0].text", "messages[0].content[0].text: expected a string, got the number 5."));
+        assert_eq!(
+            (param.as_str(), message.as_str()),
+            ("messages[0].content[0].text", "messages[0].content[0].text: expected a string, got the number 5.")
+        );
     }
 
     #[test]
@@ -905,8 +931,7 @@ mod tests {
         ]})));
         assert_eq!(param, "messages[1].content[0]");
         assert_eq!(message, "messages[1].content[0]: assistant messages cannot hold tool_result blocks.");
-        let (param, _) =
-            refused(user_blocks(json!([{"type":"tool_use","id":"c","name":"n","input":{}}])));
+        let (param, _) = refused(user_blocks(json!([{"type":"tool_use","id":"c","name":"n","input":{}}])));
         assert_eq!(param, "messages[0].content[0]");
         let (param, _) = refused(with(json!({"messages":[{"role":"system","content":"only system"}]})));
         assert_eq!(param, "messages");
@@ -957,12 +982,16 @@ mod tests {
         assert_eq!((request.temperature, request.top_p, request.top_k), (Some(0.5), Some(0.9), Some(40)));
         assert_eq!(request.user_id.as_deref(), Some("u-1"));
         assert!(request.stream);
-        let enabled = parse(with(json!({"max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":2048}}))).unwrap();
+        let enabled =
+            parse(with(json!({"max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":2048}}))).unwrap();
         assert_eq!(
             enabled.thinking,
             Some(Thinking::Enabled { budget_tokens: 2048, display: ThinkingDisplayParam::Summarized })
         );
-        assert_eq!(refused(with(json!({"thinking":{"type":"enabled","budget_tokens":100}}))).0, "thinking.budget_tokens");
+        assert_eq!(
+            refused(with(json!({"thinking":{"type":"enabled","budget_tokens":100}}))).0,
+            "thinking.budget_tokens"
+        );
         let (param, message) = refused(with(json!({"thinking":{"type":"enabled","budget_tokens":2048}})));
         assert_eq!(param, "thinking.budget_tokens");
         assert_eq!(message, "thinking.budget_tokens: must be less than max_tokens (64), got 2048.");
@@ -970,7 +999,10 @@ mod tests {
         assert_eq!(refused(with(json!({"output_config":{"effort":"extreme"}}))).0, "output_config.effort");
         assert_eq!(refused(with(json!({"temperature":1.5}))).0, "temperature");
         assert_eq!(refused(with(json!({"stop_sequences":[""]}))).0, "stop_sequences[0]");
-        assert_eq!(refused(with(json!({"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}))).0, "mcp_servers");
+        assert_eq!(
+            refused(with(json!({"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}))).0,
+            "mcp_servers"
+        );
     }
 
     #[test]

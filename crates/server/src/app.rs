@@ -12,12 +12,12 @@
 
 use std::sync::Arc;
 
-use axum::{Extension, Router};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{HeaderValue, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use axum::{Extension, Router};
 use respgw_engine::Engine;
 use respgw_protocol::ApiError;
 use respgw_telemetry::Metrics;

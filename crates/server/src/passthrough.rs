@@ -152,7 +152,8 @@ pub async fn models(State(state): State<Passthrough>, uri: Uri, headers: HeaderM
 /// from the upstream's `created` seconds; the id stands in for a display name).
 async fn anthropic_models(state: &Passthrough) -> Result<Value, ApiError> {
     let upstream = state.engine.upstream();
-    let reply = upstream.request(Method::GET, "/models").send().await.map_err(|e| Upstream::classify(e).to_api_error())?;
+    let reply =
+        upstream.request(Method::GET, "/models").send().await.map_err(|e| Upstream::classify(e).to_api_error())?;
     let status = reply.status();
     let body = reply.bytes().await.map_err(|e| Upstream::classify(e).to_api_error())?;
     if !status.is_success() {

@@ -11,12 +11,12 @@ pub(crate) mod reply;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::{Extension, Json};
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use respgw_engine::Engine;
 use respgw_messages::error::messages_error;
 use respgw_messages::into_engine::{EngineRequest, into_engine};
@@ -173,7 +173,8 @@ mod tests {
             request = request.header(*name, *value);
         }
         let request = request.body(Body::empty()).expect("a request");
-        let response = app.layer(axum::middleware::from_fn(anthropic_errors)).oneshot(request).await.expect("infallible");
+        let response =
+            app.layer(axum::middleware::from_fn(anthropic_errors)).oneshot(request).await.expect("infallible");
         (response.status(), response)
     }
 
@@ -208,9 +209,8 @@ mod tests {
         let (status, response) = reply(app.clone(), "POST", "/v1/messages/count_tokens", &[]).await;
         assert_eq!(status.as_u16(), 529);
         assert_eq!(json_body(response).await["error"]["type"], "overloaded_error");
-        let wrong_method = app.method_not_allowed_fallback(|| async {
-            HttpError(ApiError::method_not_allowed("GET", "/v1/messages"))
-        });
+        let wrong_method = app
+            .method_not_allowed_fallback(|| async { HttpError(ApiError::method_not_allowed("GET", "/v1/messages")) });
         let (status, response) = reply(wrong_method, "GET", "/v1/messages", &[]).await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(json_body(response).await["error"]["type"], "invalid_request_error");
