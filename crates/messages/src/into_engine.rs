@@ -19,12 +19,17 @@
 //!   `tool_reference` reaches the model as a line saying the tool is now available;
 //!   `tool_choice` `auto` / `any` / `tool` / `none` → `auto` / `required` / that function /
 //!   `none`; `disable_parallel_tool_use` → `parallel_tool_calls: false`.
+//! - Server tools and `mcp_servers` → the gateway's own tools, after the client's; the blocks
+//!   of their earlier calls (a call block and its result block) → the engine's items of those
+//!   calls ([`crate::server_tools`]). `max_uses` → `max_tool_calls` (the smallest given), which
+//!   bounds every gateway tool call of the request.
 //! - `thinking` and `output_config.effort` → `reasoning.effort` (see [`reasoning_effort`]).
 //! - `max_tokens` → `max_output_tokens`; `temperature`, `top_p` as they are; `metadata.user_id`
 //!   → `user`; `stop_sequences` and `top_k` → the engine request's upstream sampling options.
 //!
 //! Every request runs with `store: false` and `include: ["reasoning.encrypted_content"]`: a
-//! Messages client replays its whole history, and its thinking comes back as sealed blobs.
+//! Messages client replays its whole history, and its thinking comes back as sealed blobs. A
+//! request with server tools also includes what their blocks show (their outputs and results).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -36,6 +41,7 @@ use crate::request::{
     Block, Document, DocumentSource, Effort, ImageSource, Message, MessagesRequest, Role, Thinking,
     ThinkingDisplayParam, Tool, ToolChoiceMode, ToolResult, ToolResultContent, invalid,
 };
+use crate::server_tools::{PendingCalls, ReplayedBlock, mcp};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
 /// What the engine runs for a Messages request.
@@ -51,8 +57,17 @@ pub struct EngineRequest {
 #[derive(Debug, Clone, Default)]
 pub struct SourcePaths {
     origins: Vec<Origin>,
-    /// The index in `tools` of each tool offered (deferred tools not loaded are left out).
-    tools: Vec<usize>,
+    /// Where each tool offered was declared (deferred tools not loaded are left out).
+    tools: Vec<ToolOrigin>,
+}
+
+/// Where one engine tool was declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolOrigin {
+    /// `tools[index]`.
+    Tool(usize),
+    /// `mcp_servers[index]`.
+    McpServer(usize),
 }
 
 /// The origin of one input item.
@@ -71,6 +86,8 @@ enum BlockKind {
     ToolResult,
     Thinking,
     RedactedThinking,
+    /// A gateway tool's result block (its item also stands for the call block before it).
+    ServerToolResult,
 }
 
 /// Translate `request` into the engine's request, validated under `caps` and `limits`.
@@ -108,21 +125,34 @@ pub fn into_engine(
         .enumerate()
         .filter(|(_, tool)| !tool.defer_loading || loaded.contains(&tool.name.as_str()))
         .collect();
-    paths.tools = offered.iter().map(|(index, _)| *index).collect();
-    if !offered.is_empty() {
-        let tools: Vec<Value> = offered
-            .iter()
-            .map(|(_, tool)| {
-                json!({
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.input_schema,
-                    "strict": tool.strict,
-                })
+    let mut tools: Vec<Value> = offered
+        .iter()
+        .map(|(_, tool)| {
+            json!({
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.input_schema,
+                "strict": tool.strict,
             })
-            .collect();
+        })
+        .collect();
+    paths.tools = offered.iter().map(|(_, tool)| ToolOrigin::Tool(tool.index)).collect();
+    let mut include = Vec::new();
+    for (index, server_tool) in &request.server_tools {
+        tools.push(server_tool.engine_tool());
+        paths.tools.push(ToolOrigin::Tool(*index));
+        include.push(server_tool.include());
+    }
+    for (index, server) in request.mcp_servers.iter().enumerate().filter(|(_, server)| server.enabled) {
+        tools.push(server.engine_tool());
+        paths.tools.push(ToolOrigin::McpServer(index));
+    }
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(max_uses) = request.server_tools.iter().filter_map(|(_, tool)| tool.max_uses()).min() {
+        body.insert("max_tool_calls".into(), json!(max_uses));
     }
     if let Some(choice) = &request.tool_choice {
         let mode = match &choice.mode {
@@ -157,6 +187,8 @@ pub fn into_engine(
     let mut validated = CreateResponseRequest::from_value(Value::Object(body))
         .and_then(|parsed| parsed.validate_within(caps, limits))
         .map_err(|error| paths.rename(error))?;
+    // After validation: the web search include is the Messages face's own, not a Responses value.
+    validated.include.extend(include.into_iter().map(str::to_owned));
     validated.stop = request.stop_sequences.clone();
     validated.top_k = request.top_k;
     let display = match request.thinking {
@@ -225,6 +257,7 @@ fn message_items(
     // The parts of the message being gathered, and the block it starts at.
     let mut parts: Vec<Value> = Vec::new();
     let mut first = 0;
+    let mut pending_calls = PendingCalls::default();
     let flush = |parts: &mut Vec<Value>, first: usize, items: &mut Vec<Value>, paths: &mut SourcePaths| {
         if !parts.is_empty() {
             items.push(json!({"type": "message", "role": role, "content": std::mem::take(parts)}));
@@ -274,6 +307,13 @@ fn message_items(
             }
             // The parser admits tool references only inside a tool result.
             Block::ToolReference { .. } => continue,
+            Block::ServerTool(ReplayedBlock::Call { id, call, tool }) => {
+                pending_calls.call(id, call, tool, &at);
+                continue;
+            }
+            Block::ServerTool(ReplayedBlock::Result { tool_use_id, result }) => {
+                (pending_calls.result(tool_use_id, result, &at)?, BlockKind::ServerToolResult)
+            }
         };
         flush(&mut parts, first, items, paths);
         let (item, kind) = single;
@@ -281,7 +321,7 @@ fn message_items(
         paths.origins.push(Origin::Block { message: index, block: block_index, kind });
     }
     flush(&mut parts, first, items, paths);
-    Ok(())
+    pending_calls.finish()
 }
 
 /// Add a part to the message being gathered, remembering the block a new message starts at.
@@ -364,13 +404,18 @@ impl SourcePaths {
             "messages".to_owned()
         } else if let Some(rest) = param.strip_prefix("tools[")
             && let Some((index, rest)) = rest.split_once(']')
-            && let Some(&index) = index.parse::<usize>().ok().and_then(|i| self.tools.get(i))
+            && let Some(&origin) = index.parse::<usize>().ok().and_then(|i| self.tools.get(i))
         {
-            let rest = match rest.strip_prefix(".parameters") {
-                Some(after) => format!(".input_schema{after}"),
-                None => rest.to_owned(),
-            };
-            format!("tools[{index}]{rest}")
+            match origin {
+                ToolOrigin::Tool(index) => {
+                    let rest = match rest.strip_prefix(".parameters") {
+                        Some(after) => format!(".input_schema{after}"),
+                        None => rest.to_owned(),
+                    };
+                    format!("tools[{index}]{rest}")
+                }
+                ToolOrigin::McpServer(index) => format!("mcp_servers[{index}]{}", mcp::field_path(rest)),
+            }
         } else {
             return error;
         };
@@ -403,6 +448,7 @@ impl Origin {
                     BlockKind::Thinking if rest.starts_with(".content") => ".thinking".to_owned(),
                     BlockKind::Thinking => rest.replacen(".encrypted_content", ".signature", 1),
                     BlockKind::RedactedThinking => rest.replacen(".encrypted_content", ".data", 1),
+                    BlockKind::ServerToolResult => String::new(),
                 };
                 format!("{base}{renamed}")
             }

@@ -11,6 +11,9 @@
 //!   request side asks the engine for it); with [`ThinkingDisplay::Omitted`] its `thinking` is
 //!   empty and the signature still carries the reasoning. A reasoning item without text but with
 //!   a sealed blob is a `redacted_thinking` block whose `data` is the blob.
+//! - The gateway's own tools (web search, code execution, MCP) are blocks made by
+//!   [`crate::server_tools`]: a call (`server_tool_use`, `mcp_tool_use`) and its result, and
+//!   `usage.server_tool_use` counts the web searches.
 //! - `usage.input_tokens` counts the input tokens the upstream did not read from its prefix
 //!   cache: Anthropic's three input counts add up to the whole input, and
 //!   `cache_read_input_tokens` is the upstream's cached tokens.
@@ -22,6 +25,7 @@ use respgw_protocol::response::{IncompleteReason, ResponseObject, ResponseStatus
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::server_tools::{self, ServerToolUsage};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
 /// A `message` body (`"type": "message"`).
@@ -49,6 +53,16 @@ pub enum ContentBlock {
     Thinking { thinking: String, signature: String },
     RedactedThinking { data: String },
     ToolUse { id: String, name: String, input: Value },
+    /// A call of a gateway tool; `name` is `web_search` or `code_execution`.
+    ServerToolUse { id: String, name: String, input: Value },
+    /// `content`: `web_search_result` entries or a `web_search_tool_result_error`.
+    WebSearchToolResult { tool_use_id: String, content: Value },
+    /// `content`: a `code_execution_result` or a `code_execution_tool_result_error`.
+    CodeExecutionToolResult { tool_use_id: String, content: Value },
+    /// A call of a tool on a server of `mcp_servers`.
+    McpToolUse { id: String, name: String, server_name: String, input: Value },
+    /// `content`: text blocks.
+    McpToolResult { tool_use_id: String, is_error: bool, content: Value },
 }
 
 /// Why the message ended.
@@ -81,6 +95,9 @@ pub struct MessageUsage {
     pub output_tokens: u64,
     /// `priority` when the request asked for it, else `standard`.
     pub service_tier: &'static str,
+    /// The web searches run, when there were any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_tool_use: Option<ServerToolUsage>,
 }
 
 /// `usage.cache_creation`.
@@ -104,6 +121,7 @@ impl MessageUsage {
                 ServiceTier::Priority => "priority",
                 ServiceTier::Auto | ServiceTier::Default | ServiceTier::Flex => "standard",
             },
+            server_tool_use: None,
         }
     }
 }
@@ -124,7 +142,10 @@ pub fn message(response: &ResponseObject, shape: &ReplyShape) -> MessageBody {
         content: response.output.iter().flat_map(|item| blocks(item, shape)).collect(),
         stop_reason: Some(stop_reason),
         stop_sequence,
-        usage: MessageUsage::from_engine(&response.usage.unwrap_or_default(), response.service_tier),
+        usage: MessageUsage {
+            server_tool_use: server_tools::usage(&response.output),
+            ..MessageUsage::from_engine(&response.usage.unwrap_or_default(), response.service_tier)
+        },
     }
 }
 
@@ -153,13 +174,11 @@ pub fn blocks(item: &Item, shape: &ReplyShape) -> Vec<ContentBlock> {
             name: call.name.clone(),
             input: tool_input(&call.arguments),
         }],
-        // Gateway-run tools are not offered to Messages clients yet: the request side declares
-        // none, so the engine makes no such items; were one there, it would be left out.
-        Item::CodeInterpreterCall(_)
-        | Item::WebSearchCall(_)
-        | Item::McpCall(_)
-        | Item::McpListTools(_)
-        | Item::McpApprovalRequest(_) => Vec::new(),
+        Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) | Item::McpCall(_) => {
+            server_tools::blocks(item).unwrap_or_default()
+        }
+        // A server's tool list is the gateway's business; every MCP call runs without approval.
+        Item::McpListTools(_) | Item::McpApprovalRequest(_) => Vec::new(),
         // Client tools of other shapes (`custom`, `local_shell`) cannot be declared in a
         // Messages request, a `compaction` item is the engine's own record of a compacted
         // conversation, and the rest are input items, never output.
@@ -174,7 +193,8 @@ pub fn blocks(item: &Item, shape: &ReplyShape) -> Vec<ContentBlock> {
 }
 
 /// A `text` block for an answer's content part. Its `url_citation` annotations are left out:
-/// they come from web search, which Messages clients are not offered yet.
+/// Anthropic's citations quote the cited text and index an encrypted result, which the engine's
+/// annotations do not carry.
 fn text_block(part: &ContentPart) -> Option<ContentBlock> {
     match part {
         ContentPart::OutputText { text, .. } => Some(ContentBlock::Text { text: text.clone() }),

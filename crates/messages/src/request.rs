@@ -2,7 +2,8 @@
 //! every error a 400 in our own words that names its field (`messages[2].content[0].source`).
 //!
 //! Content blocks and sources dispatch on their `type` here, so an unknown or misspelt type is
-//! refused with the types that would have been accepted. Fields the gateway has no use for are
+//! refused with the types that would have been accepted. Server tools, `mcp_servers` and the
+//! blocks of their earlier calls are parsed by [`crate::server_tools`]. Fields the gateway has no use for are
 //! accepted and ignored, never refused: `cache_control` on any block, tool or system text,
 //! `citations`, `context_management`, `service_tier`, `container`, and top-level fields Anthropic
 //! adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it changes.
@@ -15,6 +16,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::server_tools::mcp::{McpServer, parse_servers};
+use crate::server_tools::{self, REPLAYED_BLOCK_TYPES, ReplayedBlock, SERVER_TOOL_TYPES, ServerTool};
+
 /// A Messages request, parsed and checked field by field (the engine's rules come after, in
 /// [`crate::into_engine`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -25,7 +29,12 @@ pub struct MessagesRequest {
     /// The texts of `system` (a string is one text).
     pub system: Vec<String>,
     pub messages: Vec<Message>,
+    /// The client tools of `tools`.
     pub tools: Vec<Tool>,
+    /// The server tools of `tools`, each with its index there.
+    pub server_tools: Vec<(usize, ServerTool)>,
+    /// `mcp_servers`.
+    pub mcp_servers: Vec<McpServer>,
     pub tool_choice: Option<ToolChoice>,
     pub thinking: Option<Thinking>,
     /// `output_config.effort`.
@@ -82,6 +91,8 @@ pub enum Block {
     ToolReference {
         tool_name: String,
     },
+    /// A gateway tool's call or result from an earlier reply.
+    ServerTool(ReplayedBlock),
 }
 
 /// Where an image comes from.
@@ -132,6 +143,8 @@ pub enum ToolResultContent {
 /// A client tool: a function the model may call, with the JSON schema of its input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tool {
+    /// Its index in the request's `tools`.
+    pub index: usize,
     pub name: String,
     pub description: Option<String>,
     pub input_schema: Map<String, Value>,
@@ -191,8 +204,20 @@ pub enum Effort {
 pub const MIN_THINKING_BUDGET: u64 = 1024;
 
 /// The content block types a message may hold.
-pub const BLOCK_TYPES: &[&str] =
-    &["text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"];
+pub const BLOCK_TYPES: &[&str] = &[
+    "text",
+    "image",
+    "document",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "server_tool_use",
+    "web_search_tool_result",
+    "code_execution_tool_result",
+    "mcp_tool_use",
+    "mcp_tool_result",
+];
 
 /// The block types a `tool_result` may hold.
 const TOOL_RESULT_BLOCK_TYPES: &[&str] = &["text", "image", "document", "tool_reference"];
@@ -364,19 +389,17 @@ impl MessagesRequest {
         if messages.iter().all(|m| m.role == Role::System) {
             return Err(invalid("messages", "expected at least one user or assistant message"));
         }
-        if fields.mcp_servers.as_ref().is_some_and(|servers| !servers.is_null()) {
-            return Err(invalid(
-                "mcp_servers",
-                "the MCP connector is not supported by this gateway; declare the server's tools as client tools",
-            ));
+        let mcp_servers = parse_servers(fields.mcp_servers)?;
+        let mut tools = Vec::new();
+        let mut server_tools = Vec::new();
+        for (i, tool) in fields.tools.unwrap_or_default().into_iter().enumerate() {
+            let at = format!("tools[{i}]");
+            let kind = tool.get("type").and_then(Value::as_str).map(str::to_owned);
+            match kind.and_then(|kind| ServerTool::parse(&kind, tool.clone(), &at)) {
+                Some(server_tool) => server_tools.push((i, server_tool?)),
+                None => tools.push(parse_tool(tool, &at, i)?),
+            }
         }
-        let tools = fields
-            .tools
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, tool)| parse_tool(tool, &format!("tools[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
         let tool_choice = match fields.tool_choice {
             None | Some(Value::Null) => None,
             Some(choice) => Some(parse_tool_choice(choice)?),
@@ -397,6 +420,8 @@ impl MessagesRequest {
             system: parse_system(fields.system)?,
             messages,
             tools,
+            server_tools,
+            mcp_servers,
             tool_choice,
             thinking,
             effort: fields.output_config.and_then(|config| config.effort),
@@ -533,6 +558,7 @@ fn check_blocks_for_role(role: Role, blocks: &[Block], at: &str) -> Result<(), A
             Block::ToolUse { .. } => ("tool_use", role == Role::Assistant),
             Block::Thinking { .. } => ("thinking", role == Role::Assistant),
             Block::RedactedThinking { .. } => ("redacted_thinking", role == Role::Assistant),
+            Block::ServerTool(_) => ("server tool", role == Role::Assistant),
         };
         if !allowed {
             let role = match role {
@@ -618,6 +644,7 @@ fn parse_block(value: Value, at: &str, accepted: &[&str]) -> Result<Block, ApiEr
         "tool_reference" => {
             typed::<ToolReferenceFields>(value, at).map(|b| Block::ToolReference { tool_name: b.tool_name })
         }
+        kind if REPLAYED_BLOCK_TYPES.contains(&kind) => server_tools::parse_block(kind, value, at).map(Block::ServerTool),
         other => Err(unknown_type(at, other, "content block", accepted)),
     }
 }
@@ -672,7 +699,7 @@ fn no_files_api(at: &str) -> ApiError {
     )
 }
 
-fn parse_tool(value: Value, at: &str) -> Result<Tool, ApiError> {
+fn parse_tool(value: Value, at: &str, index: usize) -> Result<Tool, ApiError> {
     let Some(object) = value.as_object() else {
         return Err(invalid(at, format!("expected a tool (an object), got {}", json_kind(&value))));
     };
@@ -684,8 +711,9 @@ fn parse_tool(value: Value, at: &str) -> Result<Tool, ApiError> {
                 &join_path(at, "type"),
                 format!(
                     "the tool type '{}' is not supported by this gateway; declare client tools with a name and \
-                     an input_schema (type 'custom' or no type)",
-                    clip(kind)
+                     an input_schema (type 'custom' or no type), or one of the server tools {}",
+                    clip(kind),
+                    SERVER_TOOL_TYPES.join(", ")
                 ),
             ));
         }
@@ -695,6 +723,7 @@ fn parse_tool(value: Value, at: &str) -> Result<Tool, ApiError> {
     }
     let tool: ToolFields = typed(value, at)?;
     Ok(Tool {
+        index,
         name: tool.name,
         description: tool.description,
         input_schema: tool.input_schema,
@@ -888,7 +917,8 @@ mod tests {
         assert_eq!(
             message,
             "messages[0].content[1].type: unknown content block type 'video'; expected one of text, image, document, \
-             tool_use, tool_result, thinking, redacted_thinking."
+             tool_use, tool_result, thinking, redacted_thinking, server_tool_use, web_search_tool_result, \
+             code_execution_tool_result, mcp_tool_use, mcp_tool_result."
         );
         let (param, _) = refused(user_blocks(json!([{"text":"a"}])));
         assert_eq!(param, "messages[0].content[0].type");
@@ -999,10 +1029,43 @@ mod tests {
         assert_eq!(refused(with(json!({"output_config":{"effort":"extreme"}}))).0, "output_config.effort");
         assert_eq!(refused(with(json!({"temperature":1.5}))).0, "temperature");
         assert_eq!(refused(with(json!({"stop_sequences":[""]}))).0, "stop_sequences[0]");
-        assert_eq!(
-            refused(with(json!({"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}))).0,
-            "mcp_servers"
-        );
+    }
+
+    #[test]
+    fn server_tools_and_mcp_servers_are_parsed_apart_from_client_tools() {
+        let request = parse(with(json!({
+            "tools":[
+                {"type":"web_search_20250305","name":"web_search","max_uses":3},
+                {"name":"ls","input_schema":{"type":"object"}},
+                {"type":"code_execution_20250522","name":"code_execution"}
+            ],
+            "mcp_servers":[{"type":"url","url":"https://x.example/mcp","name":"x"}]
+        })))
+        .unwrap();
+        assert_eq!(request.tools.len(), 1);
+        assert_eq!(request.tools[0].index, 1);
+        let indexes: Vec<usize> = request.server_tools.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indexes, [0, 2]);
+        assert_eq!(request.server_tools[1].1, ServerTool::CodeExecution);
+        assert_eq!(request.mcp_servers[0].name, "x");
+        assert_eq!(refused(with(json!({"mcp_servers":[{"type":"url","name":"x"}]}))).0, "mcp_servers[0].url");
+        let (param, message) = refused(with(json!({"tools":[{"type":"web_fetch_20250910","name":"web_fetch"}]})));
+        assert_eq!(param, "tools[0].type");
+        assert!(message.contains("web_search_20250305, code_execution_20250522"), "{message}");
+    }
+
+    #[test]
+    fn server_tool_blocks_come_from_the_assistant() {
+        let call = json!({"type":"server_tool_use","id":"srvtoolu_ws_1","name":"web_search","input":{"query":"q"}});
+        let assistant = json!({"messages":[
+            {"role":"user","content":"hi"},
+            {"role":"assistant","content":[call.clone(), {"type":"web_search_tool_result","tool_use_id":"srvtoolu_ws_1","content":[]}]}
+        ]});
+        let request = parse(with(assistant)).unwrap();
+        assert!(matches!(request.messages[1].content[0], Block::ServerTool(ReplayedBlock::Call { .. })));
+        let (param, message) = refused(user_blocks(json!([call])));
+        assert_eq!(param, "messages[0].content[0]");
+        assert!(message.contains("user messages cannot hold server tool blocks"), "{message}");
     }
 
     #[test]

@@ -20,6 +20,10 @@
 //!   and sent whole at the end as the `input` the JSON reply has (`{}` for anything but an object;
 //!   see [`crate::reply::tool_input`]). Arguments that start with `{` but end broken reach the
 //!   client as the model wrote them.
+//! - A gateway tool's call and result blocks go out when its item is done (the engine runs the
+//!   tool before it says what it found): the call block as a `tool_use` is streamed whole (empty
+//!   `input`, one `input_json_delta`), then the result block whole in its `content_block_start`,
+//!   as Anthropic streams them.
 //! - A block ends when the next one starts or its item is done. An upstream that interleaves the
 //!   arguments of two calls gets the late fragments sent to the earlier call's `index`, after its
 //!   stop: nothing is lost, and the SDKs accumulate by index.
@@ -36,6 +40,7 @@ use crate::error::{MessagesErrorType, messages_error_body};
 use crate::reply::{
     ContentBlock, MessageBody, MessageUsage, StopReason, message_id, reasoning_block, stop_reason, tool_input,
 };
+use crate::server_tools::{self, ServerToolUsage};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
 /// One event of a Messages stream; its serde tag is the wire `type` (also the SSE `event:`).
@@ -92,6 +97,8 @@ pub struct MessageDeltaUsage {
     pub cache_creation_input_tokens: u64,
     pub cache_read_input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_tool_use: Option<ServerToolUsage>,
 }
 
 impl MessagesEvent {
@@ -142,6 +149,8 @@ enum BlockKind {
     Text,
     Thinking,
     ToolUse,
+    /// A gateway tool's result, whole in its start.
+    ToolResult,
 }
 
 /// The block that receives deltas now.
@@ -237,10 +246,10 @@ impl MessageStream {
             ResponseEvent::OutputTextDone { .. }
             | ResponseEvent::ReasoningDone { .. }
             | ResponseEvent::FunctionCallArgumentsDone { .. } => {}
-            // `url_citation`s come from web search, which Messages clients are not offered yet.
+            // Left out, as in the JSON reply (see `reply::text_block`).
             ResponseEvent::OutputTextAnnotationAdded { .. } => {}
-            // Gateway-run tools are not offered to Messages clients yet (the request side
-            // declares none), and a compaction is the engine's own business: no blocks.
+            // A gateway tool's blocks go out whole when its item is done, and a compaction is the
+            // engine's own business: no blocks for these.
             ResponseEvent::CodeInterpreterCallInProgress { .. }
             | ResponseEvent::CodeInterpreterCallCodeDelta { .. }
             | ResponseEvent::CodeInterpreterCallCodeDone { .. }
@@ -353,11 +362,13 @@ impl MessageStream {
                 self.close_block_of(output_index, out);
             }
             Item::Message(_) => self.close_block_of(output_index, out),
+            Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) | Item::McpCall(_) => {
+                for block in server_tools::blocks(item).unwrap_or_default() {
+                    self.whole_block(block, output_index, out);
+                }
+            }
             // No blocks for the rest (see [`crate::reply::blocks`]).
-            Item::CodeInterpreterCall(_)
-            | Item::WebSearchCall(_)
-            | Item::McpCall(_)
-            | Item::McpListTools(_)
+            Item::McpListTools(_)
             | Item::McpApprovalRequest(_)
             | Item::CustomToolCall(_)
             | Item::LocalShellCall(_)
@@ -442,6 +453,17 @@ impl MessageStream {
                 (empty, BlockKind::Thinking, deltas)
             }
             ContentBlock::RedactedThinking { .. } => (block, BlockKind::Thinking, Vec::new()),
+            ContentBlock::ServerToolUse { id, name, input } => {
+                let empty = ContentBlock::ServerToolUse { id, name, input: Value::Object(Default::default()) };
+                (empty, BlockKind::ToolUse, vec![BlockDelta::InputJsonDelta { partial_json: input.to_string() }])
+            }
+            ContentBlock::McpToolUse { id, name, server_name, input } => {
+                let empty = ContentBlock::McpToolUse { id, name, server_name, input: Value::Object(Default::default()) };
+                (empty, BlockKind::ToolUse, vec![BlockDelta::InputJsonDelta { partial_json: input.to_string() }])
+            }
+            ContentBlock::WebSearchToolResult { .. }
+            | ContentBlock::CodeExecutionToolResult { .. }
+            | ContentBlock::McpToolResult { .. } => (block, BlockKind::ToolResult, Vec::new()),
             ContentBlock::ToolUse { id, name, input } => {
                 let empty = ContentBlock::ToolUse { id, name, input: Value::Object(Default::default()) };
                 (empty, BlockKind::ToolUse, vec![BlockDelta::InputJsonDelta { partial_json: input.to_string() }])
@@ -476,6 +498,7 @@ impl MessageStream {
             cache_creation_input_tokens: usage.cache_creation_input_tokens,
             cache_read_input_tokens: usage.cache_read_input_tokens,
             output_tokens: usage.output_tokens,
+            server_tool_use: server_tools::usage(&response.output),
         };
         out.push(MessagesEvent::MessageDelta { delta: MessageDelta { stop_reason, stop_sequence }, usage });
         self.end_with(MessagesEvent::MessageStop, out);
