@@ -41,7 +41,8 @@ use crate::request::{
     Block, Document, DocumentSource, Effort, ImageSource, Message, MessagesRequest, Role, Thinking,
     ThinkingDisplayParam, Tool, ToolChoiceMode, ToolResult, ToolResultContent, invalid,
 };
-use crate::server_tools::{PendingCalls, ReplayedBlock, mcp};
+use crate::server_tools::mcp::{self, McpServer};
+use crate::server_tools::{PendingCalls, ReplayedBlock};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
 /// What the engine runs for a Messages request.
@@ -140,11 +141,13 @@ pub fn into_engine(
     paths.tools = offered.iter().map(|(_, tool)| ToolOrigin::Tool(tool.index)).collect();
     let mut include = Vec::new();
     for (index, server_tool) in &request.server_tools {
+        server_tool.check_enabled(caps, &format!("tools[{index}]"))?;
         tools.push(server_tool.engine_tool());
         paths.tools.push(ToolOrigin::Tool(*index));
         include.push(server_tool.include());
     }
     for (index, server) in request.mcp_servers.iter().enumerate().filter(|(_, server)| server.enabled) {
+        McpServer::check_enabled(caps, index)?;
         tools.push(server.engine_tool());
         paths.tools.push(ToolOrigin::McpServer(index));
     }
@@ -414,7 +417,10 @@ impl SourcePaths {
                     };
                     format!("tools[{index}]{rest}")
                 }
-                ToolOrigin::McpServer(index) => format!("mcp_servers[{index}]{}", mcp::field_path(rest)),
+                ToolOrigin::McpServer(index) => {
+                    error.message = mcp::client_words(&error.message);
+                    format!("mcp_servers[{index}]{}", mcp::field_path(rest))
+                }
             }
         } else {
             return error;
@@ -461,6 +467,8 @@ mod tests {
     use respgw_protocol::items::{ContentPart, FunctionOutput};
     use respgw_protocol::tools::choice::ToolChoiceMode as EngineMode;
     use respgw_protocol::{Item, MessageRole, ToolChoice, ToolDeclaration};
+
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
     use super::*;
 
@@ -743,5 +751,99 @@ mod tests {
         let error = into_engine(request, &Capabilities::default(), &limits).unwrap_err();
         assert_eq!((error.status, error.param.as_deref()), (400, Some("messages")));
         assert_eq!(error.code.as_deref(), Some("limit_exceeded"));
+    }
+
+    /// A gateway with every gateway tool enabled.
+    fn all_tools() -> Capabilities {
+        Capabilities { code_interpreter: true, remote_mcp: true, web_search: true, ..Capabilities::default() }
+    }
+
+    #[test]
+    fn server_tools_and_mcp_servers_become_the_gateways_tools_after_the_clients() {
+        let body = with(json!({
+            "tools": [
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 2, "allowed_domains": ["a.example"]},
+                {"name": "ls", "input_schema": {"type": "object"}},
+                {"type": "code_execution_20250522", "name": "code_execution"},
+            ],
+            "mcp_servers": [
+                {"type": "url", "url": "https://mcp.example/mcp", "name": "docs", "authorization_token": "t0k",
+                 "tool_configuration": {"allowed_tools": ["search"]}},
+                {"type": "url", "url": "https://off.example/mcp", "name": "off", "tool_configuration": {"enabled": false}},
+            ],
+        }));
+        let translated = into_engine(MessagesRequest::from_value(body).unwrap(), &all_tools(), &RequestLimits::default())
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let tools: Vec<Value> = translated.request.tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect();
+        let kinds: Vec<&str> = tools.iter().map(|t| t["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["function", "web_search", "code_interpreter", "mcp"]);
+        assert_eq!(tools[1]["filters"]["allowed_domains"], json!(["a.example"]));
+        assert_eq!(tools[3]["server_label"], "docs");
+        assert_eq!(tools[3]["require_approval"], "never");
+        assert_eq!(translated.request.max_tool_calls, Some(2));
+        assert_eq!(
+            translated.request.include,
+            ["reasoning.encrypted_content", "web_search_call.model_result", "code_interpreter_call.outputs"]
+        );
+    }
+
+    #[test]
+    fn a_gateway_tool_that_is_not_enabled_is_refused_at_its_declaration() {
+        let body = with(json!({
+            "tools": [{"name": "ls", "input_schema": {"type": "object"}}, {"type": "code_execution_20250522", "name": "code_execution"}],
+        }));
+        let error = translate(body).unwrap_err();
+        assert_eq!((error.status, error.param.as_deref()), (400, Some("tools[1].type")));
+        assert!(error.message.starts_with("tools[1].type: 'code_execution_20250522' runs on the gateway's code_interpreter tool. Tool type 'code_interpreter' is not enabled"), "{}", error.message);
+        let mcp = with(json!({"mcp_servers": [{"type": "url", "url": "https://mcp.example/mcp", "name": "docs"}]}));
+        let error = translate(mcp).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("mcp_servers[0]"), "{error:?}");
+        let plain_http = with(json!({"mcp_servers": [{"type": "url", "url": "http://mcp.example/mcp", "name": "docs"}]}));
+        let caps = Capabilities { remote_mcp: true, remote_url_checks: true, ..Capabilities::default() };
+        let error = into_engine(MessagesRequest::from_value(plain_http).unwrap(), &caps, &RequestLimits::default())
+            .unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("mcp_servers[0].url"), "{error:?}");
+        assert_eq!(error.message, "Remote MCP `url` must use `https`.");
+    }
+
+    #[test]
+    fn replayed_gateway_tool_blocks_become_the_engines_items() {
+        let shown = URL_SAFE_NO_PAD.encode(json!({"url": "https://a.example/", "title": "A"}).to_string());
+        let body = with(json!({
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "mcp_servers": [{"type": "url", "url": "https://mcp.example/mcp", "name": "docs"}],
+            "messages": [
+                {"role": "user", "content": "look it up"},
+                {"role": "assistant", "content": [
+                    {"type": "server_tool_use", "id": "srvtoolu_ws_1", "name": "web_search", "input": {"query": "a"}},
+                    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_ws_1", "content": [
+                        {"type": "web_search_result", "url": "https://a.example/", "title": "A", "encrypted_content": shown}]},
+                    {"type": "mcp_tool_use", "id": "mcptoolu_mcp_2", "name": "search", "server_name": "docs", "input": {"q": "a"}},
+                    {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_mcp_2", "is_error": false, "content": [{"type": "text", "text": "hit"}]},
+                    {"type": "text", "text": "Found it."},
+                ]},
+                {"role": "user", "content": "thanks"},
+            ],
+        }));
+        let translated = into_engine(MessagesRequest::from_value(body).unwrap(), &all_tools(), &RequestLimits::default())
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let items: Vec<Value> = translated.request.input.iter().map(item_json).collect();
+        let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["message", "web_search_call", "mcp_call", "message", "message"]);
+        assert_eq!(items[1]["id"], "ws_1");
+        assert_eq!(
+            items[1]["model_result"],
+            json!({"action": {"type": "search", "query": "a", "sources": [{"type": "url", "url": "https://a.example/"}]},
+                   "results": [{"url": "https://a.example/", "title": "A"}]}).to_string()
+        );
+        assert_eq!((items[2]["id"].as_str(), items[2]["output"].as_str()), (Some("mcp_2"), Some("hit")));
+
+        let unanswered = with(json!({"messages": [
+            {"role": "user", "content": "look it up"},
+            {"role": "assistant", "content": [
+                {"type": "server_tool_use", "id": "srvtoolu_ws_1", "name": "web_search", "input": {"query": "a"}}]},
+        ]}));
+        let error = translate(unanswered).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("messages[1].content[0]"));
     }
 }

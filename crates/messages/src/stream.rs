@@ -538,7 +538,10 @@ fn error_kind(error: &StreamError) -> MessagesErrorType {
 
 #[cfg(test)]
 mod tests {
-    use respgw_protocol::items::{ItemStatus, MessageItem, MessageRole, ReasoningItem, ReasoningText};
+    use respgw_protocol::items::{
+        CallStatus, ItemStatus, MessageItem, MessageRole, ReasoningItem, ReasoningText, WebSearchAction,
+        WebSearchCallItem,
+    };
     use respgw_protocol::response::{IncompleteDetails, IncompleteReason, ResponseStatus};
     use respgw_protocol::{ApiError, Usage};
     use serde_json::json;
@@ -885,6 +888,43 @@ mod tests {
         );
         let MessagesEvent::MessageDelta { delta, .. } = &out[out.len() - 2] else { panic!() };
         assert_eq!(delta.stop_reason, StopReason::ToolUse);
+        assert_accumulates_to_the_json_reply(&out, &response, &shape());
+    }
+
+    #[test]
+    fn a_gateway_tool_call_streams_its_call_then_its_whole_result_when_done() {
+        let search = Item::WebSearchCall(WebSearchCallItem {
+            id: "ws_1".into(),
+            status: CallStatus::Completed,
+            action: Some(WebSearchAction::Search { query: "rust".into(), queries: Vec::new(), sources: None }),
+            model_result: Some(json!({"action": {"type": "search", "query": "rust"}, "results": [{"url": "https://a.example/"}]}).to_string()),
+        });
+        let announced = Item::WebSearchCall(WebSearchCallItem {
+            status: CallStatus::InProgress,
+            action: None,
+            model_result: None,
+            ..match &search {
+                Item::WebSearchCall(item) => item.clone(),
+                _ => unreachable!(),
+            }
+        });
+        let response = finished(vec![search.clone(), text("Found.")], usage(30, 0, 12));
+        let mut run = Run::new();
+        run.events.push(ResponseEvent::OutputItemAdded { output_index: 0, item: Box::new(announced) });
+        run.events.push(ResponseEvent::WebSearchCallSearching { item_id: "ws_1".into(), output_index: 0 });
+        run.events.push(ResponseEvent::OutputItemDone { output_index: 0, item: Box::new(search) });
+        let out = translate(run.text(1, &["Found."]).completed(response.clone()), &shape());
+        assert_eq!(
+            kinds(&out)[2..8],
+            ["start 0 server_tool_use", "delta 0 input_json_delta", "stop 0", "start 1 web_search_tool_result", "stop 1", "start 2 text"]
+                .map(String::from)
+        );
+        assert_eq!(
+            serde_json::to_value(&out[2]).unwrap()["content_block"],
+            json!({"type": "server_tool_use", "id": "srvtoolu_ws_1", "name": "web_search", "input": {}})
+        );
+        let MessagesEvent::MessageDelta { usage, .. } = &out[out.len() - 2] else { panic!() };
+        assert_eq!(usage.server_tool_use, Some(ServerToolUsage { web_search_requests: 1, web_fetch_requests: 0 }));
         assert_accumulates_to_the_json_reply(&out, &response, &shape());
     }
 

@@ -12,7 +12,7 @@
 //! - Replay: the blocks become the item with the same output or error, so the model reads the
 //!   same result as when the tool ran.
 
-use respgw_protocol::ApiError;
+use respgw_protocol::{ApiError, Capabilities};
 use respgw_protocol::items::McpCallItem;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -83,6 +83,18 @@ pub fn parse_servers(value: Option<Value>) -> Result<Vec<McpServer>, ApiError> {
 }
 
 impl McpServer {
+    /// A 400 naming `mcp_servers[index]` when the gateway does not dial Remote MCP servers.
+    pub fn check_enabled(caps: &Capabilities, index: usize) -> Result<(), ApiError> {
+        if caps.remote_mcp {
+            return Ok(());
+        }
+        Err(invalid(
+            &format!("mcp_servers[{index}]"),
+            "the MCP connector runs on the gateway's Remote MCP, which this gateway was started without \
+             (GW_MCP_REQUEST_REMOTE_ENABLED=false)",
+        ))
+    }
+
     /// The engine's Remote MCP declaration; the gateway runs every call without asking.
     pub fn engine_tool(&self) -> Value {
         let mut tool = Map::new();
@@ -113,6 +125,14 @@ pub fn field_path(engine_field: &str) -> String {
         }
     }
     engine_field.to_owned()
+}
+
+/// An engine message about a Remote MCP declaration in the connector's words: its backquoted
+/// field names (`` `server_url` ``) as `mcp_servers` spells them (`` `url` ``).
+pub fn client_words(message: &str) -> String {
+    [("`server_label`", "`name`"), ("`server_url`", "`url`"), ("`authorization`", "`authorization_token`")]
+        .iter()
+        .fold(message.to_owned(), |message, (engine, client)| message.replace(engine, client))
 }
 
 /// The blocks an `mcp_call` item stands for: its call and its result.

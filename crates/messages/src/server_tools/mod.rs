@@ -15,8 +15,9 @@ pub mod code_execution;
 pub mod mcp;
 pub mod web_search;
 
-use respgw_protocol::ApiError;
 use respgw_protocol::items::Item;
+use respgw_protocol::tools::tool_not_enabled;
+use respgw_protocol::{ApiError, Capabilities};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -59,6 +60,19 @@ impl ServerTool {
             ))),
             _ => None,
         }
+    }
+
+    /// A 400 naming the declaration at `at` when the gateway tool it runs on is not enabled.
+    pub fn check_enabled(&self, caps: &Capabilities, at: &str) -> Result<(), ApiError> {
+        let (declared, engine_kind, enabled) = match self {
+            ServerTool::WebSearch(_) => ("web_search_20250305", "web_search", caps.web_search),
+            ServerTool::CodeExecution => ("code_execution_20250522", "code_interpreter", caps.code_interpreter),
+        };
+        if enabled {
+            return Ok(());
+        }
+        let why = tool_not_enabled(at, engine_kind).message;
+        Err(invalid(&format!("{at}.type"), format!("'{declared}' runs on the gateway's {engine_kind} tool. {why}")))
     }
 
     /// The engine's declaration of the tool.
