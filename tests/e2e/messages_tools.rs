@@ -149,7 +149,7 @@ async fn web_search_round_trip_and_replay() {
     h.scenario(
         "ws",
         vec![
-            tool_turn(&[("web_search", json!({"action": "search", "query": "rust async"}))]),
+            tool_turn(&[("web_search", json!({"action": "search", "query": "async_rust"}))]),
             Step::text(&["Rust has async."], "stop", None),
             Step::text(&["Nothing more."], "stop", None),
         ],
@@ -161,19 +161,19 @@ async fn web_search_round_trip_and_replay() {
     assert_eq!(status, 200, "{reply}");
     assert_eq!(block_types(&reply), ["server_tool_use", "web_search_tool_result", "text"], "{reply:#}");
     let call = &reply["content"][0];
-    assert_eq!((call["name"].as_str(), &call["input"]), (Some("web_search"), &json!({"query": "rust async"})));
+    assert_eq!((call["name"].as_str(), &call["input"]), (Some("web_search"), &json!({"query": "async_rust"})));
     assert!(call["id"].as_str().unwrap().starts_with("srvtoolu_ws_"), "{call}");
     let result = &reply["content"][1];
     assert_eq!(result["tool_use_id"], call["id"]);
     let hit = &result["content"][0];
     assert_eq!(
         (hit["type"].as_str(), hit["url"].as_str(), hit["title"].as_str()),
-        (Some("web_search_result"), Some(format!("{base}/hit").as_str()), Some("Hit for rust async"))
+        (Some("web_search_result"), Some(format!("{base}/hit").as_str()), Some("Hit for async_rust"))
     );
     assert!(hit["encrypted_content"].as_str().is_some_and(|c| !c.is_empty()), "{hit}");
     assert_eq!(reply["stop_reason"], "end_turn");
     assert_eq!(reply["usage"]["server_tool_use"], json!({"web_search_requests": 1, "web_fetch_requests": 0}));
-    assert_eq!(seen.lock().unwrap().as_slice(), ["rust+async"]);
+    assert_eq!(seen.lock().unwrap().as_slice(), ["async_rust"]);
 
     // The model was offered the gateway's function, searched once, and read the hit.
     let sent = h.upstream_bodies("ws");

@@ -833,7 +833,7 @@ mod tests {
         assert_eq!(items[1]["id"], "ws_1");
         assert_eq!(
             items[1]["model_result"],
-            json!({"action": {"type": "search", "query": "a", "sources": [{"type": "url", "url": "https://a.example/"}]},
+            json!({"action": {"type": "search", "query": "a", "queries": ["a"], "sources": [{"type": "url", "url": "https://a.example/"}]},
                    "results": [{"url": "https://a.example/", "title": "A"}]}).to_string()
         );
         assert_eq!((items[2]["id"].as_str(), items[2]["output"].as_str()), (Some("mcp_2"), Some("hit")));

@@ -5,8 +5,8 @@
 //! - Declaration: `allowed_domains` → `filters.allowed_domains`, `user_location` as it is,
 //!   `max_uses` → the engine's `max_tool_calls` (see [`crate::server_tools`]). `blocked_domains`
 //!   is refused: the gateway's search can only be limited to domains, not keep some out.
-//! - Blocks: the call's `input` is `{"query"}` for a search (with `queries` when the model gave
-//!   several), and the model's arguments for the gateway's other actions (`open_page`,
+//! - Blocks: the call's `input` is `{"query"}` for a search (with `queries` when the model
+//!   searched for several), and the model's arguments for the gateway's other actions (`open_page`,
 //!   `find_in_page`). The result lists a `web_search_result` per page the model was shown (one for
 //!   an opened page or a find in it), or is a `web_search_tool_result_error` (`unavailable`, or
 //!   `invalid_tool_input` when the model's arguments lacked what the action needs).
@@ -94,7 +94,9 @@ impl WebSearchDeclaration {
 /// own arguments for its other actions.
 fn call_input(action: Option<&WebSearchAction>) -> Value {
     match action {
-        Some(WebSearchAction::Search { query, queries, .. }) if queries.is_empty() => json!({"query": query}),
+        Some(WebSearchAction::Search { query, queries, .. }) if queries.is_empty() || *queries == [query.clone()] => {
+            json!({"query": query})
+        }
         Some(WebSearchAction::Search { query, queries, .. }) => json!({"query": query, "queries": queries}),
         Some(WebSearchAction::OpenPage { url }) => json!({"action": "open_page", "url": url}),
         Some(WebSearchAction::FindInPage { url, pattern }) => {
@@ -112,11 +114,11 @@ fn action_of(input: &Map<String, Value>, results: &[Value]) -> WebSearchAction {
         Some("find_in_page") => WebSearchAction::FindInPage { url: text("url"), pattern: text("pattern").unwrap_or_default() },
         _ => WebSearchAction::Search {
             query: text("query").unwrap_or_default(),
-            queries: input
-                .get("queries")
-                .and_then(Value::as_array)
-                .map(|queries| queries.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-                .unwrap_or_default(),
+            // One query searched alone is `queries: [query]` on the item (none without a query).
+            queries: match input.get("queries").and_then(Value::as_array) {
+                Some(queries) => queries.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+                None => text("query").filter(|query| !query.is_empty()).into_iter().collect(),
+            },
             sources: Some(
                 results
                     .iter()
@@ -276,9 +278,11 @@ mod tests {
         }
     }
 
+    /// A search for `query` alone, as the gateway records it.
     fn search(query: &str, urls: &[&str]) -> WebSearchAction {
         let sources = urls.iter().map(|url| WebSearchSource { url: (*url).to_owned() }).collect();
-        WebSearchAction::Search { query: query.into(), queries: Vec::new(), sources: Some(sources) }
+        let queries = if query.is_empty() { Vec::new() } else { vec![query.to_owned()] };
+        WebSearchAction::Search { query: query.into(), queries, sources: Some(sources) }
     }
 
     /// The blocks of `item`, parsed back as a client replays them, and the item they become.
@@ -334,7 +338,14 @@ mod tests {
             found_action.clone(),
             json!({"action": found_action, "url": "https://a.example/", "title": "A", "matches": ["body"]}),
         );
-        for original in [searched, opened, found] {
+        let several = WebSearchAction::Search {
+            query: "a".into(),
+            queries: vec!["a".into(), "b".into()],
+            sources: Some(vec![WebSearchSource { url: "https://a.example/".into() }]),
+        };
+        let searched_several =
+            item(several.clone(), json!({"action": several, "results": [{"url": "https://a.example/"}]}));
+        for original in [searched, searched_several, opened, found] {
             let replayed = round_trip(&original);
             assert_eq!(replayed["model_result"], json!(original.model_result.unwrap()));
             assert_eq!(replayed["action"], json!(original.action.unwrap()));
