@@ -93,7 +93,11 @@ fn accumulate(events: &[Value]) -> Value {
                 let delta = &event["delta"];
                 match delta["type"].as_str().unwrap_or_default() {
                     "text_delta" => {
-                        let text = format!("{}{}", message["content"][index]["text"].as_str().unwrap(), delta["text"].as_str().unwrap());
+                        let text = format!(
+                            "{}{}",
+                            message["content"][index]["text"].as_str().unwrap(),
+                            delta["text"].as_str().unwrap()
+                        );
                         message["content"][index]["text"] = json!(text);
                     }
                     "input_json_delta" => {
@@ -327,8 +331,9 @@ async fn mcp_connector_round_trip_stream_and_replay() {
 
 #[tokio::test]
 async fn gateway_tools_not_enabled_and_bad_replays_are_refused_in_anthropics_shape() {
-    let h = Harness::start_with(&[], &[("GW_CODE_INTERPRETER", "disabled"), ("GW_MCP_REQUEST_REMOTE_ENABLED", "false")])
-        .await;
+    let h =
+        Harness::start_with(&[], &[("GW_CODE_INTERPRETER", "disabled"), ("GW_MCP_REQUEST_REMOTE_ENABLED", "false")])
+            .await;
     let ask = |extra: Value| {
         let mut body = json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]});
         body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());

@@ -772,8 +772,9 @@ mod tests {
                 {"type": "url", "url": "https://off.example/mcp", "name": "off", "tool_configuration": {"enabled": false}},
             ],
         }));
-        let translated = into_engine(MessagesRequest::from_value(body).unwrap(), &all_tools(), &RequestLimits::default())
-            .unwrap_or_else(|e| panic!("{e:?}"));
+        let translated =
+            into_engine(MessagesRequest::from_value(body).unwrap(), &all_tools(), &RequestLimits::default())
+                .unwrap_or_else(|e| panic!("{e:?}"));
         let tools: Vec<Value> = translated.request.tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect();
         let kinds: Vec<&str> = tools.iter().map(|t| t["type"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["function", "web_search", "code_interpreter", "mcp"]);
@@ -798,7 +799,8 @@ mod tests {
         let mcp = with(json!({"mcp_servers": [{"type": "url", "url": "https://mcp.example/mcp", "name": "docs"}]}));
         let error = translate(mcp).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("mcp_servers[0]"), "{error:?}");
-        let plain_http = with(json!({"mcp_servers": [{"type": "url", "url": "http://mcp.example/mcp", "name": "docs"}]}));
+        let plain_http =
+            with(json!({"mcp_servers": [{"type": "url", "url": "http://mcp.example/mcp", "name": "docs"}]}));
         let caps = Capabilities { remote_mcp: true, remote_url_checks: true, ..Capabilities::default() };
         let error = into_engine(MessagesRequest::from_value(plain_http).unwrap(), &caps, &RequestLimits::default())
             .unwrap_err();
@@ -825,8 +827,9 @@ mod tests {
                 {"role": "user", "content": "thanks"},
             ],
         }));
-        let translated = into_engine(MessagesRequest::from_value(body).unwrap(), &all_tools(), &RequestLimits::default())
-            .unwrap_or_else(|e| panic!("{e:?}"));
+        let translated =
+            into_engine(MessagesRequest::from_value(body).unwrap(), &all_tools(), &RequestLimits::default())
+                .unwrap_or_else(|e| panic!("{e:?}"));
         let items: Vec<Value> = translated.request.input.iter().map(item_json).collect();
         let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["message", "web_search_call", "mcp_call", "message", "message"]);

@@ -45,7 +45,9 @@ pub struct MessageBody {
     pub usage: MessageUsage,
 }
 
-/// One content block of a message.
+/// One content block of a message. The gateway tools' blocks ([`crate::server_tools`]): a call
+/// (`server_tool_use`, named `web_search` or `code_execution`; `mcp_tool_use` of a server of
+/// `mcp_servers`) and its result, whose `content` is made by the tool's module.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
@@ -53,15 +55,10 @@ pub enum ContentBlock {
     Thinking { thinking: String, signature: String },
     RedactedThinking { data: String },
     ToolUse { id: String, name: String, input: Value },
-    /// A call of a gateway tool; `name` is `web_search` or `code_execution`.
     ServerToolUse { id: String, name: String, input: Value },
-    /// `content`: `web_search_result` entries or a `web_search_tool_result_error`.
     WebSearchToolResult { tool_use_id: String, content: Value },
-    /// `content`: a `code_execution_result` or a `code_execution_tool_result_error`.
     CodeExecutionToolResult { tool_use_id: String, content: Value },
-    /// A call of a tool on a server of `mcp_servers`.
     McpToolUse { id: String, name: String, server_name: String, input: Value },
-    /// `content`: text blocks.
     McpToolResult { tool_use_id: String, is_error: bool, content: Value },
 }
 

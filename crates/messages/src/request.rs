@@ -644,7 +644,9 @@ fn parse_block(value: Value, at: &str, accepted: &[&str]) -> Result<Block, ApiEr
         "tool_reference" => {
             typed::<ToolReferenceFields>(value, at).map(|b| Block::ToolReference { tool_name: b.tool_name })
         }
-        kind if REPLAYED_BLOCK_TYPES.contains(&kind) => server_tools::parse_block(kind, value, at).map(Block::ServerTool),
+        kind if REPLAYED_BLOCK_TYPES.contains(&kind) => {
+            server_tools::parse_block(kind, value, at).map(Block::ServerTool)
+        }
         other => Err(unknown_type(at, other, "content block", accepted)),
     }
 }

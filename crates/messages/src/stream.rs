@@ -458,7 +458,8 @@ impl MessageStream {
                 (empty, BlockKind::ToolUse, vec![BlockDelta::InputJsonDelta { partial_json: input.to_string() }])
             }
             ContentBlock::McpToolUse { id, name, server_name, input } => {
-                let empty = ContentBlock::McpToolUse { id, name, server_name, input: Value::Object(Default::default()) };
+                let empty =
+                    ContentBlock::McpToolUse { id, name, server_name, input: Value::Object(Default::default()) };
                 (empty, BlockKind::ToolUse, vec![BlockDelta::InputJsonDelta { partial_json: input.to_string() }])
             }
             ContentBlock::WebSearchToolResult { .. }
@@ -897,7 +898,10 @@ mod tests {
             id: "ws_1".into(),
             status: CallStatus::Completed,
             action: Some(WebSearchAction::Search { query: "rust".into(), queries: Vec::new(), sources: None }),
-            model_result: Some(json!({"action": {"type": "search", "query": "rust"}, "results": [{"url": "https://a.example/"}]}).to_string()),
+            model_result: Some(
+                json!({"action": {"type": "search", "query": "rust"}, "results": [{"url": "https://a.example/"}]})
+                    .to_string(),
+            ),
         });
         let announced = Item::WebSearchCall(WebSearchCallItem {
             status: CallStatus::InProgress,
@@ -916,8 +920,15 @@ mod tests {
         let out = translate(run.text(1, &["Found."]).completed(response.clone()), &shape());
         assert_eq!(
             kinds(&out)[2..8],
-            ["start 0 server_tool_use", "delta 0 input_json_delta", "stop 0", "start 1 web_search_tool_result", "stop 1", "start 2 text"]
-                .map(String::from)
+            [
+                "start 0 server_tool_use",
+                "delta 0 input_json_delta",
+                "stop 0",
+                "start 1 web_search_tool_result",
+                "stop 1",
+                "start 2 text"
+            ]
+            .map(String::from)
         );
         assert_eq!(
             serde_json::to_value(&out[2]).unwrap()["content_block"],

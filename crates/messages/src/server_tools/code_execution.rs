@@ -99,8 +99,11 @@ struct ErrorFields {
 /// Parse a replayed `code_execution_tool_result`'s `content` at `at`.
 pub fn parse_result(content: Value, at: &str) -> Result<ReplayedResult, ApiError> {
     match content.get("type").and_then(Value::as_str) {
-        Some("code_execution_result") => typed::<RanFields>(content, at)
-            .map(|ran| ReplayedResult::Ran { stdout: ran.stdout, stderr: ran.stderr, return_code: ran.return_code }),
+        Some("code_execution_result") => typed::<RanFields>(content, at).map(|ran| ReplayedResult::Ran {
+            stdout: ran.stdout,
+            stderr: ran.stderr,
+            return_code: ran.return_code,
+        }),
         Some("code_execution_tool_result_error") => {
             typed::<ErrorFields>(content, at).map(|error| ReplayedResult::Error(error.error_code))
         }

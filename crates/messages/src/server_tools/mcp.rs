@@ -12,8 +12,8 @@
 //! - Replay: the blocks become the item with the same output or error, so the model reads the
 //!   same result as when the tool ran.
 
-use respgw_protocol::{ApiError, Capabilities};
 use respgw_protocol::items::McpCallItem;
+use respgw_protocol::{ApiError, Capabilities};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 

@@ -22,8 +22,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-pub(crate) use crate::request::invalid;
 use crate::reply::ContentBlock;
+pub(crate) use crate::request::invalid;
 
 /// The server tool types a request's `tools` may declare.
 pub const SERVER_TOOL_TYPES: &[&str] = &["web_search_20250305", "code_execution_20250522"];
@@ -50,7 +50,9 @@ impl ServerTool {
     pub fn parse(kind: &str, value: Value, at: &str) -> Option<Result<ServerTool, ApiError>> {
         match kind {
             "web_search_20250305" => Some(web_search::parse_declaration(value, at).map(ServerTool::WebSearch)),
-            "code_execution_20250522" => Some(code_execution::parse_declaration(value, at).map(|()| ServerTool::CodeExecution)),
+            "code_execution_20250522" => {
+                Some(code_execution::parse_declaration(value, at).map(|()| ServerTool::CodeExecution))
+            }
             "code_execution_20250825" | "code_execution_20260120" | "code_execution_20260521" => Some(Err(invalid(
                 &format!("{at}.type"),
                 format!(
@@ -159,7 +161,10 @@ pub fn parse_block(kind: &str, value: Value, at: &str) -> Result<ReplayedBlock, 
             let (prefix, tool) = match (kind, fields.name.as_str()) {
                 ("mcp_tool_use", _) => {
                     let Some(server_name) = fields.server_name else {
-                        return Err(invalid(&format!("{at}.server_name"), "an mcp_tool_use block needs its server_name"));
+                        return Err(invalid(
+                            &format!("{at}.server_name"),
+                            "an mcp_tool_use block needs its server_name",
+                        ));
                     };
                     (MCP_TOOL_USE_PREFIX, CalledTool::Mcp { server_name, name: fields.name.clone() })
                 }

@@ -111,7 +111,9 @@ fn action_of(input: &Map<String, Value>, results: &[Value]) -> WebSearchAction {
     let text = |key: &str| input.get(key).and_then(Value::as_str).map(str::to_owned);
     match input.get("action").and_then(Value::as_str) {
         Some("open_page") => WebSearchAction::OpenPage { url: text("url") },
-        Some("find_in_page") => WebSearchAction::FindInPage { url: text("url"), pattern: text("pattern").unwrap_or_default() },
+        Some("find_in_page") => {
+            WebSearchAction::FindInPage { url: text("url"), pattern: text("pattern").unwrap_or_default() }
+        }
         _ => WebSearchAction::Search {
             query: text("query").unwrap_or_default(),
             // One query searched alone is `queries: [query]` on the item (none without a query).
@@ -293,10 +295,7 @@ mod tests {
         else {
             panic!("{blocks:?}")
         };
-        let call = ReplayedCall {
-            item_id: "ws_1".into(),
-            input: input.as_object().unwrap().clone(),
-        };
+        let call = ReplayedCall { item_id: "ws_1".into(), input: input.as_object().unwrap().clone() };
         replayed_item(&call, parse_result(content.clone(), "content").unwrap())
     }
 
@@ -355,7 +354,8 @@ mod tests {
     #[test]
     fn a_failed_search_is_an_error_block_and_replays_as_one() {
         let action = search("", &[]);
-        let failed = item(action.clone(), json!({"action": action, "results": [], "error": "`query` is required for search."}));
+        let failed =
+            item(action.clone(), json!({"action": action, "results": [], "error": "`query` is required for search."}));
         let blocks = blocks(&failed, "srvtoolu_ws_1".into());
         let ContentBlock::WebSearchToolResult { content, .. } = &blocks[1] else { panic!() };
         assert_eq!(content, &json!({"type": "web_search_tool_result_error", "error_code": "invalid_tool_input"}));
@@ -385,7 +385,10 @@ mod tests {
                    "user_location": {"type": "approximate", "country": "FR"}})
         );
         let blocked = json!({"type": "web_search_20250305", "name": "web_search", "blocked_domains": ["b.example"]});
-        assert_eq!(parse_declaration(blocked, "tools[0]").unwrap_err().param.as_deref(), Some("tools[0].blocked_domains"));
+        assert_eq!(
+            parse_declaration(blocked, "tools[0]").unwrap_err().param.as_deref(),
+            Some("tools[0].blocked_domains")
+        );
         let misnamed = json!({"type": "web_search_20250305", "name": "search"});
         assert_eq!(parse_declaration(misnamed, "tools[0]").unwrap_err().param.as_deref(), Some("tools[0].name"));
     }

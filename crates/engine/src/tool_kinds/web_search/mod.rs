@@ -219,3 +219,22 @@ pub(crate) fn result_text(item: &WebSearchCallItem) -> String {
         .clone()
         .unwrap_or_else(|| json!({"error": "The result of this earlier web_search call is not available."}).to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_result_kept_for_the_model_is_shown_to_the_messages_face_only() {
+        let item = WebSearchCallItem {
+            id: "ws_1".into(),
+            status: CallStatus::Completed,
+            action: Some(WebSearchAction::OpenPage { url: Some("https://a.example/".into()) }),
+            model_result: Some("{\"page\":{}}".into()),
+        };
+        let every_responses_include =
+            ["web_search_call.action.sources".to_owned(), "web_search_call.results".to_owned()];
+        assert_eq!(present(&item, &every_responses_include).model_result, None);
+        assert_eq!(present(&item, &[MODEL_RESULT_INCLUDE.to_owned()]).model_result, item.model_result);
+    }
+}
