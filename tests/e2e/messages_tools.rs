@@ -100,6 +100,15 @@ fn accumulate(events: &[Value]) -> Value {
                         );
                         message["content"][index]["text"] = json!(text);
                     }
+                    "citations_delta" => {
+                        let block = message["content"][index].as_object_mut().unwrap();
+                        block
+                            .entry("citations")
+                            .or_insert(json!([]))
+                            .as_array_mut()
+                            .unwrap()
+                            .push(delta["citation"].clone());
+                    }
                     "input_json_delta" => {
                         partial[index].push_str(delta["partial_json"].as_str().unwrap());
                         message["content"][index]["input"] = serde_json::from_str(&partial[index]).unwrap_or(json!({}));
@@ -154,7 +163,7 @@ async fn web_search_round_trip_and_replay() {
         "ws",
         vec![
             tool_turn(&[("web_search", json!({"action": "search", "query": "async_rust"}))]),
-            Step::text(&["Rust has async."], "stop", None),
+            Step::text(&["Rust has async ([the hit](", &format!("{base}/hit"), ")."], "stop", None),
             Step::text(&["Nothing more."], "stop", None),
         ],
     );
@@ -175,6 +184,12 @@ async fn web_search_round_trip_and_replay() {
         (Some("web_search_result"), Some(format!("{base}/hit").as_str()), Some("Hit for async_rust"))
     );
     assert!(hit["encrypted_content"].as_str().is_some_and(|c| !c.is_empty()), "{hit}");
+    // The link to the page is cited with what the model read of it.
+    assert_eq!(
+        reply["content"][2]["citations"],
+        json!([{"type": "web_search_result_location", "url": format!("{base}/hit"), "title": "Hit for async_rust",
+                "cited_text": "What the page says.", "encrypted_index": reply["content"][2]["citations"][0]["encrypted_index"]}])
+    );
     assert_eq!(reply["stop_reason"], "end_turn");
     assert_eq!(reply["usage"]["server_tool_use"], json!({"web_search_requests": 1, "web_fetch_requests": 0}));
     assert_eq!(seen.lock().unwrap().as_slice(), ["async_rust"]);
@@ -205,7 +220,7 @@ async fn web_search_streams_its_call_and_result_blocks() {
         "ws",
         vec![
             tool_turn(&[("web_search", json!({"action": "search", "query": "tokio"}))]),
-            Step::text(&["Tokio is a runtime."], "stop", None),
+            Step::text(&["Tokio is a runtime, see [this](", &format!("{base}/hit"), ")."], "stop", None),
         ],
     );
     let body = json!({"model": "ws", "max_tokens": 256,
@@ -236,6 +251,7 @@ async fn web_search_streams_its_call_and_result_blocks() {
     assert_eq!(message["content"][0]["input"], json!({"query": "tokio"}));
     assert_eq!(message["content"][1]["content"][0]["title"], "Hit for tokio");
     assert_eq!(message["usage"]["server_tool_use"]["web_search_requests"], 1);
+    assert_eq!(message["content"][2]["citations"][0]["cited_text"], "What the page says.");
     assert!(tool_messages(&h.upstream_bodies("ws")[1])[0]["content"].as_str().unwrap().contains("Hit for tokio"));
 }
 

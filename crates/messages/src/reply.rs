@@ -13,7 +13,8 @@
 //!   a sealed blob is a `redacted_thinking` block whose `data` is the blob.
 //! - The gateway's own tools (web search, code execution, MCP) are blocks made by
 //!   [`crate::server_tools`]: a call (`server_tool_use`, `mcp_tool_use`) and its result, and
-//!   `usage.server_tool_use` counts the web searches.
+//!   `usage.server_tool_use` counts the web searches; links to the pages searched are citations
+//!   of their text blocks.
 //! - `usage.input_tokens` counts the input tokens the upstream did not read from its prefix
 //!   cache: Anthropic's three input counts add up to the whole input, and
 //!   `cache_read_input_tokens` is the upstream's cached tokens.
@@ -25,6 +26,7 @@ use respgw_protocol::response::{IncompleteReason, ResponseObject, ResponseStatus
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::server_tools::web_search::PageTexts;
 use crate::server_tools::{self, ServerToolUsage};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
@@ -51,15 +53,51 @@ pub struct MessageBody {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
-    Text { text: String },
-    Thinking { thinking: String, signature: String },
-    RedactedThinking { data: String },
-    ToolUse { id: String, name: String, input: Value },
-    ServerToolUse { id: String, name: String, input: Value },
-    WebSearchToolResult { tool_use_id: String, content: Value },
-    CodeExecutionToolResult { tool_use_id: String, content: Value },
-    McpToolUse { id: String, name: String, server_name: String, input: Value },
-    McpToolResult { tool_use_id: String, is_error: bool, content: Value },
+    Text {
+        text: String,
+    },
+    /// A `text` block with the `web_search_result_location` citations of its links.
+    #[serde(rename = "text")]
+    CitedText {
+        text: String,
+        citations: Vec<Value>,
+    },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ServerToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    WebSearchToolResult {
+        tool_use_id: String,
+        content: Value,
+    },
+    CodeExecutionToolResult {
+        tool_use_id: String,
+        content: Value,
+    },
+    McpToolUse {
+        id: String,
+        name: String,
+        server_name: String,
+        input: Value,
+    },
+    McpToolResult {
+        tool_use_id: String,
+        is_error: bool,
+        content: Value,
+    },
 }
 
 /// Why the message ended.
@@ -130,13 +168,14 @@ pub fn message_id(response_id: &str) -> String {
 
 /// The `message` body of a finished (completed or incomplete) engine response.
 pub fn message(response: &ResponseObject, shape: &ReplyShape) -> MessageBody {
+    let pages = PageTexts::of(&response.output);
     let (stop_reason, stop_sequence) = stop_reason(response, shape);
     MessageBody {
         id: message_id(&response.id),
         kind: "message",
         role: "assistant",
         model: shape.model.clone(),
-        content: response.output.iter().flat_map(|item| blocks(item, shape)).collect(),
+        content: response.output.iter().flat_map(|item| blocks(item, shape, &pages)).collect(),
         stop_reason: Some(stop_reason),
         stop_sequence,
         usage: MessageUsage {
@@ -161,10 +200,11 @@ pub fn stop_reason(response: &ResponseObject, shape: &ReplyShape) -> (StopReason
     }
 }
 
-/// The content blocks an output item stands for.
-pub fn blocks(item: &Item, shape: &ReplyShape) -> Vec<ContentBlock> {
+/// The content blocks an output item stands for; `pages` are what web search showed the model,
+/// quoted in the citations of text blocks.
+pub fn blocks(item: &Item, shape: &ReplyShape, pages: &PageTexts) -> Vec<ContentBlock> {
     match item {
-        Item::Message(message) => message.content.iter().filter_map(text_block).collect(),
+        Item::Message(message) => message.content.iter().filter_map(|part| text_block(part, pages)).collect(),
         Item::Reasoning(reasoning) => reasoning_block(reasoning, shape).into_iter().collect(),
         Item::FunctionCall(call) => vec![ContentBlock::ToolUse {
             id: call.call_id.clone(),
@@ -189,12 +229,18 @@ pub fn blocks(item: &Item, shape: &ReplyShape) -> Vec<ContentBlock> {
     }
 }
 
-/// A `text` block for an answer's content part. Its `url_citation` annotations are left out:
-/// Anthropic's citations quote the cited text and index an encrypted result, which the engine's
-/// annotations do not carry.
-fn text_block(part: &ContentPart) -> Option<ContentBlock> {
+/// A `text` block for an answer's content part, with a citation for each `url_citation`
+/// annotation (links to pages web search showed the model).
+fn text_block(part: &ContentPart, pages: &PageTexts) -> Option<ContentBlock> {
     match part {
-        ContentPart::OutputText { text, .. } => Some(ContentBlock::Text { text: text.clone() }),
+        ContentPart::OutputText { text, annotations, .. } => {
+            let citations: Vec<Value> = annotations.iter().filter_map(|a| pages.citation(a)).collect();
+            if citations.is_empty() {
+                Some(ContentBlock::Text { text: text.clone() })
+            } else {
+                Some(ContentBlock::CitedText { text: text.clone(), citations })
+            }
+        }
         ContentPart::Refusal { refusal } => Some(ContentBlock::Text { text: refusal.clone() }),
         // Input parts never appear in an answer.
         ContentPart::InputText { .. } | ContentPart::InputImage { .. } | ContentPart::InputFile(_) => None,

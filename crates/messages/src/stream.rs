@@ -24,6 +24,8 @@
 //!   tool before it says what it found): the call block as a `tool_use` is streamed whole (empty
 //!   `input`, one `input_json_delta`), then the result block whole in its `content_block_start`,
 //!   as Anthropic streams them.
+//! - A link of the answer to a page web search showed the model is a `citations_delta` of its
+//!   text block when the engine finds it (after the link's text).
 //! - A block ends when the next one starts or its item is done. An upstream that interleaves the
 //!   arguments of two calls gets the late fragments sent to the earlier call's `index`, after its
 //!   stop: nothing is lost, and the SDKs accumulate by index.
@@ -40,6 +42,7 @@ use crate::error::{MessagesErrorType, messages_error_body};
 use crate::reply::{
     ContentBlock, MessageBody, MessageUsage, StopReason, message_id, reasoning_block, stop_reason, tool_input,
 };
+use crate::server_tools::web_search::PageTexts;
 use crate::server_tools::{self, ServerToolUsage};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
@@ -77,10 +80,22 @@ pub enum MessagesEvent {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BlockDelta {
-    TextDelta { text: String },
-    InputJsonDelta { partial_json: String },
-    ThinkingDelta { thinking: String },
-    SignatureDelta { signature: String },
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
+    },
+    /// A `web_search_result_location` citation of the text block.
+    CitationsDelta {
+        citation: Value,
+    },
 }
 
 /// `message_delta`'s `delta`: what the message ended with.
@@ -183,6 +198,8 @@ pub struct MessageStream {
     next_index: usize,
     open: Option<OpenBlock>,
     tool_uses: Vec<ToolUseBlock>,
+    /// What web search showed the model so far, quoted in citations.
+    pages: PageTexts,
     started: bool,
     ended: bool,
 }
@@ -190,7 +207,15 @@ pub struct MessageStream {
 impl MessageStream {
     /// The translation of a run answering a request of this shape.
     pub fn new(shape: ReplyShape) -> Self {
-        MessageStream { shape, next_index: 0, open: None, tool_uses: Vec::new(), started: false, ended: false }
+        MessageStream {
+            shape,
+            next_index: 0,
+            open: None,
+            tool_uses: Vec::new(),
+            pages: PageTexts::default(),
+            started: false,
+            ended: false,
+        }
     }
 
     /// Whether the last event (`message_stop` or `error`) has gone out.
@@ -246,8 +271,15 @@ impl MessageStream {
             ResponseEvent::OutputTextDone { .. }
             | ResponseEvent::ReasoningDone { .. }
             | ResponseEvent::FunctionCallArgumentsDone { .. } => {}
-            // Left out, as in the JSON reply (see `reply::text_block`).
-            ResponseEvent::OutputTextAnnotationAdded { .. } => {}
+            ResponseEvent::OutputTextAnnotationAdded { output_index, annotation, .. } => {
+                if let Some(citation) = self.pages.citation(&annotation) {
+                    let index = self.open_text(output_index, out);
+                    out.push(MessagesEvent::ContentBlockDelta {
+                        index,
+                        delta: BlockDelta::CitationsDelta { citation },
+                    });
+                }
+            }
             // A gateway tool's blocks go out whole when its item is done, and a compaction is the
             // engine's own business: no blocks for these.
             ResponseEvent::CodeInterpreterCallInProgress { .. }
@@ -363,6 +395,9 @@ impl MessageStream {
             }
             Item::Message(_) => self.close_block_of(output_index, out),
             Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) | Item::McpCall(_) => {
+                if let Item::WebSearchCall(call) = item {
+                    self.pages.learn(call);
+                }
                 for block in server_tools::blocks(item).unwrap_or_default() {
                     self.whole_block(block, output_index, out);
                 }
@@ -440,6 +475,11 @@ impl MessageStream {
         let (start, kind, deltas) = match block {
             ContentBlock::Text { text } => {
                 (ContentBlock::Text { text: String::new() }, BlockKind::Text, vec![BlockDelta::TextDelta { text }])
+            }
+            ContentBlock::CitedText { text, citations } => {
+                let mut deltas = vec![BlockDelta::TextDelta { text }];
+                deltas.extend(citations.into_iter().map(|citation| BlockDelta::CitationsDelta { citation }));
+                (ContentBlock::Text { text: String::new() }, BlockKind::Text, deltas)
             }
             ContentBlock::Thinking { thinking, signature } => {
                 let empty = ContentBlock::Thinking { thinking: String::new(), signature: String::new() };
@@ -733,6 +773,10 @@ mod tests {
                         BlockDelta::TextDelta { text } => append("text", text, block),
                         BlockDelta::ThinkingDelta { thinking } => append("thinking", thinking, block),
                         BlockDelta::SignatureDelta { signature } => block["signature"] = json!(signature),
+                        BlockDelta::CitationsDelta { citation } => {
+                            let citations = block.as_object_mut().unwrap().entry("citations").or_insert(json!([]));
+                            citations.as_array_mut().unwrap().push(citation.clone());
+                        }
                         BlockDelta::InputJsonDelta { partial_json } => {
                             json_parts[*index].push_str(partial_json);
                             block["input"] = serde_json::from_str(&json_parts[*index]).unwrap_or(json!({}));
@@ -912,12 +956,34 @@ mod tests {
                 _ => unreachable!(),
             }
         });
-        let response = finished(vec![search.clone(), text("Found.")], usage(30, 0, 12));
+        let annotation = json!({"type": "url_citation", "start_index": 0, "end_index": 6, "title": "A",
+                                "url": "https://a.example/"});
+        let mut answer = text("Found.");
+        if let Item::Message(message) = &mut answer
+            && let ContentPart::OutputText { annotations, .. } = &mut message.content[0]
+        {
+            annotations.push(annotation.clone());
+        }
+        let response = finished(vec![search.clone(), answer], usage(30, 0, 12));
         let mut run = Run::new();
         run.events.push(ResponseEvent::OutputItemAdded { output_index: 0, item: Box::new(announced) });
         run.events.push(ResponseEvent::WebSearchCallSearching { item_id: "ws_1".into(), output_index: 0 });
         run.events.push(ResponseEvent::OutputItemDone { output_index: 0, item: Box::new(search) });
-        let out = translate(run.text(1, &["Found."]).completed(response.clone()), &shape());
+        let mut run = run.text(1, &["Found."]);
+        // The engine announces the citation once the link is complete, before the text is done.
+        let at = run.events.len() - 3;
+        run.events.insert(
+            at,
+            ResponseEvent::OutputTextAnnotationAdded {
+                item_id: "msg_1".into(),
+                output_index: 1,
+                content_index: 0,
+                annotation_index: 0,
+                annotation: Box::new(annotation),
+            },
+        );
+        let out = translate(run.completed(response.clone()), &shape());
+        assert!(kinds(&out).contains(&"delta 2 citations_delta".to_owned()), "{:?}", kinds(&out));
         assert_eq!(
             kinds(&out)[2..8],
             [

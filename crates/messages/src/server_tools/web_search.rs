@@ -10,6 +10,9 @@
 //!   `find_in_page`). The result lists a `web_search_result` per page the model was shown (one for
 //!   an opened page or a find in it), or is a `web_search_tool_result_error` (`unavailable`, or
 //!   `invalid_tool_input` when the model's arguments lacked what the action needs).
+//! - Citations: a `url_citation` the engine found in the answer (a link to a page the model was
+//!   shown) is a `web_search_result_location` citation on its text block, quoting the start of
+//!   what the model read of that page ([`PageTexts`]).
 //! - Replay: each result's `encrypted_content` is the part of the tool result the model read for
 //!   that page (base64url of its JSON), so the replayed item gives the model back exactly the
 //!   text it saw. It is not sealed: it holds public web content the client may read, and a client
@@ -19,7 +22,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use respgw_protocol::ApiError;
-use respgw_protocol::items::{WebSearchAction, WebSearchCallItem, WebSearchSource};
+use respgw_protocol::items::{Item, WebSearchAction, WebSearchCallItem, WebSearchSource};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -259,6 +262,78 @@ pub fn replayed_item(call: &ReplayedCall, result: ReplayedResult) -> Value {
     })
 }
 
+/// The longest `cited_text` of a citation, in characters (Anthropic quotes at most 150).
+const CITED_TEXT_CHARS: usize = 150;
+
+/// What the model read of each page web search showed it in one response, to quote in the
+/// citations of its answer: a search hit's snippet (or title), an opened page's text, the matches
+/// found in a page.
+#[derive(Debug, Clone, Default)]
+pub struct PageTexts(Vec<(String, String)>);
+
+impl PageTexts {
+    /// The pages of the web search items among `items`.
+    pub fn of<'a>(items: impl IntoIterator<Item = &'a Item>) -> Self {
+        let mut pages = PageTexts::default();
+        for item in items {
+            if let Item::WebSearchCall(call) = item {
+                pages.learn(call);
+            }
+        }
+        pages
+    }
+
+    /// Add the pages `item` showed the model (the first text seen for a page is kept).
+    pub fn learn(&mut self, item: &WebSearchCallItem) {
+        let Some(Value::Object(result)) = item.model_result.as_deref().and_then(|r| serde_json::from_str(r).ok())
+        else {
+            return;
+        };
+        let text_of = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_owned);
+        let mut found: Vec<(Option<String>, Option<String>)> = Vec::new();
+        if let Some(Value::Array(hits)) = result.get("results") {
+            found.extend(hits.iter().map(|hit| {
+                (text_of(hit.get("url")), text_of(hit.get("snippet")).or_else(|| text_of(hit.get("title"))))
+            }));
+        }
+        if let Some(page) = result.get("page") {
+            found.push((text_of(page.get("url")), text_of(page.get("text"))));
+        }
+        if let Some(Value::Array(matches)) = result.get("matches") {
+            let joined: Vec<String> =
+                matches.iter().map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_owned)).collect();
+            found.push((text_of(result.get("url")), Some(joined.join(" … "))));
+        }
+        for (url, text) in found {
+            if let (Some(url), Some(text)) = (url, text)
+                && !self.0.iter().any(|(known, _)| *known == url)
+            {
+                self.0.push((url, text));
+            }
+        }
+    }
+
+    /// A `web_search_result_location` citation for a `url_citation` annotation of the answer:
+    /// the page's URL and title, the start of what the model read of it as `cited_text`, and an
+    /// `encrypted_index` naming the page (base64url of its URL; replay does not need it).
+    pub fn citation(&self, annotation: &Value) -> Option<Value> {
+        if annotation.get("type").and_then(Value::as_str) != Some("url_citation") {
+            return None;
+        }
+        let url = annotation.get("url").and_then(Value::as_str)?;
+        let read = self.0.iter().find(|(known, _)| known.trim_end_matches('/') == url.trim_end_matches('/'));
+        let cited_text: String =
+            read.map(|(_, text)| text.chars().take(CITED_TEXT_CHARS).collect()).unwrap_or_default();
+        Some(json!({
+            "type": "web_search_result_location",
+            "url": url,
+            "title": annotation.get("title").cloned().unwrap_or(Value::Null),
+            "cited_text": cited_text,
+            "encrypted_index": URL_SAFE_NO_PAD.encode(url),
+        }))
+    }
+}
+
 /// `usage.server_tool_use.web_search_requests`: the searches among `items`.
 pub fn searches<'a>(items: impl IntoIterator<Item = &'a WebSearchCallItem>) -> u64 {
     let searches = items.into_iter().filter(|item| matches!(item.action, Some(WebSearchAction::Search { .. })));
@@ -361,6 +436,24 @@ mod tests {
         assert_eq!(content, &json!({"type": "web_search_tool_result_error", "error_code": "invalid_tool_input"}));
         let replayed = round_trip(&failed);
         assert!(replayed["model_result"].as_str().unwrap().contains("The web search failed (invalid_tool_input)."));
+    }
+
+    #[test]
+    fn a_link_to_a_page_the_model_read_is_cited_with_what_it_read() {
+        let searched = Item::WebSearchCall(item(
+            search("rust", &["https://a.example/"]),
+            json!({"action": search("rust", &["https://a.example/"]), "results": [
+                {"url": "https://a.example/", "title": "A", "snippet": "Rust is a language."}]}),
+        ));
+        let pages = PageTexts::of([&searched]);
+        let annotation = json!({"type": "url_citation", "start_index": 0, "end_index": 9, "title": "A",
+                                "url": "https://a.example"});
+        assert_eq!(
+            pages.citation(&annotation),
+            Some(json!({"type": "web_search_result_location", "url": "https://a.example", "title": "A",
+                        "cited_text": "Rust is a language.", "encrypted_index": URL_SAFE_NO_PAD.encode("https://a.example")}))
+        );
+        assert_eq!(pages.citation(&json!({"type": "file_citation"})), None);
     }
 
     #[test]
