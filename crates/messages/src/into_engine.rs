@@ -795,7 +795,9 @@ mod tests {
         }));
         let error = translate(body).unwrap_err();
         assert_eq!((error.status, error.param.as_deref()), (400, Some("tools[1].type")));
-        assert!(error.message.starts_with("tools[1].type: 'code_execution_20250522' runs on the gateway's code_interpreter tool. Tool type 'code_interpreter' is not enabled"), "{}", error.message);
+        let expected = "tools[1].type: 'code_execution_20250522' runs on the gateway's code_interpreter tool. \
+                        Tool type 'code_interpreter' is not enabled";
+        assert!(error.message.starts_with(expected), "{}", error.message);
         let mcp = with(json!({"mcp_servers": [{"type": "url", "url": "https://mcp.example/mcp", "name": "docs"}]}));
         let error = translate(mcp).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("mcp_servers[0]"), "{error:?}");
