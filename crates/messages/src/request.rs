@@ -394,9 +394,8 @@ impl MessagesRequest {
         let mut server_tools = Vec::new();
         for (i, tool) in fields.tools.unwrap_or_default().into_iter().enumerate() {
             let at = format!("tools[{i}]");
-            let kind = tool.get("type").and_then(Value::as_str).map(str::to_owned);
-            match kind.and_then(|kind| ServerTool::parse(&kind, tool.clone(), &at)) {
-                Some(server_tool) => server_tools.push((i, server_tool?)),
+            match tool.get("type").and_then(Value::as_str).filter(|kind| ServerTool::is_declared_by(kind)) {
+                Some(kind) => server_tools.push((i, ServerTool::parse(&kind.to_owned(), tool, &at)?)),
                 None => tools.push(parse_tool(tool, &at, i)?),
             }
         }

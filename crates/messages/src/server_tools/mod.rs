@@ -45,22 +45,27 @@ pub enum ServerTool {
 }
 
 impl ServerTool {
-    /// The server tool a declaration of type `kind` at `at` declares; `None` when `kind` is not
-    /// a server tool type.
-    pub fn parse(kind: &str, value: Value, at: &str) -> Option<Result<ServerTool, ApiError>> {
+    /// Whether a tool of type `kind` is a server tool this module parses (or refuses in its own
+    /// words): the [`SERVER_TOOL_TYPES`] and the other versions of code execution.
+    pub fn is_declared_by(kind: &str) -> bool {
+        SERVER_TOOL_TYPES.contains(&kind) || kind.starts_with("code_execution_")
+    }
+
+    /// The server tool a declaration of type `kind` (see [`ServerTool::is_declared_by`]) at `at`
+    /// declares.
+    pub fn parse(kind: &str, value: Value, at: &str) -> Result<ServerTool, ApiError> {
         match kind {
-            "web_search_20250305" => Some(web_search::parse_declaration(value, at).map(ServerTool::WebSearch)),
+            "web_search_20250305" => web_search::parse_declaration(value, at).map(ServerTool::WebSearch),
             "code_execution_20250522" => {
-                Some(code_execution::parse_declaration(value, at).map(|()| ServerTool::CodeExecution))
+                code_execution::parse_declaration(value, at).map(|()| ServerTool::CodeExecution)
             }
-            "code_execution_20250825" | "code_execution_20260120" | "code_execution_20260521" => Some(Err(invalid(
+            _ => Err(invalid(
                 &format!("{at}.type"),
                 format!(
-                    "'{kind}' runs bash and edits files, which this gateway's sandbox does not; declare \
-                     'code_execution_20250522' (Python)"
+                    "this gateway runs code execution as 'code_execution_20250522' only: its sandbox runs \
+                     Python, not the bash and file edits of '{kind}'"
                 ),
-            ))),
-            _ => None,
+            )),
         }
     }
 
@@ -350,8 +355,9 @@ mod tests {
     #[test]
     fn bash_code_execution_is_refused_with_the_version_to_declare() {
         let declared = json!({"type": "code_execution_20250825", "name": "code_execution"});
-        let error = ServerTool::parse("code_execution_20250825", declared, "tools[0]").unwrap().unwrap_err();
+        assert!(ServerTool::is_declared_by("code_execution_20250825"));
+        let error = ServerTool::parse("code_execution_20250825", declared, "tools[0]").unwrap_err();
         assert!(error.message.contains("code_execution_20250522"), "{}", error.message);
-        assert!(ServerTool::parse("custom", json!({}), "tools[0]").is_none());
+        assert!(!ServerTool::is_declared_by("custom") && !ServerTool::is_declared_by("bash_20250124"));
     }
 }
