@@ -394,8 +394,9 @@ impl MessagesRequest {
         let mut server_tools = Vec::new();
         for (i, tool) in fields.tools.unwrap_or_default().into_iter().enumerate() {
             let at = format!("tools[{i}]");
-            match tool.get("type").and_then(Value::as_str).filter(|kind| ServerTool::is_declared_by(kind)) {
-                Some(kind) => server_tools.push((i, ServerTool::parse(&kind.to_owned(), tool, &at)?)),
+            let server_kind = tool.get("type").and_then(Value::as_str).filter(|kind| ServerTool::is_declared_by(kind));
+            match server_kind.map(str::to_owned) {
+                Some(kind) => server_tools.push((i, ServerTool::parse(&kind, tool, &at)?)),
                 None => tools.push(parse_tool(tool, &at, i)?),
             }
         }
