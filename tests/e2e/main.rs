@@ -23,6 +23,7 @@ mod mcp_approvals;
 mod mcp_remote;
 mod messages;
 mod messages_replies;
+mod messages_tools;
 mod openai_sdk;
 mod postgres;
 mod process_model;

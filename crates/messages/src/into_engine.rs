@@ -19,17 +19,17 @@
 //!   `tool_reference` reaches the model as a line saying the tool is now available;
 //!   `tool_choice` `auto` / `any` / `tool` / `none` → `auto` / `required` / that function /
 //!   `none`; `disable_parallel_tool_use` → `parallel_tool_calls: false`.
-//! - Server tools run by the gateway, where it has that tool: `web_search_…` → `web_search`
-//!   (`allowed_domains` as its filter, `user_location` passed on), `code_execution_…` →
-//!   `code_interpreter`, `mcp_servers` → Remote MCP tools (`authorization_token` as the
-//!   authorization, `tool_configuration.allowed_tools`, never waiting for an approval). A tool the
-//!   gateway does not have enabled is refused by the engine's own check, naming the client's field.
+//! - Server tools and `mcp_servers` → the gateway's own tools, after the client's; the blocks
+//!   of their earlier calls (a call block and its result block) → the engine's items of those
+//!   calls ([`crate::server_tools`]). `max_uses` → `max_tool_calls` (the smallest given), which
+//!   bounds every gateway tool call of the request.
 //! - `thinking` and `output_config.effort` → `reasoning.effort` (see [`reasoning_effort`]).
 //! - `max_tokens` → `max_output_tokens`; `temperature`, `top_p` as they are; `metadata.user_id`
 //!   → `user`; `stop_sequences` and `top_k` → the engine request's upstream sampling options.
 //!
 //! Every request runs with `store: false` and `include: ["reasoning.encrypted_content"]`: a
-//! Messages client replays its whole history, and its thinking comes back as sealed blobs.
+//! Messages client replays its whole history, and its thinking comes back as sealed blobs. A
+//! request with server tools also includes what their blocks show (their outputs and results).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -38,9 +38,11 @@ use respgw_protocol::{ApiError, Capabilities, CreateResponseRequest, RequestLimi
 use serde_json::{Map, Value, json};
 
 use crate::request::{
-    Block, Document, DocumentSource, Effort, ImageSource, Message, MessagesRequest, MessagesTool, Role, Thinking,
-    ThinkingDisplayParam, ToolChoiceMode, ToolResult, ToolResultContent, invalid,
+    Block, Document, DocumentSource, Effort, ImageSource, Message, MessagesRequest, Role, Thinking,
+    ThinkingDisplayParam, Tool, ToolChoiceMode, ToolResult, ToolResultContent, invalid,
 };
+use crate::server_tools::mcp::{self, McpServer};
+use crate::server_tools::{PendingCalls, ReplayedBlock};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
 /// What the engine runs for a Messages request.
@@ -56,19 +58,15 @@ pub struct EngineRequest {
 #[derive(Debug, Clone, Default)]
 pub struct SourcePaths {
     origins: Vec<Origin>,
-    /// Where each engine tool came from (deferred tools not loaded are left out).
+    /// Where each tool offered was declared (deferred tools not loaded are left out).
     tools: Vec<ToolOrigin>,
 }
 
-/// The origin of one engine tool.
+/// Where one engine tool was declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ToolOrigin {
-    /// `tools[index]`, a client tool.
-    Client(usize),
-    /// `tools[index]`, a web search server tool.
-    WebSearch(usize),
-    /// `tools[index]`, a code execution server tool.
-    CodeExecution(usize),
+    /// `tools[index]`.
+    Tool(usize),
     /// `mcp_servers[index]`.
     McpServer(usize),
 }
@@ -89,6 +87,8 @@ enum BlockKind {
     ToolResult,
     Thinking,
     RedactedThinking,
+    /// A gateway tool's result block (its item also stands for the call block before it).
+    ServerToolResult,
 }
 
 /// Translate `request` into the engine's request, validated under `caps` and `limits`.
@@ -119,16 +119,50 @@ pub fn into_engine(
     if !request.system.is_empty() {
         body.insert("instructions".into(), json!(request.system.join("\n\n")));
     }
-    let tools = engine_tools(&request, &mut paths.tools);
+    let loaded = loaded_tools(&request.messages);
+    let offered: Vec<(usize, &Tool)> = request
+        .tools
+        .iter()
+        .enumerate()
+        .filter(|(_, tool)| !tool.defer_loading || loaded.contains(&tool.name.as_str()))
+        .collect();
+    let mut tools: Vec<Value> = offered
+        .iter()
+        .map(|(_, tool)| {
+            json!({
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.input_schema,
+                "strict": tool.strict,
+            })
+        })
+        .collect();
+    paths.tools = offered.iter().map(|(_, tool)| ToolOrigin::Tool(tool.index)).collect();
+    let mut include = Vec::new();
+    for (index, server_tool) in &request.server_tools {
+        server_tool.check_enabled(caps, &format!("tools[{index}]"))?;
+        tools.push(server_tool.engine_tool());
+        paths.tools.push(ToolOrigin::Tool(*index));
+        include.push(server_tool.include());
+    }
+    for (index, server) in request.mcp_servers.iter().enumerate().filter(|(_, server)| server.enabled) {
+        McpServer::check_enabled(caps, index)?;
+        tools.push(server.engine_tool());
+        paths.tools.push(ToolOrigin::McpServer(index));
+    }
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(max_uses) = request.server_tools.iter().filter_map(|(_, tool)| tool.max_uses()).min() {
+        body.insert("max_tool_calls".into(), json!(max_uses));
     }
     if let Some(choice) = &request.tool_choice {
         let mode = match &choice.mode {
             ToolChoiceMode::Auto => json!("auto"),
             ToolChoiceMode::Any => json!("required"),
             ToolChoiceMode::None => json!("none"),
-            ToolChoiceMode::Tool(name) => named_choice(&request.tools, name),
+            ToolChoiceMode::Tool(name) => json!({"type": "function", "name": name}),
         };
         body.insert("tool_choice".into(), mode);
         if choice.disable_parallel_tool_use {
@@ -156,6 +190,8 @@ pub fn into_engine(
     let mut validated = CreateResponseRequest::from_value(Value::Object(body))
         .and_then(|parsed| parsed.validate_within(caps, limits))
         .map_err(|error| paths.rename(error))?;
+    // After validation: the web search include is the Messages face's own, not a Responses value.
+    validated.include.extend(include.into_iter().map(str::to_owned));
     validated.stop = request.stop_sequences.clone();
     validated.top_k = request.top_k;
     let display = match request.thinking {
@@ -194,76 +230,6 @@ pub fn reasoning_effort(thinking: Option<Thinking>, effort: Option<Effort>) -> O
     Some(chosen.as_str())
 }
 
-/// The engine's tool declarations for `tools` and `mcp_servers`, in that order, with where each
-/// came from. A deferred client tool is left out until a `tool_reference` has loaded it; a
-/// disabled MCP server is left out.
-fn engine_tools(request: &MessagesRequest, origins: &mut Vec<ToolOrigin>) -> Vec<Value> {
-    let loaded = loaded_tools(&request.messages);
-    let mut tools = Vec::new();
-    for (index, tool) in request.tools.iter().enumerate() {
-        match tool {
-            MessagesTool::Client(tool) if tool.defer_loading && !loaded.contains(&tool.name.as_str()) => continue,
-            MessagesTool::Client(tool) => {
-                tools.push(json!({
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.input_schema,
-                    "strict": tool.strict,
-                }));
-                origins.push(ToolOrigin::Client(index));
-            }
-            MessagesTool::WebSearch(search) => {
-                let mut declaration = Map::new();
-                declaration.insert("type".into(), json!("web_search"));
-                if let Some(domains) = &search.allowed_domains {
-                    declaration.insert("filters".into(), json!({"allowed_domains": domains}));
-                }
-                if let Some(location) = &search.user_location {
-                    declaration.insert("user_location".into(), location.clone());
-                }
-                tools.push(Value::Object(declaration));
-                origins.push(ToolOrigin::WebSearch(index));
-            }
-            MessagesTool::CodeExecution { .. } => {
-                tools.push(json!({"type": "code_interpreter", "container": {"type": "auto"}}));
-                origins.push(ToolOrigin::CodeExecution(index));
-            }
-        }
-    }
-    for (index, server) in request.mcp_servers.iter().enumerate().filter(|(_, server)| server.enabled) {
-        let mut declaration = Map::new();
-        declaration.insert("type".into(), json!("mcp"));
-        declaration.insert("server_label".into(), json!(server.name));
-        declaration.insert("server_url".into(), json!(server.url));
-        if let Some(token) = &server.authorization_token {
-            declaration.insert("authorization".into(), json!(token));
-        }
-        if let Some(allowed) = &server.allowed_tools {
-            declaration.insert("allowed_tools".into(), json!(allowed));
-        }
-        // The MCP connector runs a server's tools without asking the client.
-        declaration.insert("require_approval".into(), json!("never"));
-        tools.push(Value::Object(declaration));
-        origins.push(ToolOrigin::McpServer(index));
-    }
-    tools
-}
-
-/// `tool_choice: {"type": "tool", "name": …}` for the engine: that function, or the server tool
-/// of that name.
-fn named_choice(tools: &[MessagesTool], name: &str) -> Value {
-    let server_tool = tools.iter().find_map(|tool| match tool {
-        MessagesTool::WebSearch(search) if search.name == name => Some("web_search"),
-        MessagesTool::CodeExecution { name: own } if own == name => Some("code_interpreter"),
-        _ => None,
-    });
-    match server_tool {
-        Some(kind) => json!({"type": kind}),
-        None => json!({"type": "function", "name": name}),
-    }
-}
-
 /// The names `tool_reference` blocks load, anywhere in the conversation.
 fn loaded_tools(messages: &[Message]) -> Vec<&str> {
     let results = messages.iter().flat_map(|m| &m.content).filter_map(|block| match block {
@@ -294,6 +260,7 @@ fn message_items(
     // The parts of the message being gathered, and the block it starts at.
     let mut parts: Vec<Value> = Vec::new();
     let mut first = 0;
+    let mut pending_calls = PendingCalls::default();
     let flush = |parts: &mut Vec<Value>, first: usize, items: &mut Vec<Value>, paths: &mut SourcePaths| {
         if !parts.is_empty() {
             items.push(json!({"type": "message", "role": role, "content": std::mem::take(parts)}));
@@ -343,6 +310,13 @@ fn message_items(
             }
             // The parser admits tool references only inside a tool result.
             Block::ToolReference { .. } => continue,
+            Block::ServerTool(ReplayedBlock::Call { id, call, tool }) => {
+                pending_calls.call(id, call, tool, &at);
+                continue;
+            }
+            Block::ServerTool(ReplayedBlock::Result { tool_use_id, result }) => {
+                (pending_calls.result(tool_use_id, result, &at)?, BlockKind::ServerToolResult)
+            }
         };
         flush(&mut parts, first, items, paths);
         let (item, kind) = single;
@@ -350,7 +324,7 @@ fn message_items(
         paths.origins.push(Origin::Block { message: index, block: block_index, kind });
     }
     flush(&mut parts, first, items, paths);
-    Ok(())
+    pending_calls.finish()
 }
 
 /// Add a part to the message being gathered, remembering the block a new message starts at.
@@ -433,43 +407,27 @@ impl SourcePaths {
             "messages".to_owned()
         } else if let Some(rest) = param.strip_prefix("tools[")
             && let Some((index, rest)) = rest.split_once(']')
-            && let Some(origin) = index.parse::<usize>().ok().and_then(|i| self.tools.get(i))
+            && let Some(&origin) = index.parse::<usize>().ok().and_then(|i| self.tools.get(i))
         {
-            origin.path(rest)
+            match origin {
+                ToolOrigin::Tool(index) => {
+                    let rest = match rest.strip_prefix(".parameters") {
+                        Some(after) => format!(".input_schema{after}"),
+                        None => rest.to_owned(),
+                    };
+                    format!("tools[{index}]{rest}")
+                }
+                ToolOrigin::McpServer(index) => {
+                    error.message = mcp::client_words(&error.message);
+                    format!("mcp_servers[{index}]{}", mcp::field_path(rest))
+                }
+            }
         } else {
             return error;
         };
         error.message = error.message.replace(&param, &renamed);
         error.param = Some(renamed);
         error
-    }
-}
-
-impl ToolOrigin {
-    /// The client's path of `rest` (e.g. `.parameters.type`) inside the tool from here.
-    fn path(self, rest: &str) -> String {
-        let renamed = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .find_map(|(engine, client)| rest.strip_prefix(engine).map(|after| format!("{client}{after}")))
-                .unwrap_or_else(|| rest.to_owned())
-        };
-        match self {
-            ToolOrigin::Client(index) => format!("tools[{index}]{}", renamed(&[(".parameters", ".input_schema")])),
-            ToolOrigin::WebSearch(index) => {
-                format!("tools[{index}]{}", renamed(&[(".filters.allowed_domains", ".allowed_domains")]))
-            }
-            ToolOrigin::CodeExecution(index) => format!("tools[{index}]{rest}"),
-            ToolOrigin::McpServer(index) => format!(
-                "mcp_servers[{index}]{}",
-                renamed(&[
-                    (".server_label", ".name"),
-                    (".server_url", ".url"),
-                    (".authorization", ".authorization_token"),
-                    (".allowed_tools", ".tool_configuration.allowed_tools"),
-                ])
-            ),
-        }
     }
 }
 
@@ -496,6 +454,7 @@ impl Origin {
                     BlockKind::Thinking if rest.starts_with(".content") => ".thinking".to_owned(),
                     BlockKind::Thinking => rest.replacen(".encrypted_content", ".signature", 1),
                     BlockKind::RedactedThinking => rest.replacen(".encrypted_content", ".data", 1),
+                    BlockKind::ServerToolResult => String::new(),
                 };
                 format!("{base}{renamed}")
             }
@@ -508,6 +467,8 @@ mod tests {
     use respgw_protocol::items::{ContentPart, FunctionOutput};
     use respgw_protocol::tools::choice::ToolChoiceMode as EngineMode;
     use respgw_protocol::{Item, MessageRole, ToolChoice, ToolDeclaration};
+
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
     use super::*;
 
@@ -673,44 +634,6 @@ mod tests {
     }
 
     #[test]
-    fn server_tools_become_gateway_tools_where_the_gateway_has_them() {
-        let body = with(json!({
-            "tools":[
-                {"name":"ls","input_schema":{"type":"object"}},
-                {"type":"web_search_20250305","name":"web_search","allowed_domains":["example.com"],"max_uses":2},
-                {"type":"code_execution_20250825","name":"code_execution"}
-            ],
-            "mcp_servers":[
-                {"type":"url","url":"https://mcp.example.com/mcp","name":"docs","authorization_token":"secret",
-                 "tool_configuration":{"allowed_tools":["search"]}},
-                {"type":"url","url":"https://off.example.com/mcp","name":"off","tool_configuration":{"enabled":false}}
-            ],
-            "tool_choice":{"type":"tool","name":"web_search"}
-        }));
-        let caps =
-            Capabilities { web_search: true, code_interpreter: true, remote_mcp: true, ..Capabilities::default() };
-        let request = MessagesRequest::from_value(body.clone()).unwrap();
-        let translated =
-            into_engine(request, &caps, &RequestLimits::default()).unwrap_or_else(|e| panic!("{e:?}")).request;
-        let declared: Vec<Value> = translated.tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect();
-        let kinds: Vec<&str> = declared.iter().map(|t| t["type"].as_str().unwrap()).collect();
-        assert_eq!(kinds, ["function", "web_search", "code_interpreter", "mcp"]);
-        assert_eq!(declared[1]["filters"], json!({"allowed_domains":["example.com"]}));
-        assert_eq!((&declared[3]["server_label"], &declared[3]["allowed_tools"]), (&json!("docs"), &json!(["search"])));
-        assert_eq!(declared[3]["require_approval"], "never");
-        let ToolDeclaration::Mcp(server) = &translated.tools[3] else { panic!() };
-        assert_eq!(server.connect_url().as_deref(), Some("https://mcp.example.com/mcp"));
-        assert_eq!(serde_json::to_value(&translated.tool_choice).unwrap(), json!({"type":"web_search"}));
-
-        let error = translate(body).unwrap_err();
-        assert_eq!(error.param.as_deref(), Some("tools[1].type"), "a gateway without web search: {error:?}");
-        let error =
-            translate(with(json!({"mcp_servers":[{"type":"url","url":"https://x.example/mcp","name":"bad name"}]})))
-                .unwrap_err();
-        assert!(error.param.as_deref().is_some_and(|p| p.starts_with("mcp_servers[0]")), "{error:?}");
-    }
-
-    #[test]
     fn tool_choice_variants() {
         let tools = json!([{"name":"ls","input_schema":{"type":"object"}}]);
         let choice = |choice: Value| {
@@ -828,5 +751,104 @@ mod tests {
         let error = into_engine(request, &Capabilities::default(), &limits).unwrap_err();
         assert_eq!((error.status, error.param.as_deref()), (400, Some("messages")));
         assert_eq!(error.code.as_deref(), Some("limit_exceeded"));
+    }
+
+    /// A gateway with every gateway tool enabled.
+    fn all_tools() -> Capabilities {
+        Capabilities { code_interpreter: true, remote_mcp: true, web_search: true, ..Capabilities::default() }
+    }
+
+    #[test]
+    fn server_tools_and_mcp_servers_become_the_gateways_tools_after_the_clients() {
+        let body = with(json!({
+            "tools": [
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 2, "allowed_domains": ["a.example"]},
+                {"name": "ls", "input_schema": {"type": "object"}},
+                {"type": "code_execution_20250522", "name": "code_execution"},
+            ],
+            "mcp_servers": [
+                {"type": "url", "url": "https://mcp.example/mcp", "name": "docs", "authorization_token": "t0k",
+                 "tool_configuration": {"allowed_tools": ["search"]}},
+                {"type": "url", "url": "https://off.example/mcp", "name": "off", "tool_configuration": {"enabled": false}},
+            ],
+        }));
+        let translated =
+            into_engine(MessagesRequest::from_value(body).unwrap(), &all_tools(), &RequestLimits::default())
+                .unwrap_or_else(|e| panic!("{e:?}"));
+        let tools: Vec<Value> = translated.request.tools.iter().map(|t| serde_json::to_value(t).unwrap()).collect();
+        let kinds: Vec<&str> = tools.iter().map(|t| t["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["function", "web_search", "code_interpreter", "mcp"]);
+        assert_eq!(tools[1]["filters"]["allowed_domains"], json!(["a.example"]));
+        assert_eq!(tools[3]["server_label"], "docs");
+        assert_eq!(tools[3]["require_approval"], "never");
+        assert_eq!(translated.request.max_tool_calls, Some(2));
+        assert_eq!(
+            translated.request.include,
+            ["reasoning.encrypted_content", "web_search_call.model_result", "code_interpreter_call.outputs"]
+        );
+    }
+
+    #[test]
+    fn a_gateway_tool_that_is_not_enabled_is_refused_at_its_declaration() {
+        let body = with(json!({
+            "tools": [{"name": "ls", "input_schema": {"type": "object"}}, {"type": "code_execution_20250522", "name": "code_execution"}],
+        }));
+        let error = translate(body).unwrap_err();
+        assert_eq!((error.status, error.param.as_deref()), (400, Some("tools[1].type")));
+        let expected = "tools[1].type: 'code_execution_20250522' runs on the gateway's code_interpreter tool. \
+                        Tool type 'code_interpreter' is not enabled";
+        assert!(error.message.starts_with(expected), "{}", error.message);
+        let mcp = with(json!({"mcp_servers": [{"type": "url", "url": "https://mcp.example/mcp", "name": "docs"}]}));
+        let error = translate(mcp).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("mcp_servers[0]"), "{error:?}");
+        let plain_http =
+            with(json!({"mcp_servers": [{"type": "url", "url": "http://mcp.example/mcp", "name": "docs"}]}));
+        let caps = Capabilities { remote_mcp: true, remote_url_checks: true, ..Capabilities::default() };
+        let error = into_engine(MessagesRequest::from_value(plain_http).unwrap(), &caps, &RequestLimits::default())
+            .unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("mcp_servers[0].url"), "{error:?}");
+        assert_eq!(error.message, "Remote MCP `url` must use `https`.");
+    }
+
+    #[test]
+    fn replayed_gateway_tool_blocks_become_the_engines_items() {
+        let shown = URL_SAFE_NO_PAD.encode(json!({"url": "https://a.example/", "title": "A"}).to_string());
+        let body = with(json!({
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "mcp_servers": [{"type": "url", "url": "https://mcp.example/mcp", "name": "docs"}],
+            "messages": [
+                {"role": "user", "content": "look it up"},
+                {"role": "assistant", "content": [
+                    {"type": "server_tool_use", "id": "srvtoolu_ws_1", "name": "web_search", "input": {"query": "a"}},
+                    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_ws_1", "content": [
+                        {"type": "web_search_result", "url": "https://a.example/", "title": "A", "encrypted_content": shown}]},
+                    {"type": "mcp_tool_use", "id": "mcptoolu_mcp_2", "name": "search", "server_name": "docs", "input": {"q": "a"}},
+                    {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_mcp_2", "is_error": false, "content": [{"type": "text", "text": "hit"}]},
+                    {"type": "text", "text": "Found it."},
+                ]},
+                {"role": "user", "content": "thanks"},
+            ],
+        }));
+        let translated =
+            into_engine(MessagesRequest::from_value(body).unwrap(), &all_tools(), &RequestLimits::default())
+                .unwrap_or_else(|e| panic!("{e:?}"));
+        let items: Vec<Value> = translated.request.input.iter().map(item_json).collect();
+        let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["message", "web_search_call", "mcp_call", "message", "message"]);
+        assert_eq!(items[1]["id"], "ws_1");
+        assert_eq!(
+            items[1]["model_result"],
+            json!({"action": {"type": "search", "query": "a", "queries": ["a"], "sources": [{"type": "url", "url": "https://a.example/"}]},
+                   "results": [{"url": "https://a.example/", "title": "A"}]}).to_string()
+        );
+        assert_eq!((items[2]["id"].as_str(), items[2]["output"].as_str()), (Some("mcp_2"), Some("hit")));
+
+        let unanswered = with(json!({"messages": [
+            {"role": "user", "content": "look it up"},
+            {"role": "assistant", "content": [
+                {"type": "server_tool_use", "id": "srvtoolu_ws_1", "name": "web_search", "input": {"query": "a"}}]},
+        ]}));
+        let error = translate(unanswered).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("messages[1].content[0]"));
     }
 }

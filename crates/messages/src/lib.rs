@@ -6,11 +6,13 @@
 //! - [`into_engine`] — a Messages request as the engine's request, plus its [`shape::ReplyShape`].
 //! - [`reply`] — a finished engine response as a `message` body.
 //! - [`stream`] — engine events as Anthropic's stream events.
+//! - [`server_tools`] — Anthropic's server tools and MCP connector on the gateway's own tools.
 //! - [`error`] — errors in Anthropic's shape and statuses.
 
 pub mod error;
 pub mod into_engine;
 pub mod reply;
 pub mod request;
+pub mod server_tools;
 pub mod shape;
 pub mod stream;

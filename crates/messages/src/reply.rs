@@ -11,6 +11,10 @@
 //!   request side asks the engine for it); with [`ThinkingDisplay::Omitted`] its `thinking` is
 //!   empty and the signature still carries the reasoning. A reasoning item without text but with
 //!   a sealed blob is a `redacted_thinking` block whose `data` is the blob.
+//! - The gateway's own tools (web search, code execution, MCP) are blocks made by
+//!   [`crate::server_tools`]: a call (`server_tool_use`, `mcp_tool_use`) and its result, and
+//!   `usage.server_tool_use` counts the web searches; links to the pages searched are citations
+//!   of their text blocks.
 //! - `usage.input_tokens` counts the input tokens the upstream did not read from its prefix
 //!   cache: Anthropic's three input counts add up to the whole input, and
 //!   `cache_read_input_tokens` is the upstream's cached tokens.
@@ -22,6 +26,8 @@ use respgw_protocol::response::{IncompleteReason, ResponseObject, ResponseStatus
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::server_tools::web_search::PageTexts;
+use crate::server_tools::{self, ServerToolUsage};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
 /// A `message` body (`"type": "message"`).
@@ -41,14 +47,57 @@ pub struct MessageBody {
     pub usage: MessageUsage,
 }
 
-/// One content block of a message.
+/// One content block of a message. The gateway tools' blocks ([`crate::server_tools`]): a call
+/// (`server_tool_use`, named `web_search` or `code_execution`; `mcp_tool_use` of a server of
+/// `mcp_servers`) and its result, whose `content` is made by the tool's module.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
-    Text { text: String },
-    Thinking { thinking: String, signature: String },
-    RedactedThinking { data: String },
-    ToolUse { id: String, name: String, input: Value },
+    Text {
+        text: String,
+    },
+    /// A `text` block with the `web_search_result_location` citations of its links.
+    #[serde(rename = "text")]
+    CitedText {
+        text: String,
+        citations: Vec<Value>,
+    },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ServerToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    WebSearchToolResult {
+        tool_use_id: String,
+        content: Value,
+    },
+    CodeExecutionToolResult {
+        tool_use_id: String,
+        content: Value,
+    },
+    McpToolUse {
+        id: String,
+        name: String,
+        server_name: String,
+        input: Value,
+    },
+    McpToolResult {
+        tool_use_id: String,
+        is_error: bool,
+        content: Value,
+    },
 }
 
 /// Why the message ended.
@@ -81,6 +130,9 @@ pub struct MessageUsage {
     pub output_tokens: u64,
     /// `priority` when the request asked for it, else `standard`.
     pub service_tier: &'static str,
+    /// The web searches run, when there were any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_tool_use: Option<ServerToolUsage>,
 }
 
 /// `usage.cache_creation`.
@@ -104,6 +156,7 @@ impl MessageUsage {
                 ServiceTier::Priority => "priority",
                 ServiceTier::Auto | ServiceTier::Default | ServiceTier::Flex => "standard",
             },
+            server_tool_use: None,
         }
     }
 }
@@ -115,16 +168,20 @@ pub fn message_id(response_id: &str) -> String {
 
 /// The `message` body of a finished (completed or incomplete) engine response.
 pub fn message(response: &ResponseObject, shape: &ReplyShape) -> MessageBody {
+    let pages = PageTexts::of(&response.output);
     let (stop_reason, stop_sequence) = stop_reason(response, shape);
     MessageBody {
         id: message_id(&response.id),
         kind: "message",
         role: "assistant",
         model: shape.model.clone(),
-        content: response.output.iter().flat_map(|item| blocks(item, shape)).collect(),
+        content: response.output.iter().flat_map(|item| blocks(item, shape, &pages)).collect(),
         stop_reason: Some(stop_reason),
         stop_sequence,
-        usage: MessageUsage::from_engine(&response.usage.unwrap_or_default(), response.service_tier),
+        usage: MessageUsage {
+            server_tool_use: server_tools::usage(&response.output),
+            ..MessageUsage::from_engine(&response.usage.unwrap_or_default(), response.service_tier)
+        },
     }
 }
 
@@ -143,23 +200,22 @@ pub fn stop_reason(response: &ResponseObject, shape: &ReplyShape) -> (StopReason
     }
 }
 
-/// The content blocks an output item stands for.
-pub fn blocks(item: &Item, shape: &ReplyShape) -> Vec<ContentBlock> {
+/// The content blocks an output item stands for; `pages` are what web search showed the model,
+/// quoted in the citations of text blocks.
+pub fn blocks(item: &Item, shape: &ReplyShape, pages: &PageTexts) -> Vec<ContentBlock> {
     match item {
-        Item::Message(message) => message.content.iter().filter_map(text_block).collect(),
+        Item::Message(message) => message.content.iter().filter_map(|part| text_block(part, pages)).collect(),
         Item::Reasoning(reasoning) => reasoning_block(reasoning, shape).into_iter().collect(),
         Item::FunctionCall(call) => vec![ContentBlock::ToolUse {
             id: call.call_id.clone(),
             name: call.name.clone(),
             input: tool_input(&call.arguments),
         }],
-        // Gateway-run tools are not offered to Messages clients yet: the request side declares
-        // none, so the engine makes no such items; were one there, it would be left out.
-        Item::CodeInterpreterCall(_)
-        | Item::WebSearchCall(_)
-        | Item::McpCall(_)
-        | Item::McpListTools(_)
-        | Item::McpApprovalRequest(_) => Vec::new(),
+        Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) | Item::McpCall(_) => {
+            server_tools::blocks(item).unwrap_or_default()
+        }
+        // A server's tool list is the gateway's business; every MCP call runs without approval.
+        Item::McpListTools(_) | Item::McpApprovalRequest(_) => Vec::new(),
         // Client tools of other shapes (`custom`, `local_shell`) cannot be declared in a
         // Messages request, a `compaction` item is the engine's own record of a compacted
         // conversation, and the rest are input items, never output.
@@ -173,11 +229,18 @@ pub fn blocks(item: &Item, shape: &ReplyShape) -> Vec<ContentBlock> {
     }
 }
 
-/// A `text` block for an answer's content part. Its `url_citation` annotations are left out:
-/// they come from web search, which Messages clients are not offered yet.
-fn text_block(part: &ContentPart) -> Option<ContentBlock> {
+/// A `text` block for an answer's content part, with a citation for each `url_citation`
+/// annotation (links to pages web search showed the model).
+fn text_block(part: &ContentPart, pages: &PageTexts) -> Option<ContentBlock> {
     match part {
-        ContentPart::OutputText { text, .. } => Some(ContentBlock::Text { text: text.clone() }),
+        ContentPart::OutputText { text, annotations, .. } => {
+            let citations: Vec<Value> = annotations.iter().filter_map(|a| pages.citation(a)).collect();
+            if citations.is_empty() {
+                Some(ContentBlock::Text { text: text.clone() })
+            } else {
+                Some(ContentBlock::CitedText { text: text.clone(), citations })
+            }
+        }
         ContentPart::Refusal { refusal } => Some(ContentBlock::Text { text: refusal.clone() }),
         // Input parts never appear in an answer.
         ContentPart::InputText { .. } | ContentPart::InputImage { .. } | ContentPart::InputFile(_) => None,

@@ -2,10 +2,11 @@
 //! every error a 400 in our own words that names its field (`messages[2].content[0].source`).
 //!
 //! Content blocks and sources dispatch on their `type` here, so an unknown or misspelt type is
-//! refused with the types that would have been accepted. Fields the gateway has no use for are
-//! accepted and ignored, never refused: `cache_control` on any block, tool or system text,
-//! `citations`, `context_management`, `service_tier`, `container`, a web search's `max_uses`, and
-//! top-level fields Anthropic adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it changes.
+//! refused with the types that would have been accepted. Server tools, `mcp_servers` and the
+//! blocks of their earlier calls are parsed by [`crate::server_tools`]. Fields the gateway has no
+//! use for are accepted and ignored, never refused: `cache_control` on any block, tool or system text,
+//! `citations`, `context_management`, `service_tier`, `container`, and top-level fields Anthropic
+//! adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it changes.
 
 use std::fmt::Display;
 
@@ -14,6 +15,9 @@ use respgw_protocol::error::join_path;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+
+use crate::server_tools::mcp::{McpServer, parse_servers};
+use crate::server_tools::{self, REPLAYED_BLOCK_TYPES, ReplayedBlock, SERVER_TOOL_TYPES, ServerTool};
 
 /// A Messages request, parsed and checked field by field (the engine's rules come after, in
 /// [`crate::into_engine`]).
@@ -25,8 +29,11 @@ pub struct MessagesRequest {
     /// The texts of `system` (a string is one text).
     pub system: Vec<String>,
     pub messages: Vec<Message>,
-    pub tools: Vec<MessagesTool>,
-    /// `mcp_servers`: the MCP connector.
+    /// The client tools of `tools`.
+    pub tools: Vec<Tool>,
+    /// The server tools of `tools`, each with its index there.
+    pub server_tools: Vec<(usize, ServerTool)>,
+    /// `mcp_servers`.
     pub mcp_servers: Vec<McpServer>,
     pub tool_choice: Option<ToolChoice>,
     pub thinking: Option<Thinking>,
@@ -84,6 +91,8 @@ pub enum Block {
     ToolReference {
         tool_name: String,
     },
+    /// A gateway tool's call or result from an earlier reply.
+    ServerTool(ReplayedBlock),
 }
 
 /// Where an image comes from.
@@ -131,43 +140,11 @@ pub enum ToolResultContent {
     Blocks(Vec<Block>),
 }
 
-/// An entry of `tools`: a client tool, or one of Anthropic's server tools the gateway runs with
-/// a gateway tool of its own.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MessagesTool {
-    Client(Tool),
-    /// `web_search_20250305` (or a later `web_search_…` version): the gateway's web search.
-    WebSearch(WebSearch),
-    /// `code_execution_…`: the gateway's code interpreter.
-    CodeExecution {
-        name: String,
-    },
-}
-
-/// A web search server tool.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WebSearch {
-    pub name: String,
-    pub allowed_domains: Option<Vec<String>>,
-    /// Passed on to search backends that take a location hint.
-    pub user_location: Option<Value>,
-}
-
-/// An MCP server of `mcp_servers`, dialled by the gateway for this request (Remote MCP).
-#[derive(Debug, Clone, PartialEq)]
-pub struct McpServer {
-    pub name: String,
-    pub url: String,
-    pub authorization_token: Option<String>,
-    /// `tool_configuration.allowed_tools` (`None`: all of the server's tools).
-    pub allowed_tools: Option<Vec<String>>,
-    /// `tool_configuration.enabled: false` leaves the server out.
-    pub enabled: bool,
-}
-
 /// A client tool: a function the model may call, with the JSON schema of its input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tool {
+    /// Its index in the request's `tools`.
+    pub index: usize,
     pub name: String,
     pub description: Option<String>,
     pub input_schema: Map<String, Value>,
@@ -227,8 +204,20 @@ pub enum Effort {
 pub const MIN_THINKING_BUDGET: u64 = 1024;
 
 /// The content block types a message may hold.
-pub const BLOCK_TYPES: &[&str] =
-    &["text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"];
+pub const BLOCK_TYPES: &[&str] = &[
+    "text",
+    "image",
+    "document",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "server_tool_use",
+    "web_search_tool_result",
+    "code_execution_tool_result",
+    "mcp_tool_use",
+    "mcp_tool_result",
+];
 
 /// The block types a `tool_result` may hold.
 const TOOL_RESULT_BLOCK_TYPES: &[&str] = &["text", "image", "document", "tool_reference"];
@@ -250,7 +239,7 @@ struct RequestFields {
     top_k: Option<u64>,
     metadata: Option<Metadata>,
     stream: Option<bool>,
-    mcp_servers: Option<Vec<Value>>,
+    mcp_servers: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -337,44 +326,6 @@ struct ToolFields {
 }
 
 #[derive(Deserialize)]
-struct WebSearchFields {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    allowed_domains: Option<Vec<String>>,
-    #[serde(default)]
-    blocked_domains: Option<Vec<String>>,
-    #[serde(default)]
-    user_location: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct NamedFields {
-    #[serde(default)]
-    name: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct McpServerFields {
-    #[serde(rename = "type")]
-    kind: String,
-    url: String,
-    name: String,
-    #[serde(default)]
-    authorization_token: Option<String>,
-    #[serde(default)]
-    tool_configuration: Option<McpToolConfiguration>,
-}
-
-#[derive(Deserialize)]
-struct McpToolConfiguration {
-    #[serde(default)]
-    enabled: Option<bool>,
-    #[serde(default)]
-    allowed_tools: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
 struct ToolChoiceFields {
     #[serde(default)]
     name: Option<String>,
@@ -438,20 +389,17 @@ impl MessagesRequest {
         if messages.iter().all(|m| m.role == Role::System) {
             return Err(invalid("messages", "expected at least one user or assistant message"));
         }
-        let mcp_servers = fields
-            .mcp_servers
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, server)| parse_mcp_server(server, &format!("mcp_servers[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let tools = fields
-            .tools
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, tool)| parse_tool(tool, &format!("tools[{i}]")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mcp_servers = parse_servers(fields.mcp_servers)?;
+        let mut tools = Vec::new();
+        let mut server_tools = Vec::new();
+        for (i, tool) in fields.tools.unwrap_or_default().into_iter().enumerate() {
+            let at = format!("tools[{i}]");
+            let server_kind = tool.get("type").and_then(Value::as_str).filter(|kind| ServerTool::is_declared_by(kind));
+            match server_kind.map(str::to_owned) {
+                Some(kind) => server_tools.push((i, ServerTool::parse(&kind, tool, &at)?)),
+                None => tools.push(parse_tool(tool, &at, i)?),
+            }
+        }
         let tool_choice = match fields.tool_choice {
             None | Some(Value::Null) => None,
             Some(choice) => Some(parse_tool_choice(choice)?),
@@ -472,6 +420,7 @@ impl MessagesRequest {
             system: parse_system(fields.system)?,
             messages,
             tools,
+            server_tools,
             mcp_servers,
             tool_choice,
             thinking,
@@ -609,6 +558,7 @@ fn check_blocks_for_role(role: Role, blocks: &[Block], at: &str) -> Result<(), A
             Block::ToolUse { .. } => ("tool_use", role == Role::Assistant),
             Block::Thinking { .. } => ("thinking", role == Role::Assistant),
             Block::RedactedThinking { .. } => ("redacted_thinking", role == Role::Assistant),
+            Block::ServerTool(_) => ("server tool", role == Role::Assistant),
         };
         if !allowed {
             let role = match role {
@@ -694,6 +644,9 @@ fn parse_block(value: Value, at: &str, accepted: &[&str]) -> Result<Block, ApiEr
         "tool_reference" => {
             typed::<ToolReferenceFields>(value, at).map(|b| Block::ToolReference { tool_name: b.tool_name })
         }
+        kind if REPLAYED_BLOCK_TYPES.contains(&kind) => {
+            server_tools::parse_block(kind, value, at).map(Block::ServerTool)
+        }
         other => Err(unknown_type(at, other, "content block", accepted)),
     }
 }
@@ -748,41 +701,21 @@ fn no_files_api(at: &str) -> ApiError {
     )
 }
 
-fn parse_tool(value: Value, at: &str) -> Result<MessagesTool, ApiError> {
+fn parse_tool(value: Value, at: &str, index: usize) -> Result<Tool, ApiError> {
     let Some(object) = value.as_object() else {
         return Err(invalid(at, format!("expected a tool (an object), got {}", json_kind(&value))));
     };
     match object.get("type") {
         None | Some(Value::Null) => {}
         Some(Value::String(kind)) if kind == "custom" => {}
-        Some(Value::String(kind)) if kind.starts_with("web_search_") => {
-            let fields: WebSearchFields = typed(value, at)?;
-            if fields.blocked_domains.as_ref().is_some_and(|blocked| !blocked.is_empty()) {
-                return Err(invalid(
-                    &join_path(at, "blocked_domains"),
-                    "the gateway's web search limits searches with allowed_domains only; blocked_domains is not \
-                     supported",
-                ));
-            }
-            return Ok(MessagesTool::WebSearch(WebSearch {
-                name: fields.name.unwrap_or_else(|| "web_search".to_owned()),
-                allowed_domains: fields.allowed_domains,
-                user_location: fields.user_location,
-            }));
-        }
-        Some(Value::String(kind)) if kind.starts_with("code_execution_") => {
-            let fields: NamedFields = typed(value, at)?;
-            return Ok(MessagesTool::CodeExecution {
-                name: fields.name.unwrap_or_else(|| "code_execution".to_owned()),
-            });
-        }
         Some(Value::String(kind)) => {
             return Err(invalid(
                 &join_path(at, "type"),
                 format!(
                     "the tool type '{}' is not supported by this gateway; declare client tools with a name and \
-                     an input_schema (type 'custom' or no type), or use web_search_20250305 or code_execution",
-                    clip(kind)
+                     an input_schema (type 'custom' or no type), or one of the server tools {}",
+                    clip(kind),
+                    SERVER_TOOL_TYPES.join(", ")
                 ),
             ));
         }
@@ -791,27 +724,13 @@ fn parse_tool(value: Value, at: &str) -> Result<MessagesTool, ApiError> {
         }
     }
     let tool: ToolFields = typed(value, at)?;
-    Ok(MessagesTool::Client(Tool {
+    Ok(Tool {
+        index,
         name: tool.name,
         description: tool.description,
         input_schema: tool.input_schema,
         strict: tool.strict.unwrap_or(false),
         defer_loading: tool.defer_loading.unwrap_or(false),
-    }))
-}
-
-fn parse_mcp_server(value: Value, at: &str) -> Result<McpServer, ApiError> {
-    let fields: McpServerFields = typed(value, at)?;
-    if fields.kind != "url" {
-        return Err(unknown_type(at, &fields.kind, "MCP server", &["url"]));
-    }
-    let configuration = fields.tool_configuration;
-    Ok(McpServer {
-        name: fields.name,
-        url: fields.url,
-        authorization_token: fields.authorization_token,
-        allowed_tools: configuration.as_ref().and_then(|c| c.allowed_tools.clone()),
-        enabled: configuration.and_then(|c| c.enabled).unwrap_or(true),
     })
 }
 
@@ -1000,7 +919,8 @@ mod tests {
         assert_eq!(
             message,
             "messages[0].content[1].type: unknown content block type 'video'; expected one of text, image, document, \
-             tool_use, tool_result, thinking, redacted_thinking."
+             tool_use, tool_result, thinking, redacted_thinking, server_tool_use, web_search_tool_result, \
+             code_execution_tool_result, mcp_tool_use, mcp_tool_result."
         );
         let (param, _) = refused(user_blocks(json!([{"text":"a"}])));
         assert_eq!(param, "messages[0].content[0].type");
@@ -1061,11 +981,9 @@ mod tests {
             "tool_choice":{"type":"tool","name":"ls","disable_parallel_tool_use":true}
         })))
         .unwrap();
-        let [MessagesTool::Client(first), MessagesTool::Client(second)] = request.tools.as_slice() else {
-            panic!("{:?}", request.tools)
-        };
-        assert!(!first.strict && second.strict);
-        assert!(!first.defer_loading && second.defer_loading);
+        assert_eq!(request.tools.len(), 2);
+        assert!(!request.tools[0].strict && request.tools[1].strict);
+        assert!(!request.tools[0].defer_loading && request.tools[1].defer_loading);
         assert_eq!(
             request.tool_choice,
             Some(ToolChoice { mode: ToolChoiceMode::Tool("ls".into()), disable_parallel_tool_use: true })
@@ -1076,45 +994,6 @@ mod tests {
         assert_eq!(refused(with(json!({"tools":[{"name":"x"}]}))).0, "tools[0].input_schema");
         assert_eq!(refused(with(json!({"tool_choice":{"type":"tool"}}))).0, "tool_choice.name");
         assert_eq!(refused(with(json!({"tool_choice":{"type":"some"}}))).0, "tool_choice.type");
-    }
-
-    #[test]
-    fn server_tools_and_mcp_servers() {
-        let request = parse(with(json!({
-            "tools":[
-                {"type":"web_search_20250305","name":"web_search","max_uses":3,"allowed_domains":["example.com"],
-                 "user_location":{"type":"approximate","city":"Paris"}},
-                {"type":"code_execution_20250825","name":"code_execution"}
-            ],
-            "mcp_servers":[{"type":"url","url":"https://mcp.example.com/mcp","name":"docs","authorization_token":"t",
-                "tool_configuration":{"allowed_tools":["search"]}}]
-        })))
-        .unwrap();
-        assert_eq!(
-            request.tools,
-            vec![
-                MessagesTool::WebSearch(WebSearch {
-                    name: "web_search".into(),
-                    allowed_domains: Some(vec!["example.com".into()]),
-                    user_location: Some(json!({"type":"approximate","city":"Paris"}))
-                }),
-                MessagesTool::CodeExecution { name: "code_execution".into() }
-            ]
-        );
-        assert_eq!(
-            request.mcp_servers,
-            vec![McpServer {
-                name: "docs".into(),
-                url: "https://mcp.example.com/mcp".into(),
-                authorization_token: Some("t".into()),
-                allowed_tools: Some(vec!["search".into()]),
-                enabled: true
-            }]
-        );
-        let (param, _) = refused(with(
-            json!({"tools":[{"type":"web_search_20250305","name":"web_search","blocked_domains":["x.com"]}]}),
-        ));
-        assert_eq!(param, "tools[0].blocked_domains");
     }
 
     #[test]
@@ -1152,11 +1031,43 @@ mod tests {
         assert_eq!(refused(with(json!({"output_config":{"effort":"extreme"}}))).0, "output_config.effort");
         assert_eq!(refused(with(json!({"temperature":1.5}))).0, "temperature");
         assert_eq!(refused(with(json!({"stop_sequences":[""]}))).0, "stop_sequences[0]");
+    }
+
+    #[test]
+    fn server_tools_and_mcp_servers_are_parsed_apart_from_client_tools() {
+        let request = parse(with(json!({
+            "tools":[
+                {"type":"web_search_20250305","name":"web_search","max_uses":3},
+                {"name":"ls","input_schema":{"type":"object"}},
+                {"type":"code_execution_20250522","name":"code_execution"}
+            ],
+            "mcp_servers":[{"type":"url","url":"https://x.example/mcp","name":"x"}]
+        })))
+        .unwrap();
+        assert_eq!(request.tools.len(), 1);
+        assert_eq!(request.tools[0].index, 1);
+        let indexes: Vec<usize> = request.server_tools.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indexes, [0, 2]);
+        assert_eq!(request.server_tools[1].1, ServerTool::CodeExecution);
+        assert_eq!(request.mcp_servers[0].name, "x");
         assert_eq!(refused(with(json!({"mcp_servers":[{"type":"url","name":"x"}]}))).0, "mcp_servers[0].url");
-        assert_eq!(
-            refused(with(json!({"mcp_servers":[{"type":"sse","url":"https://x","name":"x"}]}))).0,
-            "mcp_servers[0].type"
-        );
+        let (param, message) = refused(with(json!({"tools":[{"type":"web_fetch_20250910","name":"web_fetch"}]})));
+        assert_eq!(param, "tools[0].type");
+        assert!(message.contains("web_search_20250305, code_execution_20250522"), "{message}");
+    }
+
+    #[test]
+    fn server_tool_blocks_come_from_the_assistant() {
+        let call = json!({"type":"server_tool_use","id":"srvtoolu_ws_1","name":"web_search","input":{"query":"q"}});
+        let assistant = json!({"messages":[
+            {"role":"user","content":"hi"},
+            {"role":"assistant","content":[call.clone(), {"type":"web_search_tool_result","tool_use_id":"srvtoolu_ws_1","content":[]}]}
+        ]});
+        let request = parse(with(assistant)).unwrap();
+        assert!(matches!(request.messages[1].content[0], Block::ServerTool(ReplayedBlock::Call { .. })));
+        let (param, message) = refused(user_blocks(json!([call])));
+        assert_eq!(param, "messages[0].content[0]");
+        assert!(message.contains("user messages cannot hold server tool blocks"), "{message}");
     }
 
     #[test]

@@ -20,6 +20,12 @@
 //!   and sent whole at the end as the `input` the JSON reply has (`{}` for anything but an object;
 //!   see [`crate::reply::tool_input`]). Arguments that start with `{` but end broken reach the
 //!   client as the model wrote them.
+//! - A gateway tool's call and result blocks go out when its item is done (the engine runs the
+//!   tool before it says what it found): the call block as a `tool_use` is streamed whole (empty
+//!   `input`, one `input_json_delta`), then the result block whole in its `content_block_start`,
+//!   as Anthropic streams them.
+//! - A link of the answer to a page web search showed the model is a `citations_delta` of its
+//!   text block when the engine finds it (after the link's text).
 //! - A block ends when the next one starts or its item is done. An upstream that interleaves the
 //!   arguments of two calls gets the late fragments sent to the earlier call's `index`, after its
 //!   stop: nothing is lost, and the SDKs accumulate by index.
@@ -36,6 +42,8 @@ use crate::error::{MessagesErrorType, messages_error_body};
 use crate::reply::{
     ContentBlock, MessageBody, MessageUsage, StopReason, message_id, reasoning_block, stop_reason, tool_input,
 };
+use crate::server_tools::web_search::PageTexts;
+use crate::server_tools::{self, ServerToolUsage};
 use crate::shape::{ReplyShape, ThinkingDisplay};
 
 /// One event of a Messages stream; its serde tag is the wire `type` (also the SSE `event:`).
@@ -72,10 +80,22 @@ pub enum MessagesEvent {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BlockDelta {
-    TextDelta { text: String },
-    InputJsonDelta { partial_json: String },
-    ThinkingDelta { thinking: String },
-    SignatureDelta { signature: String },
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
+    },
+    /// A `web_search_result_location` citation of the text block.
+    CitationsDelta {
+        citation: Value,
+    },
 }
 
 /// `message_delta`'s `delta`: what the message ended with.
@@ -92,6 +112,8 @@ pub struct MessageDeltaUsage {
     pub cache_creation_input_tokens: u64,
     pub cache_read_input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_tool_use: Option<ServerToolUsage>,
 }
 
 impl MessagesEvent {
@@ -142,6 +164,8 @@ enum BlockKind {
     Text,
     Thinking,
     ToolUse,
+    /// A gateway tool's result, whole in its start.
+    ToolResult,
 }
 
 /// The block that receives deltas now.
@@ -174,6 +198,8 @@ pub struct MessageStream {
     next_index: usize,
     open: Option<OpenBlock>,
     tool_uses: Vec<ToolUseBlock>,
+    /// What web search showed the model so far, quoted in citations.
+    pages: PageTexts,
     started: bool,
     ended: bool,
 }
@@ -181,7 +207,15 @@ pub struct MessageStream {
 impl MessageStream {
     /// The translation of a run answering a request of this shape.
     pub fn new(shape: ReplyShape) -> Self {
-        MessageStream { shape, next_index: 0, open: None, tool_uses: Vec::new(), started: false, ended: false }
+        MessageStream {
+            shape,
+            next_index: 0,
+            open: None,
+            tool_uses: Vec::new(),
+            pages: PageTexts::default(),
+            started: false,
+            ended: false,
+        }
     }
 
     /// Whether the last event (`message_stop` or `error`) has gone out.
@@ -237,10 +271,17 @@ impl MessageStream {
             ResponseEvent::OutputTextDone { .. }
             | ResponseEvent::ReasoningDone { .. }
             | ResponseEvent::FunctionCallArgumentsDone { .. } => {}
-            // `url_citation`s come from web search, which Messages clients are not offered yet.
-            ResponseEvent::OutputTextAnnotationAdded { .. } => {}
-            // Gateway-run tools are not offered to Messages clients yet (the request side
-            // declares none), and a compaction is the engine's own business: no blocks.
+            ResponseEvent::OutputTextAnnotationAdded { output_index, annotation, .. } => {
+                if let Some(citation) = self.pages.citation(&annotation) {
+                    let index = self.open_text(output_index, out);
+                    out.push(MessagesEvent::ContentBlockDelta {
+                        index,
+                        delta: BlockDelta::CitationsDelta { citation },
+                    });
+                }
+            }
+            // A gateway tool's blocks go out whole when its item is done, and a compaction is the
+            // engine's own business: no blocks for these.
             ResponseEvent::CodeInterpreterCallInProgress { .. }
             | ResponseEvent::CodeInterpreterCallCodeDelta { .. }
             | ResponseEvent::CodeInterpreterCallCodeDone { .. }
@@ -353,11 +394,16 @@ impl MessageStream {
                 self.close_block_of(output_index, out);
             }
             Item::Message(_) => self.close_block_of(output_index, out),
+            Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) | Item::McpCall(_) => {
+                if let Item::WebSearchCall(call) = item {
+                    self.pages.learn(call);
+                }
+                for block in server_tools::blocks(item).unwrap_or_default() {
+                    self.whole_block(block, output_index, out);
+                }
+            }
             // No blocks for the rest (see [`crate::reply::blocks`]).
-            Item::CodeInterpreterCall(_)
-            | Item::WebSearchCall(_)
-            | Item::McpCall(_)
-            | Item::McpListTools(_)
+            Item::McpListTools(_)
             | Item::McpApprovalRequest(_)
             | Item::CustomToolCall(_)
             | Item::LocalShellCall(_)
@@ -430,6 +476,11 @@ impl MessageStream {
             ContentBlock::Text { text } => {
                 (ContentBlock::Text { text: String::new() }, BlockKind::Text, vec![BlockDelta::TextDelta { text }])
             }
+            ContentBlock::CitedText { text, citations } => {
+                let mut deltas = vec![BlockDelta::TextDelta { text }];
+                deltas.extend(citations.into_iter().map(|citation| BlockDelta::CitationsDelta { citation }));
+                (ContentBlock::Text { text: String::new() }, BlockKind::Text, deltas)
+            }
             ContentBlock::Thinking { thinking, signature } => {
                 let empty = ContentBlock::Thinking { thinking: String::new(), signature: String::new() };
                 let mut deltas = Vec::new();
@@ -442,6 +493,18 @@ impl MessageStream {
                 (empty, BlockKind::Thinking, deltas)
             }
             ContentBlock::RedactedThinking { .. } => (block, BlockKind::Thinking, Vec::new()),
+            ContentBlock::ServerToolUse { id, name, input } => {
+                let empty = ContentBlock::ServerToolUse { id, name, input: Value::Object(Default::default()) };
+                (empty, BlockKind::ToolUse, vec![BlockDelta::InputJsonDelta { partial_json: input.to_string() }])
+            }
+            ContentBlock::McpToolUse { id, name, server_name, input } => {
+                let empty =
+                    ContentBlock::McpToolUse { id, name, server_name, input: Value::Object(Default::default()) };
+                (empty, BlockKind::ToolUse, vec![BlockDelta::InputJsonDelta { partial_json: input.to_string() }])
+            }
+            ContentBlock::WebSearchToolResult { .. }
+            | ContentBlock::CodeExecutionToolResult { .. }
+            | ContentBlock::McpToolResult { .. } => (block, BlockKind::ToolResult, Vec::new()),
             ContentBlock::ToolUse { id, name, input } => {
                 let empty = ContentBlock::ToolUse { id, name, input: Value::Object(Default::default()) };
                 (empty, BlockKind::ToolUse, vec![BlockDelta::InputJsonDelta { partial_json: input.to_string() }])
@@ -476,6 +539,7 @@ impl MessageStream {
             cache_creation_input_tokens: usage.cache_creation_input_tokens,
             cache_read_input_tokens: usage.cache_read_input_tokens,
             output_tokens: usage.output_tokens,
+            server_tool_use: server_tools::usage(&response.output),
         };
         out.push(MessagesEvent::MessageDelta { delta: MessageDelta { stop_reason, stop_sequence }, usage });
         self.end_with(MessagesEvent::MessageStop, out);
@@ -515,7 +579,10 @@ fn error_kind(error: &StreamError) -> MessagesErrorType {
 
 #[cfg(test)]
 mod tests {
-    use respgw_protocol::items::{ItemStatus, MessageItem, MessageRole, ReasoningItem, ReasoningText};
+    use respgw_protocol::items::{
+        CallStatus, ItemStatus, MessageItem, MessageRole, ReasoningItem, ReasoningText, WebSearchAction,
+        WebSearchCallItem,
+    };
     use respgw_protocol::response::{IncompleteDetails, IncompleteReason, ResponseStatus};
     use respgw_protocol::{ApiError, Usage};
     use serde_json::json;
@@ -706,6 +773,10 @@ mod tests {
                         BlockDelta::TextDelta { text } => append("text", text, block),
                         BlockDelta::ThinkingDelta { thinking } => append("thinking", thinking, block),
                         BlockDelta::SignatureDelta { signature } => block["signature"] = json!(signature),
+                        BlockDelta::CitationsDelta { citation } => {
+                            let citations = block.as_object_mut().unwrap().entry("citations").or_insert(json!([]));
+                            citations.as_array_mut().unwrap().push(citation.clone());
+                        }
                         BlockDelta::InputJsonDelta { partial_json } => {
                             json_parts[*index].push_str(partial_json);
                             block["input"] = serde_json::from_str(&json_parts[*index]).unwrap_or(json!({}));
@@ -862,6 +933,75 @@ mod tests {
         );
         let MessagesEvent::MessageDelta { delta, .. } = &out[out.len() - 2] else { panic!() };
         assert_eq!(delta.stop_reason, StopReason::ToolUse);
+        assert_accumulates_to_the_json_reply(&out, &response, &shape());
+    }
+
+    #[test]
+    fn a_gateway_tool_call_streams_its_call_then_its_whole_result_when_done() {
+        let search = Item::WebSearchCall(WebSearchCallItem {
+            id: "ws_1".into(),
+            status: CallStatus::Completed,
+            action: Some(WebSearchAction::Search { query: "rust".into(), queries: Vec::new(), sources: None }),
+            model_result: Some(
+                json!({"action": {"type": "search", "query": "rust"}, "results": [{"url": "https://a.example/"}]})
+                    .to_string(),
+            ),
+        });
+        let announced = Item::WebSearchCall(WebSearchCallItem {
+            status: CallStatus::InProgress,
+            action: None,
+            model_result: None,
+            ..match &search {
+                Item::WebSearchCall(item) => item.clone(),
+                _ => unreachable!(),
+            }
+        });
+        let annotation = json!({"type": "url_citation", "start_index": 0, "end_index": 6, "title": "A",
+                                "url": "https://a.example/"});
+        let mut answer = text("Found.");
+        if let Item::Message(message) = &mut answer
+            && let ContentPart::OutputText { annotations, .. } = &mut message.content[0]
+        {
+            annotations.push(annotation.clone());
+        }
+        let response = finished(vec![search.clone(), answer], usage(30, 0, 12));
+        let mut run = Run::new();
+        run.events.push(ResponseEvent::OutputItemAdded { output_index: 0, item: Box::new(announced) });
+        run.events.push(ResponseEvent::WebSearchCallSearching { item_id: "ws_1".into(), output_index: 0 });
+        run.events.push(ResponseEvent::OutputItemDone { output_index: 0, item: Box::new(search) });
+        let mut run = run.text(1, &["Found."]);
+        // The engine announces the citation once the link is complete, before the text is done.
+        let at = run.events.len() - 3;
+        run.events.insert(
+            at,
+            ResponseEvent::OutputTextAnnotationAdded {
+                item_id: "msg_1".into(),
+                output_index: 1,
+                content_index: 0,
+                annotation_index: 0,
+                annotation: Box::new(annotation),
+            },
+        );
+        let out = translate(run.completed(response.clone()), &shape());
+        assert!(kinds(&out).contains(&"delta 2 citations_delta".to_owned()), "{:?}", kinds(&out));
+        assert_eq!(
+            kinds(&out)[2..8],
+            [
+                "start 0 server_tool_use",
+                "delta 0 input_json_delta",
+                "stop 0",
+                "start 1 web_search_tool_result",
+                "stop 1",
+                "start 2 text"
+            ]
+            .map(String::from)
+        );
+        assert_eq!(
+            serde_json::to_value(&out[2]).unwrap()["content_block"],
+            json!({"type": "server_tool_use", "id": "srvtoolu_ws_1", "name": "web_search", "input": {}})
+        );
+        let MessagesEvent::MessageDelta { usage, .. } = &out[out.len() - 2] else { panic!() };
+        assert_eq!(usage.server_tool_use, Some(ServerToolUsage { web_search_requests: 1, web_fetch_requests: 0 }));
         assert_accumulates_to_the_json_reply(&out, &response, &shape());
     }
 

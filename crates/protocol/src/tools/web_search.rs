@@ -85,6 +85,11 @@ pub const WEB_SEARCH_TYPES: &[&str] = &["web_search", "web_search_preview", "web
 #[serde(transparent)]
 pub struct OfflineWebSearch(pub Value);
 
+/// The `include` value under which items keep their `model_result` (the result the model was
+/// shown) as clients see them. Not a Responses `include` value (validation refuses it): only the
+/// Messages face sets it, after validation, to hand that result to its client for replay.
+pub const MODEL_RESULT_INCLUDE: &str = "web_search_call.model_result";
+
 /// The function name under which the model sees `web_search`.
 pub const WEB_SEARCH_FUNCTION: &str = "web_search";
 

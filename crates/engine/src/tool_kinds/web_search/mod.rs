@@ -4,11 +4,11 @@
 //! A call's `web_search_call` item is announced without an action (with `…call.in_progress`)
 //! and streams no arguments, as in the reference API; it is `…call.searching` while the action
 //! runs and done with the action and the result the model was given (`model_result`, kept for
-//! the conversation, never shown to clients) — `completed` even when the search failed, since a
-//! failure is a result the model sees. The pages a call showed the model become
-//! [`CitableSource`]s, kept for the response in [`Citations`]: links to them in the answer are cited
-//! (`cite.rs`). Clients see an action's
-//! `sources` only with `include: ["web_search_call.action.sources"]`.
+//! the conversation, shown to no client but the Messages face, which hands it back on replay) —
+//! `completed` even when the search failed, since a failure is a result the model sees. The pages
+//! a call showed the model become [`CitableSource`]s, kept for the response in [`Citations`]:
+//! links to them in the answer are cited (`cite.rs`). Clients see an action's `sources` only with
+//! `include: ["web_search_call.action.sources"]`.
 //!
 //! Executor: `respgw_tools::web_search::WebSearchTool` (`crates/tools/src/web_search/mod.rs`),
 //! which implements the engine's `GatewayTool` itself.
@@ -19,7 +19,7 @@ use respgw_protocol::ResponseEvent;
 use respgw_protocol::ids::IdKind;
 use respgw_protocol::items::{CallStatus, Item, WebSearchAction, WebSearchCallItem};
 use respgw_protocol::tools::choice::AllowedTool;
-use respgw_protocol::tools::web_search::WEB_SEARCH_FUNCTION;
+use respgw_protocol::tools::web_search::{MODEL_RESULT_INCLUDE, WEB_SEARCH_FUNCTION};
 use respgw_telemetry::ToolType;
 use serde_json::{Value, json};
 
@@ -188,10 +188,13 @@ impl CallItem {
     }
 }
 
-/// The item as a client sees it: never the result kept for the model; search `sources` only
-/// when `include` asks (and never an empty list).
+/// The item as a client sees it: the result kept for the model only for the Messages face
+/// ([`MODEL_RESULT_INCLUDE`]); search `sources` only when `include` asks (and never an empty list).
 pub(crate) fn present(item: &WebSearchCallItem, include: &[String]) -> WebSearchCallItem {
-    let mut shown = WebSearchCallItem { model_result: None, ..item.clone() };
+    let mut shown = item.clone();
+    if !include.iter().any(|i| i == MODEL_RESULT_INCLUDE) {
+        shown.model_result = None;
+    }
     if let Some(WebSearchAction::Search { sources, .. }) = &mut shown.action
         && (!include.iter().any(|i| i == "web_search_call.action.sources")
             || sources.as_ref().is_some_and(Vec::is_empty))
@@ -221,4 +224,23 @@ pub(crate) fn result_text(item: &WebSearchCallItem) -> String {
     item.model_result
         .clone()
         .unwrap_or_else(|| json!({"error": "The result of this earlier web_search call is not available."}).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_result_kept_for_the_model_is_shown_to_the_messages_face_only() {
+        let item = WebSearchCallItem {
+            id: "ws_1".into(),
+            status: CallStatus::Completed,
+            action: Some(WebSearchAction::OpenPage { url: Some("https://a.example/".into()) }),
+            model_result: Some("{\"page\":{}}".into()),
+        };
+        let every_responses_include =
+            ["web_search_call.action.sources".to_owned(), "web_search_call.results".to_owned()];
+        assert_eq!(present(&item, &every_responses_include).model_result, None);
+        assert_eq!(present(&item, &[MODEL_RESULT_INCLUDE.to_owned()]).model_result, item.model_result);
+    }
 }
