@@ -340,8 +340,10 @@ async fn models_are_listed_in_anthropics_shape_for_anthropic_clients() {
     assert_eq!(
         anthropic.body,
         json!({"data":[
-            {"type":"model","id":"alpha-model","display_name":"alpha-model","created_at":"1970-01-01T00:00:00Z"},
-            {"type":"model","id":"beta-model","display_name":"beta-model","created_at":"1970-01-01T00:00:00Z"}
+            {"type":"model","id":"alpha-model","display_name":"alpha-model","created_at":"1970-01-01T00:00:00Z",
+             "lifecycle":"active","max_input_tokens":null},
+            {"type":"model","id":"beta-model","display_name":"beta-model","created_at":"1970-01-01T00:00:00Z",
+             "lifecycle":"active","max_input_tokens":null}
         ],"has_more":false,"first_id":"alpha-model","last_id":"beta-model"})
     );
     let openai = send(http_client().get(h.url("/v1/models"))).await;

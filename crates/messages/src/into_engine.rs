@@ -3,8 +3,9 @@
 //! and the [`SourcePaths`] that name an engine error's field as the client wrote it.
 //!
 //! The mapping, block by block:
-//! - `system` → `instructions` (texts joined by a blank line); a `role: "system"` entry of
-//!   `messages` → a system message in its place.
+//! - `system` → `instructions` (texts joined by a blank line), except a text that is only
+//!   Claude Code's `x-anthropic-billing-header:` line (see [`is_billing_header`]); a
+//!   `role: "system"` entry of `messages` → a system message in its place.
 //! - user `text` / `image` / `document` blocks → one user message per run of them (`input_text`,
 //!   `input_image` with a `data:` or `https:` URL, `input_file` with `file_data` or `file_url`);
 //!   each `tool_result` → a `function_call_output` whose `call_id` is its `tool_use_id`.
@@ -116,8 +117,10 @@ pub fn into_engine(
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert("input".into(), Value::Array(items));
-    if !request.system.is_empty() {
-        body.insert("instructions".into(), json!(request.system.join("\n\n")));
+    let system: Vec<&str> =
+        request.system.iter().map(String::as_str).filter(|text| !is_billing_header(text)).collect();
+    if !system.is_empty() {
+        body.insert("instructions".into(), json!(system.join("\n\n")));
     }
     let loaded = loaded_tools(&request.messages);
     let offered: Vec<(usize, &Tool)> = request
@@ -207,6 +210,16 @@ pub fn into_engine(
         stop_sequences: request.stop_sequences,
     };
     Ok(EngineRequest { request: validated, shape, paths })
+}
+
+/// Whether a system text is only the billing line Claude Code puts first
+/// (`x-anthropic-billing-header: cc_version=…; cc_entrypoint=…;`). It is for Anthropic's billing,
+/// not for the model, and its version suffix changes with every Claude Code session, so sent
+/// upstream it would stop the model server's prefix cache from reusing the system prompt across
+/// sessions.
+fn is_billing_header(text: &str) -> bool {
+    let text = text.trim();
+    text.starts_with("x-anthropic-billing-header:") && !text.contains('\n')
 }
 
 /// The engine's reasoning effort for `thinking` and `output_config.effort`: thinking `disabled`
@@ -504,6 +517,24 @@ mod tests {
             translated.shape,
             ReplyShape { model: "m".into(), thinking: ThinkingDisplay::Text, stop_sequences: vec![] }
         );
+    }
+
+    #[test]
+    fn claude_codes_billing_line_is_not_sent_to_the_model() {
+        let request = engine(with(json!({
+            "system":[
+                {"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.328.a1f; cc_entrypoint=sdk-cli;"},
+                {"type":"text","text":"You are a Claude agent."},
+                {"type":"text","text":"x-anthropic-billing-header: is how a line starts\nand this text is a prompt"}
+            ]
+        })))
+        .request;
+        assert_eq!(
+            request.instructions.as_deref(),
+            Some("You are a Claude agent.\n\nx-anthropic-billing-header: is how a line starts\nand this text is a prompt")
+        );
+        let only_billing = engine(with(json!({"system":"x-anthropic-billing-header: cc_version=1;"}))).request;
+        assert_eq!(only_billing.instructions, None);
     }
 
     #[test]

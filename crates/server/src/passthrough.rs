@@ -148,8 +148,10 @@ pub async fn models(State(state): State<Passthrough>, uri: Uri, headers: HeaderM
 }
 
 /// The upstream's models as Anthropic lists them: `{"data":[{"type":"model","id",
-/// "display_name","created_at"}],"has_more":false,"first_id","last_id"}` (`created_at` RFC 3339
-/// from the upstream's `created` seconds; the id stands in for a display name).
+/// "display_name","created_at","lifecycle","max_input_tokens"}],"has_more":false,"first_id",
+/// "last_id"}` (`created_at` RFC 3339 from the upstream's `created` seconds; the id stands in for a
+/// display name; every model the upstream serves is `active`; `max_input_tokens` from vLLM's and
+/// SGLang's `max_model_len`, `null` where the upstream does not say).
 async fn anthropic_models(state: &Passthrough) -> Result<Value, ApiError> {
     let upstream = state.engine.upstream();
     let reply =
@@ -169,7 +171,16 @@ async fn anthropic_models(state: &Passthrough) -> Result<Value, ApiError> {
                 .filter_map(|model| {
                     let id = model.get("id")?.as_str()?;
                     let created = model.get("created").and_then(Value::as_i64).unwrap_or(0);
-                    Some(json!({"type": "model", "id": id, "display_name": id, "created_at": rfc3339(created)}))
+                    // vLLM and SGLang say how long a prompt may be; others leave it out.
+                    let context = model.get("max_model_len").and_then(Value::as_u64);
+                    Some(json!({
+                        "type": "model",
+                        "id": id,
+                        "display_name": id,
+                        "created_at": rfc3339(created),
+                        "lifecycle": "active",
+                        "max_input_tokens": context,
+                    }))
                 })
                 .collect()
         })
