@@ -1,0 +1,290 @@
+//! The real Claude Code (npm `@anthropic-ai/claude-code`, pinned in `tests/clients/package.json`)
+//! in print mode against the real gateway's Messages API. Claude Code streams
+//! `POST /v1/messages?beta=true` with its `anthropic-beta` list, three `system` blocks, a
+//! `role: "system"` message inside `messages`, a dozen tools (one with `defer_loading`), adaptive
+//! thinking, `context_management` and `output_config.effort`; it runs its Bash tool itself and
+//! sends the output back as a `tool_result`.
+//!
+//! Between Claude Code and the gateway sits a [`ClientLog`], so each test sees what Claude Code
+//! sent and can compare it with what the replay upstream received; both logs are written to
+//! `$CARGO_TARGET_TMPDIR/client-logs/<test>.json`. Claude Code runs with a private `HOME` and
+//! config dir, an environment of its own (no inherited `ANTHROPIC_*` variable), telemetry and
+//! non-essential traffic off, no retries; its only network peer is the gateway on loopback. As
+//! root it refuses `--dangerously-skip-permissions`, so Bash is allowed with `--allowedTools`.
+//!
+//! `scripts/test` installs Claude Code (scripts/setup-test-clients); `RESPGW_CLAUDE` may point at
+//! another `claude` binary.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::{Harness, tool_turn};
+use respgw_testkit::ClientLog;
+use respgw_testkit::upstream::Step;
+use serde_json::{Value, json};
+
+/// The gateway's API key in these tests.
+const KEY: &str = "sk-respgw-claude-code-test";
+
+/// The pinned Claude Code is installed (`scripts/setup-test-clients`).
+fn claude_installed() -> Result<(), String> {
+    respgw_testkit::prerequisites::file(&claude_bin(), "scripts/setup-test-clients installs it, or set RESPGW_CLAUDE")
+}
+
+fn claude_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("RESPGW_CLAUDE") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/node_modules/.bin/claude")
+}
+
+/// One Claude Code home and workspace, talking to `h` through a client log.
+struct ClaudeCode {
+    home: tempfile::TempDir,
+    work: tempfile::TempDir,
+    log: ClientLog,
+}
+
+/// What `claude -p --output-format json` reported, and its exit.
+struct Run {
+    succeeded: bool,
+    /// The final JSON object (`result`, `is_error`, `num_turns`, …), `Null` if none was printed.
+    result: Value,
+    stdout: String,
+    stderr: String,
+}
+
+impl ClaudeCode {
+    async fn new(h: &Harness) -> ClaudeCode {
+        let bin = claude_bin();
+        assert!(bin.exists(), "{} not found: run scripts/setup-test-clients or set RESPGW_CLAUDE", bin.display());
+        let log = ClientLog::start(h.gateway.base_url()).await.expect("client log starts");
+        ClaudeCode {
+            home: tempfile::tempdir().expect("temp dir"),
+            work: tempfile::tempdir().expect("temp dir"),
+            log,
+        }
+    }
+
+    /// `claude -p PROMPT --model MODEL --output-format json` plus `args`, with `key` as its API key.
+    async fn run(&self, model: &str, prompt: &str, args: &[&str], key: &str) -> Run {
+        let output = tokio::process::Command::new(claude_bin())
+            .args(["-p", prompt, "--model", model, "--output-format", "json", "--no-session-persistence"])
+            .args(args)
+            .current_dir(self.work.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("CLAUDE_CONFIG_DIR", self.home.path().join(".claude"))
+            .env("ANTHROPIC_BASE_URL", self.log.base_url())
+            .env("ANTHROPIC_API_KEY", key)
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("claude runs");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let result = stdout.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()).unwrap_or(Value::Null);
+        Run { succeeded: output.status.success(), result, stdout, stderr: String::from_utf8_lossy(&output.stderr).into() }
+    }
+
+    /// The `/v1/messages` bodies Claude Code sent, after checking it sent nothing else.
+    fn sent(&self) -> Vec<Value> {
+        let requests = self.log.requests();
+        for r in &requests {
+            assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/v1/messages?beta=true"), "unexpected request");
+            assert!(r.headers.get("anthropic-beta").is_some_and(|b| b.to_str().is_ok_and(|b| b.contains("claude-code"))));
+            assert_eq!(r.headers.get("x-api-key").and_then(|k| k.to_str().ok()), Some(KEY));
+        }
+        requests.into_iter().map(|r| r.body).collect()
+    }
+}
+
+impl Run {
+    /// The printed answer of a successful run.
+    fn answer(&self) -> &str {
+        assert!(self.succeeded, "claude failed:\n{}\n{}", self.stdout, self.stderr);
+        assert_eq!(self.result["is_error"], false, "{}", self.result);
+        self.result["result"].as_str().unwrap_or_default()
+    }
+}
+
+/// Write what the client sent and what the upstream received, for a person reading a failure.
+fn write_logs(test: &str, sent: &[Value], received: &[Value]) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("client-logs");
+    let _ = std::fs::create_dir_all(&dir);
+    let body = json!({"client_sent": sent, "upstream_received": received});
+    let _ = std::fs::write(dir.join(format!("{test}.json")), serde_json::to_string_pretty(&body).unwrap_or_default());
+}
+
+/// The text of a chat message's content (string or parts).
+fn chat_text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The texts of a Messages `system` or `content` value (string or text blocks).
+fn block_texts(value: &Value) -> Vec<String> {
+    match value {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str().map(str::to_owned)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// What the gateway must have made of one Claude Code request: every text of `system`, of the
+/// `role: "system"` messages and of the user turns reached the model, in order; the tools Claude
+/// Code declared without `defer_loading` were offered as functions with their schemas, and the
+/// token limit was passed on.
+fn assert_forwarded(sent: &Value, received: &Value) {
+    let upstream: Vec<(String, String)> = received["messages"]
+        .as_array()
+        .expect("upstream messages")
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap_or_default().to_owned(), chat_text(m)))
+        .collect();
+    let upstream_text = |role: &str| {
+        upstream.iter().filter(|(r, _)| r == role).map(|(_, t)| t.as_str()).collect::<Vec<_>>().join("\n")
+    };
+    let system_text = upstream_text("system");
+    let mut expected_system = block_texts(&sent["system"]);
+    for message in sent["messages"].as_array().expect("messages") {
+        if message["role"] == "system" {
+            expected_system.extend(block_texts(&message["content"]));
+        }
+    }
+    let mut from = 0;
+    for text in &expected_system {
+        let at = system_text[from..].find(text.as_str());
+        assert!(at.is_some(), "system text did not reach the model in order: {text:.120}");
+        from += at.unwrap_or_default() + text.len();
+    }
+    let user_text = upstream_text("user");
+    for message in sent["messages"].as_array().expect("messages").iter().filter(|m| m["role"] == "user") {
+        for text in block_texts(&message["content"]) {
+            assert!(user_text.contains(&text), "user text did not reach the model: {text:.120}");
+        }
+    }
+
+    let mut offered: Vec<(String, Value)> = received["tools"]
+        .as_array()
+        .expect("tools offered")
+        .iter()
+        .map(|t| (t["function"]["name"].as_str().unwrap_or_default().to_owned(), t["function"]["parameters"].clone()))
+        .collect();
+    let mut declared: Vec<(String, Value)> = sent["tools"]
+        .as_array()
+        .expect("tools declared")
+        .iter()
+        .filter(|t| t["defer_loading"] != true)
+        .map(|t| (t["name"].as_str().unwrap_or_default().to_owned(), t["input_schema"].clone()))
+        .collect();
+    offered.sort_by(|a, b| a.0.cmp(&b.0));
+    declared.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(offered, declared, "the model is offered the tools Claude Code loaded, with their schemas");
+    assert_eq!(received["max_completion_tokens"], sent["max_tokens"]);
+}
+
+/// The Messages surface Claude Code 2.1.328 sends on every turn, which the gateway must accept.
+fn assert_claude_code_surface(sent: &Value) {
+    assert_eq!(sent["stream"], true);
+    assert_eq!(sent["max_tokens"], 32000);
+    assert_eq!(sent["thinking"]["type"], "adaptive");
+    assert_eq!(sent["output_config"]["effort"], "high");
+    assert!(sent["context_management"]["edits"].is_array());
+    assert!(sent["metadata"]["user_id"].is_string());
+    let system = sent["system"].as_array().expect("system blocks");
+    assert_eq!(system.len(), 3);
+    assert!(system.iter().any(|b| b["cache_control"]["type"] == "ephemeral"));
+    let messages = sent["messages"].as_array().expect("messages");
+    assert!(messages.iter().any(|m| m["role"] == "system"), "a role: system message inside messages");
+    let tools = sent["tools"].as_array().expect("tools");
+    assert!(tools.iter().any(|t| t["name"] == "Bash"));
+    assert!(tools.iter().any(|t| t["defer_loading"] == true), "a deferred tool");
+}
+
+#[tokio::test]
+async fn claude_code_prints_a_plain_answer() {
+    respgw_testkit::skip_unless!(claude_installed());
+    let h = Harness::start_with(&["--api-key", KEY], &[]).await;
+    h.scenario("cc-plain", vec![Step::text(&["Par", "is."], "stop", Some((1200, 3)))]);
+    let claude = ClaudeCode::new(&h).await;
+    let run = claude.run("cc-plain", "What is the capital of France?", &[], KEY).await;
+    let (sent, received) = (claude.sent(), h.upstream_bodies("cc-plain"));
+    write_logs("claude_code_prints_a_plain_answer", &sent, &received);
+    assert_eq!(run.answer(), "Paris.");
+    assert_eq!(run.result["num_turns"], 1, "{}", run.result);
+    // Claude Code's usage comes from message_start and message_delta.
+    assert_eq!(run.result["usage"]["input_tokens"], 1200, "{}", run.result);
+
+    assert_eq!((sent.len(), received.len()), (1, 1));
+    assert_claude_code_surface(&sent[0]);
+    assert_forwarded(&sent[0], &received[0]);
+    assert!(chat_text(&received[0]["messages"][0]).contains("You are a Claude agent"), "{}", received[0]);
+}
+
+#[tokio::test]
+async fn claude_code_runs_its_bash_tool_and_the_model_gets_the_output() {
+    respgw_testkit::skip_unless!(claude_installed());
+    let h = Harness::start_with(&["--api-key", KEY], &[]).await;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos());
+    let marker = format!("respgw-cc-{}", nanos.unwrap_or_default());
+    let command = format!("printf {marker} > marker.txt && cat marker.txt");
+    h.scenario(
+        "cc-bash",
+        vec![
+            tool_turn(&[("Bash", json!({"command": command, "description": "Write the marker"}))]),
+            Step::text(&["The marker ", "is written."], "stop", Some((1300, 5))),
+        ],
+    );
+    let claude = ClaudeCode::new(&h).await;
+    let run = claude.run("cc-bash", "Write the marker file.", &["--allowedTools", "Bash"], KEY).await;
+    let (sent, received) = (claude.sent(), h.upstream_bodies("cc-bash"));
+    write_logs("claude_code_runs_its_bash_tool_and_the_model_gets_the_output", &sent, &received);
+    assert_eq!(run.answer(), "The marker is written.");
+    assert_eq!(std::fs::read_to_string(claude.work.path().join("marker.txt")).ok().as_deref(), Some(marker.as_str()));
+
+    assert_eq!((sent.len(), received.len()), (2, 2));
+    for (s, r) in sent.iter().zip(&received) {
+        assert_claude_code_surface(s);
+        assert_forwarded(s, r);
+    }
+    // Claude Code sends back our tool_use and the command's output …
+    let messages = sent[1]["messages"].as_array().expect("messages");
+    let assistant = messages.iter().rev().find(|m| m["role"] == "assistant").expect("the tool_use turn replayed");
+    let tool_use = assistant["content"].as_array().and_then(|c| c.iter().find(|b| b["type"] == "tool_use").cloned());
+    let tool_use = tool_use.expect("a tool_use block");
+    assert_eq!((tool_use["name"].as_str(), &tool_use["input"]["command"]), (Some("Bash"), &json!(command)));
+    let result = &messages.last().expect("the tool result turn")["content"][0];
+    assert_eq!((result["type"].as_str(), &result["tool_use_id"]), (Some("tool_result"), &tool_use["id"]));
+    assert_eq!(result["is_error"], false, "Claude Code ran the command: {result}");
+    // … and the model sees its call and the output on the next turn.
+    let upstream = received[1]["messages"].as_array().expect("messages");
+    let call = upstream.iter().find(|m| m["tool_calls"].is_array()).expect("the assistant tool call");
+    assert_eq!(call["tool_calls"][0]["function"]["name"], "Bash");
+    let output = upstream.iter().find(|m| m["role"] == "tool").expect("the tool result");
+    assert_eq!(output["tool_call_id"], call["tool_calls"][0]["id"]);
+    assert_eq!(chat_text(output), marker, "the command's output reached the model");
+}
+
+#[tokio::test]
+async fn claude_code_with_a_wrong_key_fails_to_authenticate() {
+    respgw_testkit::skip_unless!(claude_installed());
+    let h = Harness::start_with(&["--api-key", KEY], &[]).await;
+    h.scenario("cc-denied", vec![]);
+    let claude = ClaudeCode::new(&h).await;
+    let run = claude.run("cc-denied", "Hello?", &[], "sk-not-the-key").await;
+    assert!(!run.succeeded, "{}", run.stdout);
+    assert_eq!(run.result["is_error"], true, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!((run.result["api_error_status"].as_u64(), run.result["api_error_type"].as_str()), (Some(401), Some("authentication_error")));
+    assert!(run.result["result"].as_str().is_some_and(|r| r.starts_with("Failed to authenticate")), "{}", run.result);
+    assert!(h.upstream.requests("cc-denied").is_empty());
+}
