@@ -131,12 +131,13 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
         assert!(body.get("tools").is_none(), "{body}");
     }
 
-    // System blocks become one system message; the turns follow in order; sampling is passed on.
+    // System blocks become one system message (blocks a blank line apart); the turns follow in
+    // order; sampling is passed on.
     let system = &h.upstream_bodies("system")[0];
     assert_eq!(
         roles_and_texts(system),
         pairs(&[
-            ("system", "Be brief.\nAnswer in English."),
+            ("system", "Be brief.\n\nAnswer in English."),
             ("user", "Capital of France?"),
             ("assistant", "Let me think."),
             ("user", "Just the name."),
@@ -146,6 +147,7 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     assert_eq!((system["temperature"].as_f64(), system["top_p"].as_f64()), (Some(0.2), Some(0.9)), "{system}");
     assert_eq!(system["max_completion_tokens"], 100);
     assert_eq!(system["stop"], json!(["END"]), "stop_sequences reach the model: {system}");
+    assert_eq!(system["top_k"], 40, "{system}");
 
     // Images: base64 as a data URL, a URL fetched by the gateway and sent the same way, then the text.
     let image = &h.upstream_bodies("image")[0];
@@ -178,7 +180,8 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     assert_eq!(
         tool[0]["tools"],
         json!([{"type":"function","function":{"name":"get_weather","description":"Weather of a city.",
-            "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])
+            "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]},
+            "strict":false}}])
     );
     assert_eq!(tool[0]["tool_choice"], "required");
     let messages = tool[1]["messages"].as_array().cloned().unwrap_or_default();

@@ -11,7 +11,6 @@ mistyped field) and carry no field the SDK does not define; a stream must follow
 order. The facts the Rust test needs (ids, counts) are printed as JSON lines `{"fact": …}`.
 """
 
-import base64
 import json
 import os
 import sys
@@ -30,13 +29,8 @@ from anthropic.types import (
 )
 from anthropic.types.shared import ErrorResponse
 
-# A 1×1 PNG.
-TINY_PNG = base64.b64encode(
-    bytes.fromhex(
-        "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
-        "0000000d49444154789c63f8cfc0f01f0005000101ff89993d1d0000000049454e44ae426082"
-    )
-).decode()
+# A 1×1 PNG, base64.
+TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -171,6 +165,11 @@ def strict_stream(text, where):
     return events
 
 
+def kinds(content, *expected):
+    """Whether each block is an instance of the expected SDK class (the stream helper subclasses them)."""
+    return len(content) == len(expected) and all(isinstance(b, t) for b, t in zip(content, expected))
+
+
 def fact(**values):
     print(json.dumps({"fact": values}), flush=True)
 
@@ -186,7 +185,7 @@ def check_plain(client, wire):
     strict_message(body, "plain")
     message = raw.parse()
     assert isinstance(message, Message)
-    assert [type(b) for b in message.content] == [TextBlock] and message.content[0].text == "Paris.", message
+    assert kinds(message.content, TextBlock) and message.content[0].text == "Paris.", message
     assert (message.role, message.model, message.stop_reason, message.stop_sequence) == (
         "assistant", "plain", "end_turn", None), message
     assert (message.usage.input_tokens, message.usage.output_tokens) == (12, 3), message.usage
@@ -228,7 +227,7 @@ def check_thinking(client, wire):
     message = client.messages.create(model="thinking", max_tokens=4096, messages=[question],
                                      thinking={"type": "enabled", "budget_tokens": 2048})
     strict_message(wire.last_json(), "thinking")
-    assert [type(b) for b in message.content] == [ThinkingBlock, TextBlock], message
+    assert kinds(message.content, ThinkingBlock, TextBlock), message
     thought = message.content[0]
     assert "code_interpreter" in thought.thinking and thought.signature, thought
     assert message.content[1].text.strip() == "The result of 2+2 is **4**.", message.content[1]
@@ -262,7 +261,7 @@ def check_stream_text(client, wire):
         final = stream.get_final_message()
     events = strict_stream(wire.last_text(), "stream")
     assert text == "Paris.", text
-    assert [type(b) for b in final.content] == [TextBlock] and final.content[0].text == "Paris.", final
+    assert kinds(final.content, TextBlock) and final.content[0].text == "Paris.", final
     assert final.stop_reason == "end_turn" and final.id.startswith("msg_"), final
     deltas = [e["delta"]["type"] for e in events if e["type"] == "content_block_delta"]
     assert deltas and set(deltas) == {"text_delta"}, deltas
@@ -284,7 +283,7 @@ def check_stream_thinking(client, wire):
     signatures = [e.signature for e in seen if e.type == "signature"]
     assert "code_interpreter" in thinking, thinking
     assert len(signatures) == 1 and signatures[0], signatures
-    assert [type(b) for b in final.content] == [ThinkingBlock, TextBlock], final
+    assert kinds(final.content, ThinkingBlock, TextBlock), final
     assert final.content[0].thinking == thinking and final.content[0].signature == signatures[0], final.content[0]
     assert final.content[1].text.strip() == "The result of 2+2 is **4**.", final.content[1]
 
