@@ -238,13 +238,12 @@ async fn claude_code_runs_its_bash_tool_and_the_model_gets_the_output() {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos());
     let marker = format!("respgw-cc-{}", nanos.unwrap_or_default());
     let command = format!("printf {marker} > marker.txt && cat marker.txt");
-    h.scenario(
-        "cc-bash",
-        vec![
-            tool_turn(&[("Bash", json!({"command": command, "description": "Write the marker"}))]),
-            Step::text(&["The marker ", "is written."], "stop", Some((1300, 5))),
-        ],
-    );
+    // A recorded vLLM turn that reasons, then calls the tool: Claude Code gets a thinking block
+    // (text omitted, as it asks) and replays it, signed, with the tool result.
+    let arguments = json!({"command": command, "description": "Write the marker"}).to_string();
+    let call = Step::recorded_tool_call("chat_completion/vllm-code_interpreter-step1-stream.yaml", "Bash", &arguments)
+        .expect("tool-call stream");
+    h.scenario("cc-bash", vec![call, Step::text(&["The marker ", "is written."], "stop", Some((1300, 5)))]);
     let claude = ClaudeCode::new(&h).await;
     let run = claude.run("cc-bash", "Write the marker file.", &["--allowedTools", "Bash"], KEY).await;
     let (sent, received) = (claude.sent(), h.upstream_bodies("cc-bash"));
@@ -266,10 +265,18 @@ async fn claude_code_runs_its_bash_tool_and_the_model_gets_the_output() {
     let result = &messages.last().expect("the tool result turn")["content"][0];
     assert_eq!((result["type"].as_str(), &result["tool_use_id"]), (Some("tool_result"), &tool_use["id"]));
     assert_eq!(result["is_error"], false, "Claude Code ran the command: {result}");
-    // … and the model sees its call and the output on the next turn.
+    // It asked for thinking without its text (`display: omitted`), and replays the signed block.
+    let thinking = assistant["content"].as_array().and_then(|c| c.iter().find(|b| b["type"] == "thinking").cloned());
+    let thinking = thinking.expect("the thinking block replayed");
+    assert_eq!(thinking["thinking"], "", "{thinking}");
+    let signature = thinking["signature"].as_str().unwrap_or_default();
+    assert!(!signature.is_empty() && !signature.contains("code_interpreter"), "a sealed signature: {thinking}");
+    // … and the model sees its reasoning, its call and the output on the next turn.
     let upstream = received[1]["messages"].as_array().expect("messages");
     let call = upstream.iter().find(|m| m["tool_calls"].is_array()).expect("the assistant tool call");
     assert_eq!(call["tool_calls"][0]["function"]["name"], "Bash");
+    let reasoning = call["reasoning_content"].as_str().unwrap_or_default();
+    assert!(reasoning.contains("call the code_interpreter tool"), "the model's reasoning is restored: {call}");
     let output = upstream.iter().find(|m| m["role"] == "tool").expect("the tool result");
     assert_eq!(output["tool_call_id"], call["tool_calls"][0]["id"]);
     assert_eq!(chat_text(output), marker, "the command's output reached the model");
@@ -287,4 +294,27 @@ async fn claude_code_with_a_wrong_key_fails_to_authenticate() {
     assert_eq!((run.result["api_error_status"].as_u64(), run.result["api_error_type"].as_str()), (Some(401), Some("authentication_error")));
     assert!(run.result["result"].as_str().is_some_and(|r| r.starts_with("Failed to authenticate")), "{}", run.result);
     assert!(h.upstream.requests("cc-denied").is_empty());
+}
+
+#[tokio::test]
+async fn claude_code_recovers_from_a_stream_error_event_with_a_non_streamed_retry() {
+    respgw_testkit::skip_unless!(claude_installed());
+    let h = Harness::start_with(&["--api-key", KEY], &[]).await;
+    let Step::Sse(chunks) = Step::text(&["Par", "is."], "stop", Some((1200, 3))) else {
+        unreachable!("Step::text is an SSE step")
+    };
+    // The upstream dies after the first words: the gateway ends the stream with an `error` event.
+    let cut = Step::SseThenDrop { chunks: chunks[..2].to_vec() };
+    h.scenario("cc-cut", vec![cut, Step::text(&["Par", "is."], "stop", Some((1200, 3)))]);
+    let claude = ClaudeCode::new(&h).await;
+    let run = claude.run("cc-cut", "What is the capital of France?", &[], KEY).await;
+    let (sent, received) = (claude.sent(), h.upstream_bodies("cc-cut"));
+    write_logs("claude_code_recovers_from_a_stream_error_event_with_a_non_streamed_retry", &sent, &received);
+    assert_eq!(run.answer(), "Paris.");
+    // Claude Code retried the same request without streaming, and the gateway answered it whole.
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!((&sent[0]["stream"], &sent[1]["stream"]), (&json!(true), &json!(false)));
+    assert_eq!(sent[0]["messages"], sent[1]["messages"]);
+    assert_eq!(received.len(), 2);
+    assert_forwarded(&sent[1], &received[1]);
 }
