@@ -53,6 +53,18 @@ fn paris() -> Step {
     Step::text(&["Par", "is."], "stop", Some((12, 3)))
 }
 
+/// `text`, then vLLM's `finish_reason: "stop"` naming the stop string that ended it.
+fn stopped_by(text: &str, stop: &str) -> Step {
+    let chunks = [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","content":text},"finish_reason":null}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":stop}]}),
+        json!({"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":5,"total_tokens":14}}),
+    ];
+    let mut sse: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    sse.push("data: [DONE]\n\n".into());
+    Step::Sse(sse)
+}
+
 /// Reasoning about a code interpreter run, then "The result of 2+2 is **4**.".
 fn reasoning() -> Step {
     Step::cassette("chat_completion/vllm-code_interpreter-step2-stream.yaml")
@@ -107,6 +119,10 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     h.scenario("stream-thinking", vec![reasoning()]);
     h.scenario("tool", vec![tool_turn(&[("get_weather", json!({"city": "Paris"}))]), paris()]);
     h.scenario("count", vec![]);
+    h.scenario(
+        "limits",
+        vec![Step::cassette("chat_completion/text-max_tokens-length-stream.yaml"), stopped_by("One, two, three. ", "END")],
+    );
     h.scenario("bad", vec![]);
 
     let image_url = format!("{}/cat.png", png_server().await);
@@ -117,7 +133,7 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     assert!(stdout.contains("anthropic sdk checks passed"), "{stdout}");
     let facts = facts(stdout);
     assert!(h.upstream.replay_errors().is_empty(), "{:?}", h.upstream.replay_errors());
-    for scenario in ["plain", "system", "image", "thinking", "stream", "stream-thinking", "tool"] {
+    for scenario in ["plain", "system", "image", "limits", "thinking", "stream", "stream-thinking", "tool"] {
         assert_eq!(h.upstream.remaining_steps(scenario), 0, "every scripted turn of {scenario} was used");
     }
 
@@ -148,6 +164,11 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     assert_eq!(system["max_completion_tokens"], 100);
     assert_eq!(system["stop"], json!(["END"]), "stop_sequences reach the model: {system}");
     assert_eq!(system["top_k"], 40, "{system}");
+
+    // Stop reasons: the token limit and the stop strings reach the model.
+    let limits = h.upstream_bodies("limits");
+    assert_eq!(limits[0]["max_completion_tokens"], 5);
+    assert_eq!(limits[1]["stop"], json!(["END", "STOP"]));
 
     // Images: base64 as a data URL, a URL fetched by the gateway and sent the same way, then the text.
     let image = &h.upstream_bodies("image")[0];

@@ -222,6 +222,21 @@ def check_image(client, wire):
     assert message.content[0].text == "Paris.", message
 
 
+def check_stop_reasons(client, wire):
+    cut = client.messages.create(model="limits", max_tokens=5, messages=[user("Tell me a long story.")])
+    strict_message(wire.last_json(), "max_tokens")
+    assert (cut.stop_reason, cut.stop_sequence) == ("max_tokens", None), cut
+
+    with client.messages.stream(model="limits", max_tokens=64, stop_sequences=["END", "STOP"],
+                                messages=[user("Count to three, then say END.")]) as stream:
+        stopped = stream.get_final_message()
+    events = strict_stream(wire.last_text(), "stop_sequence")
+    delta = events[-2]["delta"]
+    assert (delta["stop_reason"], delta["stop_sequence"]) == ("stop_sequence", "END"), delta
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", "END"), stopped
+    assert stopped.content[0].text == "One, two, three. ", stopped
+
+
 def check_thinking(client, wire):
     question = user("What is 2+2?")
     message = client.messages.create(model="thinking", max_tokens=4096, messages=[question],
@@ -382,6 +397,7 @@ def main(base_url):
     check_plain(client, wire)
     check_system_and_sampling(client, wire)
     check_image(client, wire)
+    check_stop_reasons(client, wire)
     check_thinking(client, wire)
     check_stream_text(client, wire)
     check_stream_thinking(client, wire)
