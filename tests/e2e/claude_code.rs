@@ -318,3 +318,44 @@ async fn claude_code_recovers_from_a_stream_error_event_with_a_non_streamed_retr
     assert_eq!(received.len(), 2);
     assert_forwarded(&sent[1], &received[1]);
 }
+
+#[tokio::test]
+async fn claude_code_answers_parallel_calls_in_order_and_reports_a_refused_one() {
+    respgw_testkit::skip_unless!(claude_installed());
+    let h = Harness::start_with(&["--api-key", KEY], &[]).await;
+    // Two calls at once: one only prints, one writes a file, which Claude Code refuses in print
+    // mode unless Bash is allowed (it is not, here).
+    let calls = [
+        ("Bash", json!({"command": "printf respgw-parallel-one", "description": "Print"})),
+        ("Bash", json!({"command": "printf x > refused.txt", "description": "Write"})),
+    ];
+    h.scenario("cc-parallel", vec![tool_turn(&calls), Step::text(&["Done."], "stop", Some((1400, 2)))]);
+    let claude = ClaudeCode::new(&h).await;
+    let run = claude.run("cc-parallel", "Print, then write.", &[], KEY).await;
+    let (sent, received) = (claude.sent(), h.upstream_bodies("cc-parallel"));
+    write_logs("claude_code_answers_parallel_calls_in_order_and_reports_a_refused_one", &sent, &received);
+    assert_eq!(run.answer(), "Done.");
+    assert!(!claude.work.path().join("refused.txt").exists(), "the write was refused");
+
+    assert_eq!((sent.len(), received.len()), (2, 2));
+    assert_forwarded(&sent[1], &received[1]);
+    let results = sent[1]["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].clone());
+    let results = results.and_then(|c| c.as_array().cloned()).unwrap_or_default();
+    let flags: Vec<(&str, bool)> = results
+        .iter()
+        .map(|r| (r["tool_use_id"].as_str().unwrap_or_default(), r["is_error"].as_bool().unwrap_or_default()))
+        .collect();
+    assert_eq!(flags, [("call_0", false), ("call_1", true)], "{results:#?}");
+
+    let messages = received[1]["messages"].as_array().expect("messages");
+    common::assert_results_follow_their_calls(messages);
+    let outputs: Vec<(&str, String)> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| (m["tool_call_id"].as_str().unwrap_or_default(), chat_text(m)))
+        .collect();
+    assert_eq!(outputs.len(), 2, "{messages:#?}");
+    assert_eq!(outputs[0], ("call_0", "respgw-parallel-one".to_owned()));
+    assert_eq!(outputs[1].0, "call_1");
+    assert!(outputs[1].1.contains("needs approval"), "the model is told the call was refused: {}", outputs[1].1);
+}
