@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 const KEY: &str = "sk-respgw-anthropic-test";
 
 /// A 1×1 PNG, base64: the image the script sends.
-const TINY_PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==";
+const TINY_PNG_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==";
 
 /// The test Python has the pinned `anthropic` SDK.
 fn anthropic_sdk() -> Result<(), String> {
@@ -121,7 +122,10 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     h.scenario("count", vec![]);
     h.scenario(
         "limits",
-        vec![Step::cassette("chat_completion/text-max_tokens-length-stream.yaml"), stopped_by("One, two, three. ", "END")],
+        vec![
+            Step::cassette("chat_completion/text-max_tokens-length-stream.yaml"),
+            stopped_by("One, two, three. ", "END"),
+        ],
     );
     h.scenario("bad", vec![]);
 
@@ -221,7 +225,10 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     let counted: Vec<Value> =
         h.upstream.requests("count").into_iter().filter(|r| r.path == "/tokenize").map(|r| r.body).collect();
     assert_eq!(counted.len(), 1, "{counted:?}");
-    assert_eq!(roles_and_texts(&counted[0]), pairs(&[("system", "Be brief."), ("user", "What is the weather in Paris?")]));
+    assert_eq!(
+        roles_and_texts(&counted[0]),
+        pairs(&[("system", "Be brief."), ("user", "What is the weather in Paris?")])
+    );
     assert_eq!(counted[0]["tools"][0]["function"]["name"], "get_weather");
     assert_eq!(facts["count_tokens"].as_u64(), Some(toy_tokenizer::prompt_tokens(&counted[0])));
 

@@ -60,11 +60,7 @@ impl ClaudeCode {
         let bin = claude_bin();
         assert!(bin.exists(), "{} not found: run scripts/setup-test-clients or set RESPGW_CLAUDE", bin.display());
         let log = ClientLog::start(h.gateway.base_url()).await.expect("client log starts");
-        ClaudeCode {
-            home: tempfile::tempdir().expect("temp dir"),
-            work: tempfile::tempdir().expect("temp dir"),
-            log,
-        }
+        ClaudeCode { home: tempfile::tempdir().expect("temp dir"), work: tempfile::tempdir().expect("temp dir"), log }
     }
 
     /// `claude -p PROMPT --model MODEL --output-format json` plus `args`, with `key` as its API key.
@@ -90,7 +86,12 @@ impl ClaudeCode {
             .expect("claude runs");
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let result = stdout.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok()).unwrap_or(Value::Null);
-        Run { succeeded: output.status.success(), result, stdout, stderr: String::from_utf8_lossy(&output.stderr).into() }
+        Run {
+            succeeded: output.status.success(),
+            result,
+            stdout,
+            stderr: String::from_utf8_lossy(&output.stderr).into(),
+        }
     }
 
     /// The `/v1/messages` bodies Claude Code sent, after checking it sent nothing else.
@@ -98,7 +99,9 @@ impl ClaudeCode {
         let requests = self.log.requests();
         for r in &requests {
             assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/v1/messages?beta=true"), "unexpected request");
-            assert!(r.headers.get("anthropic-beta").is_some_and(|b| b.to_str().is_ok_and(|b| b.contains("claude-code"))));
+            assert!(
+                r.headers.get("anthropic-beta").is_some_and(|b| b.to_str().is_ok_and(|b| b.contains("claude-code")))
+            );
             assert_eq!(r.headers.get("x-api-key").and_then(|k| k.to_str().ok()), Some(KEY));
         }
         requests.into_iter().map(|r| r.body).collect()
@@ -151,9 +154,8 @@ fn assert_forwarded(sent: &Value, received: &Value) {
         .iter()
         .map(|m| (m["role"].as_str().unwrap_or_default().to_owned(), chat_text(m)))
         .collect();
-    let upstream_text = |role: &str| {
-        upstream.iter().filter(|(r, _)| r == role).map(|(_, t)| t.as_str()).collect::<Vec<_>>().join("\n")
-    };
+    let upstream_text =
+        |role: &str| upstream.iter().filter(|(r, _)| r == role).map(|(_, t)| t.as_str()).collect::<Vec<_>>().join("\n");
     let system_text = upstream_text("system");
     let mut expected_system = block_texts(&sent["system"]);
     for message in sent["messages"].as_array().expect("messages") {
@@ -291,7 +293,10 @@ async fn claude_code_with_a_wrong_key_fails_to_authenticate() {
     let run = claude.run("cc-denied", "Hello?", &[], "sk-not-the-key").await;
     assert!(!run.succeeded, "{}", run.stdout);
     assert_eq!(run.result["is_error"], true, "{}\n{}", run.stdout, run.stderr);
-    assert_eq!((run.result["api_error_status"].as_u64(), run.result["api_error_type"].as_str()), (Some(401), Some("authentication_error")));
+    assert_eq!(
+        (run.result["api_error_status"].as_u64(), run.result["api_error_type"].as_str()),
+        (Some(401), Some("authentication_error"))
+    );
     assert!(run.result["result"].as_str().is_some_and(|r| r.starts_with("Failed to authenticate")), "{}", run.result);
     assert!(h.upstream.requests("cc-denied").is_empty());
 }
