@@ -127,6 +127,9 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
             stopped_by("One, two, three. ", "END"),
         ],
     );
+    let Step::Sse(chunks) = paris() else { unreachable!("Step::text is an SSE step") };
+    h.scenario("broken", vec![Step::SseThenDrop { chunks: chunks[..2].to_vec() }]);
+    h.scenario("gone", vec![Step::cassette("chat_completion/model-not-found-stream.yaml")]);
     h.scenario("bad", vec![]);
 
     let image_url = format!("{}/cat.png", png_server().await);
@@ -137,7 +140,9 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     assert!(stdout.contains("anthropic sdk checks passed"), "{stdout}");
     let facts = facts(stdout);
     assert!(h.upstream.replay_errors().is_empty(), "{:?}", h.upstream.replay_errors());
-    for scenario in ["plain", "system", "image", "limits", "thinking", "stream", "stream-thinking", "tool"] {
+    let scenarios =
+        ["plain", "system", "image", "limits", "thinking", "stream", "broken", "stream-thinking", "tool", "gone"];
+    for scenario in scenarios {
         assert_eq!(h.upstream.remaining_steps(scenario), 0, "every scripted turn of {scenario} was used");
     }
 

@@ -130,8 +130,9 @@ def sse_events(text):
     return events
 
 
-def strict_stream(text, where):
-    """Validate a Messages event stream; returns its events (without pings) as dicts."""
+def strict_stream(text, where, ends_with_error=False):
+    """Validate a Messages event stream; returns its events (without pings) as dicts. A stream
+    ends with `message_delta` and `message_stop`, or, when `ends_with_error`, with an `error` event."""
     events = []
     open_block = None
     next_index = 0
@@ -160,8 +161,11 @@ def strict_stream(text, where):
     start = events[0]["message"]
     assert start["content"] == [] and start["stop_reason"] is None, f"{where}: {start}"
     assert MESSAGE_FIELDS <= set(start), f"{where}: message_start without {sorted(MESSAGE_FIELDS - set(start))}"
-    assert kinds[-2:] == ["message_delta", "message_stop"], f"{where}: {kinds}"
-    assert open_block is None, f"{where}: block {open_block} never stopped"
+    if ends_with_error:
+        assert kinds[-1] == "error" and kinds.count("error") == 1 and "message_stop" not in kinds, f"{where}: {kinds}"
+    else:
+        assert kinds[-2:] == ["message_delta", "message_stop"] and "error" not in kinds, f"{where}: {kinds}"
+        assert open_block is None, f"{where}: block {open_block} never stopped"
     return events
 
 
@@ -284,6 +288,24 @@ def check_stream_text(client, wire):
     assert last["delta"]["stop_reason"] == "end_turn" and last["usage"]["output_tokens"] >= 0, last
 
 
+def check_stream_error(client, wire):
+    """The upstream fails mid-answer: the stream ends with an `error` event, which the SDK raises."""
+    text = []
+    try:
+        with client.messages.stream(model="broken", max_tokens=64, messages=[user("Capital of France?")]) as stream:
+            for chunk in stream.text_stream:
+                text.append(chunk)
+    except anthropic.APIStatusError as e:
+        events = strict_stream(wire.last_text(), "broken", ends_with_error=True)
+        assert e.body == events[-1], (e.body, events[-1])
+        assert events[-1]["error"]["type"] in ("api_error", "overloaded_error"), events[-1]
+        message = events[-1]["error"]["message"]
+        assert message and not any(w in message for w in PARSER_WORDS), message
+    else:
+        raise AssertionError(f"a broken upstream stream ended normally: {text}")
+    assert "".join(text) == "Par", text
+
+
 def check_stream_thinking(client, wire):
     seen = []
     with client.messages.stream(model="stream-thinking", max_tokens=4096, messages=[user("What is 2+2?")],
@@ -363,6 +385,14 @@ def check_errors(client, wire, base_url):
     else:
         raise AssertionError("a request without max_tokens was accepted")
 
+    # The model server does not know the model: its 404 in Anthropic's shape.
+    try:
+        client.messages.create(model="gone", max_tokens=64, messages=[user("hi")])
+    except anthropic.NotFoundError as e:
+        check_error_body(wire, e, "not_found_error", "unknown model")
+    else:
+        raise AssertionError("an upstream 404 was not a NotFoundError")
+
     wrong = anthropic.Anthropic(base_url=base_url, api_key="sk-wrong", max_retries=0,
                                 http_client=httpx2.Client(transport=wire))
     try:
@@ -400,6 +430,7 @@ def main(base_url):
     check_stop_reasons(client, wire)
     check_thinking(client, wire)
     check_stream_text(client, wire)
+    check_stream_error(client, wire)
     check_stream_thinking(client, wire)
     check_tool_loop(client, wire)
     check_count_tokens(client, wire)
