@@ -364,3 +364,39 @@ async fn claude_code_answers_parallel_calls_in_order_and_reports_a_refused_one()
     assert_eq!(outputs[1].0, "call_1");
     assert!(outputs[1].1.contains("needs approval"), "the model is told the call was refused: {}", outputs[1].1);
 }
+
+#[tokio::test]
+async fn claude_code_reads_an_image_and_the_model_sees_it() {
+    respgw_testkit::skip_unless!(claude_installed());
+    let h = Harness::start_with(&["--api-key", KEY], &[]).await;
+    let claude = ClaudeCode::new(&h).await;
+    let image = claude.work.path().join("pixel.png");
+    std::fs::write(&image, TINY_PNG).expect("image written");
+    let read = json!({"file_path": image.to_str().unwrap_or_default()});
+    h.scenario("cc-read", vec![tool_turn(&[("Read", read)]), Step::text(&["A pixel."], "stop", Some((1500, 2)))]);
+    let run = claude.run("cc-read", "What is in pixel.png?", &[], KEY).await;
+    let (sent, received) = (claude.sent(), h.upstream_bodies("cc-read"));
+    write_logs("claude_code_reads_an_image_and_the_model_sees_it", &sent, &received);
+    assert_eq!(run.answer(), "A pixel.");
+
+    // Claude Code's Read tool answers with an image block …
+    let result = &sent[1]["messages"].as_array().and_then(|m| m.last()).expect("the tool result turn")["content"][0];
+    assert_eq!(result["content"][0]["type"], "image", "{result}");
+    let data = result["content"][0]["source"]["data"].as_str().unwrap_or_default();
+    // … which reaches the model with the tool's answer, as a data URL.
+    let messages = received[1]["messages"].as_array().expect("messages");
+    let after_call = messages.iter().skip_while(|m| !m["tool_calls"].is_array()).skip(1);
+    let urls: Vec<&str> = after_call
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter_map(|part| part["image_url"]["url"].as_str())
+        .collect();
+    assert_eq!(urls, [format!("data:image/png;base64,{data}").as_str()], "{messages:#?}");
+}
+
+/// A 1×1 PNG.
+const TINY_PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4, 0x89, 0x00, 0x00, 0x00, 0x0d, 0x49,
+    0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0, 0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d,
+    0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
