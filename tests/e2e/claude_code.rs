@@ -2,8 +2,9 @@
 //! in print mode against the real gateway's Messages API. Claude Code streams
 //! `POST /v1/messages?beta=true` with its `anthropic-beta` list, three `system` blocks, a
 //! `role: "system"` message inside `messages`, a dozen tools (one with `defer_loading`), adaptive
-//! thinking, `context_management` and `output_config.effort`; it runs its Bash tool itself and
-//! sends the output back as a `tool_result`.
+//! thinking, `context_management` and `output_config.effort`; it runs its tools (Bash, Read)
+//! itself and sends their output back as `tool_result` blocks, replays signed thinking blocks
+//! without their text, and retries without streaming when a stream ends with an `error` event.
 //!
 //! Between Claude Code and the gateway sits a [`ClientLog`], so each test sees what Claude Code
 //! sent and can compare it with what the replay upstream received; both logs are written to
