@@ -22,6 +22,23 @@ const KEY: &str = "sk-respgw-anthropic-test";
 const TINY_PNG_BASE64: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==";
 
+/// The text of the PDF the script sends.
+const PDF_SENTENCE: &str = "The lighthouse keeper counts seventeen gulls every morning.";
+
+/// A one-page PDF showing `text` (Helvetica), with a correct cross-reference table.
+fn one_page_pdf(text: &str) -> Vec<u8> {
+    let stream = format!("BT /F1 12 Tf 72 720 Td ({text}) Tj ET");
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+        "<< /Type /Pages /Kids [4 0 R] /Count 1 >>".to_owned(),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_owned(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents 5 0 R >>"
+            .to_owned(),
+        format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()),
+    ];
+    respgw_testkit::pdf::document(&objects.map(String::into_bytes))
+}
+
 /// The test Python has the pinned `anthropic` SDK.
 fn anthropic_sdk() -> Result<(), String> {
     common::python_env()?;
@@ -115,6 +132,7 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     h.scenario("plain", vec![paris(), paris()]);
     h.scenario("system", vec![paris()]);
     h.scenario("image", vec![paris()]);
+    h.scenario("documents", vec![paris()]);
     h.scenario("thinking", vec![reasoning(), paris()]);
     h.scenario("stream", vec![paris()]);
     h.scenario("stream-thinking", vec![reasoning()]);
@@ -133,7 +151,9 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     h.scenario("bad", vec![]);
 
     let image_url = format!("{}/cat.png", png_server().await);
-    let envs = [("RESPGW_TEST_KEY", KEY), ("RESPGW_TEST_IMAGE_URL", image_url.as_str())];
+    let pdf = base64::engine::general_purpose::STANDARD.encode(one_page_pdf(PDF_SENTENCE));
+    let envs =
+        [("RESPGW_TEST_KEY", KEY), ("RESPGW_TEST_IMAGE_URL", image_url.as_str()), ("RESPGW_TEST_PDF", pdf.as_str())];
     let run = common::run_sdk_script("anthropic_sdk_check.py", h.gateway.base_url(), &envs).await;
     let (stdout, stderr) = (&run.stdout, &run.stderr);
     assert!(run.succeeded, "SDK checks failed:\n{stdout}\n{stderr}\n--- gateway log ---\n{}", h.gateway.stderr_text());
@@ -173,6 +193,12 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     assert_eq!(system["max_completion_tokens"], 100);
     assert_eq!(system["stop"], json!(["END"]), "stop_sequences reach the model: {system}");
     assert_eq!(system["top_k"], 40, "{system}");
+
+    // Documents: the PDF's extracted text and the text document reach the model with the question.
+    let documents = chat_text(&h.upstream_bodies("documents")[0]["messages"][0]);
+    for expected in [PDF_SENTENCE, "The secret number is 42.", "Summarize both."] {
+        assert!(documents.contains(expected), "{expected:?} reached the model: {documents}");
+    }
 
     // Stop reasons: the token limit and the stop strings reach the model.
     let limits = h.upstream_bodies("limits");

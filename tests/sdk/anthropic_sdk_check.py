@@ -2,7 +2,7 @@
 
 Run by tests/e2e/anthropic_sdk.rs against a gateway in front of the replay upstream; argv[1] is the
 gateway's base URL, $RESPGW_TEST_KEY its API key, $RESPGW_TEST_IMAGE_URL a PNG on a loopback file
-server the gateway may fetch. Each check uses its own model name (the replay
+server the gateway may fetch, $RESPGW_TEST_PDF a one-page PDF (base64). Each check uses its own model name (the replay
 upstream's scenario), so the Rust test can assert on what the model received for it.
 
 Every reply is also captured on the wire (a recording transport under the SDK) and validated by
@@ -226,6 +226,18 @@ def check_image(client, wire):
     assert message.content[0].text == "Paris.", message
 
 
+def check_documents(client, wire):
+    message = client.messages.create(model="documents", max_tokens=64, messages=[user([
+        {"type": "document", "title": "gulls.pdf",
+         "source": {"type": "base64", "media_type": "application/pdf", "data": os.environ["RESPGW_TEST_PDF"]}},
+        {"type": "document", "title": "notes.txt",
+         "source": {"type": "text", "media_type": "text/plain", "data": "The secret number is 42."}},
+        {"type": "text", "text": "Summarize both."},
+    ])])
+    strict_message(wire.last_json(), "documents")
+    assert message.content[0].text == "Paris.", message
+
+
 def check_stop_reasons(client, wire):
     cut = client.messages.create(model="limits", max_tokens=5, messages=[user("Tell me a long story.")])
     strict_message(wire.last_json(), "max_tokens")
@@ -427,6 +439,7 @@ def main(base_url):
     check_plain(client, wire)
     check_system_and_sampling(client, wire)
     check_image(client, wire)
+    check_documents(client, wire)
     check_stop_reasons(client, wire)
     check_thinking(client, wire)
     check_stream_text(client, wire)
