@@ -146,8 +146,8 @@ fn block_texts(value: &Value) -> Vec<String> {
 
 /// What the gateway must have made of one Claude Code request: every text of `system`, of the
 /// `role: "system"` messages and of the user turns reached the model, in order; the tools Claude
-/// Code declared without `defer_loading` were offered as functions with their schemas, and the
-/// token limit was passed on.
+/// Code declared were offered as functions with their schemas — those with `defer_loading` only
+/// once a `tool_reference` in a tool result loaded them — and the token limit was passed on.
 fn assert_forwarded(sent: &Value, received: &Value) {
     let upstream: Vec<(String, String)> = received["messages"]
         .as_array()
@@ -183,11 +183,20 @@ fn assert_forwarded(sent: &Value, received: &Value) {
         .iter()
         .map(|t| (t["function"]["name"].as_str().unwrap_or_default().to_owned(), t["function"]["parameters"].clone()))
         .collect();
+    let loaded: Vec<&Value> = sent["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .flat_map(|block| block["content"].as_array().into_iter().flatten())
+        .filter(|inner| inner["type"] == "tool_reference")
+        .map(|reference| &reference["tool_name"])
+        .collect();
     let mut declared: Vec<(String, Value)> = sent["tools"]
         .as_array()
         .expect("tools declared")
         .iter()
-        .filter(|t| t["defer_loading"] != true)
+        .filter(|t| t["defer_loading"] != true || loaded.contains(&&t["name"]))
         .map(|t| (t["name"].as_str().unwrap_or_default().to_owned(), t["input_schema"].clone()))
         .collect();
     offered.sort_by(|a, b| a.0.cmp(&b.0));
@@ -364,6 +373,35 @@ async fn claude_code_answers_parallel_calls_in_order_and_reports_a_refused_one()
     assert_eq!(outputs[0], ("call_0", "respgw-parallel-one".to_owned()));
     assert_eq!(outputs[1].0, "call_1");
     assert!(outputs[1].1.contains("needs approval"), "the model is told the call was refused: {}", outputs[1].1);
+}
+
+#[tokio::test]
+async fn a_deferred_tool_loaded_by_claude_codes_tool_search_is_offered_to_the_model() {
+    respgw_testkit::skip_unless!(claude_installed());
+    let h = Harness::start_with(&["--api-key", KEY], &[]).await;
+    // NotebookEdit is one of the deferred tools Claude Code lists by name; ToolSearch loads it.
+    let search = json!({"query": "select:NotebookEdit", "max_results": 5});
+    h.scenario("cc-deferred", vec![tool_turn(&[("ToolSearch", search)]), Step::text(&["Loaded."], "stop", None)]);
+    let claude = ClaudeCode::new(&h).await;
+    let run = claude.run("cc-deferred", "Load the notebook tool.", &[], KEY).await;
+    let (sent, received) = (claude.sent(), h.upstream_bodies("cc-deferred"));
+    write_logs("a_deferred_tool_loaded_by_claude_codes_tool_search_is_offered_to_the_model", &sent, &received);
+    assert_eq!(run.answer(), "Loaded.");
+
+    assert_eq!((sent.len(), received.len()), (2, 2));
+    let offered = |body: &Value| -> Vec<String> {
+        let tools = body["tools"].as_array().cloned().unwrap_or_default();
+        tools.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
+    };
+    assert!(!offered(&received[0]).contains(&"NotebookEdit".to_owned()), "not offered before it is loaded");
+    // Claude Code answers with a tool_reference and declares the tool, still deferred …
+    let notebook = sent[1]["tools"].as_array().and_then(|t| t.iter().find(|t| t["name"] == "NotebookEdit").cloned());
+    assert_eq!(notebook.map(|t| t["defer_loading"].clone()), Some(json!(true)), "{:#}", sent[1]["tools"]);
+    // … and from then on the model is offered it.
+    assert!(offered(&received[1]).contains(&"NotebookEdit".to_owned()), "{:?}", offered(&received[1]));
+    for (s, r) in sent.iter().zip(&received) {
+        assert_forwarded(s, r);
+    }
 }
 
 #[tokio::test]
