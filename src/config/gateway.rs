@@ -9,8 +9,8 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
-    BackgroundSettings, ClientLimits, DEFAULT_MAX_IDLE_CONNECTIONS, GatewayOptions, Limits, ReasoningKeys,
-    RequestLimits, TenantLimits, TenantTable, UpstreamConfig, WebSocketLimits,
+    BackgroundSettings, ClientLimits, DEFAULT_MAX_IDLE_CONNECTIONS, DEFAULT_MESSAGES_PING_INTERVAL, GatewayOptions,
+    Limits, ReasoningKeys, RequestLimits, TenantLimits, TenantTable, UpstreamConfig, WebSocketLimits,
 };
 use respgw_supervisor::{ExaServer, McpSetup};
 use respgw_telemetry::tracing_otlp::{TracingConfig, parse_collector_host, parse_sample_ratio};
@@ -50,9 +50,9 @@ pub struct GatewayArgs {
     #[arg(long, env = "GW_REASONING_KEYS", value_name = "ENTRIES", hide_env_values = true, help_heading = "Gateway")]
     reasoning_keys: Option<String>,
 
-    /// An API key clients must present as `Authorization: Bearer <key>`, of the tenant `default`.
-    /// Repeatable; the environment form is comma-separated. No key here nor in --api-keys-file:
-    /// authentication is off (everything belongs to `default`).
+    /// An API key clients must present as `Authorization: Bearer <key>` (or `x-api-key: <key>`),
+    /// of the tenant `default`. Repeatable; the environment form is comma-separated. No key here
+    /// nor in --api-keys-file: authentication is off (everything belongs to `default`).
     #[arg(
         long = "api-key",
         env = "GW_API_KEYS",
@@ -226,6 +226,7 @@ impl GatewayArgs {
             drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             client_limits: self.client.limits(),
             websocket: self.client.websocket(),
+            messages_ping_interval: Duration::from_secs_f64(self.client.messages_ping_interval),
             mcp_helper_url: None,
             mcp_timeouts,
             remote_mcp: self.remote_mcp.settings()?,
@@ -660,6 +661,11 @@ struct ClientLimitArgs {
     /// answered one by the next is taken for gone and closed.
     #[arg(long, env = "GW_WEBSOCKET_PING_INTERVAL", default_value_t = 30.0, value_parser = positive_seconds)]
     websocket_ping_interval: f64,
+
+    /// Seconds a Messages stream (`POST /v1/messages`) may go without an event before it sends a
+    /// `ping` event, so that clients and proxies keep the connection while the model is silent.
+    #[arg(long, env = "GW_MESSAGES_PING_INTERVAL", default_value_t = DEFAULT_MESSAGES_PING_INTERVAL.as_secs_f64(), value_parser = positive_seconds)]
+    messages_ping_interval: f64,
 
     /// KiB of `store:false` conversation one WebSocket keeps to continue from (connection-local
     /// state); a larger one is not kept, and continuing it is `previous_response_not_found`.

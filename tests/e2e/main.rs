@@ -23,6 +23,8 @@ mod input_file;
 mod mcp;
 mod mcp_approvals;
 mod mcp_remote;
+mod messages;
+mod messages_replies;
 mod openai_sdk;
 mod postgres;
 mod process_model;

@@ -83,6 +83,12 @@ impl ChatRequest {
                 body.insert(key.into(), json!(v));
             }
         }
+        if !req.stop.is_empty() {
+            body.insert("stop".into(), json!(req.stop));
+        }
+        if let Some(k) = req.top_k {
+            body.insert("top_k".into(), json!(k));
+        }
         if let Some(effort) = req.reasoning.as_ref().and_then(|r| r.effort) {
             body.insert("reasoning_effort".into(), json!(effort.as_str()));
         }
@@ -380,6 +386,20 @@ pub struct ChunkChoice {
     pub delta: Option<ChunkDelta>,
     #[serde(default)]
     pub finish_reason: Option<String>,
+    /// vLLM: the stop string that ended the choice (a number when a stop token id did; `null`
+    /// for the end-of-sequence token).
+    #[serde(default)]
+    pub stop_reason: Option<Value>,
+    /// SGLang: the same, under its own name.
+    #[serde(default)]
+    pub matched_stop: Option<Value>,
+}
+
+impl ChunkChoice {
+    /// The stop string the upstream says ended the choice, when it names one.
+    pub fn matched_stop_string(&self) -> Option<&str> {
+        [&self.stop_reason, &self.matched_stop].into_iter().find_map(|v| v.as_ref().and_then(Value::as_str))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -502,6 +522,18 @@ mod tests {
             json!({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"},"strict":true}})
         );
         assert_eq!(body["messages"].as_array().unwrap().len(), 1, "no injected instruction text");
+    }
+
+    #[test]
+    fn stop_sequences_and_top_k_are_sent_as_sampling_options() {
+        let mut r = req(json!({"model":"m","input":"hi"}));
+        let body = ChatRequest::build(&r, &r.input, &no_tools(), usize::MAX);
+        assert!(body.get("stop").is_none() && body.get("top_k").is_none(), "left to the upstream when unset");
+        r.stop = vec!["END".into(), "\n\nHuman:".into()];
+        r.top_k = Some(40);
+        let body = ChatRequest::build(&r, &r.input, &no_tools(), usize::MAX);
+        assert_eq!(body["stop"], json!(["END", "\n\nHuman:"]));
+        assert_eq!(body["top_k"], json!(40));
     }
 
     #[test]

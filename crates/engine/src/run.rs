@@ -325,6 +325,11 @@ impl PreparedResponse {
                 response.status = ResponseStatus::Completed;
                 response.completed_at = Some(unix_now());
             }
+            TurnEnd::StopSequence(stop) => {
+                response.status = ResponseStatus::Completed;
+                response.completed_at = Some(unix_now());
+                response.stop_sequence = Some(stop);
+            }
             TurnEnd::Cut(reason) => {
                 response.status = ResponseStatus::Incomplete;
                 response.incomplete_details = Some(IncompleteDetails { reason });
@@ -396,7 +401,7 @@ impl PreparedResponse {
                 return Ok(result.end);
             }
             if result.gateway_calls.is_empty() {
-                return Ok(TurnEnd::Finished);
+                return Ok(result.end);
             }
             for call in result.gateway_calls {
                 self.run_gateway_call(sink, log, call).await?;

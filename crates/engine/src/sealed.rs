@@ -20,7 +20,9 @@
 //!
 //! [`open_sealed_items`] opens the sealed items of a request's input (or a conversation's added
 //! items) wherever they arrive, once; what they carry is kept on the item and stored, so history
-//! read back from the store never needs opening again.
+//! read back from the store never needs opening again. A reasoning item that comes with its text
+//! as well must carry exactly the text its blob seals (a Messages `thinking` block replayed with
+//! its `signature`), so an edited text is refused, not sent to the model under a valid seal.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -263,6 +265,14 @@ pub fn open_sealed_items(
         };
         match (opened, item) {
             (Ok(text), Item::Reasoning(r)) if r.content.is_empty() => r.content = vec![ReasoningText { text }],
+            (Ok(text), Item::Reasoning(r)) if r.content.iter().map(|c| c.text.as_str()).collect::<String>() != text => {
+                let param = format!("{field}[{i}].content");
+                return Err(ApiError::invalid(
+                    param.clone(),
+                    format!("Invalid '{param}': the reasoning text differs from the text its encrypted_content seals."),
+                )
+                .with_code("invalid_encrypted_content"));
+            }
             (Ok(text), Item::Compaction(c)) => c.model_summary = Some(text),
             (Ok(_), _) => {}
             (Err(e), _) => {
@@ -403,6 +413,23 @@ mod tests {
         assert_eq!(refused.code.as_deref(), Some("invalid_encrypted_content"));
         let unkeyed = open_sealed_items(None, "alpha", &mut theirs[1..], "input").unwrap_err();
         assert_eq!(unkeyed.param.as_deref(), Some("input[0].encrypted_content"));
+    }
+
+    #[test]
+    fn reasoning_text_sent_along_must_be_the_sealed_text() {
+        let seal = keys(K1);
+        let blob = seal.seal(R, "alpha", "first think").unwrap();
+        let reasoning = |text: &str| -> Item {
+            serde_json::from_value(serde_json::json!({"type":"reasoning","id":"rs_1","summary":[],
+                "content":[{"type":"reasoning_text","text":text}],"encrypted_content":blob}))
+            .unwrap()
+        };
+        let mut same = vec![reasoning("first think")];
+        open_sealed_items(Some(&seal), "alpha", &mut same, "input").unwrap();
+        let mut edited = vec![reasoning("first thought better")];
+        let refused = open_sealed_items(Some(&seal), "alpha", &mut edited, "input").unwrap_err();
+        assert_eq!((refused.status, refused.param.as_deref()), (400, Some("input[0].content")));
+        assert_eq!(refused.code.as_deref(), Some("invalid_encrypted_content"));
     }
 
     #[test]

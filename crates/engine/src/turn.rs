@@ -42,6 +42,10 @@ impl OutputLog {
 pub enum TurnEnd {
     /// The model finished (`stop`, `tool_calls`): the response completes.
     Finished,
+    /// The model finished on this stop string of the request, which the upstream named (vLLM's
+    /// `stop_reason`, SGLang's `matched_stop`): the response completes, and a Messages reply
+    /// says which string it was.
+    StopSequence(String),
     /// The model was cut off: the response is `incomplete` for this reason.
     Cut(IncompleteReason),
 }
@@ -106,6 +110,8 @@ pub struct TurnState {
     held_whitespace: String,
     calls: Vec<StreamingCall>,
     finish_reason: Option<String>,
+    /// The stop string the upstream said ended the turn.
+    matched_stop: Option<String>,
     usage: Option<Usage>,
     saw_done: bool,
 }
@@ -132,6 +138,7 @@ impl TurnState {
             held_whitespace: String::new(),
             calls: Vec::new(),
             finish_reason: None,
+            matched_stop: None,
             usage: None,
             saw_done: false,
         }
@@ -144,6 +151,9 @@ impl TurnState {
         }
         // The gateway always asks for one choice; ignore others a server might add.
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(stop) = choice.matched_stop_string() {
+                self.matched_stop = Some(stop.to_owned());
+            }
             if let Some(delta) = choice.delta {
                 if let Some(r) = delta.reasoning.or(delta.reasoning_content).filter(|r| !r.is_empty()) {
                     self.on_reasoning(&r, log, events);
@@ -338,13 +348,14 @@ impl TurnState {
 
     /// The upstream stream ended: close every open item and say how the turn ended.
     pub fn finish(mut self, log: &mut OutputLog, events: &mut Vec<ResponseEvent>) -> Result<TurnResult, TurnError> {
-        let end = match self.finish_reason.as_deref() {
-            Some("length") => TurnEnd::Cut(IncompleteReason::MaxOutputTokens),
-            Some("content_filter") => TurnEnd::Cut(IncompleteReason::ContentFilter),
-            Some(_) => TurnEnd::Finished,
+        let end = match (self.finish_reason.as_deref(), self.matched_stop.take()) {
+            (Some("length"), _) => TurnEnd::Cut(IncompleteReason::MaxOutputTokens),
+            (Some("content_filter"), _) => TurnEnd::Cut(IncompleteReason::ContentFilter),
+            (Some("stop"), Some(stop)) => TurnEnd::StopSequence(stop),
+            (Some(_), _) => TurnEnd::Finished,
             // A server that ends with [DONE] but no finish_reason still finished cleanly.
-            None if self.saw_done => TurnEnd::Finished,
-            None => return Err(TurnError::Truncated),
+            (None, _) if self.saw_done => TurnEnd::Finished,
+            (None, _) => return Err(TurnError::Truncated),
         };
         for segment in self.splitter.finish() {
             self.on_segment(segment, log, events);
@@ -352,7 +363,7 @@ impl TurnState {
         self.close_reasoning(log, events);
         let message_status = match end {
             TurnEnd::Cut(_) => ItemStatus::Incomplete,
-            TurnEnd::Finished => ItemStatus::Completed,
+            TurnEnd::Finished | TurnEnd::StopSequence(_) => ItemStatus::Completed,
         };
         self.close_message(message_status, log, events);
 
@@ -615,6 +626,29 @@ mod tests {
         assert_eq!(result.unwrap().end, TurnEnd::Cut(IncompleteReason::MaxOutputTokens));
         let Item::Message(m) = &log.items[0] else { panic!() };
         assert_eq!(m.status, ItemStatus::Incomplete);
+    }
+
+    #[test]
+    fn a_stop_string_the_upstream_names_ends_the_turn_on_it() {
+        // vLLM names the string in `stop_reason`, SGLang in `matched_stop`.
+        for key in ["stop_reason", "matched_stop"] {
+            let (_, _, result) = run(vec![
+                json!({"choices":[{"index":0,"delta":{"content":"1, 2, 3"}}]}),
+                json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop",key:"END"}]}),
+            ]);
+            assert_eq!(result.unwrap().end, TurnEnd::StopSequence("END".into()), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_stop_token_or_end_of_sequence_is_a_plain_finish() {
+        // A stop token id (a number) or the end-of-sequence token (`null`) names no stop string.
+        for stop in [json!(128009), Value::Null] {
+            let (_, _, result) = run(vec![
+                json!({"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop","stop_reason":stop}]}),
+            ]);
+            assert_eq!(result.unwrap().end, TurnEnd::Finished);
+        }
     }
 
     #[test]

@@ -232,6 +232,12 @@ pub struct ValidatedRequest {
     pub max_tool_calls: Option<u64>,
     pub parallel_tool_calls: Option<bool>,
     pub top_logprobs: Option<u32>,
+    /// Sequences that end the model's text (chat completions `stop`). No Responses field sets
+    /// them; the Messages face does (`stop_sequences`).
+    pub stop: Vec<String>,
+    /// Top-k sampling (chat completions `top_k`, which vLLM, SGLang and llama.cpp take). No
+    /// Responses field sets it; the Messages face does.
+    pub top_k: Option<u64>,
     pub reasoning: Option<ReasoningConfig>,
     pub text: TextConfig,
     pub metadata: Map<String, Value>,
@@ -385,6 +391,8 @@ impl CreateResponseRequest {
             max_tool_calls: self.max_tool_calls,
             parallel_tool_calls: self.parallel_tool_calls,
             top_logprobs: self.top_logprobs,
+            stop: Vec::new(),
+            top_k: None,
             reasoning: self.reasoning,
             text,
             metadata,

@@ -156,6 +156,11 @@ pub struct ResponseObject {
     /// The conversation this response was created in (sent only when there is one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conversation: Option<ConversationRef>,
+    /// The request's stop string that ended the last model turn, when the upstream named it.
+    /// Not part of the Responses API (never serialized, never stored): the Messages face
+    /// reports it as `stop_sequence`.
+    #[serde(skip)]
+    pub stop_sequence: Option<String>,
 }
 
 /// `{"id": "conv_…"}`: the conversation a response belongs to.
@@ -207,6 +212,7 @@ impl ResponseObject {
             user: req.user.clone(),
             metadata: req.metadata.clone(),
             conversation: req.conversation.clone().map(|id| ConversationRef { id }),
+            stop_sequence: None,
         }
     }
 }

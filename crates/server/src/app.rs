@@ -6,16 +6,18 @@
 //! the API's error shape — or, in integrated mode, are forwarded to the model server unchanged.
 //! A 405 lists the route's methods in `Allow`, and any other error reply of the gateway's own
 //! that has no JSON body gets the error shape ([`error::fill_error_body`]); forwarded replies are
-//! left as the model server sent them.
+//! left as the model server sent them. Under `/v1/messages` (and for `GET /v1/models` with
+//! `anthropic-version`) one more layer recasts every error in Anthropic's shape and adds
+//! `request-id` ([`messages::anthropic_errors`]).
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{HeaderValue, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use axum::{Extension, Router};
 use respgw_engine::Engine;
 use respgw_protocol::ApiError;
 use respgw_telemetry::Metrics;
@@ -27,7 +29,7 @@ use crate::metrics::{self, MetricsView};
 use crate::options::WebSocketLimits;
 use crate::passthrough::{self, Passthrough};
 use crate::websocket::{self, LocalStates, WebSocketMode};
-use crate::{background, conversations, input_tokens, request_id, responses};
+use crate::{background, conversations, input_tokens, messages, request_id, responses};
 
 /// What the router needs.
 pub struct AppConfig {
@@ -37,6 +39,8 @@ pub struct AppConfig {
     pub max_body_bytes: usize,
     /// What WebSocket connections are allowed.
     pub websocket: WebSocketLimits,
+    /// How long a Messages stream may go without an event before it sends a `ping` event.
+    pub messages_ping_interval: std::time::Duration,
     /// Recorder for this process's request metrics.
     pub metrics: Metrics,
     /// Where `/metrics` is served and what it shows; `None` disables the route.
@@ -87,6 +91,12 @@ pub fn router(config: AppConfig) -> Router {
         )
         .route("/v1/responses/compact", post(responses::compact))
         .route("/v1/responses/{response_id}/cancel", post(background::cancel))
+        .route(
+            messages::ROUTE,
+            post(messages::create).layer(Extension(messages::PingInterval(config.messages_ping_interval))),
+        )
+        .route(messages::COUNT_TOKENS_ROUTE, post(messages::count_tokens))
+        .route(messages::OTHER_ROUTES, any(messages::not_found))
         .with_state(Arc::clone(&config.engine))
         .merge(
             Router::new()
@@ -124,6 +134,7 @@ pub fn router(config: AppConfig) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .merge(api)
         .layer(middleware::from_fn(error::fill_error_body))
+        .layer(middleware::from_fn(messages::anthropic_errors))
         .layer(DefaultBodyLimit::max(config.max_body_bytes));
     if let Some(label) = config.worker_label.and_then(|l| HeaderValue::from_str(&l).ok()) {
         let pid = HeaderValue::from(std::process::id());

@@ -1,5 +1,5 @@
-//! API-key authentication and per-tenant limits: `Authorization: Bearer <key>` is looked up among
-//! the configured keys, and the request carries the key's [`Tenant`] from then on (a request
+//! API-key authentication and per-tenant limits: `Authorization: Bearer <key>` (or, as Anthropic
+//! clients send it, `x-api-key: <key>`) is looked up among the configured keys, and the request carries the key's [`Tenant`] from then on (a request
 //! extension the handlers hand to the engine as the owner of what they read and write).
 //!
 //! Keys are kept as SHA-256 digests only, and the presented key's digest is compared with every
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use respgw_protocol::ApiError;
@@ -275,6 +275,18 @@ impl<S: Send + Sync> FromRequestParts<S> for Tenant {
     }
 }
 
+/// The header an Anthropic client sends its key in.
+pub(crate) const X_API_KEY: &str = "x-api-key";
+
+/// The key a request presents: `Authorization: Bearer <key>`, else `x-api-key: <key>`.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    bearer.or_else(|| headers.get(X_API_KEY).and_then(|v| v.to_str().ok())).map(str::trim)
+}
+
 /// What the authentication middleware needs.
 #[derive(Clone)]
 pub struct AuthState {
@@ -287,15 +299,11 @@ pub struct AuthState {
 /// its [`Tenant`], and is counted for it.
 pub async fn require_api_key(State(auth): State<AuthState>, mut request: Request, next: Next) -> Response {
     let (tenant, key_id) = if auth.keys.enabled() {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim);
-        let Some(presented) = presented else {
-            return HttpError(ApiError::unauthorized("Missing API key: send it as 'Authorization: Bearer <key>'."))
-                .into_response();
+        let Some(presented) = presented_key(request.headers()) else {
+            return HttpError(ApiError::unauthorized(
+                "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+            ))
+            .into_response();
         };
         match auth.keys.tenant_of(presented) {
             Ok((tenant, key_id)) => (tenant.clone(), Some(key_id)),
@@ -347,6 +355,22 @@ mod tests {
         assert!(keys.accepts("beta"));
         assert!(!keys.accepts("alph"));
         assert!(!keys.accepts(""));
+    }
+
+    #[test]
+    fn the_key_comes_as_a_bearer_token_or_as_x_api_key() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_static(value));
+            }
+            map
+        };
+        assert_eq!(presented_key(&headers(&[("authorization", "Bearer k1")])), Some("k1"));
+        assert_eq!(presented_key(&headers(&[("x-api-key", "k2")])), Some("k2"));
+        assert_eq!(presented_key(&headers(&[("authorization", "Bearer k1"), ("x-api-key", "k2")])), Some("k1"));
+        assert_eq!(presented_key(&headers(&[("authorization", "Basic xyz")])), None);
+        assert_eq!(presented_key(&headers(&[])), None);
     }
 
     #[test]

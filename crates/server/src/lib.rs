@@ -26,6 +26,11 @@
 //!   `BackgroundDrain`; `mcp_routes.rs`: Built-in MCP discovery; `passthrough.rs`: `GET /v1/models`,
 //!   `POST /v1/chat/completions`, and in integrated mode the fallback that forwards every unknown
 //!   path to the model server.
+//! - `messages/`: the Anthropic Messages face — `mod.rs` the `POST /v1/messages` and
+//!   `POST /v1/messages/count_tokens` handlers (translated by `respgw_messages` into the engine's
+//!   request, same tenants and limits) and `anthropic_errors`, the layer that gives every error of
+//!   these routes Anthropic's shape and every reply a `request-id`; `reply.rs` the outcome framed as
+//!   a `message` body or Anthropic's event stream.
 //! - `event_sequence.rs`: one response's numbered events for any transport (`sequence_number` from
 //!   0, the end after the terminal event; it makes nothing up — the engine ends every stream) and
 //!   the batching rule both transports use (`gather_ready`: the events a run produces in turns with
@@ -68,7 +73,7 @@ mod websocket;
 pub use app::{AppConfig, router};
 pub use auth::{ApiKeys, Tenant};
 pub use metrics::{MetricsView, local_view};
-pub use options::{ClientLimits, GatewayOptions, WebSocketLimits};
+pub use options::{ClientLimits, DEFAULT_MESSAGES_PING_INTERVAL, GatewayOptions, WebSocketLimits};
 pub use respgw_engine::sealed::ReasoningKeys;
 pub use respgw_engine::{BackgroundSettings, DEFAULT_MAX_IDLE_CONNECTIONS, Limits, UpstreamConfig};
 pub use respgw_protocol::RequestLimits;

@@ -59,6 +59,10 @@ pub struct GatewayOptions {
     /// WebSocket mode's idle timeout, pings and connection-local memory (`--websocket-*`).
     #[serde(default)]
     pub websocket: WebSocketLimits,
+    /// How long a Messages stream may go without an event before it sends a `ping` event
+    /// (`--messages-ping-interval`).
+    #[serde(default = "default_messages_ping_interval")]
+    pub messages_ping_interval: Duration,
     /// Offer `code_interpreter` (the supervisor checked that the sandbox works here).
     pub code_interpreter: bool,
     /// The sandbox's directory and limits (`--code-interpreter-*`); the same for every worker, so
@@ -89,6 +93,13 @@ pub struct GatewayOptions {
     /// Background responses: run slots per worker, lease, polling, retention (`--background-*`).
     #[serde(default)]
     pub background: BackgroundSettings,
+}
+
+/// The default of [`GatewayOptions::messages_ping_interval`].
+pub const DEFAULT_MESSAGES_PING_INTERVAL: Duration = Duration::from_secs(10);
+
+fn default_messages_ping_interval() -> Duration {
+    DEFAULT_MESSAGES_PING_INTERVAL
 }
 
 fn default_db_pool_size() -> u32 {

@@ -2,9 +2,12 @@
 //! server as they are — same method, query, body bytes and (non hop-by-hop) headers; the reply's
 //! status, headers and body relayed unchanged, streams chunk by chunk as they arrive.
 //!
-//! Credentials: with an upstream key configured, it replaces the client's `Authorization`. With
-//! none, the client's header is forwarded only while gateway auth is off — otherwise it is the
-//! gateway's own API key, which must never reach the upstream.
+//! Credentials: with an upstream key configured, it replaces the client's `Authorization` (and
+//! `x-api-key`). With none, the client's headers are forwarded only while gateway auth is off —
+//! otherwise they carry the gateway's own API key, which must never reach the upstream.
+//!
+//! `GET /v1/models` from an Anthropic client (one sending `anthropic-version`) is answered in
+//! Anthropic's list shape, made from the upstream's OpenAI-shaped list.
 
 use std::sync::Arc;
 
@@ -15,7 +18,10 @@ use axum::http::{HeaderMap, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
 use respgw_engine::{Engine, Upstream};
+use respgw_protocol::ApiError;
+use serde_json::{Value, json};
 
+use crate::auth::X_API_KEY;
 use crate::error::{HttpError, Relayed, body_rejection};
 
 /// What the pass-through routes need.
@@ -85,7 +91,7 @@ async fn forward(
         if !forwardable(name_str) {
             continue;
         }
-        if name == header::AUTHORIZATION && (upstream_has_key || state.gateway_auth) {
+        if (name == header::AUTHORIZATION || name == X_API_KEY) && (upstream_has_key || state.gateway_auth) {
             continue;
         }
         request = request.header(name, value);
@@ -130,9 +136,64 @@ async fn forward(
     response
 }
 
-/// `GET /v1/models`.
+/// `GET /v1/models`: relayed, or in Anthropic's shape for an Anthropic client.
 pub async fn models(State(state): State<Passthrough>, uri: Uri, headers: HeaderMap) -> Response {
+    if headers.contains_key("anthropic-version") {
+        return match anthropic_models(&state).await {
+            Ok(list) => axum::Json(list).into_response(),
+            Err(error) => HttpError(error).into_response(),
+        };
+    }
     forward(&state, Method::GET, Target::UnderUpstreamBase("/models"), &uri, headers, Bytes::new()).await
+}
+
+/// The upstream's models as Anthropic lists them: `{"data":[{"type":"model","id",
+/// "display_name","created_at"}],"has_more":false,"first_id","last_id"}` (`created_at` RFC 3339
+/// from the upstream's `created` seconds; the id stands in for a display name).
+async fn anthropic_models(state: &Passthrough) -> Result<Value, ApiError> {
+    let upstream = state.engine.upstream();
+    let reply =
+        upstream.request(Method::GET, "/models").send().await.map_err(|e| Upstream::classify(e).to_api_error())?;
+    let status = reply.status();
+    let body = reply.bytes().await.map_err(|e| Upstream::classify(e).to_api_error())?;
+    if !status.is_success() {
+        return Err(ApiError::upstream_unavailable(format!("the model server answered its model list with {status}")));
+    }
+    let listed: Value = serde_json::from_slice(&body)
+        .map_err(|_| ApiError::upstream_unavailable("the model server's model list is not JSON"))?;
+    let models: Vec<Value> = listed
+        .get("data")
+        .and_then(Value::as_array)
+        .map(|data| {
+            data.iter()
+                .filter_map(|model| {
+                    let id = model.get("id")?.as_str()?;
+                    let created = model.get("created").and_then(Value::as_i64).unwrap_or(0);
+                    Some(json!({"type": "model", "id": id, "display_name": id, "created_at": rfc3339(created)}))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let first_id = models.first().map(|m| m["id"].clone()).unwrap_or(Value::Null);
+    let last_id = models.last().map(|m| m["id"].clone()).unwrap_or(Value::Null);
+    Ok(json!({"data": models, "has_more": false, "first_id": first_id, "last_id": last_id}))
+}
+
+/// Unix seconds as an RFC 3339 UTC time (`1970-01-01T00:00:00Z`).
+fn rfc3339(seconds: i64) -> String {
+    let days = seconds.div_euclid(86_400);
+    let in_day = seconds.rem_euclid(86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", in_day / 3600, in_day % 3600 / 60, in_day % 60)
 }
 
 /// `POST /v1/chat/completions`.
@@ -164,5 +225,17 @@ pub async fn forward_any(
     match body {
         Ok(body) => forward(&state, method, Target::Raw(&base), &uri, headers, body).await,
         Err(rejection) => body_rejection(rejection).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn unix_seconds_read_as_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
     }
 }

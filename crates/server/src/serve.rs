@@ -71,6 +71,7 @@ pub async fn build(
         api_keys,
         max_body_bytes: options.max_body_bytes,
         websocket: options.websocket,
+        messages_ping_interval: options.messages_ping_interval,
         metrics,
         metrics_route: options.metrics_path.clone().map(|path| (path, metrics_view)),
         forward_other_routes_to: options.forward_other_routes_to.clone(),

@@ -11,8 +11,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
-    BackgroundSettings, ClientLimits, GatewayOptions, Limits, ReasoningKeys, UpstreamConfig, WebSocketLimits,
-    local_view,
+    BackgroundSettings, ClientLimits, DEFAULT_MESSAGES_PING_INTERVAL, GatewayOptions, Limits, ReasoningKeys,
+    UpstreamConfig, WebSocketLimits, local_view,
 };
 use respgw_telemetry::Metrics;
 use respgw_telemetry::tracing_otlp::TracingConfig;
@@ -106,6 +106,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
             max_connections: 16,
         },
         websocket: WebSocketLimits::default(),
+        messages_ping_interval: DEFAULT_MESSAGES_PING_INTERVAL,
         code_interpreter: false,
         code_interpreter_settings: SandboxSettings {
             venv: dir.path().join("venv"),
