@@ -118,6 +118,19 @@ impl Run {
     }
 }
 
+/// "Paris." from a server whose prefix cache held `cached` of the `prompt` tokens.
+fn paris_with_cached_prompt(prompt: u64, cached: u64) -> Step {
+    let chunks = [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","content":"Paris."},"finish_reason":null}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        json!({"choices":[],"usage":{"prompt_tokens":prompt,"completion_tokens":3,"total_tokens":prompt + 3,
+            "prompt_tokens_details":{"cached_tokens":cached}}}),
+    ];
+    let mut sse: Vec<String> = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    sse.push("data: [DONE]\n\n".into());
+    Step::Sse(sse)
+}
+
 /// Write what the client sent and what the upstream received, for a person reading a failure.
 fn write_logs(test: &str, sent: &[Value], received: &[Value]) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("client-logs");
@@ -227,15 +240,18 @@ fn assert_claude_code_surface(sent: &Value) {
 async fn claude_code_prints_a_plain_answer() {
     respgw_testkit::skip_unless!(claude_installed());
     let h = Harness::start_with(&["--api-key", KEY], &[]).await;
-    h.scenario("cc-plain", vec![Step::text(&["Par", "is."], "stop", Some((1200, 3)))]);
+    h.scenario("cc-plain", vec![paris_with_cached_prompt(1200, 1000)]);
     let claude = ClaudeCode::new(&h).await;
     let run = claude.run("cc-plain", "What is the capital of France?", &[], KEY).await;
     let (sent, received) = (claude.sent(), h.upstream_bodies("cc-plain"));
     write_logs("claude_code_prints_a_plain_answer", &sent, &received);
     assert_eq!(run.answer(), "Paris.");
     assert_eq!(run.result["num_turns"], 1, "{}", run.result);
-    // Claude Code's usage comes from message_start and message_delta.
-    assert_eq!(run.result["usage"]["input_tokens"], 1200, "{}", run.result);
+    // Claude Code's usage comes from the stream's usage: the upstream's cached prompt tokens are
+    // cache reads, the rest input tokens.
+    let usage = &run.result["usage"];
+    assert_eq!((&usage["input_tokens"], &usage["cache_read_input_tokens"]), (&json!(200), &json!(1000)), "{usage}");
+    assert_eq!(usage["output_tokens"], 3, "{usage}");
 
     assert_eq!((sent.len(), received.len()), (1, 1));
     assert_claude_code_surface(&sent[0]);
