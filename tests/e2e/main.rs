@@ -6,9 +6,11 @@
 mod common;
 
 mod agents_sdk;
+mod anthropic_sdk;
 mod auth_and_passthrough;
 mod background;
 mod bad_input;
+mod claude_code;
 mod code_interpreter;
 mod codex_cli;
 mod compaction;
