@@ -692,7 +692,8 @@ async fn claude_codes_first_turn_reaches_the_model_as_one_chat_request() {
     assert_eq!(roles, ["system", "user", "system"], "the system entry stays where Claude Code put it");
     assert_eq!(
         sent["messages"][0]["content"],
-        "x-anthropic-billing-header: cc_version=2.1.328.abc; cc_entrypoint=sdk-cli;\n\nYou are a Claude agent.\n\nMain prompt."
+        "You are a Claude agent.\n\nMain prompt.",
+        "Claude Code's billing line is left out of the prompt"
     );
     let offered: Vec<&str> =
         sent["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
