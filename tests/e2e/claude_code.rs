@@ -176,10 +176,7 @@ fn assert_forwarded(sent: &Value, received: &Value) {
         .into_iter()
         .filter(|text| !text.starts_with("x-anthropic-billing-header:"))
         .collect();
-    assert!(
-        !system_text.contains("x-anthropic-billing-header"),
-        "Claude Code's billing line is not sent to the model"
-    );
+    assert!(!system_text.contains("x-anthropic-billing-header"), "Claude Code's billing line is not sent to the model");
     for message in sent["messages"].as_array().expect("messages") {
         if message["role"] == "system" {
             expected_system.extend(block_texts(&message["content"]));

@@ -691,8 +691,7 @@ async fn claude_codes_first_turn_reaches_the_model_as_one_chat_request() {
     let roles: Vec<&str> = sent["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["system", "user", "system"], "the system entry stays where Claude Code put it");
     assert_eq!(
-        sent["messages"][0]["content"],
-        "You are a Claude agent.\n\nMain prompt.",
+        sent["messages"][0]["content"], "You are a Claude agent.\n\nMain prompt.",
         "Claude Code's billing line is left out of the prompt"
     );
     let offered: Vec<&str> =

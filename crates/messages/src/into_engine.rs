@@ -117,8 +117,7 @@ pub fn into_engine(
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert("input".into(), Value::Array(items));
-    let system: Vec<&str> =
-        request.system.iter().map(String::as_str).filter(|text| !is_billing_header(text)).collect();
+    let system: Vec<&str> = request.system.iter().map(String::as_str).filter(|text| !is_billing_header(text)).collect();
     if !system.is_empty() {
         body.insert("instructions".into(), json!(system.join("\n\n")));
     }
@@ -531,7 +530,9 @@ mod tests {
         .request;
         assert_eq!(
             request.instructions.as_deref(),
-            Some("You are a Claude agent.\n\nx-anthropic-billing-header: is how a line starts\nand this text is a prompt")
+            Some(
+                "You are a Claude agent.\n\nx-anthropic-billing-header: is how a line starts\nand this text is a prompt"
+            )
         );
         let only_billing = engine(with(json!({"system":"x-anthropic-billing-header: cc_version=1;"}))).request;
         assert_eq!(only_billing.instructions, None);
