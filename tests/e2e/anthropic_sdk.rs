@@ -25,20 +25,6 @@ const TINY_PNG_BASE64: &str =
 /// The text of the PDF the script sends.
 const PDF_SENTENCE: &str = "The lighthouse keeper counts seventeen gulls every morning.";
 
-/// A one-page PDF showing `text` (Helvetica), with a correct cross-reference table.
-fn one_page_pdf(text: &str) -> Vec<u8> {
-    let stream = format!("BT /F1 12 Tf 72 720 Td ({text}) Tj ET");
-    let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
-        "<< /Type /Pages /Kids [4 0 R] /Count 1 >>".to_owned(),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_owned(),
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents 5 0 R >>"
-            .to_owned(),
-        format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()),
-    ];
-    respgw_testkit::pdf::document(&objects.map(String::into_bytes))
-}
-
 /// The test Python has the pinned `anthropic` SDK.
 fn anthropic_sdk() -> Result<(), String> {
     common::python_env()?;
@@ -151,7 +137,7 @@ async fn the_official_anthropic_sdk_parses_everything_and_the_model_gets_the_req
     h.scenario("bad", vec![]);
 
     let image_url = format!("{}/cat.png", png_server().await);
-    let pdf = base64::engine::general_purpose::STANDARD.encode(one_page_pdf(PDF_SENTENCE));
+    let pdf = base64::engine::general_purpose::STANDARD.encode(respgw_testkit::pdf::text_pages(&[PDF_SENTENCE]));
     let envs =
         [("RESPGW_TEST_KEY", KEY), ("RESPGW_TEST_IMAGE_URL", image_url.as_str()), ("RESPGW_TEST_PDF", pdf.as_str())];
     let run = common::run_sdk_script("anthropic_sdk_check.py", h.gateway.base_url(), &envs).await;

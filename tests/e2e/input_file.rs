@@ -14,39 +14,11 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use common::{Harness, assert_valid_response};
+use respgw_testkit::pdf;
 use respgw_testkit::upstream::Step;
 use serde_json::{Value, json};
 
 const SENTENCE: &str = "The lighthouse keeper counts seventeen gulls every morning.";
-
-/// A minimal valid PDF (Helvetica, one text line per page), written by hand with a correct
-/// cross-reference table.
-fn pdf(pages: &[&str]) -> Vec<u8> {
-    respgw_testkit::pdf::document(&pdf_objects(pages))
-}
-
-/// The objects of [`pdf`].
-fn pdf_objects(pages: &[&str]) -> Vec<Vec<u8>> {
-    let n = pages.len();
-    // Objects: 1 catalog, 2 pages, 3 font, then per page: page object and its content stream.
-    let mut objects: Vec<String> = vec![
-        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
-        format!(
-            "<< /Type /Pages /Kids [{}] /Count {n} >>",
-            (0..n).map(|i| format!("{} 0 R", 4 + 2 * i)).collect::<Vec<_>>().join(" ")
-        ),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_owned(),
-    ];
-    for (i, text) in pages.iter().enumerate() {
-        let stream = format!("BT /F1 12 Tf 72 720 Td ({text}) Tj ET");
-        objects.push(format!(
-            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
-            5 + 2 * i
-        ));
-        objects.push(format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()));
-    }
-    objects.into_iter().map(String::into_bytes).collect()
-}
 
 /// A 1×1 PNG.
 const PNG: &[u8] = &[
@@ -84,7 +56,7 @@ fn ok_scenario(h: &Harness, model: &str, turns: usize) {
 async fn a_pdf_reaches_the_model_as_its_text() {
     let h = Harness::start().await;
     ok_scenario(&h, "pdf", 1);
-    let data = format!("data:application/pdf;base64,{}", b64(&pdf(&[SENTENCE])));
+    let data = format!("data:application/pdf;base64,{}", b64(&pdf::text_pages(&[SENTENCE])));
     let (status, body) = h
         .create(json!({"model":"pdf","input":user_with(json!([
             {"type":"input_text","text":"Summarise the file."},
@@ -104,7 +76,7 @@ async fn a_pdf_reaches_the_model_as_its_text() {
 async fn a_pdf_without_a_cross_reference_table_reaches_the_model_as_its_text() {
     let h = Harness::start().await;
     ok_scenario(&h, "no-xref", 1);
-    let bytes = respgw_testkit::pdf::document_without_xref(&pdf_objects(&[SENTENCE]));
+    let bytes = pdf::document_without_xref(&pdf::text_pages_objects(&[SENTENCE]));
     let data = format!("data:application/pdf;base64,{}", b64(&bytes));
     let (status, body) = h
         .create(json!({"model":"no-xref","input":user_with(json!([
@@ -119,7 +91,7 @@ async fn a_pdf_without_a_cross_reference_table_reaches_the_model_as_its_text() {
 #[tokio::test]
 async fn a_damaged_pdf_is_a_400_naming_the_part() {
     let h = Harness::start().await;
-    let whole = pdf(&[SENTENCE]);
+    let whole = pdf::text_pages(&[SENTENCE]);
     for (what, bytes) in [("truncated", &whole[..whole.len() / 3]), ("garbage", &b"%PDF-1.7\n\x00\x01garbage"[..])] {
         let data = format!("data:application/pdf;base64,{}", b64(bytes));
         let (status, body) = h
@@ -138,7 +110,7 @@ async fn a_damaged_pdf_is_a_400_naming_the_part() {
 async fn pdf_pages_past_the_limit_are_left_out_and_the_model_is_told() {
     let h = Harness::start_with(&["--input-file-max-pdf-pages", "1"], &[]).await;
     ok_scenario(&h, "pages", 1);
-    let data = format!("data:application/pdf;base64,{}", b64(&pdf(&[SENTENCE, "Page two is never read."])));
+    let data = format!("data:application/pdf;base64,{}", b64(&pdf::text_pages(&[SENTENCE, "Page two is never read."])));
     let (status, body) =
         h.create(json!({"model":"pages","input":user_with(json!([{"type":"input_file","filename":"two.pdf","file_data":data}]))})).await;
     assert_eq!(status, 200, "{body}");
@@ -198,7 +170,9 @@ async fn serve_file(State(seen): State<Arc<Mutex<Vec<String>>>>, request: Reques
     let path = request.uri().path().to_owned();
     seen.lock().expect("lock").push(path.clone());
     match path.as_str() {
-        "/docs/report.pdf" => ([(header::CONTENT_TYPE, "application/pdf")], pdf(&[SENTENCE])).into_response(),
+        "/docs/report.pdf" => {
+            ([(header::CONTENT_TYPE, "application/pdf")], pdf::text_pages(&[SENTENCE])).into_response()
+        }
         "/big.txt" => ([(header::CONTENT_TYPE, "text/plain")], "b".repeat(4096)).into_response(),
         "/archive" => ([(header::CONTENT_TYPE, "application/zip")], b"PK\x03\x04".to_vec()).into_response(),
         "/dot.png" => ([(header::CONTENT_TYPE, "image/png")], PNG.to_vec()).into_response(),

@@ -134,20 +134,6 @@ async fn system_blocks_and_system_entries_reach_the_model_in_place() {
     assert!(sent.get("store").is_none() && sent.get("context_management").is_none());
 }
 
-/// A one-page PDF whose text is `line`.
-fn pdf(line: &str) -> Vec<u8> {
-    let stream = format!("BT /F1 12 Tf 72 720 Td ({line}) Tj ET");
-    let objects = [
-        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
-        "<< /Type /Pages /Kids [4 0 R] /Count 1 >>".to_owned(),
-        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_owned(),
-        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents 5 0 R >>"
-            .to_owned(),
-        format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()),
-    ];
-    respgw_testkit::pdf::document(&objects.map(String::into_bytes))
-}
-
 /// A 1×1 PNG.
 const PNG: &[u8] = &[
     0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00,
@@ -168,7 +154,7 @@ async fn images_and_documents_reach_the_model_through_the_input_file_path() {
             "look",
             json!([{"role":"user","content":[
                 {"type":"image","source":{"type":"base64","media_type":"image/png","data":b64(PNG)}},
-                {"type":"document","title":"gulls.pdf","source":{"type":"base64","media_type":"application/pdf","data":b64(&pdf(sentence))}},
+                {"type":"document","title":"gulls.pdf","source":{"type":"base64","media_type":"application/pdf","data":b64(&respgw_testkit::pdf::text_pages(&[sentence]))}},
                 {"type":"document","source":{"type":"text","media_type":"text/plain","data":"A plain note."}},
                 {"type":"text","text":"What do these say?"}
             ]}]),

@@ -65,3 +65,28 @@ pub trait ToolResolver: Send + Sync {
     /// `history` is the conversation so far (to skip servers already listed).
     async fn resolve(&self, request: &ValidatedRequest, history: &[Item]) -> Result<ResolvedTools, ApiError>;
 }
+
+/// Gateway tools for unit tests.
+#[cfg(test)]
+pub(crate) mod test_tools {
+    use async_trait::async_trait;
+
+    use super::{FunctionSpec, GatewayCall, GatewayTool};
+    use crate::tool_kinds::{GatewayKind, GatewayOutcome};
+
+    /// A tool that is offered and resolved but never called.
+    pub(crate) struct UncalledTool(pub FunctionSpec, pub GatewayKind);
+
+    #[async_trait]
+    impl GatewayTool for UncalledTool {
+        fn spec(&self) -> &FunctionSpec {
+            &self.0
+        }
+        fn kind(&self) -> &GatewayKind {
+            &self.1
+        }
+        async fn call(&self, _: GatewayCall<'_>) -> GatewayOutcome {
+            unreachable!("a test called a tool it only offers")
+        }
+    }
+}

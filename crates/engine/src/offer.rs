@@ -82,27 +82,11 @@ impl ToolMenu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use async_trait::async_trait;
     use respgw_protocol::{Capabilities, CreateResponseRequest};
     use serde_json::Value;
 
-    use crate::gateway_tool::GatewayCall;
-    use crate::tool_kinds::{GatewayKind, GatewayOutcome};
-
-    struct Fake(FunctionSpec, GatewayKind);
-
-    #[async_trait]
-    impl GatewayTool for Fake {
-        fn spec(&self) -> &FunctionSpec {
-            &self.0
-        }
-        fn kind(&self) -> &GatewayKind {
-            &self.1
-        }
-        async fn call(&self, _: GatewayCall<'_>) -> GatewayOutcome {
-            GatewayOutcome::Mcp(Ok(String::new()))
-        }
-    }
+    use crate::gateway_tool::test_tools::UncalledTool;
+    use crate::tool_kinds::GatewayKind;
 
     fn spec(name: &str) -> FunctionSpec {
         FunctionSpec { name: name.into(), description: None, parameters: json!({"type":"object"}), strict: None }
@@ -118,12 +102,12 @@ mod tests {
         };
         let req = CreateResponseRequest::from_slice(body.to_string().as_bytes()).unwrap().validate(&caps).unwrap();
         let gateway: Vec<Arc<dyn GatewayTool>> = vec![
-            Arc::new(Fake(spec("code_interpreter"), GatewayKind::CodeInterpreter)),
-            Arc::new(Fake(
+            Arc::new(UncalledTool(spec("code_interpreter"), GatewayKind::CodeInterpreter)),
+            Arc::new(UncalledTool(
                 spec("mcp__docs__search"),
                 GatewayKind::Mcp { server_label: "docs".into(), tool_name: "search".into() },
             )),
-            Arc::new(Fake(
+            Arc::new(UncalledTool(
                 spec("mcp__docs__fetch"),
                 GatewayKind::Mcp { server_label: "docs".into(), tool_name: "fetch".into() },
             )),

@@ -11,7 +11,7 @@
 use std::fmt::Display;
 
 use respgw_protocol::ApiError;
-use respgw_protocol::error::join_path;
+use respgw_protocol::error::{join_path, json_kind};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -457,18 +457,6 @@ fn check_unit_range(field: &str, value: Option<f64>) -> Result<(), ApiError> {
     match value {
         Some(v) if !(0.0..=1.0).contains(&v) => Err(invalid(field, format!("expected a number from 0 to 1, got {v}"))),
         _ => Ok(()),
-    }
-}
-
-/// "a string", "an object", … for a value a client sent.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -209,6 +209,19 @@ impl ApiError {
     }
 }
 
+/// "a string", "an object", … for a value a client sent, as error messages name it.
+pub fn json_kind(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// `prefix.path`, either of which may be empty; an index (`[2]`) joins without a dot.
 pub fn join_path(prefix: &str, path: &str) -> String {
     match (prefix.is_empty(), path.is_empty()) {

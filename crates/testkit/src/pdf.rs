@@ -22,6 +22,34 @@ pub fn document_without_xref(objects: &[Vec<u8>]) -> Vec<u8> {
     header_and_objects(objects).0
 }
 
+/// A PDF of Helvetica pages, one line of `pages` on each, with a correct cross-reference table.
+pub fn text_pages(pages: &[&str]) -> Vec<u8> {
+    document(&text_pages_objects(pages))
+}
+
+/// The objects of [`text_pages`]: 1 catalog, 2 pages, 3 font, then per page its page object and
+/// its content stream.
+pub fn text_pages_objects(pages: &[&str]) -> Vec<Vec<u8>> {
+    let n = pages.len();
+    let mut objects: Vec<String> = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+        format!(
+            "<< /Type /Pages /Kids [{}] /Count {n} >>",
+            (0..n).map(|i| format!("{} 0 R", 4 + 2 * i)).collect::<Vec<_>>().join(" ")
+        ),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>".to_owned(),
+    ];
+    for (i, text) in pages.iter().enumerate() {
+        let stream = format!("BT /F1 12 Tf 72 720 Td ({text}) Tj ET");
+        objects.push(format!(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
+            5 + 2 * i
+        ));
+        objects.push(format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()));
+    }
+    objects.into_iter().map(String::into_bytes).collect()
+}
+
 /// The header and `objects`, and where each object starts.
 fn header_and_objects(objects: &[Vec<u8>]) -> (Vec<u8>, Vec<usize>) {
     let mut out = b"%PDF-1.4\n".to_vec();

@@ -93,29 +93,12 @@ impl RunHooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use async_trait::async_trait;
     use respgw_protocol::items::{McpApprovalRequestItem, McpApprovalResponseItem};
     use respgw_protocol::{Capabilities, CreateResponseRequest};
     use serde_json::json;
 
-    use crate::gateway_tool::{FunctionSpec, GatewayCall};
-    use crate::tool_kinds::{GatewayKind, GatewayOutcome};
-
-    /// The tool `docs`:`delete`, never called here.
-    struct Delete(FunctionSpec, GatewayKind);
-
-    #[async_trait]
-    impl GatewayTool for Delete {
-        fn spec(&self) -> &FunctionSpec {
-            &self.0
-        }
-        fn kind(&self) -> &GatewayKind {
-            &self.1
-        }
-        async fn call(&self, _: GatewayCall<'_>) -> GatewayOutcome {
-            GatewayOutcome::Mcp(Ok(String::new()))
-        }
-    }
+    use crate::gateway_tool::test_tools::UncalledTool;
+    use crate::tool_kinds::GatewayKind;
 
     fn resolved(tools: Vec<Arc<dyn GatewayTool>>) -> ResolvedTools {
         let listing =
@@ -125,7 +108,7 @@ mod tests {
 
     fn delete_tool() -> Arc<dyn GatewayTool> {
         let spec = crate::tool_kinds::mcp::function_spec("docs", "delete", None, &json!({}));
-        Arc::new(Delete(spec, GatewayKind::Mcp { server_label: "docs".into(), tool_name: "delete".into() }))
+        Arc::new(UncalledTool(spec, GatewayKind::Mcp { server_label: "docs".into(), tool_name: "delete".into() }))
     }
 
     /// A conversation with an approval request, and an input approving it.

@@ -8,7 +8,7 @@ use super::{
     CompactionItem, ContentPart, FunctionCallItem, FunctionCallOutputItem, FunctionOutput, ImageDetail, InputFile,
     Item, ItemStatus, MessageItem, MessageRole, ReasoningItem, ReasoningText, SummaryText,
 };
-use crate::error::{ApiError, describe_serde, join_path};
+use crate::error::{ApiError, describe_serde, join_path, json_kind};
 use crate::ids::{IdKind, new_id};
 
 /// An input item as a client may send it: ids and statuses optional, string or part content.
@@ -218,18 +218,6 @@ fn typed<T: serde::de::DeserializeOwned>(value: Value, base: &str) -> Result<T, 
             (None, detail) => ItemError::new(at, detail),
         }
     })
-}
-
-/// "a string", "an object", … for a value a client sent.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The `type` of an object that dispatches on it; `what` names the object in messages.
