@@ -9,10 +9,10 @@
 
 use futures::StreamExt;
 use libfuzzer_sys::fuzz_target;
-use respgw_engine::{CallTarget, GatewayKind};
 use respgw_engine::tool_kinds::GatewayToolState;
 use respgw_engine::turn::{OutputLog, TurnState};
 use respgw_engine::upstream::{UpstreamError, UpstreamEvent, decode_stream};
+use respgw_engine::{CallTarget, GatewayKind};
 use respgw_protocol::ids::TurnStamp;
 
 fn split(data: &[u8]) -> Vec<Vec<u8>> {
@@ -33,8 +33,11 @@ fuzz_target!(|data: &[u8]| {
             CallTarget::Gateway(GatewayKind::Mcp { server_label: "docs".into(), tool_name: "search".into() }),
         ),
     ];
-    let mut state =
-        TurnState::new(TurnStamp::after(None), targets.into_iter().collect(), GatewayToolState::for_history(&[]));
+    let mut state = TurnState::new(
+        TurnStamp::after(None),
+        targets.into_iter().collect(),
+        GatewayToolState::for_history(&[], "default"),
+    );
     let mut log = OutputLog::default();
     let mut events = Vec::new();
     let stream = decode_stream(futures::stream::iter(chunks.into_iter().map(Ok::<_, UpstreamError>)));

@@ -137,7 +137,7 @@ pub struct GatewayToolState {
 
 impl GatewayToolState {
     /// The state a response of tenant `owner` starts with, given its history.
-    pub(crate) fn for_history(history: &[Item], owner: &str) -> Self {
+    pub fn for_history(history: &[Item], owner: &str) -> Self {
         GatewayToolState {
             code_interpreter: code_interpreter::Container::of(history, owner),
             web_search: web_search::Citations::default(),
