@@ -7,8 +7,9 @@
 //! runs: `created`, `in_progress`, what the tool kinds show and run first (`tool_kinds::RunHooks`),
 //! then the tool loop — one upstream turn, the gateway tools it called, the next turn — until the
 //! model answers or calls a client function; then persistence, and exactly one terminal event
-//! (`completed`, `incomplete`, or `failed` preceded by an `error` event). The store write happens before the terminal event leaves, so a
-//! client that saw `completed` can always continue from it. Under `truncation: "auto"`, a model
+//! (`completed`, `incomplete`, or `failed` preceded by an `error` event). The store write
+//! happens before the terminal event leaves, so a client that saw `completed` can always
+//! continue from it. Under `truncation: "auto"`, a model
 //! turn the upstream refuses for its context window is sent again without the oldest
 //! conversation turns ([`crate::truncation`]).
 

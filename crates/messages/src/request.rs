@@ -4,9 +4,10 @@
 //! Content blocks and sources dispatch on their `type` here, so an unknown or misspelt type is
 //! refused with the types that would have been accepted. Server tools, `mcp_servers` and the
 //! blocks of their earlier calls are parsed by [`crate::server_tools`]. Fields the gateway has no
-//! use for are accepted and ignored, never refused: `cache_control` on any block, tool or system text,
-//! `citations`, `context_management`, `service_tier`, `container`, and top-level fields Anthropic
-//! adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it changes.
+//! use for are accepted and ignored, never refused: `cache_control` on any block, tool or system
+//! text, `citations`, `context_management`, `service_tier`, `container`, and top-level fields
+//! Anthropic adds later. A tool's `defer_loading` is kept: see [`crate::into_engine`] for what it
+//! changes.
 
 use std::fmt::Display;
 

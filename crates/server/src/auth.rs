@@ -1,6 +1,7 @@
 //! API-key authentication and per-tenant limits: `Authorization: Bearer <key>` (or, as Anthropic
-//! clients send it, `x-api-key: <key>`) is looked up among the configured keys, and the request carries the key's [`Tenant`] from then on (a request
-//! extension the handlers hand to the engine as the owner of what they read and write).
+//! clients send it, `x-api-key: <key>`) is looked up among the configured keys, and the request
+//! carries the key's [`Tenant`] from then on (a request extension the handlers hand to the engine
+//! as the owner of what they read and write).
 //!
 //! Keys are kept as SHA-256 digests only, and the presented key's digest is compared with every
 //! configured one in constant time, so neither a key's content nor which one matched leaks
