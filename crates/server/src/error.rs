@@ -37,6 +37,8 @@ impl IntoResponse for HttpError {
             // The rest of the body may still be on its way: this connection cannot carry another request.
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        // The error itself travels with its reply, for a layer that answers in another API's shape.
+        response.extensions_mut().insert(self.0);
         response
     }
 }
@@ -140,6 +142,7 @@ pub async fn fill_error_body(request: Request, next: Next) -> Response {
     let (filled, body) = HttpError(error).into_response().into_parts();
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.extend(filled.headers);
+    parts.extensions.extend(filled.extensions);
     Response::from_parts(parts, body)
 }
 

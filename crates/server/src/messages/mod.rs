@@ -11,7 +11,7 @@ pub(crate) mod reply;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, to_bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -22,7 +22,7 @@ use respgw_messages::error::messages_error;
 use respgw_messages::into_engine::{EngineRequest, into_engine};
 use respgw_messages::request::MessagesRequest;
 use respgw_protocol::{ApiError, ErrorType};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::auth::Tenant;
 use crate::error::{HttpError, Relayed};
@@ -100,9 +100,6 @@ pub(crate) fn is_anthropic_request(request: &Request) -> bool {
         || (path == "/v1/models" && request.headers().contains_key("anthropic-version"))
 }
 
-/// Largest error body read back to be reshaped; the gateway's own are far smaller.
-const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
-
 /// Middleware: on the Anthropic routes, every reply carries `request-id`, and every error reply
 /// of the gateway's own (auth, rate limits, body limits, bad JSON, content type, unknown paths
 /// and methods, engine errors) is re-cast as `{"type":"error","error":{"type","message"}}` with
@@ -121,9 +118,15 @@ pub(crate) async fn anthropic_errors(request: Request, next: Next) -> Response {
     if !(status.is_client_error() || status.is_server_error()) || response.extensions().get::<Relayed>().is_some() {
         return response;
     }
-    let (mut parts, body) = response.into_parts();
-    let body = to_bytes(body, MAX_ERROR_BODY_BYTES).await.unwrap_or_default();
-    let mut error = gateway_error(status, &body);
+    // Every error reply of the gateway's own carries its `ApiError` (`HttpError`, filled in by
+    // `fill_error_body` where a layer answered first); one without is named by its status alone.
+    let mut error = response.extensions_mut().remove::<ApiError>().unwrap_or_else(|| ApiError {
+        status: status.as_u16(),
+        error_type: if status.is_server_error() { ErrorType::ApiError } else { ErrorType::InvalidRequestError },
+        message: format!("The request failed: {status}."),
+        param: None,
+        code: None,
+    });
     // Anthropic's shape has no `param`: the message names the field instead.
     if let Some(param) = &error.param
         && !error.message.contains(param.as_str())
@@ -131,6 +134,7 @@ pub(crate) async fn anthropic_errors(request: Request, next: Next) -> Response {
         error.message = format!("{param}: {}", error.message);
     }
     let (anthropic_status, anthropic_body) = messages_error(&error);
+    let (mut parts, _) = response.into_parts();
     // HTTP-level refusals keep their status (a 405 goes with its `Allow`); the rest take Anthropic's.
     let keeps_status = matches!(status.as_u16(), 405 | 408 | 415);
     if !keeps_status {
@@ -142,34 +146,12 @@ pub(crate) async fn anthropic_errors(request: Request, next: Next) -> Response {
     Response::from_parts(parts, Body::from(anthropic_body.to_string()))
 }
 
-/// The gateway's error in a reply body of its own shape; a body of another shape (none reach
-/// here but by mistake) becomes a plain error of the reply's status.
-fn gateway_error(status: StatusCode, body: &[u8]) -> ApiError {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let error = parsed.as_ref().and_then(|body| body.get("error"));
-    let text = |key: &str| error.and_then(|e| e.get(key)).and_then(Value::as_str).map(str::to_owned);
-    let error_type = match text("type").as_deref() {
-        Some("authentication_error") => ErrorType::AuthenticationError,
-        Some("rate_limit_error") => ErrorType::RateLimitError,
-        Some("bad_input") => ErrorType::BadInput,
-        Some("api_error") => ErrorType::ApiError,
-        Some(_) => ErrorType::InvalidRequestError,
-        None if status.is_server_error() => ErrorType::ApiError,
-        None => ErrorType::InvalidRequestError,
-    };
-    ApiError {
-        status: status.as_u16(),
-        error_type,
-        message: text("message").unwrap_or_else(|| format!("The request failed: {status}.")),
-        param: text("param"),
-        code: text("code"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use axum::Router;
+    use axum::body::to_bytes;
     use axum::routing::{get, post};
+    use serde_json::Value;
     use tower::ServiceExt;
 
     use super::*;
