@@ -9,17 +9,10 @@ use libfuzzer_sys::fuzz_target;
 use respgw_messages::error::messages_error;
 use respgw_messages::into_engine::into_engine;
 use respgw_messages::request::MessagesRequest;
-use respgw_protocol::{Capabilities, RequestLimits, ResponseObject};
+use respgw_protocol::ResponseObject;
 
-const ALL_TOOLS: Capabilities = Capabilities {
-    code_interpreter: true,
-    builtin_mcp: true,
-    remote_mcp: true,
-    remote_url_checks: true,
-    web_search: true,
-};
-const SMALL_CAPS: RequestLimits =
-    RequestLimits { max_input_items: 64, max_tools: 16, max_mcp_servers: 4, max_input_file_bytes: 4096 };
+mod request_caps;
+use request_caps::{ALL_TOOLS, SMALL_CAPS};
 
 fuzz_target!(|data: &[u8]| {
     match MessagesRequest::from_slice(data).and_then(|r| into_engine(r, &ALL_TOOLS, &SMALL_CAPS)) {

@@ -6,17 +6,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use respgw_protocol::{Capabilities, CreateResponseRequest, RequestLimits, ResponseObject};
+use respgw_protocol::{CreateResponseRequest, ResponseObject};
 
-const ALL_TOOLS: Capabilities = Capabilities {
-    code_interpreter: true,
-    builtin_mcp: true,
-    remote_mcp: true,
-    remote_url_checks: true,
-    web_search: true,
-};
-const SMALL_CAPS: RequestLimits =
-    RequestLimits { max_input_items: 64, max_tools: 16, max_mcp_servers: 4, max_input_file_bytes: 4096 };
+mod request_caps;
+use request_caps::{ALL_TOOLS, SMALL_CAPS};
 
 fuzz_target!(|data: &[u8]| {
     let outcome = CreateResponseRequest::from_slice(data).and_then(|r| r.validate_within(&ALL_TOOLS, &SMALL_CAPS));
