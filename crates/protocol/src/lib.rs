@@ -42,6 +42,7 @@ pub mod compaction;
 pub mod conversations;
 pub mod error;
 pub mod events;
+pub mod filters;
 pub mod ids;
 pub mod input_file;
 pub mod items;

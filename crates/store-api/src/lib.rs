@@ -17,14 +17,19 @@
 //! `background.rs`: `BackgroundStore` — background runs (status, response object, tenant and lease)
 //! and their event logs, and the wake-up channel between processes.
 //!
+//! `retrieval.rs`: `RetrievalStore` — uploaded files, vector stores, their chunks and lexical
+//! index, and the ingestion queue.
+//!
 //! Architecture invariant: only `respgw-store` (and the binaries that open a store) compile
 //! rusqlite and sqlx.
 
 pub mod background;
+pub mod retrieval;
 
 pub use background::BackgroundStore;
 use respgw_protocol::listing::{ListOrder, ListQuery};
 use respgw_protocol::{ApiError, Item};
+pub use retrieval::RetrievalStore;
 
 /// What the engine hands the store when a response reaches `completed` or `incomplete`.
 #[derive(Debug, Clone)]
