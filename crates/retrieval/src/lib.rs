@@ -10,6 +10,9 @@
 //! - [`Retrieval::spawn_ingestion`]: the background loop that claims vector-store files from the
 //!   store's queue, extracts, chunks, embeds and indexes them.
 
+pub mod files;
+pub mod vector_stores;
+
 use std::sync::Arc;
 
 use respgw_protocol::filters::Filter;
