@@ -261,6 +261,53 @@ fn content_disposition(filename: &str) -> String {
 mod tests {
     use super::*;
 
+    const BOUNDARY: &str = "b0undary";
+
+    /// A multipart form of `parts` (`(name, filename, bytes)`), delivered in 1 KiB pieces.
+    fn form(parts: &[(&str, Option<&str>, &[u8])]) -> multer::Multipart<'static> {
+        let mut body = Vec::new();
+        for (name, filename, bytes) in parts {
+            let file = filename.map(|f| format!("; filename=\"{f}\"")).unwrap_or_default();
+            body.extend_from_slice(
+                format!("--{BOUNDARY}\r\ncontent-disposition: form-data; name=\"{name}\"{file}\r\n\r\n").as_bytes(),
+            );
+            body.extend_from_slice(bytes);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+        let pieces: Vec<Result<bytes::Bytes, std::io::Error>> =
+            body.chunks(1024).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
+        multer::Multipart::new(futures::stream::iter(pieces), BOUNDARY)
+    }
+
+    #[tokio::test]
+    async fn a_form_gives_its_fields_and_file() {
+        let mut m = form(&[("purpose", None, b"assistants"), ("x", None, b"ignored"), ("file", Some("a.md"), b"# hi")]);
+        let form = read_form(&mut m, 100).await.ok().expect("a form");
+        assert_eq!(form.fields.check().unwrap().purpose, "assistants");
+        assert_eq!(form.file, Some((Some("a.md".to_owned()), b"# hi".to_vec())));
+    }
+
+    #[tokio::test]
+    async fn a_file_past_the_limit_is_refused_after_the_body_is_drained() {
+        let big = vec![b'a'; 10_000];
+        let mut m = form(&[("file", Some("a.txt"), &big), ("purpose", None, b"assistants")]);
+        assert!(matches!(read_form(&mut m, 9_999).await, Err(FormError::TooLarge { drained: true })));
+        let mut m = form(&[("file", Some("a.txt"), &big)]);
+        assert!(read_form(&mut m, 10_000).await.is_ok(), "exactly at the limit");
+    }
+
+    #[tokio::test]
+    async fn long_fields_and_second_files_are_refused() {
+        let long = vec![b'a'; MAX_FIELD_BYTES + 1];
+        let mut m = form(&[("purpose", None, &long)]);
+        let Err(FormError::Invalid(HttpError(e))) = read_form(&mut m, 100).await else { panic!("accepted") };
+        assert_eq!(e.param.as_deref(), Some("purpose"));
+        let mut m = form(&[("file", Some("a.md"), b"1"), ("file", Some("b.md"), b"2")]);
+        let Err(FormError::Invalid(HttpError(e))) = read_form(&mut m, 100).await else { panic!("accepted") };
+        assert_eq!(e.param.as_deref(), Some("file"));
+    }
+
     #[test]
     fn the_download_names_the_file_in_ascii_and_utf8() {
         assert_eq!(
