@@ -111,7 +111,7 @@ async fn the_sdk_uploads_indexes_and_searches_files(backend: Backend) {
 
     // What the embedder was asked: the configured model and key, batches of at most 2 inputs,
     // and the chunks' text (Poseidonia is in atlas.md) as well as the search queries.
-    let embeddings = h.upstream.requests(EMBEDDING_MODEL);
+    let embeddings = h.upstream.embedding_requests();
     assert!(!embeddings.is_empty(), "no embedding request reached the upstream");
     let mut inputs = Vec::new();
     for request in &embeddings {
@@ -141,7 +141,10 @@ async fn an_oversized_upload_is_refused_while_streaming_and_stores_nothing(backe
     let (status, body) = upload(&h, ALPHA, "big.txt", &big, "assistants").await;
     assert_eq!(status, 413, "{body}");
     assert_error_shape(&body);
-    assert_eq!((body["error"]["param"].as_str(), body["error"]["code"].as_str()), (Some("file"), Some("file_too_large")));
+    assert_eq!(
+        (body["error"]["param"].as_str(), body["error"]["code"].as_str()),
+        (Some("file"), Some("file_too_large"))
+    );
     // Exactly at the limit is accepted.
     let (status, body) = upload(&h, ALPHA, "fits.txt", &big[1..], "assistants").await;
     assert_eq!(status, 200, "{body}");
@@ -211,21 +214,13 @@ async fn an_input_file_reads_the_tenants_upload_by_id() {
     assert!(sent.contains(sentence) && sent.contains("file: keeper.md"), "{sent}");
 
     // In a conversation's items too.
-    let (status, conversation) = post_as(
-        &h,
-        ALPHA,
-        "/v1/conversations",
-        json!({"items":[{"type":"message","role":"user","content":part}]}),
-    )
-    .await;
+    let (status, conversation) =
+        post_as(&h, ALPHA, "/v1/conversations", json!({"items":[{"type":"message","role":"user","content":part}]}))
+            .await;
     assert_eq!(status, 200, "{conversation}");
-    let (status, response) = post_as(
-        &h,
-        ALPHA,
-        "/v1/responses",
-        json!({"model":"m","conversation":conversation["id"],"input":"and then?"}),
-    )
-    .await;
+    let (status, response) =
+        post_as(&h, ALPHA, "/v1/responses", json!({"model":"m","conversation":conversation["id"],"input":"and then?"}))
+            .await;
     assert_eq!(status, 200, "{response}");
     assert!(h.upstream_bodies("m")[1]["messages"].to_string().contains(sentence));
 
@@ -267,31 +262,38 @@ async fn a_restart_during_ingestion_never_leaves_a_file_in_progress(backend: Bac
     );
     let spawn = || GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &common::quiet_env());
     let first = spawn().await.expect("gateway starts");
-    upstream.delay_embeddings(Duration::from_secs(5));
+    upstream.set_embedding_delay(Duration::from_secs(5));
     let (boundary, body) = multipart(&[("purpose", "assistants")], Some(("slow.md", b"Slow rivers carve canyons.")));
-    let (status, file) = send_as_alpha(http_client()
+    let (status, file) = send_as_alpha(
+        http_client()
             .post(format!("{}/v1/files", first.base_url()))
             .header("content-type", format!("multipart/form-data; boundary={boundary}"))
             .body(body),
     )
     .await;
     assert_eq!(status, 200, "{file}");
-    let (status, store) = send_as_alpha(http_client().post(format!("{}/v1/vector_stores", first.base_url())).json(&json!({"file_ids":[file["id"]]})),
+    let (status, store) = send_as_alpha(
+        http_client().post(format!("{}/v1/vector_stores", first.base_url())).json(&json!({"file_ids":[file["id"]]})),
     )
     .await;
     assert_eq!(status, 200, "{store}");
     // Stop the gateway while the embedder holds the file's chunks.
     let started = tokio::time::Instant::now();
-    while upstream.requests(EMBEDDING_MODEL).is_empty() && started.elapsed() < Duration::from_secs(10) {
+    while upstream.embedding_requests().is_empty() && started.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!upstream.requests(EMBEDDING_MODEL).is_empty(), "ingestion reached the embedder");
+    assert!(!upstream.embedding_requests().is_empty(), "ingestion reached the embedder");
     kill(Pid::from_raw(first.pid() as libc::pid_t), Signal::SIGTERM).expect("SIGTERM to the gateway");
     drop(first);
-    upstream.delay_embeddings(Duration::ZERO);
+    upstream.set_embedding_delay(Duration::ZERO);
 
     let second = spawn().await.expect("gateway restarts");
-    let path = format!("{}/v1/vector_stores/{}/files/{}", second.base_url(), store["id"].as_str().unwrap(), file["id"].as_str().unwrap());
+    let path = format!(
+        "{}/v1/vector_stores/{}/files/{}",
+        second.base_url(),
+        store["id"].as_str().unwrap(),
+        file["id"].as_str().unwrap()
+    );
     let mut last = Value::Null;
     // The stopped worker's lease lapses, then the restarted one claims the file again.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);

@@ -63,11 +63,7 @@ impl UploadFields {
             Some(p) => {
                 return Err(ApiError::invalid(
                     "purpose",
-                    format!(
-                        "'purpose' must be one of {} on this gateway; got '{}'.",
-                        PURPOSES.join(", "),
-                        clip(&p)
-                    ),
+                    format!("'purpose' must be one of {} on this gateway; got '{}'.", PURPOSES.join(", "), clip(&p)),
                 ));
             }
         };
@@ -140,9 +136,10 @@ impl PageQuery {
                 "after" => query.after = Some(value.into_owned()).filter(|v| !v.is_empty()),
                 "before" => query.before = Some(value.into_owned()).filter(|v| !v.is_empty()),
                 "limit" => {
-                    query.limit = value.parse::<usize>().ok().filter(|n| (1..=max_limit).contains(n)).ok_or_else(
-                        || ApiError::invalid("limit", format!("'limit' must be an integer between 1 and {max_limit}.")),
-                    )?;
+                    query.limit =
+                        value.parse::<usize>().ok().filter(|n| (1..=max_limit).contains(n)).ok_or_else(|| {
+                            ApiError::invalid("limit", format!("'limit' must be an integer between 1 and {max_limit}."))
+                        })?;
                 }
                 "order" => {
                     query.newest_first = match value.as_ref() {
@@ -202,7 +199,11 @@ impl FileObject {
 
 /// At most 64 characters of a client's value in a message.
 fn clip(value: &str) -> String {
-    if value.chars().count() <= 64 { value.to_owned() } else { format!("{}…", value.chars().take(64).collect::<String>()) }
+    if value.chars().count() <= 64 {
+        value.to_owned()
+    } else {
+        format!("{}…", value.chars().take(64).collect::<String>())
+    }
 }
 
 #[cfg(test)]
@@ -229,13 +230,21 @@ mod tests {
 
     #[test]
     fn expiry_needs_the_created_at_anchor_and_seconds_in_range() {
-        let ok = fields(&[("purpose", "assistants"), ("expires_after[anchor]", "created_at"), ("expires_after[seconds]", "3600")]);
+        let ok = fields(&[
+            ("purpose", "assistants"),
+            ("expires_after[anchor]", "created_at"),
+            ("expires_after[seconds]", "3600"),
+        ]);
         assert_eq!(ok.check().unwrap().expires_after_seconds, Some(3600));
         let e = fields(&[("purpose", "assistants"), ("expires_after[seconds]", "3600")]).check().unwrap_err();
         assert_eq!(e.param.as_deref(), Some("expires_after.anchor"));
-        let e = fields(&[("purpose", "assistants"), ("expires_after[anchor]", "created_at"), ("expires_after[seconds]", "5")])
-            .check()
-            .unwrap_err();
+        let e = fields(&[
+            ("purpose", "assistants"),
+            ("expires_after[anchor]", "created_at"),
+            ("expires_after[seconds]", "5"),
+        ])
+        .check()
+        .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("expires_after.seconds"));
     }
 
@@ -251,8 +260,9 @@ mod tests {
 
     #[test]
     fn page_queries_check_limit_and_order_and_collect_filters() {
-        let (q, f) = PageQuery::parse(Some("limit=5&order=asc&after=file-1&purpose=assistants&x=1"), 20, 100, &["purpose"])
-            .unwrap();
+        let (q, f) =
+            PageQuery::parse(Some("limit=5&order=asc&after=file-1&purpose=assistants&x=1"), 20, 100, &["purpose"])
+                .unwrap();
         assert_eq!(q, PageQuery { after: Some("file-1".into()), before: None, limit: 5, newest_first: false });
         assert_eq!(f, [Some("assistants".to_owned())]);
         let (q, f) = PageQuery::parse(None, 20, 100, &["filter"]).unwrap();

@@ -47,14 +47,17 @@ impl ChunkingStrategy {
                 let Some(inner) = object.get("static").and_then(Value::as_object) else {
                     return Err(ApiError::invalid(
                         &inner_param,
-                        format!("'{inner_param}' must be an object with max_chunk_size_tokens and chunk_overlap_tokens."),
+                        format!(
+                            "'{inner_param}' must be an object with max_chunk_size_tokens and chunk_overlap_tokens."
+                        ),
                     ));
                 };
                 let int = |key: &str| {
                     let field = format!("{inner_param}.{key}");
-                    inner.get(key).and_then(Value::as_u64).ok_or_else(|| {
-                        ApiError::invalid(&field, format!("'{field}' must be a non-negative integer."))
-                    })
+                    inner
+                        .get(key)
+                        .and_then(Value::as_u64)
+                        .ok_or_else(|| ApiError::invalid(&field, format!("'{field}' must be a non-negative integer.")))
                 };
                 let size = int("max_chunk_size_tokens")?;
                 let overlap = int("chunk_overlap_tokens")?;
@@ -66,7 +69,10 @@ impl ChunkingStrategy {
                     let field = format!("{inner_param}.chunk_overlap_tokens");
                     return Err(ApiError::invalid(
                         &field,
-                        format!("'{field}' must be at most half of max_chunk_size_tokens ({}); got {overlap}.", size / 2),
+                        format!(
+                            "'{field}' must be at most half of max_chunk_size_tokens ({}); got {overlap}.",
+                            size / 2
+                        ),
                     ));
                 }
                 // Both fit in u32: checked against 4096 above.
@@ -193,11 +199,8 @@ struct CreateBody {
 impl CreateVectorStore {
     /// Parse and check a create body (every field optional; `description` is checked, not kept).
     pub fn from_slice(bytes: &[u8]) -> Result<Self, ApiError> {
-        let body: CreateBody = if bytes.iter().all(u8::is_ascii_whitespace) {
-            parse_object(b"{}")?
-        } else {
-            parse_object(bytes)?
-        };
+        let body: CreateBody =
+            if bytes.iter().all(u8::is_ascii_whitespace) { parse_object(b"{}")? } else { parse_object(bytes)? };
         check_name(body.name.as_deref(), "name", MAX_NAME_CHARS)?;
         check_name(body.description.as_deref(), "description", MAX_DESCRIPTION_CHARS)?;
         let metadata = body.metadata.unwrap_or_default();
@@ -749,7 +752,13 @@ impl SinglePage<SearchResultObject> {
 impl SinglePage<TextContent> {
     /// `vector_store.file_content.page`: a file's chunks' text, in order.
     pub fn file_content(data: Vec<TextContent>) -> Self {
-        SinglePage { object: "vector_store.file_content.page", search_query: None, data, has_more: false, next_page: None }
+        SinglePage {
+            object: "vector_store.file_content.page",
+            search_query: None,
+            data,
+            has_more: false,
+            next_page: None,
+        }
     }
 }
 
@@ -775,10 +784,22 @@ mod tests {
             (json!({"type":"fixed"}), "c.type"),
             (json!("auto"), "c"),
             (json!({"type":"static"}), "c.static"),
-            (json!({"type":"static","static":{"max_chunk_size_tokens":99,"chunk_overlap_tokens":0}}), "c.static.max_chunk_size_tokens"),
-            (json!({"type":"static","static":{"max_chunk_size_tokens":4097,"chunk_overlap_tokens":0}}), "c.static.max_chunk_size_tokens"),
-            (json!({"type":"static","static":{"max_chunk_size_tokens":200,"chunk_overlap_tokens":101}}), "c.static.chunk_overlap_tokens"),
-            (json!({"type":"static","static":{"max_chunk_size_tokens":200,"chunk_overlap_tokens":-1}}), "c.static.chunk_overlap_tokens"),
+            (
+                json!({"type":"static","static":{"max_chunk_size_tokens":99,"chunk_overlap_tokens":0}}),
+                "c.static.max_chunk_size_tokens",
+            ),
+            (
+                json!({"type":"static","static":{"max_chunk_size_tokens":4097,"chunk_overlap_tokens":0}}),
+                "c.static.max_chunk_size_tokens",
+            ),
+            (
+                json!({"type":"static","static":{"max_chunk_size_tokens":200,"chunk_overlap_tokens":101}}),
+                "c.static.chunk_overlap_tokens",
+            ),
+            (
+                json!({"type":"static","static":{"max_chunk_size_tokens":200,"chunk_overlap_tokens":-1}}),
+                "c.static.chunk_overlap_tokens",
+            ),
         ];
         for (value, param) in cases {
             assert_eq!(param_of(ChunkingStrategy::parse(&value, "c")), param, "{value}");
@@ -787,7 +808,10 @@ mod tests {
 
     #[test]
     fn expiry_is_anchored_on_last_activity_for_1_to_365_days() {
-        assert_eq!(ExpiresAfter::parse(&json!({"anchor":"last_active_at","days":7}), "e").unwrap().seconds(), 7 * 86_400);
+        assert_eq!(
+            ExpiresAfter::parse(&json!({"anchor":"last_active_at","days":7}), "e").unwrap().seconds(),
+            7 * 86_400
+        );
         assert_eq!(param_of(ExpiresAfter::parse(&json!({"anchor":"created_at","days":7}), "e")), "e.anchor");
         assert_eq!(param_of(ExpiresAfter::parse(&json!({"anchor":"last_active_at","days":366}), "e")), "e.days");
         assert_eq!(param_of(ExpiresAfter::parse(&json!({"anchor":"last_active_at"}), "e")), "e.days");
@@ -840,13 +864,18 @@ mod tests {
         assert_eq!(param_of(CreateFileBatch::from_slice(br#"{"file_ids":[]}"#)), "file_ids");
         assert_eq!(param_of(CreateFileBatch::from_slice(br#"{"file_ids":["a"],"files":[]}"#)), "files");
         assert_eq!(param_of(CreateFileBatch::from_slice(br#"{"files":[{"attributes":{}}]}"#)), "files[0].file_id");
-        assert_eq!(param_of(CreateFileBatch::from_slice(br#"{"files":[{"file_id":"a"},{"file_id":"a"}]}"#)), "files[1].file_id");
+        assert_eq!(
+            param_of(CreateFileBatch::from_slice(br#"{"files":[{"file_id":"a"},{"file_id":"a"}]}"#)),
+            "files[1].file_id"
+        );
     }
 
     #[test]
     fn a_search_needs_non_blank_queries_and_results_from_1_to_50() {
-        let s = SearchVectorStore::from_slice(br#"{"query":["a","b"],"max_num_results":3,"rewrite_query":true,
-            "ranking_options":{"ranker":"auto","score_threshold":0.5}}"#)
+        let s = SearchVectorStore::from_slice(
+            br#"{"query":["a","b"],"max_num_results":3,"rewrite_query":true,
+            "ranking_options":{"ranker":"auto","score_threshold":0.5}}"#,
+        )
         .unwrap();
         assert_eq!((s.queries.len(), s.max_num_results, s.score_threshold, s.rewrite_query), (2, 3, Some(0.5), true));
         assert_eq!(SearchVectorStore::from_slice(br#"{"query":"a"}"#).unwrap().max_num_results, DEFAULT_NUM_RESULTS);

@@ -9,7 +9,7 @@ use respgw_protocol::files::{CheckedUpload, FileObject, PageQuery};
 use respgw_protocol::ids::{IdKind, new_id};
 use respgw_protocol::input_file::{self, FileKind};
 use respgw_protocol::listing::{Deleted, ListPage};
-use respgw_store_api::{FileRecord, Page};
+use respgw_store_api::retrieval::{FileRecord, Page};
 
 use crate::Retrieval;
 
@@ -110,7 +110,8 @@ impl Files<'_> {
 
     /// A page of the owner's files, by purpose when given.
     pub async fn list(&self, query: PageQuery, purpose: Option<String>) -> Result<ListPage<FileObject>, ApiError> {
-        let page = Page { after: query.after, before: query.before, limit: query.limit, newest_first: query.newest_first };
+        let page =
+            Page { after: query.after, before: query.before, limit: query.limit, newest_first: query.newest_first };
         let listed = self.retrieval.store().files(self.owner, purpose.as_deref(), &page).await?;
         let now = unix_now();
         let data = listed.data.into_iter().filter(|f| !is_expired(f, now)).map(object).collect();

@@ -16,7 +16,7 @@ use respgw_protocol::vector_stores::{
     VectorStoreFileObject, VectorStoreObject,
 };
 use respgw_protocol::{ApiError, ErrorType};
-use respgw_store_api::{
+use respgw_store_api::retrieval::{
     AddFiles, BatchRecord, FileFilter, FileStatus, NewVectorStore, NewVectorStoreFile, Page, VectorStoreFileRecord,
     VectorStoreUpdate, VectorStoreView,
 };
@@ -56,7 +56,7 @@ fn store_not_found(id: &str) -> ApiError {
     not_found("vector store", id, "vector_store_id")
 }
 
-fn counts(c: respgw_store_api::FileCounts) -> FileCounts {
+fn counts(c: respgw_store_api::retrieval::FileCounts) -> FileCounts {
     FileCounts {
         in_progress: c.in_progress,
         completed: c.completed,
@@ -218,7 +218,11 @@ impl VectorStores<'_> {
     }
 
     /// Search one store; an expired store is refused.
-    pub async fn search(&self, id: &str, request: SearchVectorStore) -> Result<SinglePage<SearchResultObject>, ApiError> {
+    pub async fn search(
+        &self,
+        id: &str,
+        request: SearchVectorStore,
+    ) -> Result<SinglePage<SearchResultObject>, ApiError> {
         let view = self.view(id).await?;
         if store_status(&view, unix_now()) == "expired" {
             return Err(ApiError::invalid(
@@ -315,8 +319,7 @@ impl VectorStores<'_> {
         file_id: &str,
         request: UpdateFileAttributes,
     ) -> Result<VectorStoreFileObject, ApiError> {
-        let record =
-            self.retrieval.store().update_file_attributes(self.owner, id, file_id, request.attributes).await?;
+        let record = self.retrieval.store().update_file_attributes(self.owner, id, file_id, request.attributes).await?;
         record.map(file_object).ok_or_else(|| self.file_missing(id, file_id))
     }
 

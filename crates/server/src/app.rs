@@ -24,12 +24,12 @@ use respgw_telemetry::Metrics;
 
 use crate::auth::{ApiKeys, AuthState, require_api_key};
 use crate::error::{self, HttpError};
+use crate::files::RetrievalState;
 use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
 use crate::options::WebSocketLimits;
 use crate::passthrough::{self, Passthrough};
 use crate::websocket::{self, LocalStates, WebSocketMode};
-use crate::files::RetrievalState;
 use crate::{background, conversations, files, input_tokens, messages, request_id, responses, vector_stores};
 
 /// What the router needs.
@@ -178,10 +178,7 @@ fn retrieval_routes(state: RetrievalState) -> Router {
         .route("/v1/vector_stores/{vector_store_id}/files/{file_id}/content", get(vector_stores::file_content))
         .route("/v1/vector_stores/{vector_store_id}/file_batches", post(vector_stores::create_batch))
         .route("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}", get(vector_stores::retrieve_batch))
-        .route(
-            "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel",
-            post(vector_stores::cancel_batch),
-        )
+        .route("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel", post(vector_stores::cancel_batch))
         .route("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files", get(vector_stores::batch_files))
         .with_state(state)
 }

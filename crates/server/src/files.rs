@@ -65,7 +65,9 @@ struct Form {
 enum FormError {
     Invalid(HttpError),
     /// The file passed the limit; the body was drained to its end (`true`) or not.
-    TooLarge { drained: bool },
+    TooLarge {
+        drained: bool,
+    },
 }
 
 impl From<HttpError> for FormError {
@@ -90,7 +92,7 @@ async fn read_form(multipart: &mut multer::Multipart<'static>, max_file_bytes: u
             while let Some(chunk) = field.chunk().await.map_err(|e| malformed(&e))? {
                 if bytes.len() + chunk.len() > max_file_bytes {
                     drop(bytes);
-                    let drained = drain(multipart, Some(field)).await;
+                    let drained = drain(multipart, field).await;
                     return Err(FormError::TooLarge { drained });
                 }
                 bytes.extend_from_slice(&chunk);
@@ -123,28 +125,32 @@ async fn read_form(multipart: &mut multer::Multipart<'static>, max_file_bytes: u
     Ok(form)
 }
 
-/// Read and drop the rest of the body, at most [`DRAIN_BYTES`]; whether it ended.
-async fn drain(multipart: &mut multer::Multipart<'static>, mut field: Option<multer::Field<'static>>) -> bool {
+/// Read and drop the rest of the body (the rest of `field`, then every further field), at most
+/// [`DRAIN_BYTES`]; whether it ended.
+async fn drain(multipart: &mut multer::Multipart<'static>, field: multer::Field<'static>) -> bool {
     let mut dropped = 0usize;
+    let mut current = Some(field);
     loop {
-        if let Some(current) = field.as_mut() {
-            match current.chunk().await {
-                Ok(Some(chunk)) => {
-                    dropped += chunk.len();
-                    if dropped > DRAIN_BYTES {
-                        return false;
+        // Each field is dropped before the next is asked for, as multer requires.
+        if let Some(mut field) = current.take() {
+            loop {
+                match field.chunk().await {
+                    Ok(Some(chunk)) => {
+                        dropped += chunk.len();
+                        if dropped > DRAIN_BYTES {
+                            return false;
+                        }
                     }
-                    continue;
+                    Ok(None) => break,
+                    Err(_) => return false,
                 }
-                Ok(None) => field = None,
-                Err(_) => return false,
             }
         }
-        match multipart.next_field().await {
-            Ok(Some(next)) => field = Some(next),
+        current = match multipart.next_field().await {
+            Ok(Some(next)) => Some(next),
             Ok(None) => return true,
             Err(_) => return false,
-        }
+        };
     }
 }
 
@@ -244,8 +250,10 @@ pub async fn content(
 /// `attachment` with the name twice: plain ASCII (other characters and quotes as `_`) and
 /// percent-encoded UTF-8 (RFC 6266 `filename*`).
 fn content_disposition(filename: &str) -> String {
-    let ascii: String =
-        filename.chars().map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' }).collect();
+    let ascii: String = filename
+        .chars()
+        .map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' })
+        .collect();
     let mut encoded = String::new();
     for byte in filename.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
@@ -310,13 +318,7 @@ mod tests {
 
     #[test]
     fn the_download_names_the_file_in_ascii_and_utf8() {
-        assert_eq!(
-            content_disposition("a b.txt"),
-            "attachment; filename=\"a b.txt\"; filename*=UTF-8''a%20b.txt"
-        );
-        assert_eq!(
-            content_disposition("é\"x.md"),
-            "attachment; filename=\"__x.md\"; filename*=UTF-8''%C3%A9%22x.md"
-        );
+        assert_eq!(content_disposition("a b.txt"), "attachment; filename=\"a b.txt\"; filename*=UTF-8''a%20b.txt");
+        assert_eq!(content_disposition("é\"x.md"), "attachment; filename=\"__x.md\"; filename*=UTF-8''%C3%A9%22x.md");
     }
 }

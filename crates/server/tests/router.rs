@@ -130,6 +130,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
         reasoning_keys: ReasoningKeys::default(),
         tracing: TracingConfig::default(),
         background: BackgroundSettings::default(),
+        retrieval: Default::default(),
     }
 }
 

@@ -82,7 +82,8 @@ async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpLis
     tokio::spawn(memory::release_freed_memory());
 
     let view = merged_view(metrics.clone(), outbox.clone(), pending);
-    let app = respgw_server::build(&options, metrics.clone(), view, Some(slot.clone()), stopped(stop_rx.clone())).await?;
+    let app =
+        respgw_server::build(&options, metrics.clone(), view, Some(slot.clone()), stopped(stop_rx.clone())).await?;
     outbox.send(Frame::Ready { pid: std::process::id() }).await.context("the supervisor is gone")?;
     tracing::info!(slot = %slot, pid = std::process::id(), "worker serving");
 
