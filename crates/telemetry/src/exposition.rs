@@ -253,7 +253,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 40, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 48, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]
