@@ -165,6 +165,18 @@ pub fn chunk(text: &str, settings: ChunkSettings) -> Vec<Chunk> {
     chunks
 }
 
+/// The beginning of `text` that has at most `max_tokens` tokens (all of it when it is shorter),
+/// ending on a character boundary.
+pub fn truncate_to_tokens(text: &str, max_tokens: usize) -> &str {
+    let bpe = tokenizer();
+    let tokens = bpe.encode_ordinary(text);
+    if tokens.len() <= max_tokens {
+        return text;
+    }
+    let bytes = bpe.decode_bytes(&tokens[..max_tokens]).map(|b| b.len()).unwrap_or(0);
+    &text[..char_floor(text, bytes.min(text.len()))]
+}
+
 /// The char boundary at or before `index`.
 fn char_floor(text: &str, mut index: usize) -> usize {
     while !text.is_char_boundary(index) {
@@ -226,6 +238,16 @@ mod tests {
         let chunks = chunk(&text, ChunkSettings { max_tokens: 101, overlap_tokens: 13 });
         assert!(chunks.len() > 3);
         assert!(chunks.iter().all(|c| text.contains(&c.text)));
+    }
+
+    #[test]
+    fn texts_are_truncated_to_a_number_of_tokens() {
+        let text = words(300);
+        assert_eq!(truncate_to_tokens(&text, 10_000), text);
+        let cut = truncate_to_tokens(&text, 50);
+        assert!(text.starts_with(cut) && count_tokens(cut) <= 50 && count_tokens(cut) >= 49, "{cut}");
+        let wide = "é".repeat(100);
+        assert!(wide.starts_with(truncate_to_tokens(&wide, 7)));
     }
 
     #[test]

@@ -90,8 +90,17 @@ impl Embedder {
             .map_err(|e| EmbedError(e.clone()))
     }
 
-    /// The embeddings of `texts`, in order, L2-normalised, all of one length.
+    /// The embeddings of `texts`, in order, L2-normalised, all of one length; each text cut to
+    /// `max_input_tokens` first when set.
     pub async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let cut: Vec<String>;
+        let texts = match self.settings.max_input_tokens {
+            Some(max) => {
+                cut = texts.iter().map(|t| crate::chunk::truncate_to_tokens(t, max).to_owned()).collect();
+                &cut
+            }
+            None => texts,
+        };
         let mut vectors: Vec<Vec<f32>> = Vec::with_capacity(texts.len());
         for batch in texts.chunks(self.settings.batch_size.max(1)) {
             let batch_vectors = self.embed_batch(batch).await?;
@@ -252,6 +261,7 @@ mod tests {
             api_key: Some("embed-key".into()),
             model: "bag".into(),
             batch_size,
+            max_input_tokens: None,
         })
     }
 
@@ -273,6 +283,15 @@ mod tests {
         assert_eq!(sizes, vec![2, 2, 1]);
         assert_eq!(requests[0].model.as_deref(), Some("bag"));
         assert_eq!(requests[0].headers["authorization"], "Bearer embed-key");
+    }
+
+    #[tokio::test]
+    async fn texts_are_cut_to_the_models_input_length() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        let mut embedder = embedder(&upstream, 8);
+        embedder.settings.max_input_tokens = Some(3);
+        embedder.embed(&["one two three four five".to_owned(), "six".to_owned()]).await.unwrap();
+        assert_eq!(upstream.embedding_requests()[0].body["input"], json!(["one two three", "six"]));
     }
 
     #[tokio::test]
@@ -316,6 +335,7 @@ mod tests {
             api_key: None,
             model: "m".into(),
             batch_size: 4,
+            max_input_tokens: None,
         });
         let error = embedder.embed(&texts(1)).await.unwrap_err();
         assert_eq!(
@@ -333,6 +353,7 @@ mod tests {
             api_key: None,
             model: "m".into(),
             batch_size: 4,
+            max_input_tokens: None,
         });
         let two = json!({"data": [
             {"index": 1, "embedding": [0.0, 2.0]},

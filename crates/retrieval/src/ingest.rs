@@ -157,7 +157,7 @@ impl Retrieval {
         if let (Some(embedder), Some(space)) = (self.embedder(), &job.embedding)
             && embedder.model() != space.model
         {
-            return Err(mismatch(space, embedder.model(), None));
+            return Err(mismatch(space, Some(&EmbeddingSpace { model: embedder.model().to_owned(), dimensions: 0 })));
         }
         let settings = ChunkSettings::from_stored(&job.chunking_strategy);
         let filename = job.filename.clone();
@@ -184,7 +184,9 @@ impl Retrieval {
                 };
                 (Some(space), vectors.into_iter().map(Some).collect())
             }
-            _ => (None, vec![None; chunks.len()]),
+            // Nothing to embed: the store's space, if any, stays as it is.
+            Some(_) => (job.embedding.clone(), Vec::new()),
+            None => (None, vec![None; chunks.len()]),
         };
         let count = chunks.len() as u64;
         let new_chunks: Vec<NewChunk> = chunks
@@ -195,10 +197,7 @@ impl Retrieval {
         match store.finish_ingestion(self.worker_id(), job, space.as_ref(), new_chunks).await {
             Ok(Finished::Completed) => Ok(count),
             Ok(Finished::Gone) => Err(Outcome::Gone),
-            Ok(Finished::EmbeddingMismatch(existing)) => {
-                let ours = space.as_ref().map_or("", |s| s.model.as_str());
-                Err(mismatch(&existing, ours, space.as_ref().map(|s| s.dimensions)))
-            }
+            Ok(Finished::EmbeddingMismatch(existing)) => Err(mismatch(&existing, space.as_ref())),
             Err(e) => Err(server_error(format!("the file's chunks could not be stored ({e})"))),
         }
     }
@@ -212,17 +211,21 @@ enum Outcome {
     Failed(IngestionError),
 }
 
-/// The failure of a file embedded with another model (or dimension) than its store's.
-fn mismatch(existing: &EmbeddingSpace, ours: &str, our_dimensions: Option<u32>) -> Outcome {
-    let ours = match our_dimensions {
-        Some(d) => format!("'{ours}' ({d} dimensions)"),
-        None => format!("'{ours}'"),
+/// The failure of a file embedded in another space (`ours`; dimensions 0 when not yet known) than
+/// its store's, or not embedded (`None`) into a store that has embeddings.
+fn mismatch(existing: &EmbeddingSpace, ours: Option<&EmbeddingSpace>) -> Outcome {
+    let ours = match ours {
+        Some(space) if space.dimensions > 0 => {
+            format!("this gateway embeds with model '{}' ({} dimensions)", space.model, space.dimensions)
+        }
+        Some(space) => format!("this gateway embeds with model '{}'", space.model),
+        None => "this gateway has no embedding model configured".to_owned(),
     };
     Outcome::Failed(IngestionError {
         code: "server_error".into(),
         message: format!(
-            "the vector store's embeddings are of model '{}' ({} dimensions) but this gateway embeds with model {ours}; \
-             put the file in a new vector store",
+            "the vector store's embeddings are of model '{}' ({} dimensions) but {ours}; put the file in a new \
+             vector store",
             existing.model, existing.dimensions
         ),
     })

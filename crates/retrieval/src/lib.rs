@@ -43,6 +43,10 @@ pub struct EmbeddingSettings {
     pub model: String,
     /// Inputs per `/embeddings` request.
     pub batch_size: usize,
+    /// Tokens (cl100k_base) of a text sent to be embedded, at most: longer chunks and queries
+    /// are embedded by their beginning (the stored chunk and the lexical index keep all of it).
+    /// For models that read fewer tokens than a chunk has; `None`: whole texts.
+    pub max_input_tokens: Option<usize>,
 }
 
 /// Everything retrieval is configured with (from `GatewayOptions`).
