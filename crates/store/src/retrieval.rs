@@ -109,7 +109,7 @@ async fn rows<T: Send>(
     db: &mut impl Db,
     sql: &str,
     args: &[Arg<'_>],
-    decode: impl Fn(&dyn Row) -> Result<T, StoreError> + Send,
+    decode: impl Fn(&dyn Row) -> Result<T, StoreError> + Send + Sync,
 ) -> Result<Vec<T>, StoreError> {
     let mut out = Vec::new();
     db.query(sql, args, &mut |row| {
@@ -125,7 +125,7 @@ async fn first<T: Send>(
     db: &mut impl Db,
     sql: &str,
     args: &[Arg<'_>],
-    decode: impl Fn(&dyn Row) -> Result<T, StoreError> + Send,
+    decode: impl Fn(&dyn Row) -> Result<T, StoreError> + Send + Sync,
 ) -> Result<Option<T>, StoreError> {
     Ok(rows(db, sql, args, decode).await?.into_iter().next())
 }
