@@ -162,7 +162,15 @@ pub(crate) async fn create_file(db: &mut impl Db, file: &FileRecord, content: &[
     let inserted = db
         .execute(
             &sql.insert_file,
-            args![&file.id, &file.owner, &file.filename, &file.purpose, count(file.bytes), file.created_at, file.expires_at],
+            args![
+                &file.id,
+                &file.owner,
+                &file.filename,
+                &file.purpose,
+                count(file.bytes),
+                file.created_at,
+                file.expires_at
+            ],
         )
         .await;
     if let Err(StoreError::Duplicate(_)) = inserted {
@@ -444,7 +452,7 @@ pub(crate) async fn vector_store_file_chunks(
 ) -> Result<Option<Vec<String>>, StoreError> {
     // One row per chunk, or one NULL row for a file without chunks; none for a missing file.
     let statement = &db.sql().file_chunks;
-    let texts = rows(db, statement, args![owner, vector_store_id, file_id], codec::opt_text).await?;
+    let texts = rows(db, statement, args![owner, vector_store_id, file_id], |row| codec::opt_text(row, 0)).await?;
     if texts.is_empty() {
         return Ok(None);
     }
@@ -649,7 +657,11 @@ pub(crate) async fn searchable_files(
     .await
 }
 
-pub(crate) async fn generation(db: &mut impl Db, owner: &str, vector_store_id: &str) -> Result<Option<i64>, StoreError> {
+pub(crate) async fn generation(
+    db: &mut impl Db,
+    owner: &str,
+    vector_store_id: &str,
+) -> Result<Option<i64>, StoreError> {
     let statement = &db.sql().generation;
     first(db, statement, args![owner, vector_store_id], |row| codec::int(row, 0)).await
 }

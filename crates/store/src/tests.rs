@@ -1290,7 +1290,7 @@ async fn a_version_2_database_is_migrated(backend: Backend) {
         TestStore::Sqlite(_) => store.sql_i64("PRAGMA user_version").await,
         TestStore::Postgres(_) => store.sql_i64("SELECT max(version)::bigint FROM respgw_schema_migrations").await,
     };
-    assert_eq!(schema, 6);
+    assert_eq!(schema, 7);
     // Rows from before ownership belong to the tenant `default`, and to no other.
     assert_eq!(store.history(DEFAULT, "r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
     assert_eq!(store.history(OWNER, "r2").await.unwrap(), None);

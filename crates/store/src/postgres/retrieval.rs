@@ -10,9 +10,9 @@ use std::sync::LazyLock;
 
 use futures::TryStreamExt;
 use respgw_store_api::retrieval::{
-    AddFiles, BatchRecord, ChunkText, EmbeddingSpace, FileFilter, FileRecord, Finished, IngestionError,
-    IngestionJob, LexicalHit, Listed, NewChunk, NewVectorStore, NewVectorStoreFile, Page, RetrievalStore,
-    SearchableFile, StoreVectors, VectorStoreFileRecord, VectorStoreUpdate, VectorStoreView,
+    AddFiles, BatchRecord, ChunkText, EmbeddingSpace, FileFilter, FileRecord, Finished, IngestionError, IngestionJob,
+    LexicalHit, Listed, NewChunk, NewVectorStore, NewVectorStoreFile, Page, RetrievalStore, SearchableFile,
+    StoreVectors, VectorStoreFileRecord, VectorStoreUpdate, VectorStoreView,
 };
 use sqlx::Row as _;
 use sqlx::pool::PoolConnection;

@@ -6,9 +6,9 @@
 use std::sync::LazyLock;
 
 use respgw_store_api::retrieval::{
-    AddFiles, BatchRecord, ChunkText, EmbeddingSpace, FileFilter, FileRecord, Finished, IngestionError,
-    IngestionJob, LexicalHit, Listed, NewChunk, NewVectorStore, NewVectorStoreFile, Page, RetrievalStore,
-    SearchableFile, StoreVectors, VectorStoreFileRecord, VectorStoreUpdate, VectorStoreView,
+    AddFiles, BatchRecord, ChunkText, EmbeddingSpace, FileFilter, FileRecord, Finished, IngestionError, IngestionJob,
+    LexicalHit, Listed, NewChunk, NewVectorStore, NewVectorStoreFile, Page, RetrievalStore, SearchableFile,
+    StoreVectors, VectorStoreFileRecord, VectorStoreUpdate, VectorStoreView,
 };
 use rusqlite::types::{ToSql, ToSqlOutput, Value, ValueRef};
 use rusqlite::{Connection, params_from_iter};

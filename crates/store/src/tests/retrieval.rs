@@ -114,7 +114,9 @@ pub(super) async fn files_are_stored_listed_in_pages_and_deleted(backend: Backen
     let mut other_purpose = file("file-d", NOW + 3);
     other_purpose.purpose = "user_data".into();
     files.create_file(other_purpose, vec![0, 255, 1]).await.unwrap();
-    assert!(matches!(files.create_file(file("file-a", NOW), vec![]).await, Err(StoreError::Duplicate(id)) if id == "file-a"));
+    assert!(
+        matches!(files.create_file(file("file-a", NOW), vec![]).await, Err(StoreError::Duplicate(id)) if id == "file-a")
+    );
 
     assert_eq!(files.file(OWNER, "file-a").await.unwrap(), Some(file("file-a", NOW)));
     assert_eq!(files.file_content(OWNER, "file-d").await.unwrap(), Some(vec![0, 255, 1]));
@@ -149,7 +151,10 @@ pub(super) async fn vector_stores_are_created_counted_updated_touched_and_delete
     expiring.expires_after = Some(json!({"anchor": "last_active_at", "days": 2}));
     expiring.expires_at = Some(NOW + 2 * 86400);
     assert_eq!(r.create_vector_store(expiring).await.unwrap(), AddFiles::Added);
-    assert_eq!(r.create_vector_store(NewVectorStore { created_at: NOW + 1, ..new_store("vs_2", &[]) }).await.unwrap(), AddFiles::Added);
+    assert_eq!(
+        r.create_vector_store(NewVectorStore { created_at: NOW + 1, ..new_store("vs_2", &[]) }).await.unwrap(),
+        AddFiles::Added
+    );
     assert!(matches!(r.create_vector_store(new_store("vs_2", &[])).await, Err(StoreError::Duplicate(_))));
 
     let view = r.vector_store(OWNER, "vs_1").await.unwrap().unwrap();
@@ -191,7 +196,10 @@ pub(super) async fn vector_stores_are_created_counted_updated_touched_and_delete
     assert_eq!(r.update_vector_store(OWNER, "vs_9", VectorStoreUpdate::default()).await.unwrap(), None);
 
     for job in claim_all(r, "w", 0, FAR).await {
-        assert_eq!(r.finish_ingestion("w", &job, None, vec![chunk("some words", None)]).await.unwrap(), Finished::Completed);
+        assert_eq!(
+            r.finish_ingestion("w", &job, None, vec![chunk("some words", None)]).await.unwrap(),
+            Finished::Completed
+        );
     }
     assert!(r.delete_vector_store(OWNER, "vs_1").await.unwrap());
     assert!(!r.delete_vector_store(OWNER, "vs_1").await.unwrap());
@@ -226,7 +234,10 @@ pub(super) async fn adding_files_checks_them_first_and_a_refusal_writes_nothing(
     let added = r.add_vector_store_files(OWNER, "vs_1", add(&["file-b"]), Some("vsfb_1"), NOW + 5).await.unwrap();
     assert_eq!(added, AddFiles::Added);
     let record = r.vector_store_file(OWNER, "vs_1", "file-b").await.unwrap().unwrap();
-    assert_eq!((record.status, record.batch_id.as_deref(), record.created_at), (FileStatus::InProgress, Some("vsfb_1"), NOW + 5));
+    assert_eq!(
+        (record.status, record.batch_id.as_deref(), record.created_at),
+        (FileStatus::InProgress, Some("vsfb_1"), NOW + 5)
+    );
     assert_eq!(record.attributes, json!({"lang": "en", "year": 2024}));
     assert_eq!(record.chunking_strategy["type"], "static");
     assert_eq!((record.usage_bytes, record.last_error), (0, None));
@@ -276,8 +287,8 @@ pub(super) async fn ingestion_claims_oldest_first_and_finishes_with_chunks(backe
     let statuses = |status| FileFilter { status: Some(status), batch_id: None };
     let completed = r.vector_store_files(OWNER, "vs_1", &statuses(FileStatus::Completed), &page(10)).await.unwrap();
     assert_eq!(ids(&completed.data, |f| &f.file_id), ["file-a"]);
-    let all = r.vector_store_files(OWNER, "vs_1", &FileFilter::default(), &Page { newest_first: false, ..page(2) });
-    let all = all.await.unwrap();
+    let oldest_first = Page { newest_first: false, ..page(2) };
+    let all = r.vector_store_files(OWNER, "vs_1", &FileFilter::default(), &oldest_first).await.unwrap();
     assert_eq!((ids(&all.data, |f| &f.file_id), all.has_more), (vec!["file-a", "file-b"], true));
     let updated = r.update_file_attributes(OWNER, "vs_1", "file-a", json!({"k": true})).await.unwrap().unwrap();
     assert_eq!((updated.attributes, updated.status), (json!({"k": true}), FileStatus::Completed));
@@ -429,8 +440,26 @@ pub(super) async fn lexical_search_ranks_the_relevant_chunk_first_and_survives_h
     assert!(r.lexical_search(OTHER, &stores, None, "penguin", 10).await.unwrap().is_empty());
 
     for hostile in [
-        "\"", "*", "AND OR NOT", "NEAR(", "-", "^", "", "   ", "🐧🐧", "penguin\"", "(penguin", "penguin*", "col:penguin",
-        "'; DROP TABLE chunks; --", "a:b AND -c", "NEAR(penguin bread, 2)", "\\", "{x}", "x | y & !z", "\0",
+        "\"",
+        "*",
+        "AND OR NOT",
+        "NEAR(",
+        "-",
+        "^",
+        "",
+        "   ",
+        "🐧🐧",
+        "penguin\"",
+        "(penguin",
+        "penguin*",
+        "col:penguin",
+        "'; DROP TABLE chunks; --",
+        "a:b AND -c",
+        "NEAR(penguin bread, 2)",
+        "\\",
+        "{x}",
+        "x | y & !z",
+        "\0",
     ] {
         let found = r.lexical_search(OWNER, &stores, None, hostile, 10).await;
         assert!(found.is_ok(), "{hostile:?}: {found:?}");
@@ -463,7 +492,10 @@ pub(super) async fn vectors_round_trip_floats_exactly(backend: Backend) {
 
     let searchable = r.searchable_files(OWNER, &["vs_1".into(), "vs_nope".into()]).await.unwrap();
     assert_eq!(ids(&searchable, |f| &f.file_id), ["file-a"]);
-    assert_eq!((searchable[0].filename.as_str(), searchable[0].attributes["lang"].as_str()), ("file-a.txt", Some("en")));
+    assert_eq!(
+        (searchable[0].filename.as_str(), searchable[0].attributes["lang"].as_str()),
+        ("file-a.txt", Some("en"))
+    );
     // In-progress files are not searchable.
     r.add_vector_store_files(OWNER, "vs_1", vec![new_file("file-b")], None, NOW).await.unwrap();
     assert_eq!(r.searchable_files(OWNER, &["vs_1".into()]).await.unwrap().len(), 1);
