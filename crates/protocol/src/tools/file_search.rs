@@ -139,7 +139,7 @@ pub(super) fn parse(
         Some(value) => Some(Filter::parse(&value, &format!("{at}.filters"))?),
     };
     Ok(FileSearchTool {
-        kind: FileSearchToolType::FileSearch,
+        kind: p.kind,
         vector_store_ids,
         filters,
         max_num_results,
@@ -276,7 +276,7 @@ mod tests {
             with(json!({"ranking_options":{"hybrid_search":{"embedding_weight":-1,"text_weight":1}}})),
             "tools[0].ranking_options.hybrid_search.embedding_weight"
         );
-        assert_eq!(with(json!({"vector_store":"vs_1"})), "tools[0]");
+        assert_eq!(with(json!({"vector_store":"vs_1"})), "tools[0].vector_store");
     }
 
     #[test]

@@ -285,7 +285,7 @@ mod tests {
             unreachable!()
         };
         let plain = present(&item, &[]);
-        assert_eq!((plain.results, plain.model_result), (None, None));
+        assert_eq!((&plain.results, &plain.model_result), (&None, &None));
         let included = present(&item, &[RESULTS_INCLUDE.to_owned()]);
         assert_eq!(included.results, item.results);
         assert_eq!(included.model_result, None);
