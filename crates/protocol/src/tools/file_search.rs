@@ -280,6 +280,22 @@ mod tests {
     }
 
     #[test]
+    fn filters_are_parsed_under_the_tools_path_and_echoed_as_written() {
+        let filters = json!({"type":"and","filters":[{"type":"eq","key":"team","value":"hr"},
+            {"type":"in","key":"year","value":[2024,2025]}]});
+        let t = parse(json!([{"type":"file_search","vector_store_ids":["vs_1"],"filters":filters}])).unwrap();
+        assert_eq!(serde_json::to_value(&t[0]).unwrap()["filters"], filters);
+        let at = |f: serde_json::Value| param_of(json!([{"type":"file_search","vector_store_ids":["a"],"filters":f}]));
+        assert_eq!(at(json!({"type":"eq","value":1})), (400, Some("tools[0].filters.key".into())));
+        assert_eq!(
+            at(json!({"type":"or","filters":[{"type":"near","key":"a","value":1}]})),
+            (400, Some("tools[0].filters.filters[0].type".into()))
+        );
+        let null = parse(json!([{"type":"file_search","vector_store_ids":["a"],"filters":null}])).unwrap();
+        assert_eq!(serde_json::to_value(&null[0]).unwrap()["filters"], serde_json::Value::Null);
+    }
+
+    #[test]
     fn file_search_is_declared_once_and_owns_its_function_name() {
         let twice = json!([{"type":"file_search","vector_store_ids":["a"]},{"type":"file_search","vector_store_ids":["b"]}]);
         assert_eq!(param_of(twice), (400, Some("tools[1].type".into())));
