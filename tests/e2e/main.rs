@@ -19,6 +19,7 @@ mod conversations;
 mod conversations_sdk;
 mod faults;
 mod file_search;
+mod files_api;
 mod hardening;
 mod input_file;
 mod mcp;

@@ -21,6 +21,9 @@ pub mod extract;
 mod ingest;
 mod search;
 
+pub mod files;
+pub mod vector_stores;
+
 use std::sync::Arc;
 
 use respgw_protocol::filters::Filter;

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::{Extension, Router};
 use respgw_engine::{BackgroundRuns, Engine, Upstream};
+use respgw_retrieval::Retrieval;
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
+use respgw_tools::file_search::FileSearch;
 use respgw_tools::input_files::InputFiles;
 use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, RemoteMcp};
 use respgw_tools::web_search::WebSearch;
@@ -18,20 +20,23 @@ use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
 use crate::background::BackgroundDrain;
 use crate::connections::Connections;
+use crate::files::RetrievalState;
 use crate::metrics::MetricsView;
 use crate::options::GatewayOptions;
 use crate::websocket::WebSocketDrain;
 use respgw_engine::sealed::{ReasoningKeys, ReasoningSeal};
 
-/// Build the router for one gateway process.
+/// Build the router for one gateway process, and start its file ingestion.
 ///
 /// `metrics_view` is what `/metrics` serves (the supervisor's merged view in a worker);
-/// `worker_label` is sent as `x-respgw-worker`.
+/// `worker_label` is sent as `x-respgw-worker`; ingestion stops claiming files when
+/// `ingestion_stop` resolves (the worker's shutdown signal).
 pub async fn build(
     options: &GatewayOptions,
     metrics: Metrics,
     metrics_view: MetricsView,
     worker_label: Option<String>,
+    ingestion_stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Router> {
     let store_options = options.store_options();
     let stores = respgw_store::open_stores(&options.db_path, store_options).await.with_context(|| {
@@ -43,9 +48,11 @@ pub async fn build(
     let background = BackgroundRuns::start(stores.background, options.background, metrics.clone())
         .await
         .context("cannot start the background responses")?;
+    let retrieval = Retrieval::new(stores.retrieval, options.retrieval.settings());
+    retrieval.spawn_ingestion(ingestion_stop);
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
     let mcp_helper = mcp_helper_client(options)?;
-    let tools = gateway_tools(options, mcp_helper.clone()).await?;
+    let tools = gateway_tools(options, mcp_helper.clone(), &retrieval).await?;
     let reasoning_keys = if options.reasoning_keys.keys.is_empty() {
         ReasoningKeys::ephemeral().map_err(anyhow::Error::msg)?
     } else {
@@ -56,8 +63,9 @@ pub async fn build(
     let seal = ReasoningSeal::new(&reasoning_keys)
         .map_err(anyhow::Error::msg)?
         .opening_unbound_blobs(options.tenants.tenants.is_empty());
-    let files =
-        InputFiles::new(options.input_files.clone()).map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?;
+    let files = InputFiles::new(options.input_files.clone())
+        .map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?
+        .with_uploads(Arc::clone(retrieval.store()));
     let engine = Arc::new(
         Engine::new(upstream, stores.responses, Arc::new(tools), metrics.clone())
             .with_limits(options.limits)
@@ -77,13 +85,19 @@ pub async fn build(
         forward_other_routes_to: options.forward_other_routes_to.clone(),
         worker_label,
         mcp_helper,
+        retrieval: RetrievalState { retrieval, max_file_bytes: options.retrieval.max_file_bytes },
     }))
 }
 
 /// The gateway tools this worker runs. The supervisor already checked the sandbox; if it fails
 /// here anyway, the tool is left out (requests naming it get a 400) rather than the worker dying.
 /// Remote MCP settings were validated by the supervisor too (an unreadable CA file fails here).
-async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperClient>) -> anyhow::Result<GatewayTools> {
+/// `file_search` searches the worker's `retrieval`.
+async fn gateway_tools(
+    options: &GatewayOptions,
+    mcp_helper: Option<McpHelperClient>,
+    retrieval: &Retrieval,
+) -> anyhow::Result<GatewayTools> {
     let sandbox = if options.code_interpreter {
         match Sandbox::new(SandboxConfig::from_settings(&options.code_interpreter_settings)).await {
             Ok(sandbox) => Some(sandbox),
@@ -97,7 +111,8 @@ async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperCli
     };
     let remote_mcp =
         RemoteMcp::new(options.remote_mcp.clone()).map_err(|e| anyhow::anyhow!("Remote MCP settings: {e}"))?;
-    let tools = GatewayTools::new(sandbox, mcp_helper.clone(), remote_mcp);
+    let tools = GatewayTools::new(sandbox, mcp_helper.clone(), remote_mcp)
+        .with_file_search(FileSearch::new(retrieval.clone()));
     let Some(settings) = &options.web_search else { return Ok(tools) };
     let web_search = WebSearch::new(settings, mcp_helper).map_err(|e| anyhow::anyhow!("web_search settings: {e}"))?;
     Ok(tools.with_web_search(web_search))

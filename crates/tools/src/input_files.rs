@@ -1,8 +1,11 @@
 //! `input_file` parts read for the model: the engine's [`FileReader`].
 //!
-//! A file comes from `file_data` (decoded by `respgw_protocol::input_file`) or from `file_url`,
+//! A file comes from `file_data` (decoded by `respgw_protocol::input_file`), from `file_url`,
 //! fetched by the web_search page fetcher ([`PageFetcher`]: the request-forgery address policy on
-//! every hop, a time limit, at most `max_bytes` read). Then, by type:
+//! every hop, a time limit, at most `max_bytes` read), or from `file_id`: the request tenant's
+//! uploaded file, read from the store ([`InputFiles::with_uploads`]; at most `max_bytes`, typed
+//! by its name and checked against its leading bytes; another tenant's id is unknown, like a
+//! missing one). Then, by type:
 //! - text (text/*, JSON, CSV, Markdown, source code): decoded (declared charset, else BOM, else
 //!   UTF-8) and headed with the file's name;
 //! - PDF: its text extracted on a blocking thread, at most `max_pdf_pages` pages; a PDF without
@@ -19,6 +22,7 @@
 //! Text longer than `max_text_bytes` is cut at a character boundary, and the model is told so.
 //! Every failure is a sentence for the client (the engine names the part).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,6 +31,7 @@ use respgw_engine::FileReader;
 use respgw_protocol::input_file::{self, DecodedFile, FileError, FileKind, FileType};
 use respgw_protocol::items::{FileContent, InputFile};
 use respgw_retrieval::extract::{self, ExtractError};
+use respgw_store_api::RetrievalStore;
 use serde::{Deserialize, Serialize};
 
 use crate::web_search::{FetchSettings, PageFetcher};
@@ -67,6 +72,8 @@ impl Default for InputFileSettings {
 pub struct InputFiles {
     fetcher: PageFetcher,
     settings: InputFileSettings,
+    /// Where uploaded files are read for a `file_id`; `None`: a `file_id` is refused.
+    uploads: Option<Arc<dyn RetrievalStore>>,
 }
 
 impl InputFiles {
@@ -77,19 +84,56 @@ impl InputFiles {
             allow_private_addresses: settings.allow_private_addresses,
             exempt_hosts: settings.exempt_hosts.clone(),
         })?;
-        Ok(InputFiles { fetcher, settings })
+        Ok(InputFiles { fetcher, settings, uploads: None })
     }
 
-    /// The file's bytes and type, from `file_data` or by fetching `file_url`.
-    async fn load(&self, file: &InputFile) -> Result<DecodedFile, FileError> {
+    /// Read `file_id`s from these uploaded files.
+    pub fn with_uploads(mut self, uploads: Arc<dyn RetrievalStore>) -> Self {
+        self.uploads = Some(uploads);
+        self
+    }
+
+    /// The file's bytes and type, from `file_data`, by fetching `file_url`, or from `owner`'s
+    /// uploads (then with the name it was uploaded under).
+    async fn load(&self, owner: &str, file: &InputFile) -> Result<(DecodedFile, Option<String>), FileError> {
         let filename = file.filename.as_deref();
         if let Some(data) = &file.file_data {
-            return input_file::decode_file_data(data, filename, self.settings.max_bytes);
+            return Ok((input_file::decode_file_data(data, filename, self.settings.max_bytes)?, None));
+        }
+        if let Some(id) = &file.file_id {
+            return self.load_upload(owner, id).await.map(|(decoded, name)| (decoded, Some(name)));
         }
         let Some(url) = &file.file_url else {
             return Err(FileError::Invalid("an input_file needs file_data or file_url".to_owned()));
         };
-        self.fetch(url, filename, "*/*", ("input_file", "file_url")).await
+        Ok((self.fetch(url, filename, "*/*", ("input_file", "file_url")).await?, None))
+    }
+
+    /// `owner`'s uploaded file `id`: its bytes, typed by its name, and the name.
+    async fn load_upload(&self, owner: &str, id: &str) -> Result<(DecodedFile, String), FileError> {
+        let unknown = || FileError::Invalid(format!("no uploaded file has the id '{id}'"));
+        let Some(uploads) = &self.uploads else {
+            return Err(FileError::Invalid("input_file.file_id is not supported by this gateway".to_owned()));
+        };
+        let unavailable = |e: respgw_store_api::StoreError| {
+            tracing::warn!(error = %e, "an uploaded input file could not be read");
+            FileError::Invalid(format!("the uploaded file '{id}' could not be read right now; retry the request"))
+        };
+        let record = uploads.file(owner, id).await.map_err(unavailable)?.ok_or_else(unknown)?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        if record.expires_at.is_some_and(|at| at <= now) {
+            return Err(unknown());
+        }
+        if record.bytes > self.settings.max_bytes as u64 {
+            return Err(FileError::TooLarge {
+                bytes: usize::try_from(record.bytes).unwrap_or(usize::MAX),
+                limit: self.settings.max_bytes,
+            });
+        }
+        let bytes = uploads.file_content(owner, id).await.map_err(unavailable)?.ok_or_else(unknown)?;
+        let file_type = input_file::file_type(None, Some(&record.filename))?;
+        input_file::check_signature(&file_type, &bytes)?;
+        Ok((DecodedFile { file_type, bytes }, record.filename))
     }
 
     /// Fetch `url` (`field` of a `part` type) under the address policy and the size limit; its
@@ -125,9 +169,12 @@ fn data_url(media_type: &str, bytes: &[u8]) -> String {
 
 #[async_trait]
 impl FileReader for InputFiles {
-    async fn read(&self, file: &InputFile) -> Result<FileContent, FileError> {
-        let decoded = self.load(file).await?;
-        let name = display_name(file);
+    async fn read(&self, owner: &str, file: &InputFile) -> Result<FileContent, FileError> {
+        let (decoded, uploaded_name) = self.load(owner, file).await?;
+        let name = match uploaded_name {
+            Some(uploaded) if file.filename.as_deref().is_none_or(|f| f.trim().is_empty()) => uploaded,
+            _ => display_name(file),
+        };
         let max_text = self.settings.max_text_bytes;
         match decoded.file_type.kind {
             FileKind::Image => {
@@ -252,6 +299,7 @@ mod tests {
             filename: name.map(str::to_owned),
             file_data: None,
             file_url: url.map(str::to_owned),
+            file_id: None,
             model_content: None,
         };
         assert_eq!(display_name(&file(None, Some("https://x.org/docs/r.pdf?sig=1"))), "r.pdf");
