@@ -111,8 +111,8 @@ async fn gateway_tools(
     };
     let remote_mcp =
         RemoteMcp::new(options.remote_mcp.clone()).map_err(|e| anyhow::anyhow!("Remote MCP settings: {e}"))?;
-    let tools = GatewayTools::new(sandbox, mcp_helper.clone(), remote_mcp)
-        .with_file_search(FileSearch::new(retrieval.clone()));
+    let tools =
+        GatewayTools::new(sandbox, mcp_helper.clone(), remote_mcp).with_file_search(FileSearch::new(retrieval.clone()));
     let Some(settings) = &options.web_search else { return Ok(tools) };
     let web_search = WebSearch::new(settings, mcp_helper).map_err(|e| anyhow::anyhow!("web_search settings: {e}"))?;
     Ok(tools.with_web_search(web_search))

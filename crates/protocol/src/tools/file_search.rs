@@ -116,7 +116,9 @@ pub(super) fn parse(
     if earlier.iter().any(|t| client_function_names(t).iter().any(|n| n == FILE_SEARCH_FUNCTION)) {
         return Err(ApiError::invalid(
             format!("{at}.type"),
-            format!("A function tool is already named '{FILE_SEARCH_FUNCTION}', the name file_search is offered under."),
+            format!(
+                "A function tool is already named '{FILE_SEARCH_FUNCTION}', the name file_search is offered under."
+            ),
         ));
     }
     let p: FileSearchToolParam =
@@ -138,13 +140,7 @@ pub(super) fn parse(
         None | Some(Value::Null) => None,
         Some(value) => Some(Filter::parse(&value, &format!("{at}.filters"))?),
     };
-    Ok(FileSearchTool {
-        kind: p.kind,
-        vector_store_ids,
-        filters,
-        max_num_results,
-        ranking_options,
-    })
+    Ok(FileSearchTool { kind: p.kind, vector_store_ids, filters, max_num_results, ranking_options })
 }
 
 /// `vector_store_ids`: present, 1..=[`MAX_VECTOR_STORES`] distinct non-empty ids.
@@ -251,7 +247,10 @@ mod tests {
         );
         let many: Vec<String> = (0..11).map(|i| format!("vs_{i}")).collect();
         assert_eq!(param_of(json!([{"type":"file_search","vector_store_ids":many}])), at("tools[0].vector_store_ids"));
-        assert_eq!(param_of(json!([{"type":"file_search","vector_store_ids":"vs_1"}])), at("tools[0].vector_store_ids"));
+        assert_eq!(
+            param_of(json!([{"type":"file_search","vector_store_ids":"vs_1"}])),
+            at("tools[0].vector_store_ids")
+        );
     }
 
     #[test]
@@ -270,7 +269,10 @@ mod tests {
             tool.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
             param_of(json!([tool])).1.unwrap()
         };
-        assert_eq!(with(json!({"ranking_options":{"score_threshold":1.5}})), "tools[0].ranking_options.score_threshold");
+        assert_eq!(
+            with(json!({"ranking_options":{"score_threshold":1.5}})),
+            "tools[0].ranking_options.score_threshold"
+        );
         assert_eq!(with(json!({"ranking_options":{"ranker":"best"}})), "tools[0].ranking_options.ranker");
         assert_eq!(
             with(json!({"ranking_options":{"hybrid_search":{"embedding_weight":-1,"text_weight":1}}})),
@@ -297,7 +299,8 @@ mod tests {
 
     #[test]
     fn file_search_is_declared_once_and_owns_its_function_name() {
-        let twice = json!([{"type":"file_search","vector_store_ids":["a"]},{"type":"file_search","vector_store_ids":["b"]}]);
+        let twice =
+            json!([{"type":"file_search","vector_store_ids":["a"]},{"type":"file_search","vector_store_ids":["b"]}]);
         assert_eq!(param_of(twice), (400, Some("tools[1].type".into())));
         let after = json!([{"type":"file_search","vector_store_ids":["a"]},{"type":"function","name":"file_search"}]);
         assert_eq!(param_of(after), (400, Some("tools[1].name".into())));

@@ -37,8 +37,8 @@ pub(super) fn find_citations(text: &str, sources: &[Source], complete: bool) -> 
             .take_while(|&j| chars[j] != '\n' && chars[j] != chars[i])
             .find(|&j| chars[j] == close_char);
         let Some(close) = close else {
-            let may_still_close = !chars[i + 1..].iter().any(|&c| c == '\n' || c == chars[i])
-                && chars.len() - i <= MAX_MARKER_CHARS + 1;
+            let may_still_close =
+                !chars[i + 1..].iter().any(|&c| c == '\n' || c == chars[i]) && chars.len() - i <= MAX_MARKER_CHARS + 1;
             if !complete && may_still_close {
                 break;
             }
@@ -78,7 +78,8 @@ fn cited_sources<'a>(inside: &str, sources: &'a [Source]) -> Option<Vec<&'a Sour
             if let Some(source) = n.checked_sub(1).and_then(|at| sources.get(at)) {
                 cited.push(source);
             }
-        } else if let Some(source) = sources.iter().find(|s| !entry.is_empty() && s.filename.eq_ignore_ascii_case(entry))
+        } else if let Some(source) =
+            sources.iter().find(|s| !entry.is_empty() && s.filename.eq_ignore_ascii_case(entry))
         {
             cited.push(source);
         } else {
@@ -113,7 +114,10 @@ mod tests {
             cited("Staff get 25 days [1]. Plans cost €5 [2, 3]."),
             [("handbook.md".into(), 18), ("pricing.pdf".into(), 37), ("faq.txt".into(), 37)]
         );
-        assert_eq!(cited("Yes【2】 and [#1][^3]"), [("pricing.pdf".into(), 3), ("handbook.md".into(), 11), ("faq.txt".into(), 15)]);
+        assert_eq!(
+            cited("Yes【2】 and [#1][^3]"),
+            [("pricing.pdf".into(), 3), ("handbook.md".into(), 11), ("faq.txt".into(), 15)]
+        );
         assert_eq!(cited("Per [Handbook.MD] and [3†faq]."), [("handbook.md".into(), 4), ("faq.txt".into(), 22)]);
     }
 

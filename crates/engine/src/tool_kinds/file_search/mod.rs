@@ -161,7 +161,8 @@ impl CallItem {
             model_result: None,
         };
         let output_index = place.output_index;
-        events.push(ResponseEvent::OutputItemAdded { output_index, item: Box::new(Item::FileSearchCall(item.clone())) });
+        events
+            .push(ResponseEvent::OutputItemAdded { output_index, item: Box::new(Item::FileSearchCall(item.clone())) });
         events.push(ResponseEvent::FileSearchCallInProgress { item_id: item.id.clone(), output_index });
         CallItem { item, output_index }
     }
@@ -290,7 +291,10 @@ mod tests {
         assert_eq!(included.results, item.results);
         assert_eq!(included.model_result, None);
         let json = serde_json::to_value(Item::FileSearchCall(plain)).unwrap();
-        assert_eq!(json, json!({"type":"file_search_call","id":"fs_1","status":"completed","queries":["q"],"results":null}));
+        assert_eq!(
+            json,
+            json!({"type":"file_search_call","id":"fs_1","status":"completed","queries":["q"],"results":null})
+        );
     }
 
     #[test]
@@ -321,8 +325,10 @@ mod tests {
         let place = CallPlace { turn, output_index: 2, container_id: "cntr" };
         let open = CallItem::announce(place, place_events);
         assert_eq!(place_events.len(), 2);
-        let outcome =
-            FileSearchOutcome { queries: vec!["beta?".into()], found: Ok(vec![result("b", "beta"), result("a", "a2")]) };
+        let outcome = FileSearchOutcome {
+            queries: vec!["beta?".into()],
+            found: Ok(vec![result("b", "beta"), result("a", "a2")]),
+        };
         let done = open.complete(outcome, &mut sources);
         let Item::FileSearchCall(item) = &done.item else { panic!() };
         assert!(done.ok && item.status == CallStatus::Completed);
@@ -337,7 +343,8 @@ mod tests {
         let mut sources = Sources::default();
         let turn = respgw_protocol::ids::TurnStamp::after(None);
         let open = CallItem::announce(CallPlace { turn, output_index: 0, container_id: "c" }, &mut Vec::new());
-        let outcome = FileSearchOutcome { queries: vec!["x".into()], found: Err("The embedding service failed.".into()) };
+        let outcome =
+            FileSearchOutcome { queries: vec!["x".into()], found: Err("The embedding service failed.".into()) };
         let done = open.complete(outcome, &mut sources);
         let Item::FileSearchCall(item) = &done.item else { panic!() };
         assert!(!done.ok);

@@ -12,7 +12,11 @@ pub(super) const MAX_CHARS: usize = 16_000;
 const MIN_CUT_CHARS: usize = 400;
 
 /// The text for the model, and the results it shows (cut to what it shows), numbered from `first`.
-pub(super) fn results(queries: &[String], found: Vec<FileSearchResult>, first: usize) -> (String, Vec<FileSearchResult>) {
+pub(super) fn results(
+    queries: &[String],
+    found: Vec<FileSearchResult>,
+    first: usize,
+) -> (String, Vec<FileSearchResult>) {
     let asked = queries.iter().map(|q| format!("\"{q}\"")).collect::<Vec<_>>().join(", ");
     if found.is_empty() {
         return (
@@ -36,10 +40,7 @@ pub(super) fn results(queries: &[String], found: Vec<FileSearchResult>, first: u
         }
         budget = budget.saturating_sub(length);
         let number = first + shown.len();
-        text.push_str(&format!(
-            "\n[{number}] {} (file_id: {})\n{}\n",
-            result.filename, result.file_id, result.text
-        ));
+        text.push_str(&format!("\n[{number}] {} (file_id: {})\n{}\n", result.filename, result.file_id, result.text));
         shown.push(result);
         if budget == 0 {
             break;
@@ -87,11 +88,7 @@ mod tests {
     #[test]
     fn what_does_not_fit_is_cut_or_left_out() {
         let big = "x".repeat(MAX_CHARS - 100);
-        let found = vec![
-            result("a", big.clone()),
-            result("b", "y".repeat(1000)),
-            result("c", "z".repeat(10)),
-        ];
+        let found = vec![result("a", big.clone()), result("b", "y".repeat(1000)), result("c", "z".repeat(10))];
         let (text, shown) = results(&["q".into()], found, 1);
         assert_eq!(shown.len(), 1, "100 characters left are too few for a cut result");
         assert!(!text.contains("[2]"));
