@@ -6,7 +6,8 @@ llama.cpp's convert_hf_to_gguf.py does the same but imports torch and transforme
 PyPI); this writes what its BertModel writes for a WordPiece model: the BERT hyper-parameters,
 non-causal attention, the pooling of the model's 1_Pooling/config.json, the vocabulary in llama.cpp's
 "phantom space" form (a word-initial piece gets a leading U+2581, a "##" continuation loses the "##"),
-the special tokens, and the tensors under llama.cpp's names (matrices as f16, vectors as f32).
+the special tokens, and the tensors under llama.cpp's names (weight matrices as f16; vectors and the
+position and token-type embeddings as f32).
 
 Usage: bert-to-gguf.py GGUF_PY_DIR MODEL_DIR OUT.gguf NAME
 """
@@ -23,6 +24,8 @@ import numpy as np
 SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
 # Tensors llama.cpp's BERT graph does not use (convert_hf_to_gguf.py drops the same).
 SKIPPED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
+# Matrices llama.cpp adds to the token embeddings as they are, so kept in f32 (as the converter does).
+F32_MATRICES = ("position_embd.", "token_types.")
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
@@ -118,7 +121,8 @@ def main() -> None:
         new_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if new_name is None:
             sys.exit(f"bert-to-gguf: no llama.cpp name for tensor {hf_name}")
-        data = tensor.astype(np.float16 if tensor.ndim > 1 else np.float32)
+        half = tensor.ndim > 1 and not new_name.startswith(F32_MATRICES)
+        data = tensor.astype(np.float16 if half else np.float32)
         writer.add_tensor(new_name, data)
 
     writer.write_header_to_file()
