@@ -9,8 +9,9 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
-    BackgroundSettings, ClientLimits, DEFAULT_MAX_IDLE_CONNECTIONS, DEFAULT_MESSAGES_PING_INTERVAL, GatewayOptions,
-    Limits, ReasoningKeys, RequestLimits, TenantLimits, TenantTable, UpstreamConfig, WebSocketLimits,
+    BackgroundSettings, ClientLimits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_IDLE_CONNECTIONS,
+    DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions, GatewayOptions, Limits, ReasoningKeys, RequestLimits,
+    RetrievalOptions, TenantLimits, TenantTable, UpstreamConfig, WebSocketLimits,
 };
 use respgw_supervisor::{ExaServer, McpSetup};
 use respgw_telemetry::tracing_otlp::{TracingConfig, parse_collector_host, parse_sample_ratio};
@@ -159,6 +160,9 @@ pub struct GatewayArgs {
     input_files: InputFileArgs,
 
     #[command(flatten)]
+    retrieval: RetrievalArgs,
+
+    #[command(flatten)]
     tracing: TracingArgs,
 
     #[command(flatten)]
@@ -185,6 +189,7 @@ impl GatewayArgs {
         let mcp =
             McpSetup::from_args(self.builtin_mcp.mcp_config, self.builtin_mcp.mcp_port, helper_url, exa, mcp_timeouts);
         let input_files = self.input_files.settings();
+        let retrieval = self.retrieval.options(&upstream);
         let tracing = self.tracing.config();
         tracing.check()?;
         let options = GatewayOptions {
@@ -235,6 +240,7 @@ impl GatewayArgs {
             reasoning_keys: reasoning_keys(self.reasoning_keys_file, self.reasoning_keys)?,
             tracing,
             background: self.background.settings(),
+            retrieval,
         };
         Ok((options, mcp))
     }
@@ -625,6 +631,73 @@ impl InputFileArgs {
 
 fn non_blank(hosts: &[String]) -> Vec<String> {
     hosts.iter().filter(|h| !h.trim().is_empty()).cloned().collect()
+}
+
+/// Files and vector stores: uploads, embeddings, ingestion and search.
+#[derive(Args)]
+#[command(next_help_heading = "Files and vector stores")]
+struct RetrievalArgs {
+    /// Largest upload to `POST /v1/files`, in bytes; larger: 413, nothing stored.
+    #[arg(long, env = "GW_MAX_FILE_BYTES", default_value_t = DEFAULT_MAX_FILE_BYTES as u64, value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
+    max_file_bytes: u64,
+
+    /// The embedding model of vector stores, served at `{--embedding-base-url}/embeddings`
+    /// (OpenAI-compatible). Without it, search is lexical (BM25) only; with it, hybrid (vector and
+    /// lexical, fused).
+    #[arg(long, env = "GW_EMBEDDING_MODEL", value_name = "MODEL")]
+    embedding_model: Option<String>,
+
+    /// Base URL of the embedding endpoint, e.g. `http://127.0.0.1:8081/v1`; default: the model
+    /// server's (the upstream's) base URL.
+    #[arg(long, env = "GW_EMBEDDING_BASE_URL", value_name = "URL")]
+    embedding_base_url: Option<String>,
+
+    /// Bearer token of the embedding endpoint; default: the upstream's key. A secret: set it in
+    /// the environment.
+    #[arg(long, env = "GW_EMBEDDING_API_KEY", value_name = "KEY", hide_env_values = true)]
+    embedding_api_key: Option<String>,
+
+    /// Texts per `/embeddings` request while ingesting.
+    #[arg(long, env = "GW_EMBEDDING_BATCH_SIZE", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=2048))]
+    embedding_batch_size: u32,
+
+    /// Tokens of one text sent to the embedding model, at most: longer chunks and queries are
+    /// embedded by their beginning (the stored chunk and the lexical index keep all of it). For
+    /// models that read fewer tokens than a chunk holds (e.g. 512). Default: whole texts.
+    #[arg(long, env = "GW_EMBEDDING_MAX_INPUT_TOKENS", value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    embedding_max_input_tokens: Option<u32>,
+
+    /// Files each worker ingests at once (extracted, chunked, embedded and indexed in the
+    /// background).
+    #[arg(long, env = "GW_INGESTION_CONCURRENCY", default_value_t = 2, value_parser = at_least_one)]
+    ingestion_concurrency: usize,
+
+    /// MiB of vector-store embeddings each worker keeps in memory between searches (least
+    /// recently used dropped first).
+    #[arg(long, env = "GW_VECTOR_CACHE_MB", default_value_t = 256)]
+    vector_cache_mb: u32,
+}
+
+impl RetrievalArgs {
+    /// The options, the embedding endpoint defaulting to `upstream`'s base URL and key.
+    fn options(&self, upstream: &UpstreamConfig) -> RetrievalOptions {
+        RetrievalOptions {
+            max_file_bytes: usize::try_from(self.max_file_bytes).unwrap_or(usize::MAX),
+            embedding: self.embedding_model.as_ref().filter(|m| !m.trim().is_empty()).map(|model| EmbeddingOptions {
+                model: model.clone(),
+                base_url: self
+                    .embedding_base_url
+                    .clone()
+                    .filter(|u| !u.trim().is_empty())
+                    .unwrap_or_else(|| upstream.base_url.clone()),
+                api_key: self.embedding_api_key.clone().filter(|k| !k.is_empty()).or_else(|| upstream.api_key.clone()),
+                batch_size: self.embedding_batch_size as usize,
+                max_input_tokens: self.embedding_max_input_tokens.map(|n| n as usize),
+            }),
+            ingestion_concurrency: self.ingestion_concurrency,
+            vector_cache_bytes: (self.vector_cache_mb as usize).saturating_mul(1024 * 1024),
+        }
+    }
 }
 
 /// Limits on client connections, per worker.

@@ -296,7 +296,7 @@ fn union_cases() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
             Some("input[0].content[0].refusal"),
         ),
         (
-            "input_file by file_id",
+            "input_file of an unknown file_id",
             user(json!([{"type":"input_text","text":"a"},{"type":"input_file","file_id":"file_1"}])),
             400,
             Some("input[0].content[1]"),

@@ -25,6 +25,10 @@
 //! and measured as respgw is. Its figures show how much of respgw's cost is the stack's, and
 //! whether a target is reachable on it at all.
 //!
+//! `--retrieval` runs only the retrieval benchmark instead ([`retrieval`]): vector-store search
+//! over 100,000 chunks on SQLite against the raw vector scan, and ingestion against the
+//! embedder's own rate.
+//!
 //! It prints a table with ratios and the targets, and exits 0 whatever the numbers say
 //! (the numbers are the output); it fails only when something breaks. Loopback only; every loop
 //! is bounded in count and time. Run it through `scripts/bench`.
@@ -38,6 +42,7 @@ mod load;
 mod measure;
 mod mock;
 mod rawhttp;
+mod retrieval;
 mod scaling;
 mod sse;
 
@@ -221,6 +226,23 @@ struct Cli {
     #[arg(long, default_value_t = 32)]
     load_deltas: usize,
 
+    /// Run only the retrieval benchmark (see `retrieval.rs`): search over a SQLite vector store
+    /// and ingestion against a mock embedder.
+    #[arg(long)]
+    retrieval: bool,
+
+    /// Chunks (384 dimensions) in the retrieval benchmark's search store.
+    #[arg(long, default_value_t = 100_000)]
+    retrieval_chunks: usize,
+
+    /// Measured searches of the retrieval benchmark (after one cold search).
+    #[arg(long, default_value_t = 200)]
+    retrieval_searches: usize,
+
+    /// Files (about 4,000 tokens each) ingested by the retrieval benchmark.
+    #[arg(long, default_value_t = 50)]
+    retrieval_ingest_files: usize,
+
     /// Internal: run only the out-of-process mock upstream (see `fastmock`).
     #[arg(long, hide = true)]
     serve_mock: bool,
@@ -257,7 +279,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = if cli.load { runtime.block_on(run_load(cli)) } else { runtime.block_on(run(cli)) };
+    let outcome = if cli.load {
+        runtime.block_on(run_load(cli))
+    } else if cli.retrieval {
+        runtime.block_on(run_retrieval(cli))
+    } else {
+        runtime.block_on(run(cli))
+    };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -318,6 +346,48 @@ async fn run_load(cli: Cli) -> anyhow::Result<()> {
     if r.errors > 0 {
         bail!("{} of {} streams failed", r.errors, r.streams);
     }
+    Ok(())
+}
+
+/// The retrieval benchmark alone.
+async fn run_retrieval(cli: Cli) -> anyhow::Result<()> {
+    let r = retrieval::run(cli.retrieval_chunks, cli.retrieval_searches.max(1), cli.retrieval_ingest_files.max(1))
+        .await
+        .context("retrieval benchmark")?;
+    let (p50, p95) = (percentile_ms(&r.searches, 50.0), percentile_ms(&r.searches, 95.0));
+    let (scan50, scan95) = (percentile_ms(&r.scans, 50.0), percentile_ms(&r.scans, 95.0));
+    let ingest_rate = r.ingest_chunks as f64 / r.ingest_time.as_secs_f64();
+    println!();
+    println!(
+        "| retrieval (SQLite, {} chunks x 384 dims, filled in {:.1} s) | measured | baseline | ratio | target | verdict |",
+        r.chunks,
+        r.fill.as_secs_f64()
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| hybrid search p50 (baseline: the raw dot-product scan) | {p50:.2} ms | {scan50:.2} ms | {:.1}x | <= {:.0} ms | {} |",
+        p50 / scan50,
+        retrieval::TARGET_SEARCH_P50_MS,
+        verdict(p50 <= retrieval::TARGET_SEARCH_P50_MS)
+    );
+    println!("| hybrid search p95 | {p95:.2} ms | {scan95:.2} ms | {:.1}x | - | info |", p95 / scan95);
+    println!(
+        "| first (cold) search, vectors read from the store | {:.1} ms | - | - | - | info |",
+        r.cold_search.as_secs_f64() * 1e3
+    );
+    println!(
+        "| ingestion, {} chunks (baseline: the mock embedder's own rate) | {ingest_rate:.0} chunks/s | {:.0} chunks/s | {:.2} | >= {:.0} chunks/s | {} |",
+        r.ingest_chunks,
+        r.embedder_chunks_per_s,
+        ingest_rate / r.embedder_chunks_per_s,
+        retrieval::TARGET_INGEST_CHUNKS_PER_S,
+        verdict(ingest_rate >= retrieval::TARGET_INGEST_CHUNKS_PER_S)
+    );
+    println!(
+        "| gateway time per ingested chunk | {:.0} us | {:.0} us (embedder) | - | - | info |",
+        1e6 / ingest_rate,
+        1e6 / r.embedder_chunks_per_s
+    );
     Ok(())
 }
 

@@ -207,7 +207,7 @@ impl Engine {
     ) -> Result<CompactedResponse, ApiError> {
         let mut input = request.input;
         open_sealed_items(self.seal.as_ref(), owner, &mut input, "input")?;
-        read_input_files(self.files.as_deref(), &mut input).await?;
+        read_input_files(self.files.as_deref(), owner, &mut input).await?;
         let mut history = match &request.previous_response_id {
             None => Vec::with_capacity(input.len()),
             Some(prev) => {

@@ -53,7 +53,7 @@ impl Conversations<'_> {
             return Err(ApiError::conversation_full("items", 0, request.items.len(), self.max_items));
         }
         open_sealed_items(self.seal, self.owner, &mut request.items, "items")?;
-        read_files(self.files, &mut request.items, "items").await?;
+        read_files(self.files, self.owner, &mut request.items, "items").await?;
         let conversation = NewConversation {
             id: new_id(IdKind::Conversation),
             owner: self.owner.to_owned(),
@@ -108,7 +108,7 @@ impl Conversations<'_> {
         include: &[String],
     ) -> Result<ListPage<Item>, ApiError> {
         open_sealed_items(self.seal, self.owner, &mut request.items, "items")?;
-        read_files(self.files, &mut request.items, "items").await?;
+        read_files(self.files, self.owner, &mut request.items, "items").await?;
         let added: Vec<Item> = request.items.iter().map(|item| present(item.clone(), include)).collect();
         self.store
             .append_conversation_items(self.owner, id, request.items, self.max_items)

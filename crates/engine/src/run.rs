@@ -120,7 +120,7 @@ impl Engine {
         local: Option<&LocalConversation>,
     ) -> Result<PreparedResponse, ApiError> {
         open_sealed_items(self.seal.as_ref(), owner, &mut request.input, "input")?;
-        read_input_files(self.files.as_deref(), &mut request.input).await?;
+        read_input_files(self.files.as_deref(), owner, &mut request.input).await?;
         let mut unstored_inherited = Vec::new();
         let mut conversation = None;
         let (mut history, history_from) = match (&request.conversation, &request.previous_response_id) {

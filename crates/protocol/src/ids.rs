@@ -23,6 +23,10 @@ pub enum IdKind {
     LocalShellCall,
     Conversation,
     Compaction,
+    /// An uploaded file: `file-<uuid>`, with OpenAI's hyphen.
+    File,
+    VectorStore,
+    FileBatch,
 }
 
 impl IdKind {
@@ -44,7 +48,15 @@ impl IdKind {
             IdKind::LocalShellCall => "lsh",
             IdKind::Conversation => "conv",
             IdKind::Compaction => "cmp",
+            IdKind::File => "file",
+            IdKind::VectorStore => "vs",
+            IdKind::FileBatch => "vsfb",
         }
+    }
+
+    /// What joins the prefix to the UUID: `-` for files (as OpenAI's `file-…`), `_` for the rest.
+    fn separator(self) -> char {
+        if self == IdKind::File { '-' } else { '_' }
     }
 }
 
@@ -52,13 +64,13 @@ impl IdKind {
 /// ids of other systems (the reference API's `cntr_<48 hex>`); those are not ours to reuse.
 pub fn is_own_id(kind: IdKind, id: &str) -> bool {
     id.strip_prefix(kind.prefix())
-        .and_then(|rest| rest.strip_prefix('_'))
+        .and_then(|rest| rest.strip_prefix(kind.separator()))
         .is_some_and(|uuid| uuid.len() == 36 && uuid::Uuid::parse_str(uuid).is_ok())
 }
 
 /// A fresh id of the given kind.
 pub fn new_id(kind: IdKind) -> String {
-    format!("{}_{}", kind.prefix(), uuid::Uuid::now_v7().hyphenated())
+    format!("{}{}{}", kind.prefix(), kind.separator(), uuid::Uuid::now_v7().hyphenated())
 }
 
 /// The model turn a gateway tool call was made in, carried inside the call's id.
@@ -124,6 +136,15 @@ mod tests {
         assert!(!is_own_id(IdKind::Container, &a));
         assert!(!is_own_id(IdKind::Container, "cntr_6957f9a833d881988d1d5953f1dcffee09e72e9a3fe371da"));
         assert!(new_id(IdKind::FunctionCall).starts_with("fc_"));
+    }
+
+    #[test]
+    fn file_ids_join_with_a_hyphen_as_openai_writes_them() {
+        let file = new_id(IdKind::File);
+        assert!(file.starts_with("file-") && is_own_id(IdKind::File, &file));
+        assert!(!is_own_id(IdKind::File, &file.replacen('-', "_", 1)));
+        assert!(new_id(IdKind::VectorStore).starts_with("vs_"));
+        assert!(new_id(IdKind::FileBatch).starts_with("vsfb_"));
     }
 
     #[test]

@@ -30,7 +30,9 @@
 //!   `response.create` client frame and the `error` frame for one that starts no response.
 //!   [`input_file`]: which input files are accepted and `file_data` decoding. [`compaction`]: the
 //!   body of `POST /v1/responses/compact`, its reply and `context_management`. [`listing`]: list
-//!   queries and bodies.
+//!   queries and bodies. [`files`]: the Files API's upload fields, list query and file object.
+//!   [`vector_stores`]: the vector-store API's bodies (stores, their files, batches, search),
+//!   objects and pages.
 //!
 //! `tests/real_clients.rs` runs requests captured from Codex CLI and the Agents SDK through parsing
 //! and validation.
@@ -42,6 +44,7 @@ pub mod compaction;
 pub mod conversations;
 pub mod error;
 pub mod events;
+pub mod files;
 pub mod filters;
 pub mod ids;
 pub mod input_file;
@@ -51,6 +54,7 @@ pub mod listing;
 pub mod request;
 pub mod response;
 pub mod tools;
+pub mod vector_stores;
 pub mod websocket;
 
 pub use error::{ApiError, ErrorType};

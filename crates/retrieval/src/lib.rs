@@ -1,20 +1,41 @@
 //! Retrieval over users' own files: what the Files and vector-store endpoints and the
 //! `file_search` tool run on.
 //!
-//! SKELETON (issue 30): the public face below is the contract the server's routes and the
-//! `file_search` tool kind code against; its bodies are being written.
-//!
 //! - [`Retrieval`]: one per worker, cheap to clone; holds the [`RetrievalStore`], the embedder
 //!   (when an embedding model is configured), the per-worker vector cache and the ingestion wake-up.
-//! - [`Retrieval::search`]: hybrid search (vector and BM25, fused) over a tenant's vector stores.
-//! - [`Retrieval::spawn_ingestion`]: the background loop that claims vector-store files from the
-//!   store's queue, extracts, chunks, embeds and indexes them.
+//! - [`Retrieval::search`] (`search.rs`): hybrid search (vector and BM25, fused) over a tenant's
+//!   vector stores; `cache.rs` keeps the stores' vectors between searches.
+//! - [`Retrieval::spawn_ingestion`] (`ingest.rs`): the background loop that claims vector-store
+//!   files from the store's queue, extracts (`extract.rs`), chunks (`chunk.rs`), embeds
+//!   (`embed.rs`) and indexes them.
+//!
+//! Architecture invariant: this crate writes no SQL and knows no HTTP route; it reaches the
+//! database only through [`RetrievalStore`] and the outside world only through the embedding
+//! endpoint. Extraction is the same for `input_file` parts (respgw-tools calls [`extract`]) and
+//! for ingestion.
+
+pub mod cache;
+pub mod chunk;
+pub mod embed;
+pub mod extract;
+mod ingest;
+mod search;
+
+pub mod files;
+pub mod vector_stores;
 
 use std::sync::Arc;
 
 use respgw_protocol::filters::Filter;
 use respgw_store_api::RetrievalStore;
 use respgw_store_api::StoreError;
+use respgw_telemetry::Metrics;
+
+pub use ingest::{LEASE, POLL_EVERY, RENEW_EVERY};
+pub use search::{CHUNKS_PER_FILE, dot};
+
+use crate::cache::VectorCache;
+use crate::embed::Embedder;
 
 /// The embedding endpoint: an OpenAI-compatible `POST {base_url}/embeddings`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +46,10 @@ pub struct EmbeddingSettings {
     pub model: String,
     /// Inputs per `/embeddings` request.
     pub batch_size: usize,
+    /// Tokens (cl100k_base) of a text sent to be embedded, at most: longer chunks and queries
+    /// are embedded by their beginning (the stored chunk and the lexical index keep all of it).
+    /// For models that read fewer tokens than a chunk has; `None`: whole texts.
+    pub max_input_tokens: Option<usize>,
 }
 
 /// Everything retrieval is configured with (from `GatewayOptions`).
@@ -84,11 +109,37 @@ pub struct Retrieval {
 struct Inner {
     store: Arc<dyn RetrievalStore>,
     settings: RetrievalSettings,
+    /// `None`: no embedding model, search is lexical only.
+    embedder: Option<Embedder>,
+    cache: VectorCache,
+    /// Wakes the ingestion loop (files queued here, or a slot freed).
+    wake: tokio::sync::Notify,
+    /// This process's name in the ingestion queue's leases.
+    worker_id: String,
+    metrics: Metrics,
 }
 
 impl Retrieval {
     pub fn new(store: Arc<dyn RetrievalStore>, settings: RetrievalSettings) -> Self {
-        Retrieval { inner: Arc::new(Inner { store, settings }) }
+        Self::with_metrics(store, settings, Metrics::new())
+    }
+
+    /// A retrieval service recording ingestion and search into `metrics`.
+    pub fn with_metrics(store: Arc<dyn RetrievalStore>, settings: RetrievalSettings, metrics: Metrics) -> Self {
+        let embedder = settings.embedding.clone().map(Embedder::new);
+        let cache = VectorCache::new(settings.vector_cache_bytes);
+        let worker_id = format!("ingest-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
+        Retrieval {
+            inner: Arc::new(Inner {
+                store,
+                settings,
+                embedder,
+                cache,
+                wake: tokio::sync::Notify::new(),
+                worker_id,
+                metrics,
+            }),
+        }
     }
 
     pub fn store(&self) -> &Arc<dyn RetrievalStore> {
@@ -99,18 +150,25 @@ impl Retrieval {
         &self.inner.settings
     }
 
-    /// Search the owner's vector stores; results best first, at most `max_num_results`.
-    pub async fn search(&self, _request: &SearchRequest) -> Result<Vec<SearchResult>, SearchError> {
-        todo!("issue 30: hybrid search")
+    /// The embedder, when an embedding model is configured.
+    pub fn embedder(&self) -> Option<&Embedder> {
+        self.inner.embedder.as_ref()
     }
 
-    /// Tell this worker's ingestion loop that files were queued (other workers find them by polling).
-    pub fn wake_ingestion(&self) {
-        todo!("issue 30: ingestion")
+    /// This process's worker id in the ingestion queue.
+    pub fn worker_id(&self) -> &str {
+        &self.inner.worker_id
     }
 
-    /// Start the ingestion loop on the current runtime; it stops when `shutdown` resolves.
-    pub fn spawn_ingestion(&self, _shutdown: impl std::future::Future<Output = ()> + Send + 'static) {
-        todo!("issue 30: ingestion")
+    fn cache(&self) -> &VectorCache {
+        &self.inner.cache
+    }
+
+    fn wake(&self) -> &tokio::sync::Notify {
+        &self.inner.wake
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
     }
 }

@@ -24,12 +24,13 @@ use respgw_telemetry::Metrics;
 
 use crate::auth::{ApiKeys, AuthState, require_api_key};
 use crate::error::{self, HttpError};
+use crate::files::RetrievalState;
 use crate::mcp_routes::{self, McpDiscovery};
 use crate::metrics::{self, MetricsView};
 use crate::options::WebSocketLimits;
 use crate::passthrough::{self, Passthrough};
 use crate::websocket::{self, LocalStates, WebSocketMode};
-use crate::{background, conversations, input_tokens, messages, request_id, responses};
+use crate::{background, conversations, files, input_tokens, messages, request_id, responses, vector_stores};
 
 /// What the router needs.
 pub struct AppConfig {
@@ -53,6 +54,8 @@ pub struct AppConfig {
     pub worker_label: Option<String>,
     /// The Built-in MCP helper, for the discovery routes.
     pub mcp_helper: McpDiscovery,
+    /// Files and vector stores, for their routes.
+    pub retrieval: RetrievalState,
 }
 
 /// Build the gateway's router.
@@ -103,7 +106,8 @@ pub fn router(config: AppConfig) -> Router {
                 .route("/v1/mcp/servers", get(mcp_routes::servers))
                 .route("/v1/mcp/servers/{server_label}/tools", get(mcp_routes::tools))
                 .with_state(config.mcp_helper.clone()),
-        );
+        )
+        .merge(retrieval_routes(config.retrieval.clone()));
     if config.forward_other_routes_to.is_some() {
         // Integrated mode: the model server's own routes (models, chat completions, tokenize, …)
         // are reached through the forwarding fallback below.
@@ -148,6 +152,35 @@ pub fn router(config: AppConfig) -> Router {
         }));
     }
     app.layer(middleware::from_fn(request_id::assign))
+}
+
+/// The Files and vector-store routes. The upload streams its body itself, held to the file
+/// limit (`--max-file-bytes`) rather than the request body limit.
+fn retrieval_routes(state: RetrievalState) -> Router {
+    Router::new()
+        .route("/v1/files", post(files::upload).get(files::list))
+        .route("/v1/files/{file_id}", get(files::retrieve).delete(files::delete))
+        .route("/v1/files/{file_id}/content", get(files::content))
+        .route("/v1/vector_stores", post(vector_stores::create).get(vector_stores::list))
+        .route(
+            "/v1/vector_stores/{vector_store_id}",
+            get(vector_stores::retrieve).post(vector_stores::update).delete(vector_stores::delete),
+        )
+        .route("/v1/vector_stores/{vector_store_id}/search", post(vector_stores::search))
+        .route(
+            "/v1/vector_stores/{vector_store_id}/files",
+            post(vector_stores::add_file).get(vector_stores::list_files),
+        )
+        .route(
+            "/v1/vector_stores/{vector_store_id}/files/{file_id}",
+            get(vector_stores::retrieve_file).post(vector_stores::update_file).delete(vector_stores::remove_file),
+        )
+        .route("/v1/vector_stores/{vector_store_id}/files/{file_id}/content", get(vector_stores::file_content))
+        .route("/v1/vector_stores/{vector_store_id}/file_batches", post(vector_stores::create_batch))
+        .route("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}", get(vector_stores::retrieve_batch))
+        .route("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel", post(vector_stores::cancel_batch))
+        .route("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files", get(vector_stores::batch_files))
+        .with_state(state)
 }
 
 async fn not_found(request: Request) -> impl IntoResponse {

@@ -23,7 +23,9 @@
 //! - `responses.rs`: the `/v1/responses*` handlers (create, retrieve, delete, input items,
 //!   compact); `input_tokens.rs`: `POST /v1/responses/input_tokens`; `conversations.rs`: the
 //!   `/v1/conversations*` handlers; `background.rs`: cancel, the resumed background stream and
-//!   `BackgroundDrain`; `mcp_routes.rs`: Built-in MCP discovery; `passthrough.rs`: `GET /v1/models`,
+//!   `BackgroundDrain`; `files.rs`: the `/v1/files` handlers (the multipart upload read as it
+//!   streams, held to `--max-file-bytes`); `vector_stores.rs`: the `/v1/vector_stores*` handlers
+//!   (both on [`respgw_retrieval::Retrieval`]); `mcp_routes.rs`: Built-in MCP discovery; `passthrough.rs`: `GET /v1/models`,
 //!   `POST /v1/chat/completions`, and in integrated mode the fallback that forwards every unknown
 //!   path to the model server.
 //! - `messages/`: the Anthropic Messages face — `mod.rs` the `POST /v1/messages` and
@@ -56,6 +58,7 @@ mod connections;
 mod conversations;
 mod error;
 mod event_sequence;
+mod files;
 mod input_tokens;
 mod json_body;
 mod mcp_routes;
@@ -68,12 +71,16 @@ mod responses;
 mod serve;
 mod sse;
 mod tenants;
+mod vector_stores;
 mod websocket;
 
 pub use app::{AppConfig, router};
 pub use auth::{ApiKeys, Tenant};
 pub use metrics::{MetricsView, local_view};
-pub use options::{ClientLimits, DEFAULT_MESSAGES_PING_INTERVAL, GatewayOptions, WebSocketLimits};
+pub use options::{
+    ClientLimits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions, GatewayOptions,
+    RetrievalOptions, WebSocketLimits,
+};
 pub use respgw_engine::sealed::ReasoningKeys;
 pub use respgw_engine::{BackgroundSettings, DEFAULT_MAX_IDLE_CONNECTIONS, Limits, UpstreamConfig};
 pub use respgw_protocol::RequestLimits;

@@ -93,6 +93,71 @@ pub struct GatewayOptions {
     /// Background responses: run slots per worker, lease, polling, retention (`--background-*`).
     #[serde(default)]
     pub background: BackgroundSettings,
+    /// Files and vector stores: the upload limit, the embedding endpoint, ingestion and the
+    /// vector cache (`--max-file-bytes`, `--embedding-*`, `--ingestion-concurrency`,
+    /// `--vector-cache-mb`).
+    #[serde(default)]
+    pub retrieval: RetrievalOptions,
+}
+
+/// Files and vector stores, as a worker gets them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetrievalOptions {
+    /// Largest upload to `POST /v1/files`, in bytes (413 beyond it).
+    pub max_file_bytes: usize,
+    /// The embedding endpoint; `None`: search is lexical (BM25) only.
+    pub embedding: Option<EmbeddingOptions>,
+    /// Files one worker ingests at once.
+    pub ingestion_concurrency: usize,
+    /// Bytes of embeddings one worker keeps in memory across searches.
+    pub vector_cache_bytes: usize,
+}
+
+/// An OpenAI-compatible `POST {base_url}/embeddings` endpoint and its model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmbeddingOptions {
+    pub model: String,
+    /// e.g. `http://127.0.0.1:8000/v1` (the main upstream's unless set).
+    pub base_url: String,
+    /// Bearer token (the main upstream's unless set).
+    pub api_key: Option<String>,
+    /// Inputs per request.
+    pub batch_size: usize,
+    /// Tokens of one text sent to be embedded, at most (longer ones are embedded by their
+    /// beginning); `None`: whole texts.
+    #[serde(default)]
+    pub max_input_tokens: Option<usize>,
+}
+
+/// The default of [`RetrievalOptions::max_file_bytes`]: 512 MiB.
+pub const DEFAULT_MAX_FILE_BYTES: usize = 512 << 20;
+
+impl Default for RetrievalOptions {
+    fn default() -> Self {
+        RetrievalOptions {
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            embedding: None,
+            ingestion_concurrency: 2,
+            vector_cache_bytes: 256 << 20,
+        }
+    }
+}
+
+impl RetrievalOptions {
+    /// What the retrieval crate is built with.
+    pub fn settings(&self) -> respgw_retrieval::RetrievalSettings {
+        respgw_retrieval::RetrievalSettings {
+            embedding: self.embedding.as_ref().map(|e| respgw_retrieval::EmbeddingSettings {
+                base_url: e.base_url.clone(),
+                api_key: e.api_key.clone(),
+                model: e.model.clone(),
+                batch_size: e.batch_size,
+                max_input_tokens: e.max_input_tokens,
+            }),
+            ingestion_concurrency: self.ingestion_concurrency,
+            vector_cache_bytes: self.vector_cache_bytes,
+        }
+    }
 }
 
 /// The default of [`GatewayOptions::messages_ping_interval`].

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::{Extension, Router};
 use respgw_engine::{BackgroundRuns, Engine, Upstream};
+use respgw_retrieval::Retrieval;
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
@@ -18,20 +19,23 @@ use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
 use crate::background::BackgroundDrain;
 use crate::connections::Connections;
+use crate::files::RetrievalState;
 use crate::metrics::MetricsView;
 use crate::options::GatewayOptions;
 use crate::websocket::WebSocketDrain;
 use respgw_engine::sealed::{ReasoningKeys, ReasoningSeal};
 
-/// Build the router for one gateway process.
+/// Build the router for one gateway process, and start its file ingestion.
 ///
 /// `metrics_view` is what `/metrics` serves (the supervisor's merged view in a worker);
-/// `worker_label` is sent as `x-respgw-worker`.
+/// `worker_label` is sent as `x-respgw-worker`; ingestion stops claiming files when
+/// `ingestion_stop` resolves (the worker's shutdown signal).
 pub async fn build(
     options: &GatewayOptions,
     metrics: Metrics,
     metrics_view: MetricsView,
     worker_label: Option<String>,
+    ingestion_stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Router> {
     let store_options = options.store_options();
     let stores = respgw_store::open_stores(&options.db_path, store_options).await.with_context(|| {
@@ -43,6 +47,8 @@ pub async fn build(
     let background = BackgroundRuns::start(stores.background, options.background, metrics.clone())
         .await
         .context("cannot start the background responses")?;
+    let retrieval = Retrieval::with_metrics(stores.retrieval, options.retrieval.settings(), metrics.clone());
+    retrieval.spawn_ingestion(ingestion_stop);
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
     let mcp_helper = mcp_helper_client(options)?;
     let tools = gateway_tools(options, mcp_helper.clone()).await?;
@@ -56,8 +62,9 @@ pub async fn build(
     let seal = ReasoningSeal::new(&reasoning_keys)
         .map_err(anyhow::Error::msg)?
         .opening_unbound_blobs(options.tenants.tenants.is_empty());
-    let files =
-        InputFiles::new(options.input_files.clone()).map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?;
+    let files = InputFiles::new(options.input_files.clone())
+        .map_err(|e| anyhow::anyhow!("input_file settings: {e}"))?
+        .with_uploads(Arc::clone(retrieval.store()));
     let engine = Arc::new(
         Engine::new(upstream, stores.responses, Arc::new(tools), metrics.clone())
             .with_limits(options.limits)
@@ -77,6 +84,7 @@ pub async fn build(
         forward_other_routes_to: options.forward_other_routes_to.clone(),
         worker_label,
         mcp_helper,
+        retrieval: RetrievalState { retrieval, max_file_bytes: options.retrieval.max_file_bytes },
     }))
 }
 

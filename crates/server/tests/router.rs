@@ -49,7 +49,7 @@ impl Gateway {
         let upstream = ReplayUpstream::start().await.expect("the replay upstream starts");
         let options = options(&dir, upstream.base_url(), api_keys);
         let metrics = Metrics::new();
-        let router = respgw_server::build(&options, metrics.clone(), local_view(metrics), None)
+        let router = respgw_server::build(&options, metrics.clone(), local_view(metrics), None, std::future::pending())
             .await
             .expect("the gateway builds");
         Gateway { router, upstream, _dir: dir }
@@ -130,6 +130,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
         reasoning_keys: ReasoningKeys::default(),
         tracing: TracingConfig::default(),
         background: BackgroundSettings::default(),
+        retrieval: Default::default(),
     }
 }
 

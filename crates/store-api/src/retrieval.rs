@@ -283,7 +283,9 @@ pub struct ChunkText {
     pub text: String,
 }
 
-/// A chunk found by the lexical index, with its BM25 score (higher is better).
+/// A chunk found by the lexical index, with its score (higher is better): SQLite's FTS5 `bm25()`
+/// (negated); on PostgreSQL `ts_rank_cd` normalised by the chunk's length (`1 + log(length)`), a
+/// BM25-like ranking. Scores compare within one search, not across backends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LexicalHit {
     pub chunk_id: i64,
@@ -416,7 +418,10 @@ pub trait RetrievalStore: Send + Sync + 'static {
         lease_until_ms: i64,
     ) -> Result<(), StoreError>;
     /// Write a claimed file's chunks and mark it `completed` (one transaction), setting the
-    /// vector store's embedding space if it had none; see [`Finished`].
+    /// vector store's embedding space if it had none; see [`Finished`]. The file must still be
+    /// `worker`'s claim `job.attempt` (else [`Finished::Gone`]). `embedding` `None` (chunks
+    /// without embeddings) in a store that has embeddings is a mismatch too; each chunk's
+    /// embedding must have `embedding`'s dimension (else [`StoreError::Corrupt`], nothing written).
     async fn finish_ingestion(
         &self,
         worker: &str,
@@ -424,7 +429,8 @@ pub trait RetrievalStore: Send + Sync + 'static {
         embedding: Option<&EmbeddingSpace>,
         chunks: Vec<NewChunk>,
     ) -> Result<Finished, StoreError>;
-    /// Mark a claimed file `failed` with `error` (if still `worker`'s); `false` if it was not.
+    /// Mark a claimed file `failed` with `error` (if still `worker`'s claim `job.attempt`);
+    /// `false` if it was not.
     async fn fail_ingestion(&self, worker: &str, job: &IngestionJob, error: IngestionError)
     -> Result<bool, StoreError>;
 

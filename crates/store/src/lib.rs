@@ -113,6 +113,7 @@ mod item_cache;
 pub mod postgres;
 mod queries;
 mod retention;
+mod retrieval;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -120,7 +121,8 @@ use std::sync::Arc;
 pub use postgres::PostgresStore;
 pub use respgw_store_api::{
     BackgroundStore, ConversationAppend, ConversationHistory, ConversationItemLookup, ConversationRecord,
-    InputItemsList, InputItemsOrder, InputItemsPage, NewConversation, NewResponse, ResponseStore, StoreError,
+    InputItemsList, InputItemsOrder, InputItemsPage, NewConversation, NewResponse, ResponseStore, RetrievalStore,
+    StoreError,
 };
 pub use sqlite::{LockWaits, SqliteStore};
 
@@ -240,11 +242,13 @@ pub async fn open_with(location: &str, options: StoreOptions) -> Result<Arc<dyn 
     Ok(open_stores(location, options).await?.responses)
 }
 
-/// Both faces of one opened store: the responses and the background runs, sharing connections.
+/// The faces of one opened store: the responses, the background runs and retrieval, sharing
+/// connections.
 #[derive(Clone)]
 pub struct Stores {
     pub responses: Arc<dyn ResponseStore>,
     pub background: Arc<dyn BackgroundStore>,
+    pub retrieval: Arc<dyn RetrievalStore>,
     /// A SQLite file's count of waits for other processes' locks; `None` for PostgreSQL (whose
     /// lock waits happen in the server) and in-memory SQLite (no other process).
     pub lock_waits: Option<LockWaits>,
@@ -252,9 +256,14 @@ pub struct Stores {
 
 /// [`open_with`], giving the background runs' face of the same store too.
 pub async fn open_stores(location: &str, options: StoreOptions) -> Result<Stores, StoreError> {
-    fn both<S: ResponseStore + BackgroundStore>(store: S, lock_waits: Option<LockWaits>) -> Stores {
+    fn both<S: ResponseStore + BackgroundStore + RetrievalStore>(store: S, lock_waits: Option<LockWaits>) -> Stores {
         let store = Arc::new(store);
-        Stores { responses: Arc::clone(&store) as Arc<dyn ResponseStore>, background: store, lock_waits }
+        Stores {
+            responses: Arc::clone(&store) as Arc<dyn ResponseStore>,
+            background: Arc::clone(&store) as Arc<dyn BackgroundStore>,
+            retrieval: store,
+            lock_waits,
+        }
     }
     Ok(match parse_location(location)? {
         Location::Sqlite(path) if path == ":memory:" => both(SqliteStore::open_in_memory().await?, None),

@@ -26,6 +26,9 @@
 //!   the responses created in it.
 //! - `background_runs` and `background_events` (version 4): background runs and their event
 //!   logs (see the `background` module); their queue (`queued_at`, `started_at`, version 6).
+//! - Retrieval (version 7, see the `retrieval` module): the SQLite backend's tables, with the
+//!   chunks' text indexed by a generated `tsvector` column (`lexemes`, `english`) under a GIN
+//!   index instead of FTS5.
 //!
 //! The tables live in the first schema of the connection's `search_path` (by default `public`);
 //! `?options=-c%20search_path%3Drespgw` in the URL puts them elsewhere.
@@ -76,6 +79,7 @@ mod background;
 mod conversations;
 mod responses;
 mod retention;
+mod retrieval;
 mod schema;
 
 use self::conversations::{
@@ -100,7 +104,7 @@ use crate::{
 };
 
 /// The schema version this code reads and writes (the highest row of `respgw_schema_migrations`).
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// How long opening the store waits for the server to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,6 +1,6 @@
 //! The SQLite backend: one database file shared by every worker process, in WAL mode.
 //!
-//! Schema (version 6, recorded in `PRAGMA user_version`; older files are migrated on open):
+//! Schema (version 7, recorded in `PRAGMA user_version`; older files are migrated on open):
 //!
 //! - `items(key, item_id, body)`: each item once, `body` being the serde JSON of
 //!   [`respgw_protocol::Item`]. `item_id` is not unique (clients may resend ids). `key` is
@@ -23,6 +23,11 @@
 //!   the responses created in it. What is kept, and when it goes, is in the crate's docs.
 //! - `background_runs` and `background_events` (version 4): background runs and their event
 //!   logs (see the `background` module); their queue (`queued_at`, `started_at`, version 6).
+//! - Retrieval (version 7, see the `retrieval` module): `files` and their bytes (`file_contents`),
+//!   `vector_stores`, `vector_store_files` (with the ingestion queue's lease columns),
+//!   `vector_store_file_batches`, and `chunks` (text, tokens, embedding blob) with their FTS5
+//!   index `chunks_fts` (external content, `porter unicode61 remove_diacritics 2`), kept in step
+//!   by triggers.
 //!
 //! # Threads and connections
 //!
@@ -56,6 +61,7 @@ mod conversations;
 mod reserve;
 mod responses;
 mod retention;
+mod retrieval;
 mod writer;
 
 use std::ffi::c_int;
@@ -104,7 +110,7 @@ static CONVERSATION_HISTORY: LazyLock<String> = LazyLock::new(|| with_sqlite_par
 static CONVERSATION_ITEM: LazyLock<String> = LazyLock::new(|| with_sqlite_parameters(queries::CONVERSATION_ITEM));
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).

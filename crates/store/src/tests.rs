@@ -129,6 +129,14 @@ impl TestStore {
         }
     }
 
+    /// The retrieval face of the same store.
+    fn retrieval(&self) -> &dyn RetrievalStore {
+        match self {
+            TestStore::Sqlite(store) => store,
+            TestStore::Postgres(store) => store,
+        }
+    }
+
     /// The background face of the same store.
     fn background(&self) -> &dyn BackgroundStore {
         match self {
@@ -199,6 +207,18 @@ both!(
     purging_drops_only_old_logs_of_ended_runs,
     the_queue_refuses_runs_beyond_its_bounds_for_the_gateway_and_per_tenant,
     the_next_run_started_is_of_the_tenant_with_fewest_running,
+    files_are_stored_listed_in_pages_and_deleted,
+    vector_stores_are_created_counted_updated_touched_and_deleted,
+    adding_files_checks_them_first_and_a_refusal_writes_nothing,
+    ingestion_claims_oldest_first_and_finishes_with_chunks,
+    a_lapsed_lease_is_claimed_again_until_its_attempts_run_out,
+    a_late_finish_after_removal_or_cancel_writes_nothing,
+    a_finish_in_another_embedding_space_writes_nothing,
+    deleting_a_file_removes_it_from_every_store_with_its_chunks,
+    re_adding_a_file_replaces_it,
+    lexical_search_ranks_the_relevant_chunk_first_and_survives_hostile_queries,
+    vectors_round_trip_floats_exactly,
+    another_owners_retrieval_objects_are_missing,
 );
 
 /// Another owner's response id reads, pages, continues and deletes exactly like an unknown one,
@@ -1270,7 +1290,7 @@ async fn a_version_2_database_is_migrated(backend: Backend) {
         TestStore::Sqlite(_) => store.sql_i64("PRAGMA user_version").await,
         TestStore::Postgres(_) => store.sql_i64("SELECT max(version)::bigint FROM respgw_schema_migrations").await,
     };
-    assert_eq!(schema, 6);
+    assert_eq!(schema, 7);
     // Rows from before ownership belong to the tenant `default`, and to no other.
     assert_eq!(store.history(DEFAULT, "r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
     assert_eq!(store.history(OWNER, "r2").await.unwrap(), None);
@@ -1390,4 +1410,14 @@ use background::{
     a_run_logs_batches_and_ends_with_its_save_in_one_transaction, expired_leases_are_found_and_renewed_ones_are_not,
     purging_drops_only_old_logs_of_ended_runs, the_next_run_started_is_of_the_tenant_with_fewest_running,
     the_queue_refuses_runs_beyond_its_bounds_for_the_gateway_and_per_tenant,
+};
+
+mod retrieval;
+use retrieval::{
+    a_finish_in_another_embedding_space_writes_nothing, a_lapsed_lease_is_claimed_again_until_its_attempts_run_out,
+    a_late_finish_after_removal_or_cancel_writes_nothing, adding_files_checks_them_first_and_a_refusal_writes_nothing,
+    another_owners_retrieval_objects_are_missing, deleting_a_file_removes_it_from_every_store_with_its_chunks,
+    files_are_stored_listed_in_pages_and_deleted, ingestion_claims_oldest_first_and_finishes_with_chunks,
+    lexical_search_ranks_the_relevant_chunk_first_and_survives_hostile_queries, re_adding_a_file_replaces_it,
+    vector_stores_are_created_counted_updated_touched_and_deleted, vectors_round_trip_floats_exactly,
 };

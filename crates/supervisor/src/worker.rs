@@ -82,18 +82,12 @@ async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpLis
     tokio::spawn(memory::release_freed_memory());
 
     let view = merged_view(metrics.clone(), outbox.clone(), pending);
-    let app = respgw_server::build(&options, metrics.clone(), view, Some(slot.clone())).await?;
+    let app =
+        respgw_server::build(&options, metrics.clone(), view, Some(slot.clone()), stopped(stop_rx.clone())).await?;
     outbox.send(Frame::Ready { pid: std::process::id() }).await.context("the supervisor is gone")?;
     tracing::info!(slot = %slot, pid = std::process::id(), "worker serving");
 
-    let mut stop = stop_rx;
-    let shutdown = async move {
-        while !*stop.borrow() {
-            if stop.changed().await.is_err() {
-                break;
-            }
-        }
-    };
+    let shutdown = stopped(stop_rx);
     let result = respgw_server::serve_on(listener, app, &options, shutdown).await;
     // The last numbers, so nothing counted during the drain is lost from the merged view.
     let _ = outbox.send(Frame::Metrics(metrics.snapshot())).await;
@@ -101,6 +95,15 @@ async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpLis
     let _ = tokio::time::timeout(Duration::from_secs(2), writer_task).await;
     tracing::info!(slot = %slot, "worker stopped");
     result
+}
+
+/// Resolves once the worker is told to stop.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            break;
+        }
+    }
 }
 
 type PendingScrapes = Arc<Mutex<HashMap<u64, oneshot::Sender<MetricsSnapshot>>>>;

@@ -151,7 +151,7 @@ mod tests {
     use crate::recorder::{CompactionTrigger, MAX_MODEL_LABELS, Metrics, TokenCounts, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all twenty families.
+    /// A merged view of two live workers and one that exited, touching all twenty-four families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -167,6 +167,8 @@ mod tests {
         drop(first.sse_stream("/v1/responses"));
         first.tokens("alpha", "qwen", TokenCounts { input: 100, output: 20, cached: 64, reasoning: 5 });
         first.tenant_request("alpha", 200);
+        first.retrieval_ingested(true, 12, Duration::from_millis(900));
+        first.retrieval_search(Duration::from_millis(4));
         let _first_busy = first.in_flight();
 
         let second = Metrics::new();
@@ -181,6 +183,7 @@ mod tests {
         let _second_stream = second.sse_stream("/v1/responses");
         second.tokens("alpha", "qwen", TokenCounts { input: 1, output: 2, cached: 0, reasoning: 0 });
         second.tenant_request("beta", 429);
+        second.retrieval_ingested(false, 0, Duration::from_millis(30));
         let _second_running = second.background_running();
         let _second_queued = second.background_queued();
         second.background_cancelled();
@@ -250,7 +253,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 40, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 48, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

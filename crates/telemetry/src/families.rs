@@ -45,6 +45,15 @@ pub const BACKGROUND_LOST_TOTAL: &str = "gw_responses_background_lost_total";
 /// `gw_responses_store_lock_waits_total` — counter, no labels.
 pub const STORE_LOCK_WAITS_TOTAL: &str = "gw_responses_store_lock_waits_total";
 
+/// `gw_responses_ingestion_files_total` — counter {outcome}.
+pub const INGESTION_FILES_TOTAL: &str = "gw_responses_ingestion_files_total";
+/// `gw_responses_ingestion_chunks_total` — counter, no labels.
+pub const INGESTION_CHUNKS_TOTAL: &str = "gw_responses_ingestion_chunks_total";
+/// `gw_responses_ingestion_duration_seconds` — histogram {outcome}.
+pub const INGESTION_DURATION_SECONDS: &str = "gw_responses_ingestion_duration_seconds";
+/// `gw_responses_search_duration_seconds` — histogram, no labels.
+pub const SEARCH_DURATION_SECONDS: &str = "gw_responses_search_duration_seconds";
+
 /// Upper bounds (seconds) of the HTTP handler duration histogram.
 pub const HTTP_REQUEST_DURATION_BUCKETS: &[f64] =
     &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0];
@@ -56,6 +65,14 @@ pub const SSE_STREAM_DURATION_BUCKETS: &[f64] = &[
 /// Upper bounds (seconds) of the tool execution duration histogram.
 pub const TOOL_EXECUTION_DURATION_BUCKETS: &[f64] =
     &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0];
+
+/// Upper bounds (seconds) of the ingestion duration histogram (one file: read, extract, chunk,
+/// embed, store).
+pub const INGESTION_DURATION_BUCKETS: &[f64] =
+    &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
+/// Upper bounds (seconds) of the vector-store search duration histogram.
+pub const SEARCH_DURATION_BUCKETS: &[f64] =
+    &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// The Prometheus type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +111,8 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All twenty families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 20] = [
+/// All twenty-four families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 24] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -235,6 +252,34 @@ pub static FAMILIES: [FamilyDescriptor; 20] = [
         kind: MetricKind::Counter,
         label_names: &["status", "tenant"],
         buckets: &[],
+    },
+    FamilyDescriptor {
+        name: INGESTION_FILES_TOTAL,
+        help: "Vector-store files ingested by this gateway, by outcome (completed, failed).",
+        kind: MetricKind::Counter,
+        label_names: &["outcome"],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: INGESTION_CHUNKS_TOTAL,
+        help: "Chunks written by ingestion (each embedded when an embedding model is configured).",
+        kind: MetricKind::Counter,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: INGESTION_DURATION_SECONDS,
+        help: "Ingestion of one vector-store file in seconds, from claim to completed or failed.",
+        kind: MetricKind::Histogram,
+        label_names: &["outcome"],
+        buckets: INGESTION_DURATION_BUCKETS,
+    },
+    FamilyDescriptor {
+        name: SEARCH_DURATION_SECONDS,
+        help: "Vector-store searches (the search endpoint and the file_search tool) in seconds.",
+        kind: MetricKind::Histogram,
+        label_names: &[],
+        buckets: SEARCH_DURATION_BUCKETS,
     },
 ];
 

@@ -1,4 +1,4 @@
-//! Metrics for respgw: the twenty `gw_responses_*` families, how a worker records them, how the
+//! Metrics for respgw: the twenty-four `gw_responses_*` families, how a worker records them, how the
 //! supervisor merges the workers' snapshots, and how a merged view is exposed to Prometheus.
 //!
 //! Flow in standalone mode:

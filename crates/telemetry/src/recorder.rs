@@ -21,6 +21,10 @@ use crate::families::{
     TOKENS_TOTAL, TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL,
     TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
 };
+use crate::families::{
+    INGESTION_CHUNKS_TOTAL, INGESTION_DURATION_BUCKETS, INGESTION_DURATION_SECONDS, INGESTION_FILES_TOTAL,
+    SEARCH_DURATION_BUCKETS, SEARCH_DURATION_SECONDS,
+};
 use crate::snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot, sorted_labels};
 
 /// Value of the `tool_type` label: a name fixed in the code of the tool kind it counts
@@ -286,6 +290,23 @@ impl Metrics {
         let status = status.to_string();
         self.lock_series()
             .increment(REQUESTS_BY_TENANT_TOTAL, sorted_labels(&[("status", &status), ("tenant", tenant)]));
+    }
+
+    /// Records one vector-store file's ingestion: `ingestion_files_total{outcome}` += 1 (outcome
+    /// `completed` or `failed`), `chunks` into `ingestion_chunks_total`, `elapsed` into
+    /// `ingestion_duration_seconds{outcome}`.
+    pub fn retrieval_ingested(&self, completed: bool, chunks: u64, elapsed: Duration) {
+        let outcome = if completed { "completed" } else { "failed" };
+        let labels = sorted_labels(&[("outcome", outcome)]);
+        let mut series = self.lock_series();
+        series.increment(INGESTION_FILES_TOTAL, labels.clone());
+        series.add(INGESTION_CHUNKS_TOTAL, Vec::new(), chunks);
+        series.observe(INGESTION_DURATION_SECONDS, INGESTION_DURATION_BUCKETS, labels, elapsed);
+    }
+
+    /// Records one vector-store search's duration (`search_duration_seconds`).
+    pub fn retrieval_search(&self, elapsed: Duration) {
+        self.lock_series().observe(SEARCH_DURATION_SECONDS, SEARCH_DURATION_BUCKETS, Vec::new(), elapsed);
     }
 
     /// `model` itself while fewer than [`MAX_MODEL_LABELS`] models have their own label, else

@@ -3,6 +3,8 @@
 //! * [`cassette`]: loads recorded HTTP exchanges (YAML cassettes) from the repository's fixtures (`tests/fixtures/`).
 //! * [`upstream`]: [`ReplayUpstream`], an in-process fake chat-completions server that replays
 //!   cassettes and scripted streams, selected by the request's `model`.
+//! * [`embedding`]: the replay upstream's embedding model, a hashed bag of words (texts sharing
+//!   words are close), served at `POST /v1/embeddings`, which can fail or answer late on demand.
 //! * [`toy_tokenizer`]: the deterministic tokenizer and chat template the replay upstream counts
 //!   prompts with (its tokenizer routes, usage, an optional context window).
 //! * [`sse`]: SSE parsing and the gateway's stream framing contract ([`check_stream`]).
@@ -27,6 +29,7 @@
 
 pub mod cassette;
 pub mod client_log;
+pub mod embedding;
 pub mod gateway;
 pub mod pdf;
 pub mod postgres;

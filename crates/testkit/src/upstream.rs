@@ -7,7 +7,11 @@
 //! HTTP 500 `{"error":{"message":"replay: ..."}}` and noted in [`RecordedRequest::replay_error`], so a
 //! test fails loudly instead of silently getting a wrong reply.
 //!
-//! Other routes: `GET /v1/models` lists the scenario names; anything else is a 404 JSON error.
+//! Other routes: `GET /v1/models` lists the scenario names; `POST /v1/embeddings` answers any model
+//! with the [`embedding`](crate::embedding) bag-of-words vectors (dimension set by
+//! [`ReplayUpstream::set_embedding_dimensions`], floats or base64), and can be made to fail
+//! ([`ReplayUpstream::fail_embeddings`]) or to answer late ([`ReplayUpstream::set_embedding_delay`]);
+//! anything else is a 404 JSON error.
 //!
 //! Token counting (opt-in, with the [`toy_tokenizer`]): [`ReplayUpstream::serve_tokenizer`]
 //! adds vLLM's `POST /tokenize` (with `messages`) or llama.cpp's `POST /apply-template` and
@@ -33,6 +37,7 @@ use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use bytes::Bytes;
 use futures::{StreamExt, stream};
 use serde_json::{Value, json};
@@ -40,6 +45,7 @@ use tokio::task::JoinHandle;
 
 use crate::cassette::{Cassette, ResponsePayload};
 use crate::cassettes_dir;
+use crate::embedding;
 use crate::toy_tokenizer;
 
 /// Content type of every streamed reply that does not come from a cassette.
@@ -231,6 +237,7 @@ impl ReplayUpstream {
             unfinished: Mutex::new(Vec::new()),
             tokenizer: Mutex::new(TokenizerRoutes::None),
             context_window: Mutex::new(None),
+            embeddings: Mutex::new(EmbeddingBehaviour::default()),
         });
         let router = Router::new().fallback(handle_request).with_state(state.clone());
         let server = tokio::spawn(async move {
@@ -286,6 +293,30 @@ impl ReplayUpstream {
         *lock(&self.state.context_window) = tokens;
     }
 
+    /// The length of the vectors `POST /v1/embeddings` answers with ([`embedding::DEFAULT_DIMENSIONS`]
+    /// unless set).
+    pub fn set_embedding_dimensions(&self, dimensions: usize) {
+        lock(&self.state.embeddings).dimensions = dimensions;
+    }
+
+    /// Answer the next `count` embedding requests with HTTP `status` (e.g. 500 or 429) and an
+    /// OpenAI-style error body instead of vectors.
+    pub fn fail_embeddings(&self, count: usize, status: u16) {
+        let mut embeddings = lock(&self.state.embeddings);
+        embeddings.failures = count;
+        embeddings.failure_status = status;
+    }
+
+    /// Wait `delay` before answering each embedding request (zero by default).
+    pub fn set_embedding_delay(&self, delay: Duration) {
+        lock(&self.state.embeddings).delay = delay;
+    }
+
+    /// The recorded `POST /v1/embeddings` requests, in arrival order (failed ones included).
+    pub fn embedding_requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.state.requests).iter().filter(|request| request.path == "/v1/embeddings").cloned().collect()
+    }
+
     /// Turns request recording on (the default) or off; off keeps memory flat in long benchmark runs.
     pub fn set_recording(&self, enabled: bool) {
         self.state.recording.store(enabled, Ordering::Relaxed);
@@ -334,6 +365,31 @@ struct ReplayState {
     tokenizer: Mutex<TokenizerRoutes>,
     /// The model's context window in tokens, when one is enforced.
     context_window: Mutex<Option<u64>>,
+    /// How `POST /v1/embeddings` answers.
+    embeddings: Mutex<EmbeddingBehaviour>,
+}
+
+/// How the embeddings route answers.
+struct EmbeddingBehaviour {
+    /// The vectors' length.
+    dimensions: usize,
+    /// Requests still to fail.
+    failures: usize,
+    /// The status they fail with.
+    failure_status: u16,
+    /// The pause before each answer.
+    delay: Duration,
+}
+
+impl Default for EmbeddingBehaviour {
+    fn default() -> Self {
+        EmbeddingBehaviour {
+            dimensions: embedding::DEFAULT_DIMENSIONS,
+            failures: 0,
+            failure_status: 500,
+            delay: Duration::ZERO,
+        }
+    }
 }
 
 impl ReplayState {
@@ -372,6 +428,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// What to send back, once the step is resolved.
 enum Reply {
     Ready(Response),
+    /// An embeddings answer, sent after its delay.
+    Embeddings((Duration, Response)),
     Hang,
 }
 
@@ -401,6 +459,7 @@ async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request)
         (&Method::POST, "/apply-template") if routes == TokenizerRoutes::LlamaCpp => {
             Ok(Reply::Ready(reply_json(json!({"prompt": toy_tokenizer::render(&body)}))))
         }
+        (&Method::POST, "/v1/embeddings") => Ok(Reply::Embeddings(embeddings_reply(&state, &body))),
         (&Method::GET, "/v1/models") => {
             Ok(Reply::Ready((StatusCode::OK, axum::Json(state.model_list())).into_response()))
         }
@@ -418,9 +477,71 @@ async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request)
 
     match outcome {
         Ok(Reply::Ready(response)) => response,
+        Ok(Reply::Embeddings((delay, response))) => {
+            tokio::time::sleep(delay).await;
+            response
+        }
         Ok(Reply::Hang) => std::future::pending().await,
         Err((status, message)) => (status, axum::Json(json!({"error": {"message": message}}))).into_response(),
     }
+}
+
+/// The answer to `POST /v1/embeddings` with this `body`, and how long to wait before sending it.
+fn embeddings_reply(state: &ReplayState, body: &Value) -> (Duration, Response) {
+    let (dimensions, delay, failure) = {
+        let mut behaviour = lock(&state.embeddings);
+        let failure = (behaviour.failures > 0).then_some(behaviour.failure_status);
+        behaviour.failures = behaviour.failures.saturating_sub(1);
+        (behaviour.dimensions, behaviour.delay, failure)
+    };
+    let error = |status: StatusCode, message: &str| {
+        let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}});
+        (status, axum::Json(body)).into_response()
+    };
+    if let Some(status) = failure {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (delay, error(status, "replay: a scripted embedding failure"));
+    }
+    let Some(model) = body.get("model").and_then(Value::as_str) else {
+        return (delay, error(StatusCode::BAD_REQUEST, "model: a string is required"));
+    };
+    let inputs: Vec<&str> = match body.get("input") {
+        Some(Value::String(text)) => vec![text.as_str()],
+        Some(Value::Array(items)) if !items.is_empty() => match items.iter().map(Value::as_str).collect() {
+            Some(texts) => texts,
+            None => return (delay, error(StatusCode::BAD_REQUEST, "input: only strings are embedded here")),
+        },
+        _ => return (delay, error(StatusCode::BAD_REQUEST, "input: a string or a non-empty array of strings")),
+    };
+    let base64 = match body.get("encoding_format").and_then(Value::as_str) {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return (delay, error(StatusCode::BAD_REQUEST, &format!("encoding_format: unknown format '{other}'")));
+        }
+    };
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            let vector = embedding::embed(text, dimensions);
+            let encoded = if base64 {
+                let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(vector)
+            };
+            json!({"object": "embedding", "index": index, "embedding": encoded})
+        })
+        .collect();
+    let tokens: usize = inputs.iter().map(|text| embedding::word_count(text)).sum();
+    let reply = json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    });
+    (delay, reply_json(reply))
 }
 
 /// vLLM's reply to a prompt of `prompt` tokens that does not fit a window of `window` tokens.
@@ -828,9 +949,74 @@ mod tests {
             ]})
         );
 
-        let missing = http_client().post(format!("{}/embeddings", upstream.base_url())).send().await.unwrap();
+        let missing = http_client().post(format!("{}/completions", upstream.base_url())).send().await.unwrap();
         assert_eq!(missing.status(), 404);
         assert_eq!(upstream.all_requests().len(), 5);
-        assert_eq!(upstream.replay_errors(), vec!["replay: no route for POST /v1/embeddings"]);
+        assert_eq!(upstream.replay_errors(), vec!["replay: no route for POST /v1/completions"]);
+    }
+
+    async fn post_embeddings(upstream: &ReplayUpstream, body: Value) -> (u16, Value) {
+        let response = http_client()
+            .post(format!("{}/embeddings", upstream.base_url()))
+            .header("authorization", "Bearer embed-key")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn embeddings_are_bag_of_words_vectors_and_recorded() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        let (status, body) =
+            post_embeddings(&upstream, json!({"model": "embed", "input": ["reset the password", "bananas"]})).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["object"], "list");
+        assert_eq!(body["model"], "embed");
+        assert_eq!(body["usage"]["prompt_tokens"], 4);
+        let data = body["data"].as_array().unwrap();
+        assert_eq!(data.len(), 2);
+        assert_eq!((data[1]["object"].as_str(), data[1]["index"].as_u64()), (Some("embedding"), Some(1)));
+        let first: Vec<f32> = serde_json::from_value(data[0]["embedding"].clone()).unwrap();
+        assert_eq!(first, embedding::embed("reset the password", embedding::DEFAULT_DIMENSIONS));
+
+        let recorded = upstream.embedding_requests();
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(recorded[0].model.as_deref(), Some("embed"));
+        assert_eq!(recorded[0].headers["authorization"], "Bearer embed-key");
+        assert_eq!(recorded[0].body["input"].as_array().map(Vec::len), Some(2));
+        assert!(upstream.replay_errors().is_empty());
+    }
+
+    #[tokio::test]
+    async fn embeddings_take_a_dimension_and_base64() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        upstream.set_embedding_dimensions(16);
+        let (status, body) =
+            post_embeddings(&upstream, json!({"model": "e", "input": "one text", "encoding_format": "base64"})).await;
+        assert_eq!(status, 200);
+        let bytes =
+            base64::engine::general_purpose::STANDARD.decode(body["data"][0]["embedding"].as_str().unwrap()).unwrap();
+        let vector: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert_eq!(vector, embedding::embed("one text", 16));
+        assert_eq!(post_embeddings(&upstream, json!({"model": "e", "input": []})).await.0, 400);
+        assert_eq!(post_embeddings(&upstream, json!({"input": "x"})).await.0, 400);
+    }
+
+    #[tokio::test]
+    async fn embeddings_fail_on_demand_then_recover() {
+        let upstream = ReplayUpstream::start().await.unwrap();
+        upstream.fail_embeddings(2, 429);
+        let request = json!({"model": "e", "input": "x"});
+        assert_eq!(post_embeddings(&upstream, request.clone()).await.0, 429);
+        assert_eq!(post_embeddings(&upstream, request.clone()).await.0, 429);
+        assert_eq!(post_embeddings(&upstream, request.clone()).await.0, 200);
+        assert_eq!(upstream.embedding_requests().len(), 3);
+
+        upstream.set_embedding_delay(Duration::from_millis(150));
+        let started = std::time::Instant::now();
+        assert_eq!(post_embeddings(&upstream, request).await.0, 200);
+        assert!(started.elapsed() >= Duration::from_millis(150));
     }
 }

@@ -51,8 +51,8 @@ pub enum MessageContentParam {
     Parts(Vec<ContentPartParam>),
 }
 
-/// A content part as sent (an `input_image` or `input_file` may also carry a `file_id`, which
-/// we refuse: there is no Files API).
+/// A content part as sent (an `input_image` may also carry a `file_id`, which we refuse: an
+/// image is sent by URL; an `input_file` may name an uploaded file by `file_id`).
 #[derive(Debug, Clone)]
 pub enum ContentPartParam {
     InputText { text: String },
@@ -302,7 +302,7 @@ fn normalize_parts(parts: Vec<ContentPartParam>, field: &str) -> Result<Vec<Cont
             }
             ContentPartParam::InputImage { file_id: Some(_), .. } => Err(ItemError::new(
                 format!("{field}[{i}].file_id"),
-                "input_image.file_id is not supported (this gateway has no files API); send image_url.",
+                "input_image.file_id is not supported; send image_url (or the file as an input_file with file_id).",
             )),
             ContentPartParam::InputImage { .. } => {
                 Err(ItemError::new(format!("{field}[{i}].image_url"), "input_image requires a non-empty image_url."))
@@ -314,22 +314,20 @@ fn normalize_parts(parts: Vec<ContentPartParam>, field: &str) -> Result<Vec<Cont
         .collect()
 }
 
-/// An `input_file` part with exactly one source this gateway can read.
+/// An `input_file` part with exactly one source this gateway can read: `file_data`, `file_url`
+/// or an uploaded file's `file_id`.
 fn normalize_file(file: InputFileParam) -> Result<ContentPart, String> {
-    if file.file_id.is_some() {
-        return Err("input_file.file_id is not supported (this gateway has no Files API); send the file's \
-                    content as file_data (base64 or a data: URL) or its address as file_url"
-            .to_owned());
-    }
-    match (&file.file_data, &file.file_url) {
-        (Some(_), Some(_)) => Err("send either file_data or file_url in an input_file, not both".to_owned()),
-        (None, None) => Err("an input_file needs file_data (base64 or a data: URL) or file_url".to_owned()),
-        _ => Ok(ContentPart::InputFile(InputFile {
+    let sources = [file.file_data.is_some(), file.file_url.is_some(), file.file_id.is_some()];
+    match sources.iter().filter(|given| **given).count() {
+        0 => Err("an input_file needs file_data (base64 or a data: URL), file_url or file_id".to_owned()),
+        1 => Ok(ContentPart::InputFile(InputFile {
             filename: file.filename,
             file_data: file.file_data,
             file_url: file.file_url,
+            file_id: file.file_id,
             model_content: None,
         })),
+        _ => Err("send one of file_data, file_url or file_id in an input_file, not several".to_owned()),
     }
 }
 
@@ -510,9 +508,12 @@ mod tests {
     #[test]
     fn input_files_need_one_readable_source_and_are_kept_as_sent() {
         let file = |part: Value| parse(json!({"role":"user","content":[part]})).normalize();
-        let err = file(json!({"type":"input_file","file_id":"file_1"})).unwrap_err();
+        let item = file(json!({"type":"input_file","file_id":"file-1"})).unwrap();
+        let Item::Message(m) = &item else { panic!() };
+        assert_eq!(serde_json::to_value(&m.content[0]).unwrap(), json!({"type":"input_file","file_id":"file-1"}));
+        let err = file(json!({"type":"input_file","file_id":"file-1","file_url":"https://x"})).unwrap_err();
         assert_eq!(err.field, "content[0]");
-        assert!(err.message.contains("no Files API"), "{err:?}");
+        assert!(err.message.contains("not several"), "{err:?}");
         assert!(file(json!({"type":"input_file","filename":"a.txt"})).is_err());
         assert!(file(json!({"type":"input_file","file_data":"x","file_url":"https://x"})).is_err());
         let item = file(json!({"type":"input_file","filename":"a.txt","file_data":"aGk="})).unwrap();

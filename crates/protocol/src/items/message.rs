@@ -42,7 +42,7 @@ pub enum ContentPart {
         text: String,
     },
     InputImage {
-        /// A URL or a `data:` URL. `file_id` references are not supported (no files API).
+        /// A URL or a `data:` URL (an image is not named by `file_id`).
         image_url: String,
         #[serde(default)]
         detail: ImageDetail,
@@ -67,8 +67,9 @@ pub enum ContentPart {
     },
 }
 
-/// `{"type":"input_file",…}`: a file the client sent, by content (`file_data`) or by address
-/// (`file_url`), kept as sent, plus what the gateway made of it for the model.
+/// `{"type":"input_file",…}`: a file the client sent, by content (`file_data`), by address
+/// (`file_url`) or as an uploaded file (`file_id`), kept as sent, plus what the gateway made of
+/// it for the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InputFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +79,9 @@ pub struct InputFile {
     pub file_data: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_url: Option<String>,
+    /// An uploaded file (`POST /v1/files`) of the request's tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_id: Option<String>,
     /// What the model is given for this file, made once when the request arrived (the file
     /// fetched, its text extracted), so that a continuation shows the model the same thing
     /// without fetching again. Stored with the item; never shown to clients (see

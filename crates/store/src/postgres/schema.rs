@@ -110,6 +110,87 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     UPDATE background_runs SET started_at = 0 WHERE status <> 'queued';
     CREATE INDEX background_runs_unfinished ON background_runs (tenant) WHERE ended_at IS NULL;
     CREATE TABLE background_tenants (tenant text PRIMARY KEY, last_started_at bigint NOT NULL);",
+    // Retrieval: uploaded files (their bytes apart, stored uncompressed), vector stores, their
+    // files (with the ingestion queue's lease columns) and batches, and the chunks with their
+    // embeddings (little-endian `f32`s as `bytea`) and a generated `tsvector` under a GIN index.
+    // Integers are `bigint` throughout, as the shared statements bind and read them. Deleting a
+    // file, a vector store or a vector-store file cascades to what hangs off it.
+    "
+    CREATE TABLE files (
+        id text PRIMARY KEY,
+        owner text NOT NULL,
+        filename text NOT NULL,
+        purpose text NOT NULL,
+        bytes bigint NOT NULL,
+        created_at bigint NOT NULL,
+        expires_at bigint
+    );
+    CREATE INDEX files_owner ON files (owner, created_at, id);
+    CREATE TABLE file_contents (
+        file_id text PRIMARY KEY REFERENCES files(id) ON DELETE CASCADE,
+        content bytea NOT NULL
+    );
+    ALTER TABLE file_contents ALTER COLUMN content SET STORAGE EXTERNAL;
+    CREATE TABLE vector_stores (
+        id text PRIMARY KEY,
+        owner text NOT NULL,
+        name text,
+        metadata text NOT NULL,
+        created_at bigint NOT NULL,
+        last_active_at bigint NOT NULL,
+        expires_after text,
+        expires_days bigint,
+        expires_at bigint,
+        embedding_model text,
+        embedding_dimensions bigint,
+        generation bigint NOT NULL
+    );
+    CREATE INDEX vector_stores_owner ON vector_stores (owner, created_at, id);
+    CREATE TABLE vector_store_file_batches (
+        id text PRIMARY KEY,
+        vector_store_id text NOT NULL REFERENCES vector_stores(id) ON DELETE CASCADE,
+        owner text NOT NULL,
+        created_at bigint NOT NULL,
+        cancelled boolean NOT NULL
+    );
+    CREATE INDEX vector_store_file_batches_store ON vector_store_file_batches (vector_store_id);
+    CREATE TABLE vector_store_files (
+        vector_store_id text NOT NULL REFERENCES vector_stores(id) ON DELETE CASCADE,
+        file_id text NOT NULL REFERENCES files(id) ON DELETE CASCADE,
+        owner text NOT NULL,
+        status text NOT NULL,
+        attributes text NOT NULL,
+        chunking_strategy text NOT NULL,
+        usage_bytes bigint NOT NULL,
+        created_at bigint NOT NULL,
+        error_code text,
+        error_message text,
+        batch_id text,
+        lease_worker text,
+        lease_until bigint,
+        attempts bigint NOT NULL,
+        queued bigint NOT NULL,
+        PRIMARY KEY (vector_store_id, file_id)
+    );
+    CREATE INDEX vector_store_files_file ON vector_store_files (file_id);
+    CREATE INDEX vector_store_files_page ON vector_store_files (vector_store_id, created_at, file_id);
+    CREATE INDEX vector_store_files_batch ON vector_store_files (batch_id) WHERE batch_id IS NOT NULL;
+    CREATE INDEX vector_store_files_queued ON vector_store_files (queued);
+    CREATE INDEX vector_store_files_queue ON vector_store_files (queued) WHERE status = 'in_progress';
+    CREATE TABLE chunks (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        vector_store_id text NOT NULL,
+        file_id text NOT NULL,
+        seq bigint NOT NULL,
+        text text NOT NULL,
+        tokens bigint NOT NULL,
+        embedding bytea,
+        lexemes tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+        FOREIGN KEY (vector_store_id, file_id) REFERENCES vector_store_files (vector_store_id, file_id)
+            ON DELETE CASCADE
+    );
+    CREATE INDEX chunks_file ON chunks (vector_store_id, file_id, seq);
+    CREATE INDEX chunks_lexemes ON chunks USING gin (lexemes);",
 ];
 
 /// Create the schema, or bring it up to [`SCHEMA_VERSION`], under an advisory lock.

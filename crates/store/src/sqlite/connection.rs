@@ -129,13 +129,103 @@ const SCHEMA_V6: &str = "
     CREATE TABLE background_tenants (tenant TEXT PRIMARY KEY, last_started_at INTEGER NOT NULL);
     PRAGMA user_version = 6;";
 
+/// Version 7: retrieval. Uploaded files (`files`, their bytes apart in `file_contents`), vector
+/// stores, their files (with the ingestion queue's lease columns) and file batches, and the
+/// chunks ingestion cuts files into, with their embeddings (little-endian `f32` blobs) and an FTS5
+/// index over their text (`chunks_fts`, external content kept in step by triggers). Deleting a
+/// file, a vector store or a vector-store file cascades to what hangs off it.
+const SCHEMA_V7: &str = "
+    CREATE TABLE files (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER
+    );
+    CREATE INDEX files_owner ON files(owner, created_at, id);
+    CREATE TABLE file_contents (
+        file_id TEXT PRIMARY KEY REFERENCES files(id) ON DELETE CASCADE,
+        content BLOB NOT NULL
+    );
+    CREATE TABLE vector_stores (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        name TEXT,
+        metadata TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        last_active_at INTEGER NOT NULL,
+        expires_after TEXT,
+        expires_days INTEGER,
+        expires_at INTEGER,
+        embedding_model TEXT,
+        embedding_dimensions INTEGER,
+        generation INTEGER NOT NULL
+    );
+    CREATE INDEX vector_stores_owner ON vector_stores(owner, created_at, id);
+    CREATE TABLE vector_store_file_batches (
+        id TEXT PRIMARY KEY,
+        vector_store_id TEXT NOT NULL REFERENCES vector_stores(id) ON DELETE CASCADE,
+        owner TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        cancelled INTEGER NOT NULL
+    );
+    CREATE INDEX vector_store_file_batches_store ON vector_store_file_batches(vector_store_id);
+    CREATE TABLE vector_store_files (
+        vector_store_id TEXT NOT NULL REFERENCES vector_stores(id) ON DELETE CASCADE,
+        file_id TEXT NOT NULL REFERENCES files(id) ON DELETE CASCADE,
+        owner TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attributes TEXT NOT NULL,
+        chunking_strategy TEXT NOT NULL,
+        usage_bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        error_code TEXT,
+        error_message TEXT,
+        batch_id TEXT,
+        lease_worker TEXT,
+        lease_until INTEGER,
+        attempts INTEGER NOT NULL,
+        queued INTEGER NOT NULL,
+        PRIMARY KEY (vector_store_id, file_id)
+    );
+    CREATE INDEX vector_store_files_file ON vector_store_files(file_id);
+    CREATE INDEX vector_store_files_page ON vector_store_files(vector_store_id, created_at, file_id);
+    CREATE INDEX vector_store_files_batch ON vector_store_files(batch_id) WHERE batch_id IS NOT NULL;
+    CREATE INDEX vector_store_files_queued ON vector_store_files(queued);
+    CREATE INDEX vector_store_files_queue ON vector_store_files(queued) WHERE status = 'in_progress';
+    CREATE TABLE chunks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        vector_store_id TEXT NOT NULL,
+        file_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        embedding BLOB,
+        FOREIGN KEY (vector_store_id, file_id) REFERENCES vector_store_files(vector_store_id, file_id)
+            ON DELETE CASCADE
+    );
+    CREATE INDEX chunks_file ON chunks(vector_store_id, file_id, seq);
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+        text, content = 'chunks', content_rowid = 'id', tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+        INSERT INTO chunks_fts (rowid, text) VALUES (new.id, new.text);
+    END;
+    CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
+        INSERT INTO chunks_fts (chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    END;
+    PRAGMA user_version = 7;";
+
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6];
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7];
 
 /// Prepared statements kept per connection. The store uses about forty fixed statements (responses
-/// and conversations) plus one multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in
-/// the parent module); this leaves room so that none is ever evicted and re-prepared.
-const STATEMENT_CACHE: usize = 96;
+/// and conversations), one multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in the
+/// parent module), about forty retrieval statements and four shapes of each of its three lists;
+/// this leaves room so that none is ever evicted and re-prepared.
+const STATEMENT_CACHE: usize = 192;
 
 /// Tunables of one store. [`Default`] is what production uses; tests shrink some of them.
 #[derive(Debug, Clone)]
