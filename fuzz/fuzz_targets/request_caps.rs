@@ -9,6 +9,7 @@ pub const ALL_TOOLS: Capabilities = Capabilities {
     remote_mcp: true,
     remote_url_checks: true,
     web_search: true,
+    file_search: true,
 };
 
 pub const SMALL_CAPS: RequestLimits =

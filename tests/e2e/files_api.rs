@@ -260,7 +260,8 @@ async fn a_restart_during_ingestion_never_leaves_a_file_in_progress(backend: Bac
         &upstream.base_url(),
         &["--db-path", &db, "--api-keys-file", &keys, "--embedding-model", EMBEDDING_MODEL],
     );
-    let spawn = || GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &common::quiet_env());
+    let env = common::quiet_env();
+    let spawn = || GatewayProcess::spawn_in(dir.path(), common::respgw_bin(), &args, &env);
     let first = spawn().await.expect("gateway starts");
     upstream.set_embedding_delay(Duration::from_secs(5));
     let (boundary, body) = multipart(&[("purpose", "assistants")], Some(("slow.md", b"Slow rivers carve canyons.")));

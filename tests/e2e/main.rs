@@ -18,6 +18,7 @@ mod configuration;
 mod conversations;
 mod conversations_sdk;
 mod faults;
+mod file_search;
 mod files_api;
 mod hardening;
 mod input_file;

@@ -174,13 +174,15 @@ impl AssistantTurn {
             Item::FunctionCall(_) | Item::CustomToolCall(_) | Item::LocalShellCall(_) => {
                 self.gateway != GatewayCalls::None
             }
-            Item::McpCall(_) | Item::McpApprovalRequest(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) => {
-                match self.gateway {
-                    GatewayCalls::None => false,
-                    GatewayCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
-                    GatewayCalls::Unnamed => true,
-                }
-            }
+            Item::McpCall(_)
+            | Item::McpApprovalRequest(_)
+            | Item::CodeInterpreterCall(_)
+            | Item::WebSearchCall(_)
+            | Item::FileSearchCall(_) => match self.gateway {
+                GatewayCalls::None => false,
+                GatewayCalls::Named(turn) => TurnStamp::of(item.id()) != Some(turn),
+                GatewayCalls::Unnamed => true,
+            },
             // These end the turn in `messages` itself, or are not sent.
             Item::Message(_)
             | Item::FunctionCallOutput(_)
@@ -274,7 +276,11 @@ pub fn messages<'a>(
                 flush(&mut turn, &mut out);
                 out.extend(client::replayed_output(item));
             }
-            Item::McpCall(_) | Item::CodeInterpreterCall(_) | Item::WebSearchCall(_) | Item::McpApprovalRequest(_) => {
+            Item::McpCall(_)
+            | Item::CodeInterpreterCall(_)
+            | Item::WebSearchCall(_)
+            | Item::FileSearchCall(_)
+            | Item::McpApprovalRequest(_) => {
                 if let Some((call, result)) = gateway.call_and_result(item) {
                     turn.push_gateway_call(item.id(), call, truncate_for_model(result, max_tool_output_bytes));
                 }

@@ -60,10 +60,17 @@ pub trait ToolResolver: Send + Sync {
     /// Which gateway tools requests may declare (validation rejects the others with a 400).
     fn capabilities(&self) -> respgw_protocol::Capabilities;
 
-    /// Resolve the declarations of `request`. May do network I/O (MCP inventories); a failure
-    /// here is a request error (e.g. 422 `bad_input` for an unknown or unreachable server).
-    /// `history` is the conversation so far (to skip servers already listed).
-    async fn resolve(&self, request: &ValidatedRequest, history: &[Item]) -> Result<ResolvedTools, ApiError>;
+    /// Resolve the declarations of `request`, a request of tenant `owner`. May do network I/O
+    /// (MCP inventories) and store reads (file_search's vector stores, which must be `owner`'s);
+    /// a failure here is a request error (e.g. 422 `bad_input` for an unknown or unreachable
+    /// server, 404 for another tenant's vector store). `history` is the conversation so far (to
+    /// skip servers already listed).
+    async fn resolve(
+        &self,
+        request: &ValidatedRequest,
+        history: &[Item],
+        owner: &str,
+    ) -> Result<ResolvedTools, ApiError>;
 }
 
 /// Gateway tools for unit tests.

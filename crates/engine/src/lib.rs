@@ -49,7 +49,7 @@
 //!   response-wide. It handles one generic call (`OpenCall`, routed by [`CallTarget`]) and knows no
 //!   tool kind. [`think`]: `<think>…</think>` splitting across chunk boundaries.
 //! - [`tool_kinds`]: one module per kind of tool call (`client`, `code_interpreter`, `web_search`,
-//!   `mcp` with its approval flow). The rest of the engine reaches the kinds through three files:
+//!   `file_search`, `mcp` with its approval flow). The rest of the engine reaches the kinds through three files:
 //!   `tool_kinds/mod.rs` (the generic call and the `match`es that hand over to the kinds;
 //!   `GatewayToolState`, each kind's per-response state, which the turn carries unopened and
 //!   executors are given; `GatewayReplay`, how their items are told to the model),
@@ -59,7 +59,9 @@
 //!   [`ToolResolver`]) — what the engine needs from it, nothing more.
 //! - `tool_kinds/web_search/cite.rs`: `url_citation` annotations — markdown links in the answer
 //!   to pages `web_search` showed the model, found incrementally so `annotation.added` goes out
-//!   as soon as a citation is complete.
+//!   as soon as a citation is complete. `tool_kinds/file_search/cite.rs`: `file_citation`
+//!   annotations — the numbered markers (`[2]`) citing results `file_search` showed the model,
+//!   found the same way.
 //! - `truncation.rs`: `truncation: "auto"` — the history split into conversation turns, the oldest
 //!   dropped when the upstream refuses a model turn for its context window (enough at once when the
 //!   refusal gives sizes, else doubling); what was dropped is the response's `truncation_details`.
@@ -137,6 +139,7 @@ pub use respgw_store_api::background::StoredEvent;
 pub use run::{LocalConversation, PreparedResponse, RunOutcome};
 pub use stored::StoredResponses;
 pub use tool_kinds::{
-    CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, GatewayKind, GatewayOutcome, WebSearchOutcome,
+    CallTarget, CitableSource, ClientCallShape, CodeInterpreterOutcome, FileSearchOutcome, GatewayKind, GatewayOutcome,
+    WebSearchOutcome,
 };
 pub use upstream::{ContextOverflow, DEFAULT_MAX_IDLE_CONNECTIONS, Upstream, UpstreamConfig, UpstreamError};

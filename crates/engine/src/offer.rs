@@ -99,6 +99,7 @@ mod tests {
             remote_mcp: true,
             remote_url_checks: true,
             web_search: true,
+            file_search: true,
         };
         let req = CreateResponseRequest::from_slice(body.to_string().as_bytes()).unwrap().validate(&caps).unwrap();
         let gateway: Vec<Arc<dyn GatewayTool>> = vec![

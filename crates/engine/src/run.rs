@@ -161,7 +161,7 @@ impl Engine {
         let input_start = history.len();
         history.extend(request.input.iter().cloned());
         let mut hooks = RunHooks::for_input(&history, input_start)?;
-        let gateway_tools = hooks.tools_resolved(self.tools.resolve(&request, &history).await, &request)?;
+        let gateway_tools = hooks.tools_resolved(self.tools.resolve(&request, &history, owner).await, &request)?;
         let menu = ToolMenu::new(&request, &gateway_tools);
         menu.check_choice(&request.tool_choice)?;
         let tool_state = GatewayToolState::for_history(&history, owner);

@@ -174,7 +174,7 @@ mod tests {
         fn capabilities(&self) -> respgw_protocol::Capabilities {
             respgw_protocol::Capabilities::default()
         }
-        async fn resolve(&self, _: &ValidatedRequest, _: &[Item]) -> Result<ResolvedTools, ApiError> {
+        async fn resolve(&self, _: &ValidatedRequest, _: &[Item], _: &str) -> Result<ResolvedTools, ApiError> {
             Ok(ResolvedTools::default())
         }
     }

@@ -108,7 +108,7 @@ impl ToolResolver for FakeResolver {
     fn capabilities(&self) -> Capabilities {
         Capabilities { builtin_mcp: true, ..Capabilities::default() }
     }
-    async fn resolve(&self, request: &ValidatedRequest, _: &[Item]) -> Result<ResolvedTools, ApiError> {
+    async fn resolve(&self, request: &ValidatedRequest, _: &[Item], _: &str) -> Result<ResolvedTools, ApiError> {
         let declared = request.tools.iter().any(|t| matches!(t, ToolDeclaration::Mcp(_)));
         let tools: Vec<Arc<dyn GatewayTool>> = if declared { vec![self.tool.clone()] } else { Vec::new() };
         Ok(ResolvedTools { tools, shown_first: Vec::new() })

@@ -15,6 +15,9 @@
 //!   [`crate::server_tools`]: a call (`server_tool_use`, `mcp_tool_use`) and its result, and
 //!   `usage.server_tool_use` counts the web searches; links to the pages searched are citations
 //!   of their text blocks.
+//! - `file_search` has no Anthropic counterpart a Messages request could declare, so its items
+//!   never reach this face; were one there, it would show nothing (its `file_citation`s carry no
+//!   Anthropic citation either): a Messages client sees the answer's text only.
 //! - `usage.input_tokens` counts the input tokens the upstream did not read from its prefix
 //!   cache: Anthropic's three input counts add up to the whole input, and
 //!   `cache_read_input_tokens` is the upstream's cached tokens.
@@ -216,6 +219,8 @@ pub fn blocks(item: &Item, shape: &ReplyShape, pages: &PageTexts) -> Vec<Content
         }
         // A server's tool list is the gateway's business; every MCP call runs without approval.
         Item::McpListTools(_) | Item::McpApprovalRequest(_) => Vec::new(),
+        // No Messages request declares file_search (see the module's comment): the text only.
+        Item::FileSearchCall(_) => Vec::new(),
         // Client tools of other shapes (`custom`, `local_shell`) cannot be declared in a
         // Messages request, a `compaction` item is the engine's own record of a compacted
         // conversation, and the rest are input items, never output.

@@ -298,6 +298,9 @@ impl MessageStream {
             | ResponseEvent::WebSearchCallInProgress { .. }
             | ResponseEvent::WebSearchCallSearching { .. }
             | ResponseEvent::WebSearchCallCompleted { .. }
+            | ResponseEvent::FileSearchCallInProgress { .. }
+            | ResponseEvent::FileSearchCallSearching { .. }
+            | ResponseEvent::FileSearchCallCompleted { .. }
             | ResponseEvent::CompactionCompacting { .. } => {}
             ResponseEvent::Completed { response } | ResponseEvent::Incomplete { response } => {
                 self.finish(&response, out);
@@ -347,6 +350,7 @@ impl MessageStream {
             // No blocks for the rest (see [`crate::reply::blocks`]).
             Item::CodeInterpreterCall(_)
             | Item::WebSearchCall(_)
+            | Item::FileSearchCall(_)
             | Item::McpCall(_)
             | Item::McpListTools(_)
             | Item::McpApprovalRequest(_)
@@ -404,6 +408,7 @@ impl MessageStream {
             }
             // No blocks for the rest (see [`crate::reply::blocks`]).
             Item::McpListTools(_)
+            | Item::FileSearchCall(_)
             | Item::McpApprovalRequest(_)
             | Item::CustomToolCall(_)
             | Item::LocalShellCall(_)

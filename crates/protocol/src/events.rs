@@ -91,6 +91,12 @@ pub enum ResponseEvent {
     WebSearchCallSearching { item_id: String, output_index: usize },
     #[serde(rename = "response.web_search_call.completed")]
     WebSearchCallCompleted { item_id: String, output_index: usize },
+    #[serde(rename = "response.file_search_call.in_progress")]
+    FileSearchCallInProgress { item_id: String, output_index: usize },
+    #[serde(rename = "response.file_search_call.searching")]
+    FileSearchCallSearching { item_id: String, output_index: usize },
+    #[serde(rename = "response.file_search_call.completed")]
+    FileSearchCallCompleted { item_id: String, output_index: usize },
     /// The conversation is being summarised into the `compaction` item at `output_index` (sent
     /// once, between that item's `output_item.added` and `output_item.done`; it carries no
     /// summary).
@@ -171,6 +177,9 @@ impl ResponseEvent {
             ResponseEvent::WebSearchCallInProgress { .. } => "response.web_search_call.in_progress",
             ResponseEvent::WebSearchCallSearching { .. } => "response.web_search_call.searching",
             ResponseEvent::WebSearchCallCompleted { .. } => "response.web_search_call.completed",
+            ResponseEvent::FileSearchCallInProgress { .. } => "response.file_search_call.in_progress",
+            ResponseEvent::FileSearchCallSearching { .. } => "response.file_search_call.searching",
+            ResponseEvent::FileSearchCallCompleted { .. } => "response.file_search_call.completed",
             ResponseEvent::CompactionCompacting { .. } => "response.compaction.compacting",
             ResponseEvent::Error { .. } => "error",
         }

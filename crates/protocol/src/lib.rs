@@ -15,7 +15,7 @@
 //!   items are normalized.
 //! - [`items`]: the canonical items — message, `function_call` (with an optional `namespace`),
 //!   `function_call_output`, reasoning, the gateway tools' `code_interpreter_call`, `mcp_call`,
-//!   `mcp_list_tools` and `web_search_call`, MCP approvals' `mcp_approval_request` and
+//!   `mcp_list_tools`, `web_search_call` and `file_search_call`, MCP approvals' `mcp_approval_request` and
 //!   `mcp_approval_response`, the client `custom_tool_call` / `local_shell_call` items and their
 //!   outputs, and `compaction`. Items and content parts are dispatched on their `type` field.
 //! - [`tools`]: tool declarations (functions, `namespace`, `custom`, `local_shell`, the gateway

@@ -11,6 +11,7 @@ use respgw_retrieval::Retrieval;
 use respgw_telemetry::Metrics;
 use respgw_tools::GatewayTools;
 use respgw_tools::code_interpreter::{Sandbox, SandboxConfig};
+use respgw_tools::file_search::FileSearch;
 use respgw_tools::input_files::InputFiles;
 use respgw_tools::mcp::{HelperTimeouts, McpHelperClient, RemoteMcp};
 use respgw_tools::web_search::WebSearch;
@@ -51,7 +52,7 @@ pub async fn build(
     retrieval.spawn_ingestion(ingestion_stop);
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
     let mcp_helper = mcp_helper_client(options)?;
-    let tools = gateway_tools(options, mcp_helper.clone()).await?;
+    let tools = gateway_tools(options, mcp_helper.clone(), &retrieval).await?;
     let reasoning_keys = if options.reasoning_keys.keys.is_empty() {
         ReasoningKeys::ephemeral().map_err(anyhow::Error::msg)?
     } else {
@@ -91,7 +92,12 @@ pub async fn build(
 /// The gateway tools this worker runs. The supervisor already checked the sandbox; if it fails
 /// here anyway, the tool is left out (requests naming it get a 400) rather than the worker dying.
 /// Remote MCP settings were validated by the supervisor too (an unreadable CA file fails here).
-async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperClient>) -> anyhow::Result<GatewayTools> {
+/// `file_search` searches the worker's `retrieval`.
+async fn gateway_tools(
+    options: &GatewayOptions,
+    mcp_helper: Option<McpHelperClient>,
+    retrieval: &Retrieval,
+) -> anyhow::Result<GatewayTools> {
     let sandbox = if options.code_interpreter {
         match Sandbox::new(SandboxConfig::from_settings(&options.code_interpreter_settings)).await {
             Ok(sandbox) => Some(sandbox),
@@ -105,7 +111,8 @@ async fn gateway_tools(options: &GatewayOptions, mcp_helper: Option<McpHelperCli
     };
     let remote_mcp =
         RemoteMcp::new(options.remote_mcp.clone()).map_err(|e| anyhow::anyhow!("Remote MCP settings: {e}"))?;
-    let tools = GatewayTools::new(sandbox, mcp_helper.clone(), remote_mcp);
+    let tools =
+        GatewayTools::new(sandbox, mcp_helper.clone(), remote_mcp).with_file_search(FileSearch::new(retrieval.clone()));
     let Some(settings) = &options.web_search else { return Ok(tools) };
     let web_search = WebSearch::new(settings, mcp_helper).map_err(|e| anyhow::anyhow!("web_search settings: {e}"))?;
     Ok(tools.with_web_search(web_search))

@@ -24,7 +24,8 @@
 //! `usage.prompt_tokens`; `Step::recorded_tool_call` replays a recorded tool-call stream with the
 //! call renamed, for client tools such as Codex's `exec_command`. The schema validator has one
 //! documented schema patch and a supplement, `tests/fixtures/openresponses-supplement.json`, for
-//! exactly the compaction item, event and object the document lacks. The `respgw-replay-upstream`
+//! exactly what the document lacks of compaction (its item, event and object) and of file search
+//! (its tool, item, three events and the `file_citation` annotation). The `respgw-replay-upstream`
 //! binary serves the replay upstream as a process of its own.
 
 pub mod cassette;
@@ -64,7 +65,7 @@ pub fn openapi_path() -> PathBuf {
     fixtures_dir().join("openresponses-openapi.json")
 }
 
-/// The schemas the Open Responses document lacks (compaction): `<fixtures>/openresponses-supplement.json`.
+/// The schemas the Open Responses document lacks (compaction, file search): `<fixtures>/openresponses-supplement.json`.
 pub fn supplement_path() -> PathBuf {
     fixtures_dir().join("openresponses-supplement.json")
 }

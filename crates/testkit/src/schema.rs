@@ -7,9 +7,11 @@
 //! OpenAPI 3.1 schemas are JSON Schema 2020-12. Each root is compiled as
 //! `{"$ref": "#/components/schemas/<root>", "components": <components>}` so every `$ref` of the
 //! document resolves. A few defects of the document are patched first (see [`patch_known_defects`]).
-//! The document does not define compaction yet: `openresponses-supplement.json` adds exactly the
-//! `compaction` item (to the `ItemField` union), the `response.compaction.compacting` event and
-//! the `response.compaction` object ([`SchemaValidator::validate_compacted_response`]); a
+//! The document does not define compaction or file search yet: `openresponses-supplement.json`
+//! adds exactly the `compaction` item (to the `ItemField` union), the `response.compaction.compacting`
+//! event and the `response.compaction` object ([`SchemaValidator::validate_compacted_response`]),
+//! and the `file_search` tool (to `Tool`), the `file_search_call` item (to `ItemField`), its
+//! `response.file_search_call.*` events and the `file_citation` annotation (to `Annotation`); a
 //! supplement schema that would replace one of the document's is an error.
 //! The compiled validators are built once per process and shared.
 

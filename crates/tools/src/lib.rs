@@ -4,6 +4,8 @@
 //!   wall-clock timeout), with bounded concurrency and per-conversation containers.
 //! - [`GatewayTools`]: the engine's `ToolResolver` — turns a request's declarations into the
 //!   gateway tools above.
+//! - [`file_search`]: the model's queries over the request tenant's vector stores (the worker's
+//!   `Retrieval`), each vector store checked to be the tenant's when the tools are resolved.
 //! - [`web_search`]: search backends (DuckDuckGo, SearXNG, Brave, Exa over MCP), guarded page
 //!   opening and find-in-page, chosen by a start-up profile.
 //! - [`input_files`]: the engine's `FileReader` — `input_file` parts decoded or fetched (guarded),
@@ -40,7 +42,8 @@
 //! - `net_guard.rs`: the address policy against request forgery (`non_public_reason`,
 //!   `GuardedResolver`), shared by Remote MCP and page opening.
 //! - `resolver/`: [`GatewayTools`], the engine's `ToolResolver` — declarations → gateway tools — and
-//!   one executor adapter per kind (`code_interpreter.rs`; `mcp.rs`: Built-in MCP inventories listed
+//!   one executor adapter per kind (`code_interpreter.rs`; `file_search.rs`: the vector stores
+//!   checked to be the tenant's, then `FileSearch::run` per call; `mcp.rs`: Built-in MCP inventories listed
 //!   at resolve time, arguments checked against the tool's schema before the call); web_search's
 //!   `WebSearchTool` implements `GatewayTool` itself.
 //!
@@ -49,6 +52,7 @@
 //! `net_guard` (unless the operator switched the rules off).
 
 pub mod code_interpreter;
+pub mod file_search;
 pub mod input_files;
 pub mod mcp;
 pub mod net_guard;

@@ -6,7 +6,7 @@
 use respgw_protocol::ApiError;
 use respgw_protocol::tools::choice::{AllowedTool, ToolChoice, ToolChoiceMode};
 
-use super::{CallTarget, client, code_interpreter, mcp, web_search};
+use super::{CallTarget, client, code_interpreter, file_search, mcp, web_search};
 use crate::gateway_tool::FunctionSpec;
 
 /// Whether a function is admitted, given how the model sees it and who runs it.
@@ -36,6 +36,7 @@ pub(crate) fn rule(choice: &ToolChoice) -> ChoiceRule<'_> {
         ToolChoice::Function(f) => ChoiceRule::Function(f.name.clone()),
         ToolChoice::CodeInterpreter(_) => code_interpreter::forced(),
         ToolChoice::WebSearch(_) => web_search::forced(),
+        ToolChoice::FileSearch(_) => file_search::forced(),
         ToolChoice::Mcp(m) => mcp::forced(m),
     }
 }
@@ -63,14 +64,19 @@ pub(crate) fn check<'a>(
                     AllowedTool::Mcp(m) => {
                         mcp::check_choice(m, &format!("tool_choice.tools[{i}].name"), targets.clone())?
                     }
-                    AllowedTool::Function(_) | AllowedTool::CodeInterpreter(_) | AllowedTool::WebSearch(_) => {}
+                    AllowedTool::Function(_)
+                    | AllowedTool::CodeInterpreter(_)
+                    | AllowedTool::WebSearch(_)
+                    | AllowedTool::FileSearch(_) => {}
                 }
             }
             Ok(())
         }
-        ToolChoice::Mode(_) | ToolChoice::Function(_) | ToolChoice::CodeInterpreter(_) | ToolChoice::WebSearch(_) => {
-            Ok(())
-        }
+        ToolChoice::Mode(_)
+        | ToolChoice::Function(_)
+        | ToolChoice::CodeInterpreter(_)
+        | ToolChoice::WebSearch(_)
+        | ToolChoice::FileSearch(_) => Ok(()),
     }
 }
 
@@ -94,6 +100,7 @@ mod tests {
         assert_eq!(forced_function(json!({"type":"function","name":"f"})).as_deref(), Some("f"));
         assert_eq!(forced_function(json!({"type":"code_interpreter"})).as_deref(), Some("code_interpreter"));
         assert_eq!(forced_function(json!({"type":"web_search"})).as_deref(), Some("web_search"));
+        assert_eq!(forced_function(json!({"type":"file_search"})).as_deref(), Some("file_search"));
         let mcp_tool = json!({"type":"mcp","server_label":"docs","name":"fetch"});
         assert_eq!(forced_function(mcp_tool).as_deref(), Some("mcp__docs__fetch"));
         assert_eq!(forced_function(json!("required")), None);

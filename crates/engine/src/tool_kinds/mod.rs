@@ -6,7 +6,7 @@
 //! - [`client`]: tools the client runs — `function`, `namespace` members, `custom`,
 //!   `local_shell`. Their items are done once the model's arguments are complete; the client
 //!   runs them.
-//! - [`code_interpreter`], [`web_search`], [`mcp`]: gateway tools, which the gateway runs itself.
+//! - [`code_interpreter`], [`web_search`], [`file_search`], [`mcp`]: gateway tools, which the gateway runs itself.
 //!   Their items open while the arguments stream, stay open while the tool runs, and are done
 //!   with its outcome. The executors live in `respgw-tools` behind
 //!   [`GatewayTool`](crate::GatewayTool); each module names its adapter there.
@@ -25,6 +25,7 @@
 pub(crate) mod choice;
 pub mod client;
 pub mod code_interpreter;
+pub mod file_search;
 mod hooks;
 pub mod mcp;
 pub mod web_search;
@@ -42,6 +43,7 @@ use crate::gateway_tool::GatewayTool;
 pub(crate) use choice::ChoiceRule;
 pub use client::ClientCallShape;
 pub use code_interpreter::CodeInterpreterOutcome;
+pub use file_search::FileSearchOutcome;
 pub(crate) use hooks::RunHooks;
 pub use hooks::ShownFirst;
 pub use web_search::{CitableSource, WebSearchOutcome};
@@ -53,6 +55,8 @@ pub enum GatewayKind {
     CodeInterpreter,
     /// `web_search_call` items; the arguments name an action (search, open_page, find_in_page).
     WebSearch,
+    /// `file_search_call` items; the argument is `{"queries": ["…"]}`.
+    FileSearch,
     /// `mcp_call` items showing the real label and tool name.
     Mcp { server_label: String, tool_name: String },
 }
@@ -62,6 +66,7 @@ pub enum GatewayKind {
 pub enum GatewayOutcome {
     CodeInterpreter(CodeInterpreterOutcome),
     WebSearch(WebSearchOutcome),
+    FileSearch(FileSearchOutcome),
     /// The MCP tool's output text, or why the call failed.
     Mcp(Result<String, String>),
 }
@@ -72,6 +77,7 @@ impl GatewayKind {
         match self {
             GatewayKind::CodeInterpreter => code_interpreter::allowed_by(entry),
             GatewayKind::WebSearch => web_search::allowed_by(entry),
+            GatewayKind::FileSearch => file_search::allowed_by(entry),
             GatewayKind::Mcp { server_label, tool_name } => mcp::allowed_by(entry, server_label, tool_name),
         }
     }
@@ -133,6 +139,7 @@ impl FromIterator<(String, CallTarget)> for CallTargets {
 pub struct GatewayToolState {
     code_interpreter: code_interpreter::Container,
     web_search: web_search::Citations,
+    file_search: file_search::Sources,
 }
 
 impl GatewayToolState {
@@ -141,6 +148,7 @@ impl GatewayToolState {
         GatewayToolState {
             code_interpreter: code_interpreter::Container::of(history, owner),
             web_search: web_search::Citations::default(),
+            file_search: file_search::Sources::of(history),
         }
     }
 
@@ -166,6 +174,7 @@ impl GatewayToolState {
         events: &mut Vec<ResponseEvent>,
     ) {
         self.web_search.annotate(item_id, output_index, text, annotations, complete, events);
+        self.file_search.annotate(item_id, output_index, text, annotations, complete, events);
     }
 
     /// The state of a response whose history used container `container_id`.
@@ -174,6 +183,7 @@ impl GatewayToolState {
         GatewayToolState {
             code_interpreter: code_interpreter::Container::with_id(container_id),
             web_search: web_search::Citations::default(),
+            file_search: file_search::Sources::default(),
         }
     }
 }
@@ -230,6 +240,9 @@ impl OpenCall {
             CallTarget::Gateway(GatewayKind::WebSearch) => {
                 OpenCall::Gateway(GatewayCallItem::WebSearch(web_search::CallItem::announce(place, events)))
             }
+            CallTarget::Gateway(GatewayKind::FileSearch) => {
+                OpenCall::Gateway(GatewayCallItem::FileSearch(file_search::CallItem::announce(place, events)))
+            }
             CallTarget::Gateway(GatewayKind::Mcp { server_label, tool_name }) => OpenCall::Gateway(
                 GatewayCallItem::Mcp(mcp::CallItem::announce(server_label, tool_name, None, place, events)),
             ),
@@ -245,6 +258,7 @@ impl OpenCall {
             OpenCall::Client(call) => call.on_arguments(fragment, events),
             OpenCall::Gateway(GatewayCallItem::CodeInterpreter(call)) => call.on_arguments(fragment, events),
             OpenCall::Gateway(GatewayCallItem::WebSearch(call)) => call.on_arguments(fragment, events),
+            OpenCall::Gateway(GatewayCallItem::FileSearch(call)) => call.on_arguments(fragment, events),
             OpenCall::Gateway(GatewayCallItem::Mcp(call)) => call.on_arguments(fragment, events),
             // The reference API streams no arguments of an approval request: they come with its
             // `output_item.done`.
@@ -268,6 +282,7 @@ impl OpenCall {
         match &mut item {
             GatewayCallItem::CodeInterpreter(call) => call.arguments_done(&arguments, events),
             GatewayCallItem::WebSearch(call) => call.arguments_done(&mut arguments),
+            GatewayCallItem::FileSearch(call) => call.arguments_done(&mut arguments),
             GatewayCallItem::Mcp(call) => call.arguments_done(&mut arguments, events),
         }
         FinishedCall::Gateway(PendingGatewayCall { function: name, arguments, item })
@@ -279,6 +294,7 @@ impl OpenCall {
 pub enum GatewayCallItem {
     CodeInterpreter(code_interpreter::CallItem),
     WebSearch(web_search::CallItem),
+    FileSearch(file_search::CallItem),
     Mcp(mcp::CallItem),
 }
 
@@ -287,6 +303,7 @@ impl GatewayCallItem {
         match self {
             GatewayCallItem::CodeInterpreter(call) => &call.item.id,
             GatewayCallItem::WebSearch(call) => &call.item.id,
+            GatewayCallItem::FileSearch(call) => &call.item.id,
             GatewayCallItem::Mcp(call) => &call.item.id,
         }
     }
@@ -295,6 +312,7 @@ impl GatewayCallItem {
         match self {
             GatewayCallItem::CodeInterpreter(call) => call.output_index,
             GatewayCallItem::WebSearch(call) => call.output_index,
+            GatewayCallItem::FileSearch(call) => call.output_index,
             GatewayCallItem::Mcp(call) => call.output_index,
         }
     }
@@ -326,6 +344,7 @@ impl PendingGatewayCall {
         match &self.item {
             GatewayCallItem::CodeInterpreter(_) => code_interpreter::TOOL_TYPE,
             GatewayCallItem::WebSearch(_) => web_search::TOOL_TYPE,
+            GatewayCallItem::FileSearch(_) => file_search::TOOL_TYPE,
             GatewayCallItem::Mcp(_) => mcp::TOOL_TYPE,
         }
     }
@@ -335,6 +354,7 @@ impl PendingGatewayCall {
         match &self.item {
             GatewayCallItem::CodeInterpreter(call) => Some(call.running_event()),
             GatewayCallItem::WebSearch(call) => Some(call.running_event()),
+            GatewayCallItem::FileSearch(call) => Some(call.running_event()),
             GatewayCallItem::Mcp(_) => None,
         }
     }
@@ -352,6 +372,9 @@ impl PendingGatewayCall {
             (GatewayCallItem::WebSearch(call), GatewayOutcome::WebSearch(outcome)) => {
                 Ok(call.complete(outcome, &mut state.web_search))
             }
+            (GatewayCallItem::FileSearch(call), GatewayOutcome::FileSearch(outcome)) => {
+                Ok(call.complete(outcome, &mut state.file_search))
+            }
             (GatewayCallItem::Mcp(call), GatewayOutcome::Mcp(outcome)) => Ok(call.complete(outcome)),
             _ => Err(ApiError::internal("a gateway tool returned another tool's outcome")),
         }
@@ -364,6 +387,7 @@ pub(crate) fn present(item: &Item, include: &[String]) -> Item {
     match item {
         Item::CodeInterpreterCall(c) => Item::CodeInterpreterCall(code_interpreter::present(c, include)),
         Item::WebSearchCall(w) => Item::WebSearchCall(web_search::present(w, include)),
+        Item::FileSearchCall(f) => Item::FileSearchCall(file_search::present(f, include)),
         Item::Compaction(_) => item.clone().client_view(),
         Item::Message(_)
         | Item::FunctionCall(_)
@@ -390,6 +414,7 @@ pub(crate) fn is_model_output(item: &Item) -> bool {
         | Item::LocalShellCall(_)
         | Item::CodeInterpreterCall(_)
         | Item::WebSearchCall(_)
+        | Item::FileSearchCall(_)
         | Item::McpCall(_)
         | Item::McpApprovalRequest(_) => true,
         Item::FunctionCallOutput(_)
@@ -408,11 +433,15 @@ pub(crate) fn is_model_output(item: &Item) -> bool {
 /// and a client's replay send the model the same text.
 pub(crate) struct GatewayReplay<'a> {
     mcp_approvals: mcp::approval::ApprovalHistory<'a>,
+    file_search: file_search::Numbering<'a>,
 }
 
 impl<'a> GatewayReplay<'a> {
     pub(crate) fn of(history: &[&'a Item]) -> Self {
-        GatewayReplay { mcp_approvals: mcp::approval::ApprovalHistory::of(history) }
+        GatewayReplay {
+            mcp_approvals: mcp::approval::ApprovalHistory::of(history),
+            file_search: file_search::Numbering::of(history),
+        }
     }
 
     /// Whether `item` is told with another item, and so not on its own.
@@ -426,6 +455,7 @@ impl<'a> GatewayReplay<'a> {
         let ((name, arguments), result) = match item {
             Item::CodeInterpreterCall(c) => (code_interpreter::replayed_call(c), code_interpreter::result_text(c)),
             Item::WebSearchCall(w) => (web_search::replayed_call(w), web_search::result_text(w)),
+            Item::FileSearchCall(f) => (file_search::replayed_call(f), self.file_search.result_text(f)),
             Item::McpCall(m) => (mcp::replayed_call(m), mcp::result_text(m)),
             Item::McpApprovalRequest(r) => (mcp::approval::replayed_call(r), self.mcp_approvals.result_text(r)),
             Item::Message(_)
@@ -451,9 +481,15 @@ mod tests {
 
     #[test]
     fn tool_type_label_values() {
-        let values: Vec<_> = [client::TOOL_TYPE, code_interpreter::TOOL_TYPE, web_search::TOOL_TYPE, mcp::TOOL_TYPE]
-            .map(ToolType::as_str)
-            .into();
-        assert_eq!(values, ["function", "code_interpreter", "web_search", "mcp"]);
+        let values: Vec<_> = [
+            client::TOOL_TYPE,
+            code_interpreter::TOOL_TYPE,
+            web_search::TOOL_TYPE,
+            file_search::TOOL_TYPE,
+            mcp::TOOL_TYPE,
+        ]
+        .map(ToolType::as_str)
+        .into();
+        assert_eq!(values, ["function", "code_interpreter", "web_search", "file_search", "mcp"]);
     }
 }

@@ -14,6 +14,7 @@
 mod code_interpreter;
 mod compaction;
 mod custom;
+mod file_search;
 mod function;
 pub mod input;
 mod local_shell;
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 pub use self::code_interpreter::{CodeInterpreterCallItem, CodeInterpreterOutput};
 pub use self::compaction::CompactionItem;
 pub use self::custom::{CustomToolCallItem, CustomToolCallOutputItem};
+pub use self::file_search::{FileSearchCallItem, FileSearchResult};
 pub use self::function::{FunctionCallItem, FunctionCallOutputItem, FunctionOutput};
 pub use self::local_shell::{LocalShellAction, LocalShellCallItem, LocalShellCallOutputItem};
 pub use self::mcp::{McpApprovalRequestItem, McpApprovalResponseItem, McpCallItem, McpListToolsItem, McpToolInfo};
@@ -48,6 +50,7 @@ pub enum Item {
     McpApprovalRequest(McpApprovalRequestItem),
     McpApprovalResponse(McpApprovalResponseItem),
     WebSearchCall(WebSearchCallItem),
+    FileSearchCall(FileSearchCallItem),
     CustomToolCall(CustomToolCallItem),
     CustomToolCallOutput(CustomToolCallOutputItem),
     LocalShellCall(LocalShellCallItem),
@@ -146,6 +149,7 @@ impl Item {
             Item::McpApprovalRequest(r) => &r.id,
             Item::McpApprovalResponse(r) => &r.id,
             Item::WebSearchCall(w) => &w.id,
+            Item::FileSearchCall(f) => &f.id,
             Item::CustomToolCall(c) => &c.id,
             Item::CustomToolCallOutput(c) => &c.id,
             Item::LocalShellCall(c) => &c.id,

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::ToolDeclaration;
 use super::code_interpreter::CodeInterpreterToolType;
+use super::file_search::FileSearchToolType;
 use super::function::FunctionToolType;
 use super::mcp::McpToolType;
 use super::web_search::{WEB_SEARCH_TYPES, WebSearchToolType};
@@ -20,6 +21,7 @@ pub enum ToolChoice {
     Mcp(McpToolChoice),
     CodeInterpreter(CodeInterpreterChoice),
     WebSearch(WebSearchChoice),
+    FileSearch(FileSearchChoice),
     AllowedTools(AllowedTools),
 }
 
@@ -65,6 +67,14 @@ pub struct WebSearchChoice {
     pub kind: WebSearchToolType,
 }
 
+/// `{"type":"file_search"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSearchChoice {
+    #[serde(rename = "type")]
+    pub kind: FileSearchToolType,
+}
+
 /// `{"type":"allowed_tools","mode":…,"tools":[…]}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AllowedTools {
@@ -82,6 +92,7 @@ pub enum AllowedTool {
     Mcp(McpToolChoice),
     CodeInterpreter(CodeInterpreterChoice),
     WebSearch(WebSearchChoice),
+    FileSearch(FileSearchChoice),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +117,7 @@ pub fn parse_tool_choice(v: Value) -> Result<ToolChoice, ApiError> {
         "mcp" => serde_path_to_error::deserialize(v).map(ToolChoice::Mcp),
         "code_interpreter" => serde_path_to_error::deserialize(v).map(ToolChoice::CodeInterpreter),
         k if WEB_SEARCH_TYPES.contains(&k) => serde_path_to_error::deserialize(v).map(ToolChoice::WebSearch),
+        "file_search" => serde_path_to_error::deserialize(v).map(ToolChoice::FileSearch),
         "allowed_tools" => return parse_allowed_tools_choice(v).map(ToolChoice::AllowedTools),
         "" => return Err(ApiError::invalid("tool_choice", "tool_choice must be a string or an object with a 'type'.")),
         other => {
@@ -125,7 +137,7 @@ struct AllowedToolsParam {
 }
 
 /// The entry types of `allowed_tools.tools`.
-const ALLOWED_TOOL_TYPES: &[&str] = &["function", "mcp", "code_interpreter", "web_search"];
+const ALLOWED_TOOL_TYPES: &[&str] = &["function", "mcp", "code_interpreter", "web_search", "file_search"];
 
 /// `{"type":"allowed_tools","mode":…,"tools":[…]}`, each entry parsed by its `type`.
 fn parse_allowed_tools_choice(v: Value) -> Result<AllowedTools, ApiError> {
@@ -148,6 +160,7 @@ fn parse_allowed_tools_choice(v: Value) -> Result<AllowedTools, ApiError> {
             "mcp" => serde_path_to_error::deserialize(entry).map(AllowedTool::Mcp),
             "code_interpreter" => serde_path_to_error::deserialize(entry).map(AllowedTool::CodeInterpreter),
             k if WEB_SEARCH_TYPES.contains(&k) => serde_path_to_error::deserialize(entry).map(AllowedTool::WebSearch),
+            "file_search" => serde_path_to_error::deserialize(entry).map(AllowedTool::FileSearch),
             other => {
                 return Err(ApiError::invalid(
                     format!("{at}.type"),
@@ -170,6 +183,7 @@ pub fn check_tool_choice(choice: &ToolChoice, tools: &[ToolDeclaration]) -> Resu
     let has_mcp = |label: &str| tools.iter().any(|t| matches!(t, ToolDeclaration::Mcp(m) if m.server_label == label));
     let has_ci = || tools.iter().any(|t| matches!(t, ToolDeclaration::CodeInterpreter(_)));
     let has_web_search = || tools.iter().any(|t| matches!(t, ToolDeclaration::WebSearch(_)));
+    let has_file_search = || tools.iter().any(|t| matches!(t, ToolDeclaration::FileSearch(_)));
     let missing = |param: String, what: String| {
         Err(ApiError::bad_input(param, format!("{what} not found in 'tools' parameter.")))
     };
@@ -189,11 +203,15 @@ pub fn check_tool_choice(choice: &ToolChoice, tools: &[ToolDeclaration]) -> Resu
         ToolChoice::WebSearch(_) if !has_web_search() => {
             missing("tool_choice.type".into(), "Tool choice 'web_search'".into())
         }
+        ToolChoice::FileSearch(_) if !has_file_search() => {
+            missing("tool_choice.type".into(), "Tool choice 'file_search'".into())
+        }
         ToolChoice::Mode(_)
         | ToolChoice::Function(_)
         | ToolChoice::Mcp(_)
         | ToolChoice::CodeInterpreter(_)
-        | ToolChoice::WebSearch(_) => Ok(()),
+        | ToolChoice::WebSearch(_)
+        | ToolChoice::FileSearch(_) => Ok(()),
         ToolChoice::AllowedTools(a) => {
             for (i, entry) in a.tools.iter().enumerate() {
                 match entry {
@@ -215,10 +233,14 @@ pub fn check_tool_choice(choice: &ToolChoice, tools: &[ToolDeclaration]) -> Resu
                     AllowedTool::WebSearch(_) if !has_web_search() => {
                         return missing(format!("tool_choice.tools[{i}].type"), "Allowed tool 'web_search'".into());
                     }
+                    AllowedTool::FileSearch(_) if !has_file_search() => {
+                        return missing(format!("tool_choice.tools[{i}].type"), "Allowed tool 'file_search'".into());
+                    }
                     AllowedTool::Function(_)
                     | AllowedTool::Mcp(_)
                     | AllowedTool::CodeInterpreter(_)
-                    | AllowedTool::WebSearch(_) => {}
+                    | AllowedTool::WebSearch(_)
+                    | AllowedTool::FileSearch(_) => {}
                 }
             }
             if a.mode == ToolChoiceMode::Required && a.tools.is_empty() {

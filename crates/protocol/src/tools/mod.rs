@@ -4,7 +4,7 @@
 //!
 //! Client tools (the client runs them): `function`s, also grouped in a `namespace` as Codex sends
 //! them, `custom` tools and `local_shell`. Gateway tools (the gateway runs them):
-//! `code_interpreter`, `mcp` and `web_search`. A `web_search` restricted to cached results
+//! `code_interpreter`, `file_search`, `mcp` and `web_search`. A `web_search` restricted to cached results
 //! (`external_web_access: false`, what Codex sends by default) is accepted and left out of the
 //! model's offer while no search backend is configured. Which gateway tools exist is a property of
 //! the running gateway ([`Capabilities`]); declaring one that is not enabled is a clear 400.
@@ -14,6 +14,7 @@
 pub mod choice;
 pub mod code_interpreter;
 pub mod custom;
+pub mod file_search;
 pub mod function;
 pub mod local_shell;
 pub mod mcp;
@@ -25,6 +26,7 @@ use serde_json::Value;
 
 use self::code_interpreter::{CODE_INTERPRETER_FUNCTION, CodeInterpreterTool};
 use self::custom::CustomTool;
+use self::file_search::{FILE_SEARCH_FUNCTION, FileSearchTool};
 use self::function::FunctionTool;
 use self::local_shell::{LOCAL_SHELL_FUNCTION, LocalShellTool};
 use self::mcp::McpTool;
@@ -46,6 +48,8 @@ pub struct Capabilities {
     pub remote_url_checks: bool,
     /// `web_search` has a profile (`--web-search-profile`).
     pub web_search: bool,
+    /// `file_search` has the retrieval service (vector stores) to search.
+    pub file_search: bool,
 }
 
 /// One entry of `tools`, as validated and as echoed in `response.tools`.
@@ -57,6 +61,7 @@ pub enum ToolDeclaration {
     CodeInterpreter(CodeInterpreterTool),
     Mcp(McpTool),
     WebSearch(WebSearchTool),
+    FileSearch(FileSearchTool),
     /// A declaration accepted but not offered to the model (see [`OfflineWebSearch`]).
     OfflineWebSearch(OfflineWebSearch),
     Custom(CustomTool),
@@ -65,7 +70,7 @@ pub enum ToolDeclaration {
 
 /// Tool types of the Responses API that this gateway does not run. A request naming one gets a
 /// clear 400 rather than a silently missing tool.
-const UNSUPPORTED_TOOL_TYPES: &[&str] = &["file_search", "computer_use_preview", "image_generation"];
+const UNSUPPORTED_TOOL_TYPES: &[&str] = &["computer_use_preview", "image_generation"];
 
 /// OpenAI's rule for function and schema names.
 pub fn is_valid_name(name: &str) -> bool {
@@ -89,6 +94,7 @@ pub fn parse_tools(raw: Vec<Value>, caps: &Capabilities) -> Result<Vec<ToolDecla
             "local_shell" => ToolDeclaration::LocalShell(local_shell::parse(&at, &tools)?),
             "code_interpreter" => ToolDeclaration::CodeInterpreter(code_interpreter::parse(tool, &at, &tools, caps)?),
             "mcp" => ToolDeclaration::Mcp(mcp::parse(tool, &at, &tools, caps)?),
+            "file_search" => ToolDeclaration::FileSearch(file_search::parse(tool, &at, &tools, caps)?),
             k if WEB_SEARCH_TYPES.contains(&k) => web_search::parse(tool, k, &at, &tools, caps)?,
             k if UNSUPPORTED_TOOL_TYPES.contains(&k) => return Err(tool_not_enabled(&at, k)),
             k => return Err(ApiError::invalid(format!("{at}.type"), format!("Unknown tool type '{k}'."))),
@@ -112,6 +118,10 @@ pub fn tool_not_enabled(at: &str, kind: &str) -> ApiError {
             "it runs only with a search backend, and this gateway was started without one. An operator \
              enables it with `--web-search-profile`"
         }
+        "file_search" => {
+            "it runs only with the gateway's retrieval service (vector stores), which this gateway was \
+             started without"
+        }
         _ => "this gateway does not run it. Declare a function tool instead and run it in the client",
     };
     ApiError::invalid(format!("{at}.type"), format!("Tool type '{kind}' is not enabled on this gateway: {why}."))
@@ -128,6 +138,7 @@ pub fn client_function_names(tool: &ToolDeclaration) -> Vec<String> {
         ToolDeclaration::LocalShell(_) => vec![LOCAL_SHELL_FUNCTION.to_owned()],
         ToolDeclaration::CodeInterpreter(_) => vec![CODE_INTERPRETER_FUNCTION.to_owned()],
         ToolDeclaration::WebSearch(_) => vec![WEB_SEARCH_FUNCTION.to_owned()],
+        ToolDeclaration::FileSearch(_) => vec![FILE_SEARCH_FUNCTION.to_owned()],
         ToolDeclaration::Mcp(_) | ToolDeclaration::OfflineWebSearch(_) => Vec::new(),
     }
 }
@@ -156,6 +167,7 @@ pub(crate) mod tests {
         remote_mcp: true,
         remote_url_checks: true,
         web_search: true,
+        file_search: true,
     };
 
     pub(crate) fn parse(tools: Value) -> Result<Vec<ToolDeclaration>, ApiError> {

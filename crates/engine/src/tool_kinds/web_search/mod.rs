@@ -72,8 +72,8 @@ impl Citations {
         }
     }
 
-    /// Announce the citations in `text` (message `item_id`) that became complete since those in
-    /// `annotations` (all of them when `complete`), and add them there.
+    /// Announce the citations in `text` (message `item_id`) that became complete since the
+    /// `url_citation`s in `annotations` (all of them when `complete`), and add them there.
     pub(super) fn annotate(
         &self,
         item_id: &str,
@@ -86,7 +86,8 @@ impl Citations {
         if self.0.is_empty() {
             return;
         }
-        for annotation in find_citations(text, &self.0, complete).into_iter().skip(annotations.len()) {
+        let known = annotations.iter().filter(|a| a["type"] == "url_citation").count();
+        for annotation in find_citations(text, &self.0, complete).into_iter().skip(known) {
             events.push(ResponseEvent::OutputTextAnnotationAdded {
                 item_id: item_id.to_owned(),
                 output_index,
