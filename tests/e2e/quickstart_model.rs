@@ -5,9 +5,12 @@
 //! /v1/responses/input_tokens` equal to llama-server's own count of the templated prompt (and to
 //! the `usage.prompt_tokens` of a real completion). Every response object and event is validated
 //! against the Open Responses schema. The model's words are not checked (a 135M model), only that
-//! there are some; tool flows stay on the replay upstream.
+//! there are some; tool flows stay on the replay upstream. And the quickstart's file search: a
+//! second llama-server serving the embedding model all-MiniLM-L6-v2 as respgw's embedder, whose
+//! vectors put similar sentences closer than unrelated ones, and through which the README's
+//! walk-through (`tests/sdk/quickstart_file_search_check.py`) finds files by meaning alone.
 //!
-//! Needs llama-server and the model built/downloaded by `scripts/setup-local-model` (which
+//! Needs llama-server and the models built/downloaded by `scripts/setup-local-model` (which
 //! `scripts/test` runs; the cache is reused between runs).
 
 use crate::common;
@@ -24,6 +27,8 @@ use serde_json::{Value, json};
 
 /// The name llama-server serves the model under (`--alias`), as in scripts/quickstart.
 const MODEL: &str = "SmolLM2-135M-Instruct";
+/// The name the embedding llama-server serves all-MiniLM-L6-v2 under, as in scripts/quickstart.
+const EMBEDDING_MODEL: &str = "all-MiniLM-L6-v2";
 /// Few tokens keep the test quick on 2 shared cores.
 const MAX_TOKENS: u64 = 12;
 
@@ -36,8 +41,15 @@ fn local_model_prepared() -> Result<(), String> {
     }
 }
 
-/// `LLAMA_SERVER` and `MODEL` paths from `scripts/setup-local-model --paths`.
-fn local_model_paths() -> (String, String) {
+/// The paths `scripts/setup-local-model --paths` prints.
+struct LocalModel {
+    llama_server: String,
+    model: String,
+    embedding_model: String,
+}
+
+/// `LLAMA_SERVER`, `MODEL` and `EMBEDDING_MODEL` from `scripts/setup-local-model --paths`.
+fn local_model_paths() -> LocalModel {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-local-model");
     let out = std::process::Command::new(&script).arg("--paths").output().expect("scripts/setup-local-model runs");
     assert!(
@@ -52,7 +64,11 @@ fn local_model_paths() -> (String, String) {
             .unwrap_or_else(|| panic!("no {key} in the output of --paths: {text}"))
             .to_owned()
     };
-    (value("LLAMA_SERVER="), value("MODEL="))
+    LocalModel {
+        llama_server: value("LLAMA_SERVER="),
+        model: value("MODEL="),
+        embedding_model: value("EMBEDDING_MODEL="),
+    }
 }
 
 /// The text of a response's message output.
@@ -80,17 +96,14 @@ fn assert_answered(response: &Value) {
     assert!(usage["output_tokens"].as_u64().is_some_and(|n| (1..=MAX_TOKENS).contains(&n)), "{usage}");
 }
 
-/// `respgw integrated` in front of llama-server serving the model, with its store in `db`.
-async fn start_integrated(db: &Path) -> GatewayProcess {
-    let (llama_server, model) = local_model_paths();
-    let args: Vec<String> = [
-        "integrated",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--responses-db-path",
-        db.to_str().unwrap(),
+/// `respgw integrated` in front of llama-server serving the model, with its store in `db` and
+/// `extra` gateway flags.
+async fn start_integrated(db: &Path, extra: &[&str]) -> GatewayProcess {
+    let LocalModel { llama_server, model, .. } = local_model_paths();
+    let mut args: Vec<&str> = vec!["integrated", "--host", "127.0.0.1", "--port", "0", "--responses-db-path"];
+    args.push(db.to_str().unwrap());
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
         "--",
         &llama_server,
         "--model",
@@ -104,18 +117,62 @@ async fn start_integrated(db: &Path) -> GatewayProcess {
         "127.0.0.1",
         "--port",
         "{port}",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     GatewayProcess::spawn(respgw_bin(), &args, &common::quiet_env()).await.expect("integrated mode starts")
+}
+
+/// A llama-server serving all-MiniLM-L6-v2 on `/v1/embeddings` with scripts/quickstart's flags;
+/// killed when dropped.
+struct EmbeddingServer {
+    _child: tokio::process::Child,
+    base_url: String,
+}
+
+impl EmbeddingServer {
+    async fn start(dir: &Path) -> EmbeddingServer {
+        let LocalModel { llama_server, embedding_model, .. } = local_model_paths();
+        // A port free now, for llama-server to bind (it has no way to report one it picked).
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let log = std::fs::File::create(dir.join("embedding-server.log")).unwrap();
+        let mut child = tokio::process::Command::new(&llama_server)
+            .args(["--model", &embedding_model, "--alias", EMBEDDING_MODEL, "--embeddings", "--pooling", "mean"])
+            .args(["--ctx-size", "512", "--batch-size", "512", "--ubatch-size", "512", "--parallel", "1"])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("llama-server starts");
+        let base_url = format!("http://127.0.0.1:{port}");
+        let client = http_client();
+        let started = Instant::now();
+        loop {
+            let health = client.get(format!("{base_url}/health")).send().await;
+            if health.is_ok_and(|r| r.status().is_success()) {
+                break;
+            }
+            let log = || std::fs::read_to_string(dir.join("embedding-server.log")).unwrap_or_default();
+            assert!(child.try_wait().unwrap().is_none(), "the embedding server exited:\n{}", log());
+            assert!(started.elapsed() < Duration::from_secs(120), "the embedding server is not ready:\n{}", log());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        EmbeddingServer { _child: child, base_url }
+    }
+}
+
+/// Cosine of two vectors.
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
 }
 
 #[tokio::test]
 async fn integrated_mode_serves_a_real_local_model() {
     respgw_testkit::skip_unless!(local_model_prepared());
     let dir = tempfile::tempdir().unwrap();
-    let gw = start_integrated(&dir.path().join("quickstart.db")).await;
+    let gw = start_integrated(&dir.path().join("quickstart.db"), &[]).await;
     let base = gw.base_url().to_owned();
     let client = http_client();
     let log = || gw.stderr_text();
@@ -207,7 +264,7 @@ async fn integrated_mode_serves_a_real_local_model() {
 async fn input_token_count_is_llama_servers_own() {
     respgw_testkit::skip_unless!(local_model_prepared());
     let dir = tempfile::tempdir().unwrap();
-    let gw = start_integrated(&dir.path().join("tokens.db")).await;
+    let gw = start_integrated(&dir.path().join("tokens.db"), &[]).await;
     let base = gw.base_url().to_owned();
     let client = http_client();
     let post = |path: &'static str, body: Value| {
@@ -247,4 +304,59 @@ async fn input_token_count_is_llama_servers_own() {
     one_token["max_tokens"] = json!(1);
     let completion = post("/v1/chat/completions", one_token).await;
     assert_eq!(Some(counted), completion["usage"]["prompt_tokens"].as_u64(), "{completion}");
+}
+
+/// The quickstart's file search: all-MiniLM-L6-v2 on a second llama-server gives unit vectors of
+/// 384 dimensions that put a paraphrase closer than an unrelated sentence; respgw, with it as its
+/// embedder, indexes uploaded files and finds each by a question that shares no word with it (so by
+/// the vectors, not the words), and a question is answered from the file found
+/// (`tests/sdk/quickstart_file_search_check.py`, the README's walk-through).
+#[tokio::test]
+async fn file_search_through_a_real_embedding_model() {
+    respgw_testkit::skip_unless!(local_model_prepared());
+    respgw_testkit::skip_unless!(common::python_env());
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = EmbeddingServer::start(dir.path()).await;
+
+    let sentences = ["A man is eating food.", "Someone is having a meal.", "The stock market fell sharply today."];
+    let (status, _, reply) = post_json(
+        &format!("{}/v1/embeddings", embedder.base_url),
+        &json!({"model": EMBEDDING_MODEL, "input": sentences}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{reply}");
+    let vectors: Vec<Vec<f64>> = reply["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+        .collect();
+    assert_eq!(vectors.len(), 3);
+    for v in &vectors {
+        assert_eq!(v.len(), 384);
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-3, "not a unit vector: {norm}");
+    }
+    let (paraphrase, unrelated) = (cosine(&vectors[0], &vectors[1]), cosine(&vectors[0], &vectors[2]));
+    assert!(paraphrase > 0.5 && unrelated < 0.2, "paraphrase {paraphrase}, unrelated {unrelated}");
+
+    let embedding_base = format!("{}/v1", embedder.base_url);
+    let gw = start_integrated(
+        &dir.path().join("file-search.db"),
+        &[
+            "--responses-embedding-model",
+            EMBEDDING_MODEL,
+            "--responses-embedding-base-url",
+            &embedding_base,
+            "--responses-embedding-max-input-tokens",
+            "256",
+        ],
+    )
+    .await;
+    let run = common::run_sdk_script("quickstart_file_search_check.py", gw.base_url(), &[]).await;
+    assert!(run.succeeded, "{}\n{}\n{}", run.stdout, run.stderr, gw.stderr_text());
+    let report: Value = serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    assert_eq!(report["top"].as_object().map(|m| m.len()), Some(3), "{report}");
+    assert!(report["answer"].as_str().is_some_and(|t| !t.trim().is_empty()), "{report}");
 }
