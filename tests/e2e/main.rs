@@ -20,6 +20,7 @@ mod conversations_sdk;
 mod faults;
 mod hardening;
 mod input_file;
+mod limits;
 mod mcp;
 mod mcp_approvals;
 mod mcp_remote;
