@@ -67,7 +67,8 @@ pub struct Quotas {
 pub struct RateLimited {
     pub error: ApiError,
     pub retry_after: u64,
-    pub quotas: Quotas,
+    /// Boxed: refusals are rare, and the `Err` of every admission stays small.
+    pub quotas: Box<Quotas>,
 }
 
 impl IntoResponse for RateLimited {
@@ -242,7 +243,7 @@ fn token_refusal(
             "Token budget spent: this API key's tenant may use {limit} tokens per {window}. Retry after {seconds} s."
         )),
         retry_after: seconds,
-        quotas,
+        quotas: Box::new(quotas),
     })
 }
 
@@ -254,7 +255,7 @@ fn rate_refusal(counted: &Counted, limit: u32, wait: Duration, quotas: Quotas) -
             "Rate limit reached: this API key's tenant may make {limit} requests per minute. Retry after {seconds} s."
         )),
         retry_after: seconds,
-        quotas,
+        quotas: Box::new(quotas),
     }
 }
 
@@ -270,7 +271,7 @@ fn too_many(counted: &Counted, what: Open, limit: u32) -> RateLimited {
         ),
     };
     tracing::info!(tenant = counted.name, limit, what = ?what, "open limit reached");
-    RateLimited { error: ApiError::rate_limited(message), retry_after: 1, quotas: Quotas::default() }
+    RateLimited { error: ApiError::rate_limited(message), retry_after: 1, quotas: Box::default() }
 }
 
 /// A wait in whole seconds, rounded up, at least 1 (for `Retry-After`).

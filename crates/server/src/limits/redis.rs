@@ -121,12 +121,11 @@ impl Decision {
             requests: None,
             tokens: token_quota(limits, self.tokens_minute, self.tokens_day, minute_ends, day_ends),
         };
-        if self.outcome == 2 {
-            if let Some(refused) =
+        if self.outcome == 2
+            && let Some(refused) =
                 token_refusal(counted, self.tokens_minute, self.tokens_day, minute_ends, day_ends, quotas)
-            {
-                return Err(refused);
-            }
+        {
+            return Err(refused);
         }
         if let Some(per_minute) = limits.requests_per_minute {
             quotas.requests = Some(Quota {
@@ -339,7 +338,7 @@ impl RedisLimits {
                     code: Some("limits_unavailable".into()),
                 },
                 retry_after: 1,
-                quotas: Quotas::default(),
+                quotas: Box::default(),
             }),
         }
     }
