@@ -103,7 +103,7 @@ pub struct GatewayArgs {
     redis_url: Option<String>,
 
     /// While the --redis-url Redis cannot be reached: `open` serves, counting in this gateway alone
-    /// (logged, and `gw_limits_redis_up` drops to 0); `closed` answers 503.
+    /// (logged, and `gw_responses_limits_redis_up` drops to 0); `closed` answers 503.
     #[arg(long, env = "GW_REDIS_FAILURE_MODE", value_enum, default_value_t = RedisFailure::Open, help_heading = "Clients and limits")]
     redis_failure_mode: RedisFailure,
 

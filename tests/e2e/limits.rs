@@ -297,7 +297,7 @@ async fn log_shows(gateway: &GatewayProcess, needle: &str) -> bool {
     false
 }
 
-/// `gw_limits_redis_up` on `gateway`'s `/metrics`, once it equals `want` (bounded wait).
+/// `gw_responses_limits_redis_up` on `gateway`'s `/metrics`, once it equals `want` (bounded wait).
 async fn redis_up_becomes(gateway: &GatewayProcess, want: f64) -> bool {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(10) {
@@ -309,7 +309,7 @@ async fn redis_up_becomes(gateway: &GatewayProcess, want: f64) -> bool {
             .text()
             .await
             .expect("metrics");
-        if common::sample(&text, "gw_limits_redis_up") == want {
+        if common::sample(&text, "gw_responses_limits_redis_up") == want {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -151,7 +151,7 @@ mod tests {
     use crate::recorder::{CompactionTrigger, MAX_MODEL_LABELS, Metrics, TokenCounts, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all twenty families.
+    /// A merged view of two live workers and one that exited, touching all twenty-one families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -167,6 +167,7 @@ mod tests {
         drop(first.sse_stream("/v1/responses"));
         first.tokens("alpha", "qwen", TokenCounts { input: 100, output: 20, cached: 64, reasoning: 5 });
         first.tenant_request("alpha", 200);
+        first.limits_redis_up_from(|| 1);
         let _first_busy = first.in_flight();
 
         let second = Metrics::new();
@@ -250,7 +251,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 40, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 42, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

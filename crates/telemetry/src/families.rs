@@ -94,9 +94,9 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// `gw_limits_redis_up` — gauge, no labels: workers whose last call to the limits' Redis
+/// `gw_responses_limits_redis_up` — gauge, no labels: workers whose last call to the limits' Redis
 /// succeeded (present with `--redis-url` only).
-pub const LIMITS_REDIS_UP: &str = "gw_limits_redis_up";
+pub const LIMITS_REDIS_UP: &str = "gw_responses_limits_redis_up";
 
 /// All twenty-one families, in the order they are exposed.
 pub static FAMILIES: [FamilyDescriptor; 21] = [

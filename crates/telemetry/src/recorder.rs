@@ -77,7 +77,7 @@ struct Registry {
     models: Mutex<BTreeSet<String>>,
     /// Where `store_lock_waits_total` is read from: the store counts its own waits.
     store_lock_waits: OnceLock<CountSource>,
-    /// Where `gw_limits_redis_up` is read from: the limiter knows whether Redis answered.
+    /// Where `gw_responses_limits_redis_up` is read from: the limiter knows whether Redis answered.
     redis_up: OnceLock<CountSource>,
 }
 
@@ -267,7 +267,7 @@ impl Metrics {
         let _ = self.registry.store_lock_waits.set(CountSource(Box::new(source)));
     }
 
-    /// Reads `gw_limits_redis_up` (1 when this process's last call to the limits' Redis
+    /// Reads `gw_responses_limits_redis_up` (1 when this process's last call to the limits' Redis
     /// succeeded) from `source` at every snapshot; without a source the gauge is absent.
     pub fn limits_redis_up_from(&self, source: impl Fn() -> u64 + Send + Sync + 'static) {
         let _ = self.registry.redis_up.set(CountSource(Box::new(source)));

@@ -13,7 +13,7 @@
 //! Keys are `respgw:limits:{<tenant>}:…` (the tenant in braces: one cluster slot per tenant).
 //! The connection is a [`ConnectionManager`], which reconnects by itself. When Redis cannot be
 //! reached, the failure mode decides: `open` counts in this gateway's shared region (a warning
-//! once per outage, and `gw_limits_redis_up` 0), `closed` answers 503.
+//! once per outage, and `gw_responses_limits_redis_up` 0), `closed` answers 503.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
