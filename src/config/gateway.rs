@@ -10,8 +10,8 @@ use clap::{ArgAction, Args};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
     BackgroundSettings, ClientLimits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_IDLE_CONNECTIONS,
-    DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions, GatewayOptions, Limits, ReasoningKeys, RequestLimits,
-    RetrievalOptions, TenantLimits, TenantTable, UpstreamConfig, WebSocketLimits,
+    DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions, GatewayOptions, Limits, ReasoningKeys, RedisFailureMode,
+    RedisSettings, RequestLimits, RetrievalOptions, TenantLimits, TenantTable, UpstreamConfig, WebSocketLimits,
 };
 use respgw_supervisor::{ExaServer, McpSetup};
 use respgw_telemetry::tracing_otlp::{TracingConfig, parse_collector_host, parse_sample_ratio};
@@ -69,20 +69,43 @@ pub struct GatewayArgs {
     #[arg(long, env = "GW_API_KEYS_FILE", value_name = "PATH", help_heading = "Clients and limits")]
     api_keys_file: Option<PathBuf>,
 
-    /// Requests per minute per tenant and worker, for tenants whose entry sets none (0: no limit);
-    /// beyond it, 429 `rate_limit_exceeded` with `Retry-After`.
+    /// Requests per minute per tenant, for the whole gateway (with --redis-url, for every gateway on
+    /// that Redis), for tenants whose entry sets none (0: no limit); beyond it, 429
+    /// `rate_limit_exceeded` with `Retry-After`.
     #[arg(long, env = "GW_TENANT_REQUESTS_PER_MINUTE", default_value_t = 0, help_heading = "Clients and limits")]
     tenant_requests_per_minute: u32,
 
-    /// Streaming responses (SSE or WebSocket) open at once per tenant and worker, for tenants
-    /// whose entry sets none (0: no limit); beyond it, 429 `rate_limit_exceeded`.
+    /// Streaming responses (SSE or WebSocket) open at once per tenant, for the whole gateway (with
+    /// --redis-url, for every gateway on that Redis), for tenants whose entry sets none (0: no
+    /// limit); beyond it, 429 `rate_limit_exceeded`.
     #[arg(long, env = "GW_TENANT_MAX_OPEN_STREAMS", default_value_t = 0, help_heading = "Clients and limits")]
     tenant_max_open_streams: u32,
 
-    /// WebSockets open at once per tenant and worker, idle or busy, for tenants whose entry sets
+    /// WebSockets open at once per tenant and gateway, idle or busy, for tenants whose entry sets
     /// none (0: no limit); an upgrade beyond it gets 429 `rate_limit_exceeded`.
     #[arg(long, env = "GW_TENANT_MAX_WEBSOCKETS", default_value_t = 0, help_heading = "Clients and limits")]
     tenant_max_websockets: u32,
+
+    /// Input + output tokens per minute per tenant (as the upstream's `usage` reports them,
+    /// charged after each upstream call), for tenants whose entry sets none (0: no limit); once
+    /// spent, requests get 429 `rate_limit_exceeded` until the minute ends.
+    #[arg(long, env = "GW_TENANT_TOKENS_PER_MINUTE", default_value_t = 0, help_heading = "Clients and limits")]
+    tenant_tokens_per_minute: u32,
+
+    /// Input + output tokens per day (UTC) per tenant, for tenants whose entry sets none (0: no
+    /// limit); once spent, requests get 429 `rate_limit_exceeded` until the day ends.
+    #[arg(long, env = "GW_TENANT_TOKENS_PER_DAY", default_value_t = 0, help_heading = "Clients and limits")]
+    tenant_tokens_per_day: u32,
+
+    /// Redis URL (`redis://host:6379/0`) where tenant limits are counted, so that every gateway
+    /// using it counts together; unset: each gateway counts its own (exactly, across its workers).
+    #[arg(long, env = "GW_REDIS_URL", value_name = "URL", hide_env_values = true, help_heading = "Clients and limits")]
+    redis_url: Option<String>,
+
+    /// While the --redis-url Redis cannot be reached: `open` serves, counting in this gateway alone
+    /// (logged, and `gw_responses_limits_redis_up` drops to 0); `closed` answers 503.
+    #[arg(long, env = "GW_REDIS_FAILURE_MODE", value_enum, default_value_t = RedisFailure::Open, help_heading = "Clients and limits")]
+    redis_failure_mode: RedisFailure,
 
     /// Largest request body accepted, in MiB (images arrive inline as data URLs); larger: 413.
     #[arg(long, env = "GW_MAX_BODY_MB", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Clients and limits")]
@@ -213,7 +236,16 @@ impl GatewayArgs {
                 requests_per_minute: Some(self.tenant_requests_per_minute).filter(|n| *n > 0),
                 max_open_streams: Some(self.tenant_max_open_streams).filter(|n| *n > 0),
                 max_websockets: Some(self.tenant_max_websockets).filter(|n| *n > 0),
+                tokens_per_minute: Some(self.tenant_tokens_per_minute).filter(|n| *n > 0),
+                tokens_per_day: Some(self.tenant_tokens_per_day).filter(|n| *n > 0),
             },
+            redis: self.redis_url.filter(|url| !url.is_empty()).map(|url| RedisSettings {
+                url,
+                failure_mode: match self.redis_failure_mode {
+                    RedisFailure::Open => RedisFailureMode::Open,
+                    RedisFailure::Closed => RedisFailureMode::Closed,
+                },
+            }),
             max_body_bytes: (self.max_body_mb as usize).saturating_mul(1024 * 1024),
             limits: Limits {
                 request: RequestLimits {
@@ -357,6 +389,13 @@ impl RemoteMcpArgs {
 }
 
 /// `--code-interpreter` values.
+/// `--redis-failure-mode`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RedisFailure {
+    Open,
+    Closed,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum CodeInterpreterMode {
     Spawn,

@@ -22,6 +22,7 @@ mod file_search;
 mod files_api;
 mod hardening;
 mod input_file;
+mod limits;
 mod mcp;
 mod mcp_approvals;
 mod mcp_remote;

@@ -419,7 +419,7 @@ async fn a_tenant_over_its_limits_gets_429_and_another_does_not() {
         {"name": "beta", "keys": [{"hash": hash(BETA), "expires": "2999-01-01T00:00:00Z"}], "max_open_streams": 1},
     ]});
     std::fs::write(&keys, file.to_string()).unwrap();
-    // Limits are counted per worker: one worker makes the counts exact.
+    // Limits hold for the whole gateway (tests/e2e/limits.rs checks it with several workers).
     let h = Harness::start_with(&["--gateway-workers", "1", "--api-keys-file", keys.to_str().unwrap()], &[]).await;
     let client = http_client();
     let base = h.gateway.base_url().to_owned();

@@ -16,6 +16,8 @@
 //!   ([`continuation`]), each depth against depth 1;
 //! - the added p50 of a background stream (`background: true`, its events logged in the store)
 //!   over a plain streamed `store: true` request, on SQLite and on PostgreSQL ([`background`]);
+//! - what one Redis-backed tenant limit adds per request (`--redis-url`), in p50 latency and
+//!   respgw's CPU, against the same limit counted in the gateway's shared memory ([`limits`]);
 //! - respgw's resident memory with many streams open at once: 1,000 through one worker, and
 //!   10,000 through N workers (the mock in its own process, for the open-files limit).
 //!
@@ -38,6 +40,7 @@ mod continuation;
 mod fastmock;
 mod floor;
 mod gateway;
+mod limits;
 mod load;
 mod measure;
 mod mock;
@@ -80,6 +83,9 @@ const TARGET_BIG_RSS_BYTES: f64 = 300e6;
 const TARGET_KIB_PER_STREAM: f64 = 24.0;
 const TARGET_AFTER_CLOSE_RATIO: f64 = 2.0;
 const TARGET_DEPTH_RATIO: f64 = 1.3;
+/// What one Redis-backed limit may add per request: respgw CPU and p50 latency.
+const TARGET_REDIS_LIMIT_CPU_US: f64 = 30.0;
+const TARGET_REDIS_LIMIT_P50_MS: f64 = 0.2;
 /// History depths of the continuation test; the last is held to [`TARGET_DEPTH_RATIO`] x the first.
 const DEPTHS: [usize; 3] = [1, 10, 50];
 
@@ -190,6 +196,15 @@ struct Cli {
     /// Content deltas per stream in the background test.
     #[arg(long, default_value_t = 16)]
     background_deltas: usize,
+
+    /// Requests per side in the Redis-limit test (0 skips it).
+    #[arg(long, default_value_t = 1000)]
+    limit_rounds: usize,
+
+    /// The Redis of the Redis-limit test (its keys are `respgw:limits:{default}:…`); empty skips
+    /// the test.
+    #[arg(long, env = "RESPGW_BENCH_REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
+    redis_url: String,
 
     /// PostgreSQL server for the continuation and background tests (a fresh schema is created and dropped);
     /// empty skips the PostgreSQL rows.
@@ -553,6 +568,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.background_rounds > 0 {
         background_rows(&cli, &mock, &mut table).await?;
     }
+    if cli.limit_rounds > 0 && !cli.redis_url.is_empty() {
+        limit_rows(&cli, &mock, &mut table).await?;
+    }
 
     table.row(
         Row::at_most("respgw CPU per request (seq)", seq.gateway_cpu_us, TARGET_CPU_PER_STORED_REQUEST_US, "us")
@@ -861,6 +879,40 @@ async fn background_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) -> a
     if let Some(schema) = schema {
         schema.drop_now().await.context("cannot drop the bench schema")?;
     }
+    Ok(())
+}
+
+/// The Redis-limit test: p50 latency and respgw CPU per request with the tenant's limit counted
+/// in Redis, against the same limit counted in shared memory.
+async fn limit_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) -> anyhow::Result<()> {
+    progress(&format!(
+        "limits: {} requests through a gateway counting in Redis and one that does not",
+        cli.limit_rounds
+    ));
+    let cost = limits::measure(&cli.respgw, &mock.base_url(), &cli.respgw_args, &cli.redis_url, cli.limit_rounds)
+        .await
+        .context("the Redis-limit test (is Redis running at --redis-url?)")?;
+    let (local, redis) = (percentile_ms(&cost.local, 50.0), percentile_ms(&cost.redis, 50.0));
+    let added_p50 = redis - local;
+    table.row(Row {
+        metric: "Redis limit: added p50 per request".into(),
+        direct: format!("{local:.3} ms"),
+        respgw: format!("{redis:.3} ms"),
+        delta: format!("+{added_p50:.3} ms"),
+        target: format!("<= {TARGET_REDIS_LIMIT_P50_MS} ms"),
+        verdict: verdict(added_p50 <= TARGET_REDIS_LIMIT_P50_MS),
+        note: "direct = the same limit in shared memory; non-stream store:false, 1 worker".into(),
+    });
+    let added_cpu = cost.redis_cpu_us - cost.local_cpu_us;
+    table.row(Row {
+        metric: "Redis limit: added respgw CPU per request".into(),
+        direct: format!("{:.1} us", cost.local_cpu_us),
+        respgw: format!("{:.1} us", cost.redis_cpu_us),
+        delta: format!("+{added_cpu:.1} us"),
+        target: format!("<= {TARGET_REDIS_LIMIT_CPU_US} us"),
+        verdict: verdict(added_cpu <= TARGET_REDIS_LIMIT_CPU_US),
+        note: "respgw's processes only; the Redis server's CPU is not counted".into(),
+    });
     Ok(())
 }
 

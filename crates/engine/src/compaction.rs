@@ -227,6 +227,7 @@ impl Engine {
         .await;
         self.metrics().compaction(CompactionTrigger::Endpoint, summarised.is_ok());
         let (item, usage) = summarised?;
+        self.charge_tokens(owner, &usage).await;
         let mut output: Vec<Item> = history.into_iter().filter(is_user_message).map(Item::client_view).collect();
         output.push(Item::Compaction(item).client_view());
         Ok(CompactedResponse {

@@ -15,6 +15,7 @@ use crate::conversations::Conversations;
 use crate::files::FileReader;
 use crate::gateway_tool::ToolResolver;
 use crate::input_tokens::InputTokenCounter;
+use crate::meter::TokenMeter;
 use crate::sealed::ReasoningSeal;
 use crate::stored::StoredResponses;
 use crate::upstream::Upstream;
@@ -65,6 +66,8 @@ pub struct Engine {
     counter: InputTokenCounter,
     /// Background responses; without them, `background: true` is refused.
     background: Option<Arc<BackgroundRuns>>,
+    /// Told the tokens of every upstream call; without one, they are only counted in metrics.
+    meter: Option<Arc<dyn TokenMeter>>,
 }
 
 impl Engine {
@@ -84,6 +87,7 @@ impl Engine {
             files: None,
             counter: InputTokenCounter::default(),
             background: None,
+            meter: None,
         }
     }
 
@@ -112,6 +116,19 @@ impl Engine {
     pub fn with_background(mut self, runs: Arc<BackgroundRuns>) -> Self {
         self.background = Some(runs);
         self
+    }
+
+    /// Report the tokens of every upstream call to `meter`.
+    pub fn with_token_meter(mut self, meter: Arc<dyn TokenMeter>) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// Charge `owner` the input and output tokens of one upstream call.
+    pub(crate) async fn charge_tokens(&self, owner: &str, usage: &respgw_protocol::Usage) {
+        if let Some(meter) = &self.meter {
+            meter.charge(owner, usage.input_tokens.saturating_add(usage.output_tokens)).await;
+        }
     }
 
     /// The background runs, when background responses are on.

@@ -374,15 +374,17 @@ impl PreparedResponse {
             if !compacted && self.over_compact_threshold(log, &offer) {
                 let (engine, request, headers) = (&self.engine, &self.request, &self.upstream_headers);
                 let owner = &self.owner;
-                usage.add(
-                    &compaction::compact_in_response(engine, owner, request, &self.history, headers, sink, log).await?,
-                );
+                let compaction =
+                    compaction::compact_in_response(engine, owner, request, &self.history, headers, sink, log).await?;
+                self.engine.charge_tokens(&self.owner, &compaction).await;
+                usage.add(&compaction);
                 compacted = true;
             }
             let this_turn = TurnStamp::after(previous_turn);
             previous_turn = Some(this_turn);
             let result = self.stream_turn(sink, log, &offer, this_turn, targets.clone()).await?;
             if let Some(u) = &result.usage {
+                self.engine.charge_tokens(&self.owner, u).await;
                 usage.add(u);
             }
             self.count_requested(&result);

@@ -9,17 +9,18 @@
 //! hash), never the key. With no key configured, authentication is off and every request belongs
 //! to the tenant `default`.
 //!
-//! Limits are counted per worker process: requests per minute (a token bucket refilled
-//! continuously), open streams and open WebSockets; past any, 429 `rate_limit_exceeded` with
-//! `Retry-After`.
+//! Limits are counted for the gateway as a whole (see [`crate::limits`]): a request is admitted
+//! here (requests per minute, token budgets), streams and WebSockets are counted when they open;
+//! past any, 429 `rate_limit_exceeded` with `Retry-After`. Every reply to an authenticated
+//! request carries the tenant's `x-ratelimit-*` headers.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use respgw_protocol::ApiError;
@@ -28,6 +29,8 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::error::HttpError;
+use crate::limits::shared::Open;
+use crate::limits::{Counted, Limiter, OpenSlot, RateLimited};
 use crate::tenants::{DEFAULT_TENANT, TenantLimits, TenantTable, hex};
 
 /// The accepted API keys and the tenants they belong to.
@@ -36,6 +39,8 @@ pub struct ApiKeys {
     keys: Arc<[KeyEntry]>,
     /// The tenant of every request when no key is configured.
     anonymous: Tenant,
+    /// Every tenant by name (token charges arrive with the owner's name).
+    by_name: Arc<HashMap<String, Tenant>>,
 }
 
 /// One accepted key.
@@ -47,26 +52,22 @@ struct KeyEntry {
 }
 
 /// Who a request is from: the tenant of its key (or `default` with authentication off). Cheap
-/// to clone; its limit counters are shared by every request of the tenant in this process.
+/// to clone; its limits are counted for the whole gateway.
 #[derive(Clone)]
 pub struct Tenant(Arc<TenantState>);
 
 struct TenantState {
     name: String,
-    limits: TenantLimits,
-    /// Requests-per-minute budget.
-    bucket: Mutex<Bucket>,
-    /// Streams open now.
-    open_streams: AtomicU32,
-    /// WebSockets open now.
-    open_websockets: AtomicU32,
+    /// Its place in the limit counters.
+    counted: Counted,
+    limiter: Arc<Limiter>,
 }
 
-/// A token bucket holding at most one minute's requests, refilled continuously.
-struct Bucket {
-    tokens: f64,
-    refilled: Instant,
-}
+/// One open stream of a tenant, counted until dropped.
+pub type StreamSlot = OpenSlot;
+
+/// One open WebSocket of a tenant, counted until dropped.
+pub(crate) type WebSocketSlot = OpenSlot;
 
 fn digest(key: &[u8]) -> [u8; 32] {
     Sha256::digest(key).into()
@@ -89,15 +90,13 @@ impl ApiKeys {
     /// The keys of `table`'s tenants, plus `legacy` keys (`--api-key`), which belong to the tenant
     /// `default` (joining the file's `default` tenant if it has one). A tenant's limits are its
     /// own, each one it leaves out taken from `defaults`.
-    pub fn new(legacy: &[String], table: &TenantTable, defaults: TenantLimits) -> Self {
-        let mut tenants: Vec<(String, Tenant)> = Vec::new();
+    pub fn new(legacy: &[String], table: &TenantTable, defaults: TenantLimits, limiter: Arc<Limiter>) -> Self {
+        let mut tenants: HashMap<String, Tenant> = HashMap::new();
         let mut tenant = |name: &str, limits: TenantLimits| {
-            if let Some((_, t)) = tenants.iter().find(|(n, _)| n == name) {
-                return t.clone();
-            }
-            let t = Tenant::new(name, limits.or(defaults));
-            tenants.push((name.to_owned(), t.clone()));
-            t
+            tenants
+                .entry(name.to_owned())
+                .or_insert_with(|| Tenant::new(name, limits.or(defaults), Arc::clone(&limiter)))
+                .clone()
         };
         let mut keys = Vec::new();
         for spec in &table.tenants {
@@ -117,7 +116,12 @@ impl ApiKeys {
             }
         }
         let anonymous = tenant(DEFAULT_TENANT, TenantLimits::default());
-        ApiKeys { keys: keys.into(), anonymous }
+        ApiKeys { keys: keys.into(), anonymous, by_name: Arc::new(tenants) }
+    }
+
+    /// Where the engine charges each upstream call's tokens to the tenant that made it.
+    pub fn token_meter(&self) -> Arc<dyn respgw_engine::TokenMeter> {
+        Arc::new(TenantMeter(Arc::clone(&self.by_name)))
     }
 
     /// Whether any key is configured (authentication on).
@@ -147,15 +151,9 @@ impl ApiKeys {
 }
 
 impl Tenant {
-    fn new(name: &str, limits: TenantLimits) -> Self {
-        let per_minute = limits.requests_per_minute.unwrap_or(0);
-        Tenant(Arc::new(TenantState {
-            name: name.to_owned(),
-            limits,
-            bucket: Mutex::new(Bucket { tokens: f64::from(per_minute), refilled: Instant::now() }),
-            open_streams: AtomicU32::new(0),
-            open_websockets: AtomicU32::new(0),
-        }))
+    fn new(name: &str, limits: TenantLimits, limiter: Arc<Limiter>) -> Self {
+        let counted = limiter.counted(name, limits);
+        Tenant(Arc::new(TenantState { name: name.to_owned(), counted, limiter }))
     }
 
     /// The tenant's name: the owner of what it stores.
@@ -163,103 +161,33 @@ impl Tenant {
         &self.0.name
     }
 
-    /// Take one request from the per-minute budget; 429 with the wait for the next one when it
-    /// is spent.
-    pub(crate) fn take_request(&self) -> Result<(), RateLimited> {
-        let limit = match self.0.limits.requests_per_minute {
-            Some(n) if n > 0 => n,
-            _ => return Ok(()),
-        };
-        let per_minute = f64::from(limit);
-        let mut bucket = self.0.bucket.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        let refill = now.duration_since(bucket.refilled).as_secs_f64() * per_minute / 60.0;
-        bucket.tokens = (bucket.tokens + refill).min(per_minute);
-        bucket.refilled = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            return Ok(());
-        }
-        let wait = Duration::from_secs_f64((1.0 - bucket.tokens) * 60.0 / per_minute);
-        let seconds = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
-        tracing::info!(tenant = self.name(), limit, "request rate limit reached");
-        Err(RateLimited {
-            error: ApiError::rate_limited(format!(
-                "Rate limit reached: this API key's tenant may make {limit} requests per minute. Retry after \
-                 {seconds} s."
-            )),
-            retry_after: seconds,
-        })
+    /// Admit one request (rate and token budget); 429 with the wait when it is over either.
+    pub(crate) async fn take_request(&self) -> Result<crate::limits::Quotas, RateLimited> {
+        self.0.limiter.admit(&self.0.counted).await
     }
 
     /// Count one more open stream until the slot is dropped; 429 when the tenant has its limit
     /// open already.
-    pub fn open_stream(&self) -> Result<StreamSlot, RateLimited> {
-        let limit = self.0.limits.max_open_streams.filter(|n| *n > 0).unwrap_or(u32::MAX);
-        if claim(&self.0.open_streams, limit) {
-            return Ok(StreamSlot(self.clone()));
-        }
-        Err(RateLimited {
-            error: ApiError::rate_limited(format!(
-                "Too many open streams: this API key's tenant may have {limit} streaming responses open at once. \
-                 Retry after one has finished."
-            )),
-            retry_after: 1,
-        })
+    pub async fn open_stream(&self) -> Result<StreamSlot, RateLimited> {
+        self.0.limiter.open(&self.0.counted, Open::Stream).await
     }
 
     /// Count one more open WebSocket until the slot is dropped; 429 when the tenant has its limit
     /// open already.
-    pub(crate) fn open_websocket(&self) -> Result<WebSocketSlot, RateLimited> {
-        let limit = self.0.limits.max_websockets.filter(|n| *n > 0).unwrap_or(u32::MAX);
-        if claim(&self.0.open_websockets, limit) {
-            return Ok(WebSocketSlot(self.clone()));
+    pub(crate) async fn open_websocket(&self) -> Result<WebSocketSlot, RateLimited> {
+        self.0.limiter.open(&self.0.counted, Open::WebSocket).await
+    }
+}
+
+/// Charges token use to tenants by name (the engine knows a response's owner by name only).
+struct TenantMeter(Arc<HashMap<String, Tenant>>);
+
+#[async_trait::async_trait]
+impl respgw_engine::TokenMeter for TenantMeter {
+    async fn charge(&self, owner: &str, tokens: u64) {
+        if let Some(tenant) = self.0.get(owner) {
+            tenant.0.limiter.charge_tokens(&tenant.0.counted, tokens).await;
         }
-        tracing::info!(tenant = self.name(), limit, "WebSocket limit reached");
-        Err(RateLimited {
-            error: ApiError::rate_limited(format!(
-                "Too many WebSockets: this API key's tenant may have {limit} WebSockets open at once. Close one, \
-                 or retry later."
-            )),
-            retry_after: 1,
-        })
-    }
-}
-
-/// Add one to `open` unless it is at `limit` already; whether it was added.
-fn claim(open: &AtomicU32, limit: u32) -> bool {
-    open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| if n < limit { Some(n + 1) } else { None }).is_ok()
-}
-
-/// A 429 `rate_limit_exceeded` reply: the error shape, and `Retry-After` in seconds.
-pub struct RateLimited {
-    pub error: ApiError,
-    pub retry_after: u64,
-}
-
-impl IntoResponse for RateLimited {
-    fn into_response(self) -> Response {
-        let mut response = HttpError(self.error).into_response();
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after));
-        response
-    }
-}
-
-/// One open stream of a tenant, counted until dropped.
-pub struct StreamSlot(Tenant);
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        self.0.0.open_streams.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// One open WebSocket of a tenant, counted until dropped.
-pub(crate) struct WebSocketSlot(Tenant);
-
-impl Drop for WebSocketSlot {
-    fn drop(&mut self) {
-        self.0.0.open_websockets.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -318,10 +246,12 @@ pub async fn require_api_key(State(auth): State<AuthState>, mut request: Request
     if let Some(key_id) = &key_id {
         span.record("key_id", key_id.as_str());
     }
-    let response = match tenant.take_request() {
-        Ok(()) => {
+    let response = match tenant.take_request().await {
+        Ok(quotas) => {
             request.extensions_mut().insert(tenant.clone());
-            next.run(request).await
+            let mut response = next.run(request).await;
+            quotas.apply(response.headers_mut());
+            response
         }
         Err(limited) => limited.into_response(),
     };
@@ -333,6 +263,11 @@ pub async fn require_api_key(State(auth): State<AuthState>, mut request: Request
 mod tests {
     use super::*;
     use crate::tenants::{KeySpec, TenantSpec, hash_key};
+    use axum::http::HeaderValue;
+
+    fn limiter() -> Arc<Limiter> {
+        Arc::new(Limiter::private().unwrap())
+    }
 
     fn table(specs: &[(&str, &[&str], TenantLimits)]) -> TenantTable {
         TenantTable {
@@ -349,8 +284,12 @@ mod tests {
 
     #[test]
     fn accepts_only_configured_keys() {
-        let keys =
-            ApiKeys::new(&["alpha".to_owned(), "beta".to_owned()], &TenantTable::default(), TenantLimits::default());
+        let keys = ApiKeys::new(
+            &["alpha".to_owned(), "beta".to_owned()],
+            &TenantTable::default(),
+            TenantLimits::default(),
+            limiter(),
+        );
         assert!(keys.enabled());
         assert!(keys.accepts("alpha"));
         assert!(keys.accepts("beta"));
@@ -376,15 +315,19 @@ mod tests {
 
     #[test]
     fn no_keys_means_auth_off() {
-        assert!(!ApiKeys::new(&[], &TenantTable::default(), TenantLimits::default()).enabled());
-        assert!(!ApiKeys::new(&[String::new()], &TenantTable::default(), TenantLimits::default()).enabled());
+        assert!(!ApiKeys::new(&[], &TenantTable::default(), TenantLimits::default(), limiter()).enabled());
+        assert!(!ApiKeys::new(&[String::new()], &TenantTable::default(), TenantLimits::default(), limiter()).enabled());
     }
 
     #[test]
     fn each_key_maps_to_its_tenant_and_legacy_keys_to_default() {
         let none = TenantLimits::default();
-        let keys =
-            ApiKeys::new(&["old".to_owned()], &table(&[("alpha", &["a1", "a2"], none), ("beta", &["b1"], none)]), none);
+        let keys = ApiKeys::new(
+            &["old".to_owned()],
+            &table(&[("alpha", &["a1", "a2"], none), ("beta", &["b1"], none)]),
+            none,
+            limiter(),
+        );
         let tenant = |key: &str| keys.tenant_of(key).map(|(t, _)| t.name().to_owned());
         assert_eq!(tenant("a1").as_deref(), Ok("alpha"));
         assert_eq!(tenant("a2").as_deref(), Ok("alpha"));
@@ -400,55 +343,65 @@ mod tests {
         let mut t = table(&[("alpha", &["a1", "a2"], TenantLimits::default())]);
         t.tenants[0].keys[0].expires = Some(unix_now() - 1);
         t.tenants[0].keys[1].expires = Some(unix_now() + 3600);
-        let keys = ApiKeys::new(&[], &t, TenantLimits::default());
+        let keys = ApiKeys::new(&[], &t, TenantLimits::default(), limiter());
         assert_eq!(keys.tenant_of("a1").err(), Some("This API key has expired."));
         assert!(keys.accepts("a2"));
     }
 
-    #[test]
-    fn the_request_budget_is_per_tenant_and_says_when_to_retry() {
+    #[tokio::test]
+    async fn the_request_budget_is_per_tenant_and_says_when_to_retry() {
         let limited = TenantLimits { requests_per_minute: Some(2), ..TenantLimits::default() };
         let keys = ApiKeys::new(
             &[],
             &table(&[("alpha", &["a"], limited), ("beta", &["b"], TenantLimits::default())]),
             TenantLimits::default(),
+            limiter(),
         );
         let alpha = keys.tenant_of("a").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
         let beta = keys.tenant_of("b").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
-        assert!(alpha.take_request().is_ok());
-        assert!(alpha.take_request().is_ok());
-        let Err(limited) = alpha.take_request() else { panic!("the third request in a minute is over the limit") };
+        assert!(alpha.take_request().await.is_ok());
+        assert!(alpha.take_request().await.is_ok());
+        let Err(limited) = alpha.take_request().await else {
+            panic!("the third request in a minute is over the limit")
+        };
         assert_eq!((limited.error.status, limited.retry_after), (429, 30));
         assert_eq!(limited.error.code.as_deref(), Some("rate_limit_exceeded"));
         for _ in 0..100 {
-            assert!(beta.take_request().is_ok(), "another tenant is unaffected");
+            assert!(beta.take_request().await.is_ok(), "another tenant is unaffected");
         }
     }
 
-    #[test]
-    fn defaults_apply_to_tenants_without_their_own_limits() {
+    #[tokio::test]
+    async fn defaults_apply_to_tenants_without_their_own_limits() {
         let defaults = TenantLimits { max_open_streams: Some(1), ..TenantLimits::default() };
-        let keys = ApiKeys::new(&["k".to_owned()], &TenantTable::default(), defaults);
+        let keys = ApiKeys::new(&["k".to_owned()], &TenantTable::default(), defaults, limiter());
         let tenant = keys.tenant_of("k").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
-        let slot = tenant.open_stream().unwrap_or_else(|_| panic!("the first stream opens"));
-        assert!(tenant.open_stream().is_err(), "the second is over the limit");
+        let slot = tenant.open_stream().await.unwrap_or_else(|_| panic!("the first stream opens"));
+        assert!(tenant.open_stream().await.is_err(), "the second is over the limit");
         drop(slot);
-        assert!(tenant.open_stream().is_ok(), "a closed stream frees its place");
+        assert!(tenant.open_stream().await.is_ok(), "a closed stream frees its place");
     }
 
-    #[test]
-    fn open_websockets_are_counted_per_tenant_against_their_own_limit() {
+    #[tokio::test]
+    async fn open_websockets_are_counted_per_tenant_against_their_own_limit() {
         let two = TenantLimits { max_websockets: Some(2), ..TenantLimits::default() };
-        let keys = ApiKeys::new(&[], &table(&[("alpha", &["a"], two), ("beta", &["b"], TenantLimits::default())]), two);
+        let keys = ApiKeys::new(
+            &[],
+            &table(&[("alpha", &["a"], two), ("beta", &["b"], TenantLimits::default())]),
+            two,
+            limiter(),
+        );
         let alpha = keys.tenant_of("a").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
         let beta = keys.tenant_of("b").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
-        let sockets: Vec<WebSocketSlot> =
-            (0..2).map(|_| alpha.open_websocket().unwrap_or_else(|_| panic!("under the limit"))).collect();
-        let Err(limited) = alpha.open_websocket() else { panic!("the third WebSocket is over the limit") };
+        let mut sockets: Vec<WebSocketSlot> = Vec::new();
+        for _ in 0..2 {
+            sockets.push(alpha.open_websocket().await.unwrap_or_else(|_| panic!("under the limit")));
+        }
+        let Err(limited) = alpha.open_websocket().await else { panic!("the third WebSocket is over the limit") };
         assert_eq!(limited.error.code.as_deref(), Some("rate_limit_exceeded"));
-        assert!(alpha.open_stream().is_ok(), "WebSockets and streams are counted apart");
-        assert!(beta.open_websocket().is_ok(), "another tenant is unaffected");
+        assert!(alpha.open_stream().await.is_ok(), "WebSockets and streams are counted apart");
+        assert!(beta.open_websocket().await.is_ok(), "another tenant is unaffected");
         drop(sockets);
-        assert!(alpha.open_websocket().is_ok(), "a closed WebSocket frees its place");
+        assert!(alpha.open_websocket().await.is_ok(), "a closed WebSocket frees its place");
     }
 }

@@ -14,8 +14,13 @@
 //!   upgrade; `socket.rs` holds a connection's place under the cap until the socket closes;
 //!   `service.rs` times out stalled request bodies and marks busy/idle.
 //! - `auth.rs`: API keys (SHA-256 digests compared in constant time); it gives each request its
-//!   [`Tenant`] as a request extension, counts the tenant's requests per minute, open streams and
-//!   open WebSockets per worker, and answers 429 `rate_limit_exceeded` with `Retry-After`.
+//!   [`Tenant`] as a request extension, admits the request under the tenant's limits and adds its
+//!   `x-ratelimit-*` headers, or answers 429 `rate_limit_exceeded` with `Retry-After`.
+//! - `limits/`: the limits counted for the whole gateway — `mod.rs` the [`Limiter`] (admit, open
+//!   stream or WebSocket, charge tokens; the headers' quotas); `shared.rs` the counters the workers
+//!   share (a memory region of per-tenant atomics: GCRA, open counts per worker row, token
+//!   windows); `redis.rs` the same counted in Redis for several gateways (Lua scripts, stream
+//!   leases, the failure mode).
 //!   `tenants.rs`: the keys file (`--api-keys-file`) parsed and checked into the [`TenantTable`]
 //!   that [`GatewayOptions`] carries.
 //! - `request_id.rs`: request ids and the request span. `metrics.rs`: request metrics (label values
@@ -61,6 +66,7 @@ mod event_sequence;
 mod files;
 mod input_tokens;
 mod json_body;
+pub mod limits;
 mod mcp_routes;
 mod messages;
 mod metrics;
@@ -76,6 +82,7 @@ mod websocket;
 
 pub use app::{AppConfig, router};
 pub use auth::{ApiKeys, Tenant};
+pub use limits::{Limiter, RedisFailureMode, RedisSettings};
 pub use metrics::{MetricsView, local_view};
 pub use options::{
     ClientLimits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions, GatewayOptions,
@@ -84,5 +91,5 @@ pub use options::{
 pub use respgw_engine::sealed::ReasoningKeys;
 pub use respgw_engine::{BackgroundSettings, DEFAULT_MAX_IDLE_CONNECTIONS, Limits, UpstreamConfig};
 pub use respgw_protocol::RequestLimits;
-pub use serve::{build, serve_on};
+pub use serve::{build, build_sharing, serve_on};
 pub use tenants::{DEFAULT_TENANT, KeySpec, TenantLimits, TenantSpec, TenantTable, hash_key};

@@ -14,6 +14,7 @@ use respgw_tools::mcp::RemoteMcpSettings;
 use respgw_tools::web_search::WebSearchSettings;
 use serde::{Deserialize, Serialize};
 
+use crate::limits::RedisSettings;
 use crate::tenants::{TenantLimits, TenantTable};
 
 /// Configuration of a gateway worker.
@@ -42,6 +43,10 @@ pub struct GatewayOptions {
     /// Limits of tenants whose entry sets none (`--tenant-*`); also those of `default`.
     #[serde(default)]
     pub tenant_limits: TenantLimits,
+    /// The Redis every gateway counting together keeps tenant limits in (`--redis-url`); `None`:
+    /// this gateway counts alone.
+    #[serde(default)]
+    pub redis: Option<RedisSettings>,
     /// Largest request body accepted, in bytes (a larger one is refused with 413).
     pub max_body_bytes: usize,
     /// Caps on input items, tools, MCP servers, tool rounds and tool output fed to the model.

@@ -45,9 +45,12 @@ pub async fn create(
     let (stream, background) = (request.stream, request.background);
     // A stream or background run over the tenant's limit is refused before anything is read or
     // sent upstream.
-    let slot = match (stream || background).then(|| tenant.open_stream()).transpose() {
-        Ok(slot) => slot,
-        Err(limited) => return Ok(limited.into_response()),
+    let slot = match (stream || background).then(|| tenant.open_stream()) {
+        None => None,
+        Some(opening) => match opening.await {
+            Ok(slot) => Some(slot),
+            Err(limited) => return Ok(limited.into_response()),
+        },
     };
     let prepared = engine.prepare(tenant.name(), request, vec![("x-request-id", request_id)]).await?;
 
@@ -111,7 +114,7 @@ pub async fn retrieve(
     let Some(from) = retrieve_query(query)? else {
         return Ok(Json(engine.stored(tenant.name()).retrieve(&id).await?).into_response());
     };
-    let slot = match tenant.open_stream() {
+    let slot = match tenant.open_stream().await {
         Ok(slot) => slot,
         Err(limited) => return Ok(limited.into_response()),
     };

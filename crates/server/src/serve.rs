@@ -21,12 +21,15 @@ use crate::auth::ApiKeys;
 use crate::background::BackgroundDrain;
 use crate::connections::Connections;
 use crate::files::RetrievalState;
+use crate::limits::shared::SharedCounters;
+use crate::limits::{Limiter, RedisLimits};
 use crate::metrics::MetricsView;
 use crate::options::GatewayOptions;
 use crate::websocket::WebSocketDrain;
 use respgw_engine::sealed::{ReasoningKeys, ReasoningSeal};
 
-/// Build the router for one gateway process, and start its file ingestion.
+/// Build the router for one gateway process, counting its tenants' limits on its own, and
+/// start its file ingestion.
 ///
 /// `metrics_view` is what `/metrics` serves (the supervisor's merged view in a worker);
 /// `worker_label` is sent as `x-respgw-worker`; ingestion stops claiming files when
@@ -38,6 +41,27 @@ pub async fn build(
     worker_label: Option<String>,
     ingestion_stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Router> {
+    let counters = SharedCounters::private().context("cannot map the limit counters")?;
+    build_sharing(options, metrics, metrics_view, worker_label, Arc::new(counters), ingestion_stop).await
+}
+
+/// [`build`], counting tenants' limits in `counters` (the region the workers of one gateway
+/// share), and in Redis when `options.redis` says so.
+pub async fn build_sharing(
+    options: &GatewayOptions,
+    metrics: Metrics,
+    metrics_view: MetricsView,
+    worker_label: Option<String>,
+    counters: Arc<SharedCounters>,
+    ingestion_stop: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Router> {
+    let redis = options.redis.as_ref().map(RedisLimits::connect).transpose().map_err(anyhow::Error::msg)?;
+    if let Some(redis) = &redis {
+        let up = redis.up_flag();
+        metrics.limits_redis_up_from(move || u64::from(up.load(std::sync::atomic::Ordering::Acquire)));
+    }
+    let limiter = Arc::new(Limiter::new(counters, redis).context("cannot map the limit counters")?);
+    let api_keys = ApiKeys::new(&options.api_keys, &options.tenants, options.tenant_limits, limiter);
     let store_options = options.store_options();
     let stores = respgw_store::open_stores(&options.db_path, store_options).await.with_context(|| {
         format!("cannot open the response store at '{}'", respgw_store::redacted_location(&options.db_path))
@@ -71,9 +95,9 @@ pub async fn build(
             .with_limits(options.limits)
             .with_background(background)
             .with_reasoning_seal(seal)
-            .with_file_reader(Arc::new(files)),
+            .with_file_reader(Arc::new(files))
+            .with_token_meter(api_keys.token_meter()),
     );
-    let api_keys = ApiKeys::new(&options.api_keys, &options.tenants, options.tenant_limits);
     Ok(router(AppConfig {
         engine,
         api_keys,

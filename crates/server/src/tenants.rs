@@ -13,6 +13,8 @@
 //! requests_per_minute = 600
 //! max_open_streams = 20
 //! max_websockets = 20
+//! tokens_per_minute = 200000
+//! tokens_per_day = 5000000
 //! ```
 
 use std::path::Path;
@@ -27,6 +29,10 @@ pub const DEFAULT_TENANT: &str = "default";
 
 /// Longest tenant name.
 const MAX_NAME_LEN: usize = 64;
+
+/// Most tenants in a keys file (half the shared limits table, which keeps a tenant's cell
+/// across reloads).
+const MAX_TENANTS: usize = crate::limits::shared::TENANT_CELLS / 2;
 
 /// Every tenant of the keys file, checked.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -64,6 +70,12 @@ pub struct TenantLimits {
     /// WebSockets open at the same time, idle or busy.
     #[serde(default)]
     pub max_websockets: Option<u32>,
+    /// Input and output tokens per minute (as the upstream's `usage` reports them).
+    #[serde(default)]
+    pub tokens_per_minute: Option<u32>,
+    /// Input and output tokens per day (UTC).
+    #[serde(default)]
+    pub tokens_per_day: Option<u32>,
 }
 
 impl TenantLimits {
@@ -73,6 +85,8 @@ impl TenantLimits {
             requests_per_minute: self.requests_per_minute.or(defaults.requests_per_minute),
             max_open_streams: self.max_open_streams.or(defaults.max_open_streams),
             max_websockets: self.max_websockets.or(defaults.max_websockets),
+            tokens_per_minute: self.tokens_per_minute.or(defaults.tokens_per_minute),
+            tokens_per_day: self.tokens_per_day.or(defaults.tokens_per_day),
         }
     }
 }
@@ -102,6 +116,8 @@ struct FileTenant {
     requests_per_minute: Option<u32>,
     max_open_streams: Option<u32>,
     max_websockets: Option<u32>,
+    tokens_per_minute: Option<u32>,
+    tokens_per_day: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -139,11 +155,14 @@ impl TenantTable {
         let file: FileTable = serde_json::from_value(value).map_err(|e| {
             format!(
                 "{e} (expected [[tenant]] entries with `name`, `keys` and optionally `requests_per_minute`, \
-                 `max_open_streams` and `max_websockets`)"
+                 `max_open_streams`, `max_websockets`, `tokens_per_minute` and `tokens_per_day`)"
             )
         })?;
         if file.tenant.is_empty() {
             return Err("no [[tenant]] entry: a keys file must name at least one tenant".into());
+        }
+        if file.tenant.len() > MAX_TENANTS {
+            return Err(format!("{} [[tenant]] entries: a keys file holds at most {MAX_TENANTS}", file.tenant.len()));
         }
         let mut tenants: Vec<TenantSpec> = Vec::with_capacity(file.tenant.len());
         for (index, tenant) in file.tenant.into_iter().enumerate() {
@@ -175,6 +194,8 @@ impl TenantTable {
                 requests_per_minute: tenant.requests_per_minute,
                 max_open_streams: tenant.max_open_streams,
                 max_websockets: tenant.max_websockets,
+                tokens_per_minute: tenant.tokens_per_minute,
+                tokens_per_day: tenant.tokens_per_day,
             };
             tenants.push(TenantSpec { name: tenant.name, keys, limits });
         }
@@ -265,7 +286,7 @@ mod tests {
         let text = format!(
             "[[tenant]]\nname = \"alpha\"\nkeys = [\"{}\", {{ hash = \"{}\", expires = 2027-01-01T00:00:00Z }}]\n\
              requests_per_minute = 60\n\n[[tenant]]\nname = \"beta-2\"\nkeys = [\"{}\"]\nmax_open_streams = 3\n\
-             max_websockets = 4\n",
+             max_websockets = 4\ntokens_per_minute = 1000\ntokens_per_day = 20000\n",
             hash_of("a1"),
             hash_of("a2"),
             hash_of("b1")
@@ -276,12 +297,11 @@ mod tests {
         assert_eq!(alpha.name, "alpha");
         assert_eq!(alpha.keys[0], KeySpec { sha256: hash_of("a1")[7..].to_owned(), expires: None });
         assert_eq!(alpha.keys[1].expires, Some(1_798_761_600));
-        assert_eq!(
-            alpha.limits,
-            TenantLimits { requests_per_minute: Some(60), max_open_streams: None, max_websockets: None }
-        );
+        assert_eq!(alpha.limits, TenantLimits { requests_per_minute: Some(60), ..TenantLimits::default() });
         assert_eq!(table.tenants[1].limits.max_open_streams, Some(3));
         assert_eq!(table.tenants[1].limits.max_websockets, Some(4));
+        assert_eq!(table.tenants[1].limits.tokens_per_minute, Some(1000));
+        assert_eq!(table.tenants[1].limits.tokens_per_day, Some(20000));
     }
 
     #[test]
@@ -334,12 +354,28 @@ mod tests {
 
     #[test]
     fn limits_fall_back_to_defaults() {
-        let own = TenantLimits { requests_per_minute: Some(5), max_open_streams: None, max_websockets: Some(3) };
-        let defaults =
-            TenantLimits { requests_per_minute: Some(100), max_open_streams: Some(2), max_websockets: Some(9) };
+        let own = TenantLimits {
+            requests_per_minute: Some(5),
+            max_websockets: Some(3),
+            tokens_per_day: Some(1000),
+            ..TenantLimits::default()
+        };
+        let defaults = TenantLimits {
+            requests_per_minute: Some(100),
+            max_open_streams: Some(2),
+            max_websockets: Some(9),
+            tokens_per_minute: Some(50),
+            tokens_per_day: Some(9000),
+        };
         assert_eq!(
             own.or(defaults),
-            TenantLimits { requests_per_minute: Some(5), max_open_streams: Some(2), max_websockets: Some(3) }
+            TenantLimits {
+                requests_per_minute: Some(5),
+                max_open_streams: Some(2),
+                max_websockets: Some(3),
+                tokens_per_minute: Some(50),
+                tokens_per_day: Some(1000),
+            }
         );
     }
 }

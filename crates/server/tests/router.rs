@@ -94,6 +94,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
         tenants: Default::default(),
         api_keys_file: None,
         tenant_limits: Default::default(),
+        redis: None,
         max_body_bytes: 1 << 20,
         limits: Limits::default(),
         metrics_path: None,

@@ -10,6 +10,9 @@
 //!   first, so the new workers serve the new keys; an invalid file keeps the keys in use.
 //! - SIGTERM/SIGINT (or the caller's stop condition) drain every worker within a bound, then
 //!   kill what is left.
+//! - Limits: the supervisor makes the region of limit counters the workers share and hands it to
+//!   each (its memfd across exec, and a row of its own for the streams it opens); when a worker
+//!   exits, its row is released, so what a crashed worker had open is no longer counted.
 //! - Metrics: every worker's snapshots are merged here; a scrape on any worker gets the merged
 //!   view. Each worker process has its own id in the merge, so counters of a dead or replaced
 //!   worker are kept and never go backwards.
@@ -32,6 +35,7 @@ use tokio::sync::mpsc;
 use crate::notify;
 use crate::sockets::{PublicSockets, inherit_listener};
 use crate::worker::{CONFIG_ENV, SLOT_ENV};
+use respgw_server::limits::shared::{REGION_FD_ENV, REGION_ROW_ENV, SharedCounters, WORKER_ROWS};
 
 /// Back-off after a worker crash: doubles from here…
 const RESTART_DELAY_MIN: Duration = Duration::from_millis(100);
@@ -55,6 +59,8 @@ pub struct PoolConfig {
     pub drain_timeout: Duration,
     /// The merged metrics view (shared with the MCP helper process, which adds its counts).
     pub merged: Arc<Mutex<MergedMetrics>>,
+    /// The limit counters every worker maps.
+    pub counters: SharedCounters,
 }
 
 impl PoolConfig {
@@ -73,6 +79,7 @@ impl PoolConfig {
             gateway: gateway.clone(),
             drain_timeout: gateway.drain_timeout,
             merged,
+            counters: SharedCounters::create().context("cannot create the shared limit counters")?,
         })
     }
 }
@@ -94,6 +101,8 @@ enum Event {
 
 struct Worker {
     slot: usize,
+    /// Its row in the shared limit counters.
+    row: usize,
     pid: u32,
     started: Instant,
     ready: bool,
@@ -110,6 +119,8 @@ struct Pool {
     current: Vec<Option<u32>>,
     /// Consecutive quick crashes per slot, for back-off.
     failures: Vec<u32>,
+    /// Rows of the limit counters no live worker holds.
+    free_rows: Vec<usize>,
     /// Slots still to replace in a rolling restart, and the replacement in progress.
     rollover: VecDeque<usize>,
     replacing: Option<(usize, u32)>,
@@ -138,6 +149,7 @@ pub async fn run(
         workers: HashMap::new(),
         current: vec![None; slots],
         failures: vec![0; slots],
+        free_rows: (0..WORKER_ROWS).rev().collect(),
         rollover: VecDeque::new(),
         replacing: None,
         announced: false,
@@ -207,13 +219,19 @@ impl Pool {
     fn spawn(&mut self, slot: usize) -> anyhow::Result<u32> {
         let id = self.next_id;
         self.next_id += 1;
+        let row = self.free_rows.pop().context("every row of the shared limit counters is taken")?;
         let (own_end, child_end) = respgw_ipc::socketpair().context("cannot create the IPC socketpair")?;
         let mut command = std::process::Command::new(&self.config.exe);
         command
             .arg("worker")
             .env(CONFIG_ENV, &self.config.worker_config_json)
             .env(SLOT_ENV, slot.to_string())
+            .env(REGION_ROW_ENV, row.to_string())
             .stdin(std::process::Stdio::null());
+        if let Some(fd) = self.config.counters.raw_fd() {
+            command.env(REGION_FD_ENV, fd.to_string());
+            inherit_fd(&mut command, fd);
+        }
         let socket = self.config.sockets.for_slot(slot);
         inherit_listener(&mut command, &socket);
         respgw_ipc::inherit_in_child(&mut command, &child_end);
@@ -267,7 +285,7 @@ impl Pool {
             let _ = events.send(Event::Exited(id, status));
         });
         tracing::info!(slot, pid, "worker started");
-        self.workers.insert(id, Worker { slot, pid, started: Instant::now(), ready: false, outbox });
+        self.workers.insert(id, Worker { slot, row, pid, started: Instant::now(), ready: false, outbox });
         Ok(id)
     }
 
@@ -296,6 +314,8 @@ impl Pool {
     fn on_exit(&mut self, id: u32, status: std::io::Result<ExitStatus>) -> anyhow::Result<()> {
         self.merged.lock().unwrap_or_else(PoisonError::into_inner).worker_exited(id, 0);
         let Some(worker) = self.workers.remove(&id) else { return Ok(()) };
+        self.config.counters.release_row(worker.row);
+        self.free_rows.push(worker.row);
         let status = match status {
             Ok(s) => s.to_string(),
             Err(e) => format!("unknown status ({e})"),
@@ -406,6 +426,17 @@ impl Pool {
             let _ = worker.outbox.try_send(Frame::Shutdown);
         }
         tokio::time::Instant::now() + self.config.drain_timeout + KILL_GRACE
+    }
+}
+
+/// The worker started by `command` inherits `fd` (close-on-exec cleared in that child only).
+fn inherit_fd(command: &mut std::process::Command, fd: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the forked child between fork and exec, where only async-signal-safe
+    // calls are allowed: `clear_cloexec` makes at most two fcntl(2) system calls, builds its error
+    // from errno, and allocates nothing and takes no locks.
+    unsafe {
+        command.pre_exec(move || respgw_ipc::clear_cloexec(fd));
     }
 }
 

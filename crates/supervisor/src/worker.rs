@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use respgw_ipc::{Frame, FrameReader, FrameWriter};
+use respgw_server::limits::shared::SharedCounters;
 use respgw_server::{GatewayOptions, MetricsView};
 use respgw_telemetry::{Metrics, MetricsSnapshot};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -82,8 +83,13 @@ async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpLis
     tokio::spawn(memory::release_freed_memory());
 
     let view = merged_view(metrics.clone(), outbox.clone(), pending);
+    let counters = match SharedCounters::inherited_from_env().context("cannot map the shared limit counters")? {
+        Some(counters) => counters,
+        None => SharedCounters::private().context("cannot map the limit counters")?,
+    };
     let app =
-        respgw_server::build(&options, metrics.clone(), view, Some(slot.clone()), stopped(stop_rx.clone())).await?;
+        respgw_server::build_sharing(&options, metrics.clone(), view, Some(slot.clone()), Arc::new(counters), stopped(stop_rx.clone()))
+            .await?;
     outbox.send(Frame::Ready { pid: std::process::id() }).await.context("the supervisor is gone")?;
     tracing::info!(slot = %slot, pid = std::process::id(), "worker serving");
 

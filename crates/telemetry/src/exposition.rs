@@ -151,7 +151,7 @@ mod tests {
     use crate::recorder::{CompactionTrigger, MAX_MODEL_LABELS, Metrics, TokenCounts, ToolType};
     use crate::snapshot::{CounterSample, HistogramSample};
 
-    /// A merged view of two live workers and one that exited, touching all twenty-four families.
+    /// A merged view of two live workers and one that exited, touching all twenty-five families.
     fn populated_merged_snapshot() -> MetricsSnapshot {
         let first = Metrics::new();
         first.record_request("POST", "/v1/responses", 200, Duration::from_millis(40));
@@ -169,6 +169,7 @@ mod tests {
         first.tenant_request("alpha", 200);
         first.retrieval_ingested(true, 12, Duration::from_millis(900));
         first.retrieval_search(Duration::from_millis(4));
+        first.limits_redis_up_from(|| 1);
         let _first_busy = first.in_flight();
 
         let second = Metrics::new();
@@ -253,7 +254,7 @@ mod tests {
             assert!(text.contains(&format!("# HELP {} ", family.name)), "{}", family.name);
             assert!(text.contains(&format!("# TYPE {} {}\n", family.name, family.kind.as_str())), "{}", family.name);
         }
-        assert_eq!(text.lines().count(), 48, "only HELP and TYPE lines:\n{text}");
+        assert_eq!(text.lines().count(), 50, "only HELP and TYPE lines:\n{text}");
     }
 
     #[test]

@@ -111,8 +111,12 @@ pub struct FamilyDescriptor {
     pub buckets: &'static [f64],
 }
 
-/// All twenty-four families, in the order they are exposed.
-pub static FAMILIES: [FamilyDescriptor; 24] = [
+/// `gw_responses_limits_redis_up` — gauge, no labels: workers whose last call to the limits' Redis
+/// succeeded (present with `--redis-url` only).
+pub const LIMITS_REDIS_UP: &str = "gw_responses_limits_redis_up";
+
+/// All twenty-five families, in the order they are exposed.
+pub static FAMILIES: [FamilyDescriptor; 25] = [
     FamilyDescriptor {
         name: HTTP_REQUESTS_TOTAL,
         help: "Completed HTTP requests.",
@@ -214,6 +218,13 @@ pub static FAMILIES: [FamilyDescriptor; 24] = [
     FamilyDescriptor {
         name: BACKGROUND_RUNNING,
         help: "Background responses running in this process.",
+        kind: MetricKind::Gauge,
+        label_names: &[],
+        buckets: &[],
+    },
+    FamilyDescriptor {
+        name: LIMITS_REDIS_UP,
+        help: "Workers whose last call to the Redis counting tenant limits succeeded (0: Redis is unreachable).",
         kind: MetricKind::Gauge,
         label_names: &[],
         buckets: &[],

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use crate::families::{
     BACKGROUND_CANCELS_TOTAL, BACKGROUND_LOST_TOTAL, BACKGROUND_QUEUED, BACKGROUND_RUNNING, COMPACTIONS_TOTAL,
     HTTP_IN_FLIGHT_REQUESTS, HTTP_REQUEST_DURATION_BUCKETS, HTTP_REQUEST_DURATION_SECONDS, HTTP_REQUESTS_TOTAL,
-    MCP_APPROVAL_REQUESTS_TOTAL, MCP_APPROVAL_RESPONSES_TOTAL, MCP_SERVER_STARTUP_TOTAL, REQUESTS_BY_TENANT_TOTAL,
-    SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS, STORE_LOCK_WAITS_TOTAL,
-    TOKENS_TOTAL, TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL,
+    LIMITS_REDIS_UP, MCP_APPROVAL_REQUESTS_TOTAL, MCP_APPROVAL_RESPONSES_TOTAL, MCP_SERVER_STARTUP_TOTAL,
+    REQUESTS_BY_TENANT_TOTAL, SSE_CONNECTIONS_IN_FLIGHT, SSE_STREAM_DURATION_BUCKETS, SSE_STREAM_DURATION_SECONDS,
+    STORE_LOCK_WAITS_TOTAL, TOKENS_TOTAL, TOOL_CALLS_EXECUTED_TOTAL, TOOL_CALLS_REQUESTED_TOTAL, TOOL_ERRORS_TOTAL,
     TOOL_EXECUTION_DURATION_BUCKETS, TOOL_EXECUTION_DURATION_SECONDS,
 };
 use crate::families::{
@@ -81,6 +81,8 @@ struct Registry {
     models: Mutex<BTreeSet<String>>,
     /// Where `store_lock_waits_total` is read from: the store counts its own waits.
     store_lock_waits: OnceLock<CountSource>,
+    /// Where `gw_responses_limits_redis_up` is read from: the limiter knows whether Redis answered.
+    redis_up: OnceLock<CountSource>,
 }
 
 /// A counter kept elsewhere, read at each snapshot.
@@ -269,6 +271,12 @@ impl Metrics {
         let _ = self.registry.store_lock_waits.set(CountSource(Box::new(source)));
     }
 
+    /// Reads `gw_responses_limits_redis_up` (1 when this process's last call to the limits' Redis
+    /// succeeded) from `source` at every snapshot; without a source the gauge is absent.
+    pub fn limits_redis_up_from(&self, source: impl Fn() -> u64 + Send + Sync + 'static) {
+        let _ = self.registry.redis_up.set(CountSource(Box::new(source)));
+    }
+
     /// Adds one response's token counts to `tokens_total{tenant,model,kind}`. `tenant` must come
     /// from the keys file (never from a request); `model` is folded into `other` past
     /// [`MAX_MODEL_LABELS`] distinct models.
@@ -326,7 +334,7 @@ impl Metrics {
     /// Copies every series as it is now. The gauges are always present; counters and histograms
     /// appear once they have a sample. Series are sorted by (name, labels).
     pub fn snapshot(&self) -> MetricsSnapshot {
-        let gauges = vec![
+        let mut gauges = vec![
             GaugeSample {
                 name: HTTP_IN_FLIGHT_REQUESTS.to_owned(),
                 labels: Vec::new(),
@@ -348,6 +356,10 @@ impl Metrics {
                 value: self.registry.background_running.load(Ordering::Relaxed),
             },
         ];
+        if let Some(CountSource(source)) = self.registry.redis_up.get() {
+            let value = i64::try_from(source()).unwrap_or(i64::MAX);
+            gauges.push(GaugeSample { name: LIMITS_REDIS_UP.to_owned(), labels: Vec::new(), value });
+        }
         let series = self.lock_series();
         let mut counters: Vec<CounterSample> = series
             .counters

@@ -15,6 +15,7 @@
 //! * [`postgres`]: a fresh PostgreSQL schema per test, and a TCP proxy that can cut the database off.
 //! * [`prerequisites`]: what tests need from outside the repository, and skipping (or, under
 //!   `scripts/test`, failing) a test when it is missing.
+//! * [`redis`]: a `redis-server` of a test's own, which it can stop and start again.
 //! * [`small_disk`]: a tmpfs of a chosen size, for tests that fill a disk.
 //!
 //! The replay upstream picks a scenario by the request's `model` and counts streamed replies the
@@ -35,6 +36,7 @@ pub mod gateway;
 pub mod pdf;
 pub mod postgres;
 pub mod prerequisites;
+pub mod redis;
 pub mod schema;
 pub mod small_disk;
 pub mod sse;

@@ -58,6 +58,11 @@ pub fn postgres() -> Result<(), String> {
     }
 }
 
+/// `redis-server` is installed (tests start their own, on a free port).
+pub fn redis_server() -> Result<(), String> {
+    program("redis-server", "scripts/test installs Debian's redis-server; or apt-get install redis-server")
+}
+
 /// `name` is an executable on `PATH`.
 pub fn program(name: &str, remedy: &str) -> Result<(), String> {
     let found = std::env::var_os("PATH")

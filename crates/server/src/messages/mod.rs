@@ -54,9 +54,12 @@ pub(crate) async fn create(
         into_engine(request, &engine.capabilities(), &engine.limits().request)?;
     let stream = request.stream;
     // A stream over the tenant's limit is refused before anything is read or sent upstream.
-    let slot = match stream.then(|| tenant.open_stream()).transpose() {
-        Ok(slot) => slot,
-        Err(limited) => return Ok(limited.into_response()),
+    let slot = match stream.then(|| tenant.open_stream()) {
+        None => None,
+        Some(opening) => match opening.await {
+            Ok(slot) => Some(slot),
+            Err(limited) => return Ok(limited.into_response()),
+        },
     };
     let prepared = engine
         .prepare(tenant.name(), request, vec![("x-request-id", request_id)])

@@ -129,7 +129,7 @@ pub async fn upgrade(
             return HttpError(ApiError::invalid_body(message)).into_response();
         }
     };
-    let tenant_slot = match tenant.open_websocket() {
+    let tenant_slot = match tenant.open_websocket().await {
         Ok(slot) => slot,
         Err(limited) => return limited.into_response(),
     };
@@ -411,8 +411,8 @@ impl Connection {
     async fn start(&mut self, frame: &[u8]) -> Result<(), ApiError> {
         let engine = &self.mode.engine;
         // Each `response.create` counts against the tenant's limits like a request over HTTP.
-        self.tenant.take_request().map_err(|limited| limited.error)?;
-        let slot = self.tenant.open_stream().map_err(|limited| limited.error)?;
+        self.tenant.take_request().await.map_err(|limited| limited.error)?;
+        let slot = self.tenant.open_stream().await.map_err(|limited| limited.error)?;
         let request = parse_response_create(frame)?.validate(&engine.capabilities())?;
         if request.background {
             // A WebSocket response lives as long as its connection; a detached one is created

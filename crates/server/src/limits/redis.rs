@@ -1,0 +1,376 @@
+//! Limits counted in Redis (`--redis-url`), so that every gateway using one Redis counts together.
+//!
+//! Each operation is one Lua script run with `EVALSHA` (redis-rs loads it again on `NOSCRIPT`),
+//! timed by Redis's own clock (`TIME`), so gateways with skewed clocks agree:
+//! - admission: the token budgets checked, then the request rate (GCRA on the tenant's
+//!   theoretical arrival time) — one round trip per request;
+//! - open stream: a sorted set of leases scored by their expiry; expired ones are dropped, the
+//!   lease is added below the limit; a task renews this process's leases, a dropped stream
+//!   removes its own, and those of a gateway that died expire within [`LEASE_TTL`];
+//! - token charge: `INCRBY` on the current minute's and day's counters, which expire after their
+//!   window.
+//!
+//! Keys are `respgw:limits:{<tenant>}:…` (the tenant in braces: one cluster slot per tenant).
+//! The connection is a [`ConnectionManager`], which reconnects by itself. When Redis cannot be
+//! reached, the failure mode decides: `open` counts in this gateway's shared region (a warning
+//! once per outage, and `gw_responses_limits_redis_up` 0), `closed` answers 503.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
+use respgw_protocol::{ApiError, ErrorType};
+use serde::{Deserialize, Serialize};
+
+use super::{Counted, Quota, Quotas, RateLimited, rate_refusal, token_quota, token_refusal};
+use crate::tenants::TenantLimits;
+
+/// How long a stream's lease lasts without renewal.
+pub const LEASE_TTL: Duration = Duration::from_secs(30);
+/// How long one Redis call may take before Redis counts as unreachable.
+const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What to do while Redis cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisFailureMode {
+    /// Serve, counting in this gateway alone.
+    Open,
+    /// Refuse with 503.
+    Closed,
+}
+
+/// The Redis settings of a gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedisSettings {
+    /// `redis://host:port/db` (or `rediss://`, `redis+unix://`).
+    pub url: String,
+    pub failure_mode: RedisFailureMode,
+}
+
+/// Limits counted in one Redis.
+pub struct RedisLimits(Arc<Inner>);
+
+struct Inner {
+    connection: ConnectionManager,
+    failure_mode: RedisFailureMode,
+    admit: Script,
+    open: Script,
+    renew: Script,
+    charge: Script,
+    /// Whether the last call reached Redis (a warning is logged when it stops, once per outage).
+    up: Arc<AtomicBool>,
+    /// The stream leases this process holds: lease id → key of the tenant's set.
+    leases: Mutex<HashMap<String, String>>,
+    next_lease: AtomicU64,
+    /// This process's part of lease ids.
+    process: String,
+}
+
+/// Why Redis did not answer.
+pub struct Unreachable(String);
+
+/// One stream counted in Redis, removed when released.
+pub struct Lease {
+    owner: Weak<Inner>,
+    id: String,
+}
+
+impl Lease {
+    /// Remove the lease (in the background: a drop cannot wait for Redis).
+    pub(crate) fn release(self) {
+        let Some(inner) = self.owner.upgrade() else { return };
+        let Some(key) = inner.leases.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id) else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let mut connection = inner.connection.clone();
+        runtime.spawn(async move {
+            let removed: Result<Result<i64, _>, _> = tokio::time::timeout(
+                CALL_TIMEOUT,
+                redis::cmd("ZREM").arg(&key).arg(&self.id).query_async(&mut connection),
+            )
+            .await;
+            if !matches!(removed, Ok(Ok(_))) {
+                tracing::debug!(lease = self.id, "a stream lease could not be removed; it expires by itself");
+            }
+        });
+    }
+}
+
+/// What the admission script answered.
+pub(crate) struct Decision {
+    /// 0: admitted; 1: request rate reached; 2: a token budget is spent.
+    outcome: i64,
+    requests_remaining: u64,
+    requests_reset_ms: u64,
+    retry_ms: u64,
+    tokens_minute: u64,
+    tokens_day: u64,
+    minute_ends_ms: u64,
+    day_ends_ms: u64,
+}
+
+impl Decision {
+    pub(crate) fn into_result(self, counted: &Counted) -> Result<Quotas, RateLimited> {
+        let limits = &counted.limits;
+        let (minute_ends, day_ends) =
+            (Duration::from_millis(self.minute_ends_ms), Duration::from_millis(self.day_ends_ms));
+        let mut quotas = Quotas {
+            requests: None,
+            tokens: token_quota(limits, self.tokens_minute, self.tokens_day, minute_ends, day_ends),
+        };
+        if self.outcome == 2
+            && let Some(refused) =
+                token_refusal(counted, self.tokens_minute, self.tokens_day, minute_ends, day_ends, quotas)
+        {
+            return Err(refused);
+        }
+        if let Some(per_minute) = limits.requests_per_minute {
+            quotas.requests = Some(Quota {
+                limit: u64::from(per_minute),
+                remaining: self.requests_remaining,
+                reset: Duration::from_millis(self.requests_reset_ms),
+            });
+            if self.outcome == 1 {
+                return Err(rate_refusal(counted, per_minute, Duration::from_millis(self.retry_ms), quotas));
+            }
+        }
+        Ok(quotas)
+    }
+}
+
+/// Admission: token budgets, then GCRA. KEYS[1]: the tenant's key prefix. ARGV: requests per
+/// minute, tokens per minute, tokens per day (0: none). Returns outcome, requests remaining,
+/// requests reset (ms), retry after (ms), tokens used this minute and day, and the ms left in
+/// the minute and the day.
+const ADMIT: &str = r"
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+local base = KEYS[1]
+local rpm, tpm, tpd = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local minute_ends = 60000 - now_ms % 60000
+local day_ends = 86400000 - now_ms % 86400000
+local used_m, used_d = 0, 0
+if tpm > 0 or tpd > 0 then
+  used_m = tonumber(redis.call('GET', base .. ':tpm:' .. math.floor(tonumber(t[1]) / 60)) or '0')
+  used_d = tonumber(redis.call('GET', base .. ':tpd:' .. math.floor(tonumber(t[1]) / 86400)) or '0')
+  if (tpm > 0 and used_m >= tpm) or (tpd > 0 and used_d >= tpd) then
+    return {2, 0, 0, 0, used_m, used_d, minute_ends, day_ends}
+  end
+end
+if rpm == 0 then
+  return {0, 0, 0, 0, used_m, used_d, minute_ends, day_ends}
+end
+local interval = 60000000 / rpm
+local tat = tonumber(redis.call('GET', base .. ':tat') or '0')
+local from = math.max(tat, now_us)
+local ahead = from + interval - now_us
+if ahead > 60000000 then
+  return {1, 0, math.ceil((from - now_us) / 1000), math.ceil((ahead - 60000000) / 1000), used_m, used_d, minute_ends, day_ends}
+end
+redis.call('SET', base .. ':tat', string.format('%.0f', from + interval), 'PX', math.ceil(ahead / 1000) + 1000)
+return {0, math.floor((60000000 - ahead) / interval), math.ceil(ahead / 1000), 0, used_m, used_d, minute_ends, day_ends}
+";
+
+/// Open a stream: KEYS[1] the tenant's lease set; ARGV: limit, lease id, lease ms. 1: opened.
+const OPEN: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+";
+
+/// Renew leases: KEYS are lease sets, ARGV[1] the lease ms, ARGV[i + 1] the lease in KEYS[i].
+const RENEW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  redis.call('ZADD', key, 'XX', now + ttl, ARGV[i + 1])
+  redis.call('PEXPIRE', key, ttl)
+end
+return #KEYS
+";
+
+/// Charge tokens: KEYS[1] the tenant's key prefix; ARGV[1] tokens.
+const CHARGE: &str = r"
+local t = tonumber(redis.call('TIME')[1])
+local minute = KEYS[1] .. ':tpm:' .. math.floor(t / 60)
+local day = KEYS[1] .. ':tpd:' .. math.floor(t / 86400)
+redis.call('INCRBY', minute, ARGV[1])
+redis.call('EXPIRE', minute, 120)
+redis.call('INCRBY', day, ARGV[1])
+redis.call('EXPIRE', day, 172800)
+return 1
+";
+
+fn tenant_key(tenant: &str) -> String {
+    format!("respgw:limits:{{{tenant}}}")
+}
+
+impl RedisLimits {
+    /// A client of the Redis at `settings.url`, connecting in the background (a Redis that is
+    /// down at start-up is handled like one that goes down later). Fails only on a malformed URL.
+    pub fn connect(settings: &RedisSettings) -> Result<RedisLimits, String> {
+        let client = Client::open(settings.url.as_str()).map_err(|e| format!("--redis-url: {}", e.category()))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CALL_TIMEOUT))
+            .set_response_timeout(Some(CALL_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let connection =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(|e| format!("Redis client: {e}"))?;
+        let inner = Arc::new(Inner {
+            connection,
+            failure_mode: settings.failure_mode,
+            admit: Script::new(ADMIT),
+            open: Script::new(OPEN),
+            renew: Script::new(RENEW),
+            charge: Script::new(CHARGE),
+            up: Arc::new(AtomicBool::new(true)),
+            leases: Mutex::new(HashMap::new()),
+            next_lease: AtomicU64::new(0),
+            process: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+        });
+        tokio::spawn(renew_leases(Arc::downgrade(&inner)));
+        Ok(RedisLimits(inner))
+    }
+
+    /// Whether the last call reached Redis (true until a call fails).
+    pub fn up_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.0.up)
+    }
+
+    pub(crate) async fn admit(&self, tenant: &str, limits: &TenantLimits) -> Result<Decision, Unreachable> {
+        let limit = |l: Option<u32>| l.unwrap_or(0);
+        let mut invocation = self.0.admit.prepare_invoke();
+        invocation
+            .key(tenant_key(tenant))
+            .arg(limit(limits.requests_per_minute))
+            .arg(limit(limits.tokens_per_minute))
+            .arg(limit(limits.tokens_per_day));
+        let mut connection = self.0.connection.clone();
+        let answer: Vec<i64> = self.call(invocation.invoke_async(&mut connection)).await?;
+        let [outcome, remaining, reset, retry, minute, day, minute_ends, day_ends] = answer[..] else {
+            return Err(Unreachable(format!("the admission script answered {answer:?}")));
+        };
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(Decision {
+            outcome,
+            requests_remaining: n(remaining),
+            requests_reset_ms: n(reset),
+            retry_ms: n(retry),
+            tokens_minute: n(minute),
+            tokens_day: n(day),
+            minute_ends_ms: n(minute_ends),
+            day_ends_ms: n(day_ends),
+        })
+    }
+
+    /// A lease on one of `limit` open streams of `tenant`; `None` when they are all taken.
+    pub(crate) async fn open_stream(&self, tenant: &str, limit: u32) -> Result<Option<Lease>, Unreachable> {
+        let key = format!("{}:streams", tenant_key(tenant));
+        let id = format!("{}-{}", self.0.process, self.0.next_lease.fetch_add(1, Ordering::Relaxed));
+        let mut invocation = self.0.open.prepare_invoke();
+        invocation.key(&key).arg(limit).arg(&id).arg(LEASE_TTL.as_millis() as u64);
+        let mut connection = self.0.connection.clone();
+        let opened: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
+        if opened != 1 {
+            return Ok(None);
+        }
+        self.0.leases.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), key);
+        Ok(Some(Lease { owner: Arc::downgrade(&self.0), id }))
+    }
+
+    pub(crate) async fn charge(&self, tenant: &str, tokens: u64) -> Result<(), Unreachable> {
+        let mut invocation = self.0.charge.prepare_invoke();
+        invocation.key(tenant_key(tenant)).arg(tokens);
+        let mut connection = self.0.connection.clone();
+        let _: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
+        Ok(())
+    }
+
+    /// Run one call within [`CALL_TIMEOUT`]; note that Redis is back when it was not.
+    async fn call<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Unreachable> {
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(value)) => {
+                if !self.0.up.swap(true, Ordering::AcqRel) {
+                    tracing::info!("Redis is reachable again; limits are counted there again");
+                }
+                Ok(value)
+            }
+            Ok(Err(e)) => Err(Unreachable(e.to_string())),
+            Err(_) => Err(Unreachable(format!("no answer within {} ms", CALL_TIMEOUT.as_millis()))),
+        }
+    }
+
+    /// After a failed call: in `open` mode go on counting locally (`Ok`), in `closed` mode the
+    /// 503 to answer. The first failure of an outage is logged as a warning.
+    pub(crate) fn on_unreachable(&self, Unreachable(why): Unreachable) -> Result<(), RateLimited> {
+        if self.0.up.swap(false, Ordering::AcqRel) {
+            match self.0.failure_mode {
+                RedisFailureMode::Open => tracing::warn!(
+                    error = %why,
+                    "Redis is unreachable: limits are counted by this gateway alone until it is back"
+                ),
+                RedisFailureMode::Closed => tracing::warn!(
+                    error = %why,
+                    "Redis is unreachable: requests are refused (503) until it is back (--redis-failure-mode closed)"
+                ),
+            }
+        }
+        match self.0.failure_mode {
+            RedisFailureMode::Open => Ok(()),
+            RedisFailureMode::Closed => Err(RateLimited {
+                error: ApiError {
+                    status: 503,
+                    error_type: ErrorType::ApiError,
+                    message: "The rate-limit store is unreachable, so no request can be admitted. Retry later.".into(),
+                    param: None,
+                    code: Some("limits_unavailable".into()),
+                },
+                retry_after: 1,
+                quotas: Box::default(),
+            }),
+        }
+    }
+}
+
+/// Renew this process's stream leases every third of their life, until the limits are dropped.
+async fn renew_leases(inner: Weak<Inner>) {
+    let mut tick = tokio::time::interval(LEASE_TTL / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let held: Vec<(String, String)> = inner
+            .leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(id, key)| (id.clone(), key.clone()))
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let mut invocation = inner.renew.prepare_invoke();
+        invocation.arg(LEASE_TTL.as_millis() as u64);
+        for (id, key) in &held {
+            invocation.key(key).arg(id);
+        }
+        let mut connection = inner.connection.clone();
+        let renewed: Result<Result<i64, _>, _> =
+            tokio::time::timeout(CALL_TIMEOUT, invocation.invoke_async(&mut connection)).await;
+        if !matches!(renewed, Ok(Ok(_))) {
+            tracing::debug!(leases = held.len(), "stream leases could not be renewed this time");
+        }
+    }
+}
