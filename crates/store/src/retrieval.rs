@@ -711,14 +711,16 @@ pub(crate) async fn lexical_search(
 ) -> Result<Vec<LexicalHit>, StoreError> {
     let sql = db.sql();
     let terms = codec::query_terms(query);
-    let Some(query) = codec::lexical_query(sql.dialect, &terms) else { return Ok(Vec::new()) };
-    if vector_store_ids.is_empty() || limit == 0 || files.is_some_and(<[_]>::is_empty) {
+    if terms.is_empty() || vector_store_ids.is_empty() || limit == 0 || files.is_some_and(<[_]>::is_empty) {
         return Ok(Vec::new());
     }
-    let stores = json_list(vector_store_ids)?;
+    let asked = json_list(vector_store_ids)?;
+    let stores = rows(db, &sql.owned_stores, args![owner, &asked], |row| codec::text(row, 0)).await?;
+    let Some(query) = codec::lexical_query(sql.dialect, &terms, &stores) else { return Ok(Vec::new()) };
+    let stores = json_list(&stores)?;
     let files = files.map(json_list).transpose()?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    rows(db, &sql.lexical_search, args![&query, &stores, owner, files.as_deref(), limit], |row| {
+    rows(db, &sql.lexical_search, args![&query, &stores, files.as_deref(), limit], |row| {
         Ok(LexicalHit { chunk_id: codec::int(row, 0)?, score: row.real(1)? })
     })
     .await

@@ -126,6 +126,8 @@ pub(crate) struct Statements {
     pub generation: String,
     pub vectors: String,
     pub lexical_search: String,
+    /// Which of the ids in the list `$2` are owner `$1`'s vector stores.
+    pub owned_stores: String,
     pub chunks: String,
 }
 
@@ -277,14 +279,16 @@ impl Statements {
                 d.list(2)
             )),
             generation: r("SELECT generation FROM vector_stores WHERE owner = $1 AND id = $2".into()),
-            // One statement, so the generation and the vectors are of one snapshot.
+            // One statement, so the generation and the vectors are of one snapshot; in the order
+            // of the chunks' index, so nothing is sorted.
             vectors: r("SELECT v.generation, v.embedding_dimensions, c.id, c.file_id, c.embedding
                 FROM vector_stores v
                 LEFT JOIN chunks c ON c.vector_store_id = v.id AND c.embedding IS NOT NULL
                 WHERE v.owner = $1 AND v.id = $2
-                ORDER BY c.id"
+                ORDER BY c.file_id, c.seq"
                 .into()),
             lexical_search: r(lexical_search(d)),
+            owned_stores: r(format!("SELECT id FROM vector_stores WHERE owner = $1 AND id IN ({})", d.list(2))),
             chunks: r(format!(
                 "SELECT c.id, c.vector_store_id, c.file_id, c.text FROM chunks c
                 JOIN vector_stores v ON v.id = c.vector_store_id
@@ -369,29 +373,26 @@ fn insert_chunks(rows: usize) -> String {
 }
 
 /// The best chunks for a lexical query (`$1`, built by [`super::codec::lexical_query`]) among
-/// owner `$3`'s vector stores in the list `$2`, restricted to the `[store, file]` pairs `$4`
-/// unless NULL; `$5` rows. The score is higher for better matches: FTS5's `bm25()` negated on
-/// SQLite; `ts_rank_cd` with length normalisation 1 (divided by 1 + log of the chunk's length)
-/// on PostgreSQL.
+/// vector stores in the list `$2` (already checked to be the owner's), restricted to the
+/// `[store, file]` pairs `$3` unless NULL; `$4` rows. The score is higher for better matches:
+/// FTS5's `bm25()` of the text column, negated, on SQLite, where the query itself names the
+/// stores (the index holds each chunk's store id), so only their chunks are ranked; `ts_rank_cd`
+/// with length normalisation 1 (divided by 1 + log of the chunk's length) on PostgreSQL.
 fn lexical_search(d: Dialect) -> String {
-    let scope = format!(
-        "c.vector_store_id IN ({stores})
-        AND c.vector_store_id IN (SELECT id FROM vector_stores WHERE owner = $3)
-        AND (CAST($4 AS text) IS NULL OR (c.vector_store_id, c.file_id) IN ({pairs}))",
-        stores = d.list(2),
-        pairs = d.pairs(4)
-    );
+    let files = format!("CAST($3 AS text) IS NULL OR (c.vector_store_id, c.file_id) IN ({})", d.pairs(3));
     match d {
         Dialect::Sqlite => format!(
-            "SELECT c.id, -bm25(chunks_fts) AS score FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid
-            WHERE chunks_fts MATCH $1 AND {scope}
-            ORDER BY score DESC, c.id LIMIT $5"
+            "SELECT chunks_fts.rowid, -bm25(chunks_fts, 1.0, 0.0) AS score FROM chunks_fts
+            WHERE chunks_fts MATCH $1
+                AND (CAST($3 AS text) IS NULL OR chunks_fts.rowid IN (SELECT c.id FROM chunks c WHERE {files}))
+            ORDER BY score DESC, chunks_fts.rowid LIMIT $4"
         ),
         Dialect::Postgres => format!(
             "SELECT c.id, CAST(ts_rank_cd(c.lexemes, q, 1) AS double precision) AS score
             FROM chunks c, to_tsquery('english', $1) AS q
-            WHERE c.lexemes @@ q AND {scope}
-            ORDER BY score DESC, c.id LIMIT $5"
+            WHERE c.lexemes @@ q AND c.vector_store_id IN ({stores}) AND ({files})
+            ORDER BY score DESC, c.id LIMIT $4",
+            stores = d.list(2)
         ),
     }
 }

@@ -132,7 +132,8 @@ const SCHEMA_V6: &str = "
 /// Version 7: retrieval. Uploaded files (`files`, their bytes apart in `file_contents`), vector
 /// stores, their files (with the ingestion queue's lease columns) and file batches, and the
 /// chunks ingestion cuts files into, with their embeddings (little-endian `f32` blobs) and an FTS5
-/// index over their text (`chunks_fts`, external content kept in step by triggers). Deleting a
+/// index over their text and store id (`chunks_fts`, external content kept in step by triggers;
+/// a search names its stores in the query, so it ranks only their chunks). Deleting a
 /// file, a vector store or a vector-store file cascades to what hangs off it.
 const SCHEMA_V7: &str = "
     CREATE TABLE files (
@@ -208,13 +209,15 @@ const SCHEMA_V7: &str = "
     );
     CREATE INDEX chunks_file ON chunks(vector_store_id, file_id, seq);
     CREATE VIRTUAL TABLE chunks_fts USING fts5(
-        text, content = 'chunks', content_rowid = 'id', tokenize = 'porter unicode61 remove_diacritics 2'
+        text, vector_store_id, content = 'chunks', content_rowid = 'id',
+        tokenize = 'porter unicode61 remove_diacritics 2'
     );
     CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
-        INSERT INTO chunks_fts (rowid, text) VALUES (new.id, new.text);
+        INSERT INTO chunks_fts (rowid, text, vector_store_id) VALUES (new.id, new.text, new.vector_store_id);
     END;
     CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
-        INSERT INTO chunks_fts (chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+        INSERT INTO chunks_fts (chunks_fts, rowid, text, vector_store_id)
+        VALUES ('delete', old.id, old.text, old.vector_store_id);
     END;
     PRAGMA user_version = 7;";
 
