@@ -387,6 +387,11 @@ async fn run_retrieval(cli: Cli) -> anyhow::Result<()> {
     );
     println!("| hybrid search p95 | {p95:.2} ms | {scan95:.2} ms | {:.1}x | - | info |", p95 / scan95);
     println!(
+        "| the store's lexical search alone (BM25, 50 hits) p50 / p95 | {:.2} ms / {:.2} ms | - | - | - | info |",
+        percentile_ms(&r.lexical, 50.0),
+        percentile_ms(&r.lexical, 95.0)
+    );
+    println!(
         "| first (cold) search, vectors read from the store | {:.1} ms | - | - | - | info |",
         r.cold_search.as_secs_f64() * 1e3
     );
