@@ -8,6 +8,9 @@
 //! - [`Retrieval::spawn_ingestion`] (`ingest.rs`): the background loop that claims vector-store
 //!   files from the store's queue, extracts (`extract.rs`), chunks (`chunk.rs`), embeds
 //!   (`embed.rs`) and indexes them.
+//! - [`Retrieval::files`] (`files.rs`) and [`Retrieval::vector_stores`] (`vector_stores.rs`): the
+//!   operations behind the `/v1/files` and `/v1/vector_stores` routes for one owner — ids and
+//!   times minted, statuses as OpenAI reports them, files queued then the ingestion woken.
 //!
 //! Architecture invariant: this crate writes no SQL and knows no HTTP route; it reaches the
 //! database only through [`RetrievalStore`] and the outside world only through the embedding
