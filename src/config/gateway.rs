@@ -661,6 +661,12 @@ struct RetrievalArgs {
     #[arg(long, env = "GW_EMBEDDING_BATCH_SIZE", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=2048))]
     embedding_batch_size: u32,
 
+    /// Tokens of one text sent to the embedding model, at most: longer chunks and queries are
+    /// embedded by their beginning (the stored chunk and the lexical index keep all of it). For
+    /// models that read fewer tokens than a chunk holds (e.g. 512). Default: whole texts.
+    #[arg(long, env = "GW_EMBEDDING_MAX_INPUT_TOKENS", value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    embedding_max_input_tokens: Option<u32>,
+
     /// Files each worker ingests at once (extracted, chunked, embedded and indexed in the
     /// background).
     #[arg(long, env = "GW_INGESTION_CONCURRENCY", default_value_t = 2, value_parser = at_least_one)]
@@ -686,6 +692,7 @@ impl RetrievalArgs {
                     .unwrap_or_else(|| upstream.base_url.clone()),
                 api_key: self.embedding_api_key.clone().filter(|k| !k.is_empty()).or_else(|| upstream.api_key.clone()),
                 batch_size: self.embedding_batch_size as usize,
+                max_input_tokens: self.embedding_max_input_tokens.map(|n| n as usize),
             }),
             ingestion_concurrency: self.ingestion_concurrency,
             vector_cache_bytes: (self.vector_cache_mb as usize).saturating_mul(1024 * 1024),

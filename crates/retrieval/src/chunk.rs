@@ -1,6 +1,6 @@
-//! Cutting a file's text into overlapping chunks of tokens, as OpenAI's `chunking_strategy` says:
-//! `static` with `max_chunk_size_tokens` (100..=4096) and `chunk_overlap_tokens` (at most half of
-//! it), or `auto`, OpenAI's default of 800 tokens overlapping by 400.
+//! Cutting a file's text into overlapping chunks of tokens, as its vector-store file's
+//! `chunking_strategy` says ([`ChunkingStrategy`], validated and resolved on the wire by
+//! `respgw_protocol::vector_stores`; `auto` is OpenAI's 800 tokens overlapping by 400).
 //!
 //! Tokens are counted with `cl100k_base`, the encoding of OpenAI's embedding models
 //! (`text-embedding-3-*`, `-ada-002`), so a chunk fits the embedding model it is sent to. The
@@ -8,110 +8,11 @@
 //! characters (a token may end inside a multi-byte character), so chunks are slices of the text
 //! and nothing is re-decoded lossily.
 
-use respgw_protocol::ApiError;
-use serde_json::{Value, json};
+use respgw_protocol::vector_stores::ChunkingStrategy;
 
-/// OpenAI's default chunk size in tokens (`auto`).
-pub const DEFAULT_MAX_CHUNK_TOKENS: usize = 800;
-/// OpenAI's default overlap between consecutive chunks in tokens (`auto`).
-pub const DEFAULT_CHUNK_OVERLAP_TOKENS: usize = 400;
-/// Smallest `max_chunk_size_tokens` OpenAI accepts.
-pub const MIN_CHUNK_TOKENS: usize = 100;
-/// Largest `max_chunk_size_tokens` OpenAI accepts.
-pub const MAX_CHUNK_TOKENS: usize = 4096;
-
-/// How a file is cut: chunks of at most `max_tokens`, each starting `max_tokens - overlap_tokens`
-/// tokens after the previous one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkSettings {
-    pub max_tokens: usize,
-    pub overlap_tokens: usize,
-}
-
-impl Default for ChunkSettings {
-    fn default() -> Self {
-        ChunkSettings { max_tokens: DEFAULT_MAX_CHUNK_TOKENS, overlap_tokens: DEFAULT_CHUNK_OVERLAP_TOKENS }
-    }
-}
-
-impl ChunkSettings {
-    /// Parse a client's `chunking_strategy` (`param` names it in a 400): absent or `auto` is the
-    /// default; `static` needs both sizes, within OpenAI's bounds.
-    pub fn parse(value: Option<&Value>, param: &str) -> Result<ChunkSettings, ApiError> {
-        let Some(value) = value.filter(|v| !v.is_null()) else {
-            return Ok(ChunkSettings::default());
-        };
-        let kind_path = format!("{param}.type");
-        match value.get("type").and_then(Value::as_str) {
-            Some("auto") => {
-                if let Some(extra) = value.as_object().and_then(|o| o.keys().find(|k| k.as_str() != "type")) {
-                    let path = format!("{param}.{extra}");
-                    return Err(ApiError::invalid(
-                        &path,
-                        format!("{path} is not a field of an auto chunking strategy"),
-                    ));
-                }
-                Ok(ChunkSettings::default())
-            }
-            Some("static") => {
-                let static_path = format!("{param}.static");
-                let Some(sizes) = value.get("static").filter(|s| s.is_object()) else {
-                    return Err(ApiError::invalid(
-                        &static_path,
-                        format!(
-                            "a static chunking strategy needs {static_path}: {{\"max_chunk_size_tokens\", \"chunk_overlap_tokens\"}}"
-                        ),
-                    ));
-                };
-                let size = |field: &str| {
-                    let path = format!("{static_path}.{field}");
-                    sizes
-                        .get(field)
-                        .and_then(Value::as_u64)
-                        .and_then(|n| usize::try_from(n).ok())
-                        .ok_or_else(|| ApiError::invalid(&path, format!("{path} must be a whole number of tokens")))
-                };
-                let max_tokens = size("max_chunk_size_tokens")?;
-                let overlap_tokens = size("chunk_overlap_tokens")?;
-                if !(MIN_CHUNK_TOKENS..=MAX_CHUNK_TOKENS).contains(&max_tokens) {
-                    let path = format!("{static_path}.max_chunk_size_tokens");
-                    return Err(ApiError::invalid(
-                        &path,
-                        format!("{path} must be between {MIN_CHUNK_TOKENS} and {MAX_CHUNK_TOKENS}, not {max_tokens}"),
-                    ));
-                }
-                if overlap_tokens > max_tokens / 2 {
-                    let path = format!("{static_path}.chunk_overlap_tokens");
-                    return Err(ApiError::invalid(
-                        &path,
-                        format!(
-                            "{path} must not exceed half of max_chunk_size_tokens ({}), not {overlap_tokens}",
-                            max_tokens / 2
-                        ),
-                    ));
-                }
-                Ok(ChunkSettings { max_tokens, overlap_tokens })
-            }
-            Some(other) => Err(ApiError::invalid(
-                &kind_path,
-                format!("{kind_path} '{other}' is not a chunking strategy: use auto or static"),
-            )),
-            None => Err(ApiError::invalid(&kind_path, format!("{param} needs a type: auto or static"))),
-        }
-    }
-
-    /// The settings of a stored (already validated) strategy; anything unreadable is the default.
-    pub fn from_stored(value: &Value) -> ChunkSettings {
-        ChunkSettings::parse(Some(value), "chunking_strategy").unwrap_or_default()
-    }
-
-    /// The strategy as stored and reported: always `static`, with both sizes.
-    pub fn to_json(self) -> Value {
-        json!({"type": "static", "static": {
-            "max_chunk_size_tokens": self.max_tokens,
-            "chunk_overlap_tokens": self.overlap_tokens,
-        }})
-    }
+/// The strategy a stored vector-store file was added with (`auto` if it cannot be read).
+pub fn stored_strategy(value: &serde_json::Value) -> ChunkingStrategy {
+    ChunkingStrategy::parse(value, "chunking_strategy").unwrap_or(ChunkingStrategy::AUTO)
 }
 
 /// One chunk: a slice of the text and its length in tokens.
@@ -131,9 +32,9 @@ pub fn count_tokens(text: &str) -> usize {
     tokenizer().encode_ordinary(text).len()
 }
 
-/// `text` cut into chunks by `settings`; none for a text of only whitespace. CPU-bound (about
-/// a million tokens a second): run it on a blocking thread for large texts.
-pub fn chunk(text: &str, settings: ChunkSettings) -> Vec<Chunk> {
+/// `text` cut into chunks by `strategy`; none for a text of only whitespace. CPU-bound: run it
+/// on a blocking thread for large texts.
+pub fn chunk(text: &str, strategy: ChunkingStrategy) -> Vec<Chunk> {
     if text.trim().is_empty() {
         return Vec::new();
     }
@@ -146,8 +47,8 @@ pub fn chunk(text: &str, settings: ChunkSettings) -> Vec<Chunk> {
         offset += bpe.decode_bytes(std::slice::from_ref(token)).map(|b| b.len()).unwrap_or(0);
         ends.push(offset.min(text.len()));
     }
-    let max = settings.max_tokens.max(1);
-    let step = max.saturating_sub(settings.overlap_tokens).max(1);
+    let max = (strategy.max_chunk_size_tokens as usize).max(1);
+    let step = max.saturating_sub(strategy.chunk_overlap_tokens as usize).max(1);
     let mut chunks = Vec::new();
     let mut first = 0;
     loop {
@@ -197,23 +98,26 @@ fn char_ceil(text: &str, mut index: usize) -> usize {
 mod tests {
     use super::*;
 
+    fn strategy(max: u32, overlap: u32) -> ChunkingStrategy {
+        ChunkingStrategy { max_chunk_size_tokens: max, chunk_overlap_tokens: overlap }
+    }
+
     fn words(n: usize) -> String {
         (0..n).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ")
     }
 
     #[test]
     fn a_short_text_is_one_chunk_of_itself() {
-        let chunks = chunk("Hello, world.", ChunkSettings::default());
+        let chunks = chunk("Hello, world.", ChunkingStrategy::AUTO);
         assert_eq!(chunks, vec![Chunk { text: "Hello, world.".into(), tokens: 4 }]);
-        assert!(chunk(" \n\t", ChunkSettings::default()).is_empty());
+        assert!(chunk(" \n\t", ChunkingStrategy::AUTO).is_empty());
     }
 
     #[test]
     fn chunks_have_at_most_max_tokens_and_overlap_by_the_overlap() {
         let text = words(1000);
         let total = count_tokens(&text);
-        let settings = ChunkSettings { max_tokens: 200, overlap_tokens: 50 };
-        let chunks = chunk(&text, settings);
+        let chunks = chunk(&text, strategy(200, 50));
         assert!(chunks.iter().all(|c| c.tokens <= 200 && count_tokens(&c.text) <= 201), "{chunks:?}");
         // Each chunk starts 150 tokens after the previous one, the last one ends the text.
         assert_eq!(chunks.len(), (total - 200).div_ceil(150) + 1);
@@ -227,7 +131,7 @@ mod tests {
     #[test]
     fn without_overlap_the_chunks_are_the_text() {
         let text = words(700);
-        let chunks = chunk(&text, ChunkSettings { max_tokens: 100, overlap_tokens: 0 });
+        let chunks = chunk(&text, strategy(100, 0));
         assert_eq!(chunks.iter().map(|c| c.text.as_str()).collect::<String>(), text);
         assert_eq!(chunks.iter().map(|c| c.tokens as usize).sum::<usize>(), count_tokens(&text));
     }
@@ -235,7 +139,7 @@ mod tests {
     #[test]
     fn chunks_end_on_character_boundaries() {
         let text = "日本語のテキスト。".repeat(200);
-        let chunks = chunk(&text, ChunkSettings { max_tokens: 101, overlap_tokens: 13 });
+        let chunks = chunk(&text, strategy(101, 13));
         assert!(chunks.len() > 3);
         assert!(chunks.iter().all(|c| text.contains(&c.text)));
     }
@@ -251,31 +155,9 @@ mod tests {
     }
 
     #[test]
-    fn strategies_parse_with_openai_bounds() {
-        assert_eq!(ChunkSettings::parse(None, "chunking_strategy").unwrap(), ChunkSettings::default());
-        assert_eq!(ChunkSettings::parse(Some(&json!({"type": "auto"})), "c").unwrap(), ChunkSettings::default());
-        let static_ = json!({"type": "static", "static": {"max_chunk_size_tokens": 300, "chunk_overlap_tokens": 150}});
-        let parsed = ChunkSettings::parse(Some(&static_), "c").unwrap();
-        assert_eq!(parsed, ChunkSettings { max_tokens: 300, overlap_tokens: 150 });
-        assert_eq!(parsed.to_json(), static_);
-        assert_eq!(ChunkSettings::from_stored(&static_), parsed);
-
-        let error = |value: Value| ChunkSettings::parse(Some(&value), "chunking_strategy").unwrap_err().param;
-        assert_eq!(error(json!({"type": "fancy"})).as_deref(), Some("chunking_strategy.type"));
-        assert_eq!(error(json!({"type": "static"})).as_deref(), Some("chunking_strategy.static"));
-        assert_eq!(
-            error(json!({"type": "static", "static": {"max_chunk_size_tokens": 50, "chunk_overlap_tokens": 0}}))
-                .as_deref(),
-            Some("chunking_strategy.static.max_chunk_size_tokens")
-        );
-        assert_eq!(
-            error(json!({"type": "static", "static": {"max_chunk_size_tokens": 400, "chunk_overlap_tokens": 201}}))
-                .as_deref(),
-            Some("chunking_strategy.static.chunk_overlap_tokens")
-        );
-        assert_eq!(
-            error(json!({"type": "static", "static": {"max_chunk_size_tokens": 400}})).as_deref(),
-            Some("chunking_strategy.static.chunk_overlap_tokens")
-        );
+    fn a_stored_strategy_is_read_back() {
+        let stored = serde_json::json!({"type": "static", "static": {"max_chunk_size_tokens": 300, "chunk_overlap_tokens": 150}});
+        assert_eq!(stored_strategy(&stored), strategy(300, 150));
+        assert_eq!(stored_strategy(&serde_json::json!({"type": "auto"})), ChunkingStrategy::AUTO);
     }
 }

@@ -163,16 +163,7 @@ impl Embedder {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
             let body = response.text().await.unwrap_or_default();
-            let error = EmbedError(format!(
-                "the embedding endpoint answered {} for model '{model}'{}",
-                status.as_u16(),
-                server_message(&body).map(|m| format!(": {m}")).unwrap_or_default()
-            ));
-            return Err(if status.as_u16() == 429 || status.is_server_error() {
-                Failure::Transient(error, retry_after)
-            } else {
-                Failure::Final(error)
-            });
+            return Err(failure(status.as_u16(), model, server_message(&body), retry_after));
         }
         let body = response.bytes().await.map_err(|_| {
             Failure::Transient(EmbedError(format!("the embedding endpoint {} closed its answer early", self.url)), None)
@@ -216,6 +207,34 @@ impl Embedder {
 enum Failure {
     Transient(EmbedError, Option<Duration>),
     Final(EmbedError),
+}
+
+/// What an error answer means: an input too long for the model (whatever the status: llama.cpp
+/// answers 500) is final and says what to change; 429 and 5xx are worth retrying; the rest is
+/// final.
+fn failure(status: u16, model: &str, message: Option<String>, retry_after: Option<Duration>) -> Failure {
+    let said = message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+    if message.as_deref().is_some_and(input_too_long) {
+        return Failure::Final(EmbedError(format!(
+            "the embedding model '{model}' refused a chunk as too long (HTTP {status}{said}); lower the vector \
+             store's chunking_strategy max_chunk_size_tokens, or set --embedding-max-input-tokens to what the model reads"
+        )));
+    }
+    let error = EmbedError(format!("the embedding endpoint answered {status} for model '{model}'{said}"));
+    if status == 429 || (500..600).contains(&status) {
+        Failure::Transient(error, retry_after)
+    } else {
+        Failure::Final(error)
+    }
+}
+
+/// Whether a server's error message says an input is longer than the model reads (llama.cpp:
+/// "input (913 tokens) is too large to process"; vLLM and OpenAI: "maximum context length").
+fn input_too_long(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    ["too large to process", "too long", "maximum context length", "maximum input length", "exceeds the max"]
+        .iter()
+        .any(|phrase| message.contains(phrase))
 }
 
 /// The `error.message` (or `error` string, or `detail`) of an error body, cut short.
@@ -344,6 +363,20 @@ mod tests {
                 "the embedding endpoint http://127.0.0.1:9/v1/embeddings could not be reached (after {MAX_ATTEMPTS} attempts)"
             )
         );
+    }
+
+    #[test]
+    fn an_input_too_long_is_final_and_says_what_to_change() {
+        let llama =
+            "input (913 tokens) is too large to process. increase the physical batch size (current batch size: 512)";
+        let Failure::Final(error) = failure(500, "minilm", Some(llama.into()), None) else { panic!("retried") };
+        assert!(error.0.starts_with("the embedding model 'minilm' refused a chunk as too long (HTTP 500: input (913"));
+        assert!(error.0.contains("--embedding-max-input-tokens"), "{error}");
+        let vllm = "This model's maximum context length is 512 tokens. However, you requested 913 tokens.";
+        assert!(matches!(failure(400, "m", Some(vllm.into()), None), Failure::Final(_)));
+        assert!(matches!(failure(500, "m", Some("overloaded".into()), None), Failure::Transient(..)));
+        assert!(matches!(failure(429, "m", None, None), Failure::Transient(..)));
+        assert!(matches!(failure(401, "m", None, None), Failure::Final(_)));
     }
 
     #[test]

@@ -151,3 +151,37 @@ impl Files<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(expires_at: Option<i64>) -> FileRecord {
+        FileRecord {
+            id: "file-1".into(),
+            owner: "o".into(),
+            filename: "a.md".into(),
+            purpose: "assistants".into(),
+            bytes: 1,
+            created_at: 0,
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn a_file_expires_at_its_time() {
+        assert!(is_expired(&record(Some(5)), 5));
+        assert!(!is_expired(&record(Some(6)), 5));
+        assert!(!is_expired(&record(None), i64::MAX));
+    }
+
+    #[test]
+    fn images_are_uploads_for_input_file_only() {
+        let png = b"\x89PNG\r\n\x1a\nrest";
+        assert!(is_usable_upload("a.png", "user_data", png));
+        assert!(!is_usable_upload("a.png", "assistants", png));
+        assert!(!is_usable_upload("a.png", "user_data", b"not a png"));
+        assert!(is_usable_upload("notes.md", "assistants", b"# notes"));
+        assert!(!is_usable_upload("tool.exe", "user_data", b"MZ\x90\x00"));
+    }
+}

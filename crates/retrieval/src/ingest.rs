@@ -20,7 +20,7 @@ use respgw_store_api::retrieval::{EmbeddingSpace, Finished, IngestionError, Inge
 use tokio::sync::Semaphore;
 
 use crate::Retrieval;
-use crate::chunk::{self, ChunkSettings};
+use crate::chunk;
 use crate::extract::{self, ExtractError};
 
 /// How long a claim holds a file without renewal.
@@ -159,10 +159,10 @@ impl Retrieval {
         {
             return Err(mismatch(space, Some(&EmbeddingSpace { model: embedder.model().to_owned(), dimensions: 0 })));
         }
-        let settings = ChunkSettings::from_stored(&job.chunking_strategy);
+        let strategy = chunk::stored_strategy(&job.chunking_strategy);
         let filename = job.filename.clone();
         let chunks = tokio::task::spawn_blocking(move || {
-            extract::extract(&filename, &bytes).map(|text| chunk::chunk(&text, settings))
+            extract::extract(&filename, &bytes).map(|text| chunk::chunk(&text, strategy))
         })
         .await
         .map_err(|_| server_error("the file's text could not be extracted (the extractor failed)".to_owned()))?

@@ -100,6 +100,18 @@ pub enum SearchError {
     Store(StoreError),
 }
 
+impl std::fmt::Display for SearchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SearchError::VectorStoreNotFound(id) => write!(f, "no vector store found with id '{id}'"),
+            SearchError::Embedding(message) => write!(f, "the search query could not be embedded: {message}"),
+            SearchError::Store(error) => write!(f, "the store failed during the search: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for SearchError {}
+
 /// The retrieval service of one worker.
 #[derive(Clone)]
 pub struct Retrieval {

@@ -108,11 +108,10 @@ impl Retrieval {
             let key = (chunk.vector_store_id.as_str(), chunk.file_id.as_str());
             let Some(file) = by_file.get(&key) else { continue };
             match index_of.get(&key) {
-                Some(&i) => {
-                    if results[i].content.len() < CHUNKS_PER_FILE {
-                        results[i].content.push(chunk.text.clone());
-                    }
+                Some(&i) if results[i].content.len() < CHUNKS_PER_FILE => {
+                    results[i].content.push(chunk.text.clone());
                 }
+                Some(_) => {}
                 None if results.len() < request.max_num_results => {
                     index_of.insert(key, results.len());
                     results.push(SearchResult {

@@ -395,3 +395,80 @@ fn search_error(error: SearchError, id: &str) -> ApiError {
         SearchError::Store(e) => e.into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use respgw_protocol::vector_stores::ChunkingStrategy;
+    use respgw_store_api::retrieval::{FileCounts as Counts, VectorStoreRecord};
+    use serde_json::json;
+
+    use super::*;
+
+    fn view(expires_at: Option<i64>, in_progress: u64) -> VectorStoreView {
+        VectorStoreView {
+            record: VectorStoreRecord {
+                id: "vs_1".into(),
+                owner: "o".into(),
+                name: None,
+                metadata: json!({}),
+                created_at: 0,
+                last_active_at: 0,
+                expires_after: None,
+                expires_at,
+                embedding: None,
+                generation: 0,
+            },
+            file_counts: Counts { in_progress, completed: 1, ..Counts::default() },
+            usage_bytes: 0,
+        }
+    }
+
+    fn batch(cancelled: bool, in_progress: u64, completed: u64, failed: u64) -> BatchRecord {
+        BatchRecord {
+            id: "vsfb_1".into(),
+            vector_store_id: "vs_1".into(),
+            owner: "o".into(),
+            created_at: 0,
+            cancelled,
+            file_counts: Counts { in_progress, completed, failed, cancelled: 0 },
+        }
+    }
+
+    #[test]
+    fn a_store_is_expired_then_in_progress_then_completed() {
+        assert_eq!(store_status(&view(Some(10), 1), 10), "expired");
+        assert_eq!(store_status(&view(Some(11), 1), 10), "in_progress");
+        assert_eq!(store_status(&view(None, 0), 10), "completed");
+        let object = store_object(view(None, 2), 10);
+        assert_eq!((object.name.as_str(), object.file_counts.total), ("", 3));
+    }
+
+    #[test]
+    fn a_batch_fails_only_when_nothing_completed() {
+        assert_eq!(batch_status(&batch(true, 1, 0, 0)), "cancelled");
+        assert_eq!(batch_status(&batch(false, 1, 1, 1)), "in_progress");
+        assert_eq!(batch_status(&batch(false, 0, 0, 2)), "failed");
+        assert_eq!(batch_status(&batch(false, 0, 1, 1)), "completed");
+    }
+
+    #[test]
+    fn a_missing_file_is_named_by_its_entry() {
+        let file = |id: &str| FileToAdd {
+            file_id: id.into(),
+            attributes: json!({}),
+            chunking_strategy: ChunkingStrategy::AUTO,
+        };
+        let files = [file("a"), file("b")];
+        assert_eq!(missing_file(&files, "b", "file_ids", "").param.as_deref(), Some("file_ids[1]"));
+        assert_eq!(missing_file(&files, "b", "files", ".file_id").param.as_deref(), Some("files[1].file_id"));
+        let e = missing_file(&files[..1], "a", "file_id", "");
+        assert_eq!((e.status, e.param.as_deref()), (404, Some("file_id")));
+    }
+
+    #[test]
+    fn a_status_filter_is_one_of_the_four_statuses() {
+        assert_eq!(parse_status_filter(Some("failed")).unwrap(), Some(FileStatus::Failed));
+        assert_eq!(parse_status_filter(None).unwrap(), None);
+        assert_eq!(parse_status_filter(Some("done")).unwrap_err().param.as_deref(), Some("filter"));
+    }
+}

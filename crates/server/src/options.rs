@@ -123,6 +123,10 @@ pub struct EmbeddingOptions {
     pub api_key: Option<String>,
     /// Inputs per request.
     pub batch_size: usize,
+    /// Tokens of one text sent to be embedded, at most (longer ones are embedded by their
+    /// beginning); `None`: whole texts.
+    #[serde(default)]
+    pub max_input_tokens: Option<usize>,
 }
 
 /// The default of [`RetrievalOptions::max_file_bytes`]: 512 MiB.
@@ -148,7 +152,7 @@ impl RetrievalOptions {
                 api_key: e.api_key.clone(),
                 model: e.model.clone(),
                 batch_size: e.batch_size,
-                max_input_tokens: None,
+                max_input_tokens: e.max_input_tokens,
             }),
             ingestion_concurrency: self.ingestion_concurrency,
             vector_cache_bytes: self.vector_cache_bytes,

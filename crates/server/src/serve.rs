@@ -48,7 +48,7 @@ pub async fn build(
     let background = BackgroundRuns::start(stores.background, options.background, metrics.clone())
         .await
         .context("cannot start the background responses")?;
-    let retrieval = Retrieval::new(stores.retrieval, options.retrieval.settings());
+    let retrieval = Retrieval::with_metrics(stores.retrieval, options.retrieval.settings(), metrics.clone());
     retrieval.spawn_ingestion(ingestion_stop);
     let upstream = Upstream::new(options.upstream.clone()).context("cannot set up the upstream client")?;
     let mcp_helper = mcp_helper_client(options)?;

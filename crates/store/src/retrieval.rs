@@ -17,6 +17,7 @@
 //!   a deletion of a file, a re-added file.
 //! - A lock on a vector store's row comes before a lock on its files' rows.
 
+pub(crate) mod carry;
 mod codec;
 pub(crate) mod sql;
 
@@ -31,6 +32,8 @@ use respgw_store_api::retrieval::{
 
 use self::codec::{encode_json, expiry_days};
 pub(crate) use self::sql::{Dialect, Statements};
+/// The interface's types, by a path the [`retrieval_store`] macro can name.
+pub(crate) use respgw_store_api::retrieval as api;
 
 /// A statement parameter.
 #[derive(Debug, Clone, Copy)]
@@ -742,3 +745,244 @@ pub(crate) async fn chunks(db: &mut impl Db, owner: &str, chunk_ids: &[i64]) -> 
     found.sort_by_key(|c| chunk_ids.iter().position(|id| *id == c.chunk_id));
     Ok(found)
 }
+
+/// `impl RetrievalStore for $store`: each method runs its operation here through the backend's
+/// macro `$run!(self, MODE, operation(arguments…))`, MODE being `read`, `adds` (a write that
+/// stores something new) or `bounded` (a write that deletes or rewrites rows in place). The
+/// arguments are passed as they come; the backend carries and lends them (see `carry.rs`).
+macro_rules! retrieval_store {
+    ($store:ty, $run:ident) => {
+        #[async_trait::async_trait]
+        impl $crate::retrieval::api::RetrievalStore for $store {
+            async fn create_file(
+                &self,
+                file: $crate::retrieval::api::FileRecord,
+                content: Vec<u8>,
+            ) -> Result<(), $crate::StoreError> {
+                $run!(self, adds, create_file(file, content))
+            }
+
+            async fn file(
+                &self,
+                owner: &str,
+                id: &str,
+            ) -> Result<Option<$crate::retrieval::api::FileRecord>, $crate::StoreError> {
+                $run!(self, read, file(owner, id))
+            }
+
+            async fn files(
+                &self,
+                owner: &str,
+                purpose: Option<&str>,
+                page: &$crate::retrieval::api::Page,
+            ) -> Result<$crate::retrieval::api::Listed<$crate::retrieval::api::FileRecord>, $crate::StoreError> {
+                $run!(self, read, files(owner, purpose, page))
+            }
+
+            async fn file_content(&self, owner: &str, id: &str) -> Result<Option<Vec<u8>>, $crate::StoreError> {
+                $run!(self, read, file_content(owner, id))
+            }
+
+            async fn delete_file(&self, owner: &str, id: &str) -> Result<bool, $crate::StoreError> {
+                $run!(self, bounded, delete_file(owner, id))
+            }
+
+            async fn create_vector_store(
+                &self,
+                store: $crate::retrieval::api::NewVectorStore,
+            ) -> Result<$crate::retrieval::api::AddFiles, $crate::StoreError> {
+                $run!(self, adds, create_vector_store(store))
+            }
+
+            async fn vector_store(
+                &self,
+                owner: &str,
+                id: &str,
+            ) -> Result<Option<$crate::retrieval::api::VectorStoreView>, $crate::StoreError> {
+                $run!(self, read, vector_store(owner, id))
+            }
+
+            async fn vector_stores(
+                &self,
+                owner: &str,
+                page: &$crate::retrieval::api::Page,
+            ) -> Result<$crate::retrieval::api::Listed<$crate::retrieval::api::VectorStoreView>, $crate::StoreError> {
+                $run!(self, read, vector_stores(owner, page))
+            }
+
+            async fn update_vector_store(
+                &self,
+                owner: &str,
+                id: &str,
+                update: $crate::retrieval::api::VectorStoreUpdate,
+            ) -> Result<Option<$crate::retrieval::api::VectorStoreView>, $crate::StoreError> {
+                $run!(self, adds, update_vector_store(owner, id, update))
+            }
+
+            async fn delete_vector_store(&self, owner: &str, id: &str) -> Result<bool, $crate::StoreError> {
+                $run!(self, bounded, delete_vector_store(owner, id))
+            }
+
+            async fn touch_vector_stores(&self, owner: &str, ids: &[String], now: i64) -> Result<(), $crate::StoreError> {
+                $run!(self, bounded, touch_vector_stores(owner, ids, now))
+            }
+
+            async fn add_vector_store_files(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+                files: Vec<$crate::retrieval::api::NewVectorStoreFile>,
+                batch: Option<&str>,
+                now: i64,
+            ) -> Result<$crate::retrieval::api::AddFiles, $crate::StoreError> {
+                $run!(self, adds, add_vector_store_files(owner, vector_store_id, files, batch, now))
+            }
+
+            async fn vector_store_file(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+                file_id: &str,
+            ) -> Result<Option<$crate::retrieval::api::VectorStoreFileRecord>, $crate::StoreError> {
+                $run!(self, read, vector_store_file(owner, vector_store_id, file_id))
+            }
+
+            async fn vector_store_files(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+                filter: &$crate::retrieval::api::FileFilter,
+                page: &$crate::retrieval::api::Page,
+            ) -> Result<
+                $crate::retrieval::api::Listed<$crate::retrieval::api::VectorStoreFileRecord>,
+                $crate::StoreError,
+            > {
+                $run!(self, read, vector_store_files(owner, vector_store_id, filter, page))
+            }
+
+            async fn update_file_attributes(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+                file_id: &str,
+                attributes: serde_json::Value,
+            ) -> Result<Option<$crate::retrieval::api::VectorStoreFileRecord>, $crate::StoreError> {
+                $run!(self, adds, update_file_attributes(owner, vector_store_id, file_id, attributes))
+            }
+
+            async fn remove_vector_store_file(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+                file_id: &str,
+            ) -> Result<bool, $crate::StoreError> {
+                $run!(self, bounded, remove_vector_store_file(owner, vector_store_id, file_id))
+            }
+
+            async fn vector_store_file_chunks(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+                file_id: &str,
+            ) -> Result<Option<Vec<String>>, $crate::StoreError> {
+                $run!(self, read, vector_store_file_chunks(owner, vector_store_id, file_id))
+            }
+
+            async fn batch(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+                batch_id: &str,
+            ) -> Result<Option<$crate::retrieval::api::BatchRecord>, $crate::StoreError> {
+                $run!(self, read, batch(owner, vector_store_id, batch_id))
+            }
+
+            async fn cancel_batch(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+                batch_id: &str,
+            ) -> Result<Option<$crate::retrieval::api::BatchRecord>, $crate::StoreError> {
+                $run!(self, bounded, cancel_batch(owner, vector_store_id, batch_id))
+            }
+
+            async fn claim_ingestion(
+                &self,
+                worker: &str,
+                now_ms: i64,
+                lease_until_ms: i64,
+                limit: usize,
+            ) -> Result<Vec<$crate::retrieval::api::IngestionJob>, $crate::StoreError> {
+                $run!(self, bounded, claim_ingestion(worker, now_ms, lease_until_ms, limit))
+            }
+
+            async fn renew_ingestion(
+                &self,
+                worker: &str,
+                files: &[(String, String)],
+                lease_until_ms: i64,
+            ) -> Result<(), $crate::StoreError> {
+                $run!(self, bounded, renew_ingestion(worker, files, lease_until_ms))
+            }
+
+            async fn finish_ingestion(
+                &self,
+                worker: &str,
+                job: &$crate::retrieval::api::IngestionJob,
+                embedding: Option<&$crate::retrieval::api::EmbeddingSpace>,
+                chunks: Vec<$crate::retrieval::api::NewChunk>,
+            ) -> Result<$crate::retrieval::api::Finished, $crate::StoreError> {
+                $run!(self, adds, finish_ingestion(worker, job, embedding, chunks))
+            }
+
+            async fn fail_ingestion(
+                &self,
+                worker: &str,
+                job: &$crate::retrieval::api::IngestionJob,
+                error: $crate::retrieval::api::IngestionError,
+            ) -> Result<bool, $crate::StoreError> {
+                $run!(self, bounded, fail_ingestion(worker, job, error))
+            }
+
+            async fn searchable_files(
+                &self,
+                owner: &str,
+                vector_store_ids: &[String],
+            ) -> Result<Vec<$crate::retrieval::api::SearchableFile>, $crate::StoreError> {
+                $run!(self, read, searchable_files(owner, vector_store_ids))
+            }
+
+            async fn generation(&self, owner: &str, vector_store_id: &str) -> Result<Option<i64>, $crate::StoreError> {
+                $run!(self, read, generation(owner, vector_store_id))
+            }
+
+            async fn vectors(
+                &self,
+                owner: &str,
+                vector_store_id: &str,
+            ) -> Result<Option<$crate::retrieval::api::StoreVectors>, $crate::StoreError> {
+                $run!(self, read, vectors(owner, vector_store_id))
+            }
+
+            async fn lexical_search(
+                &self,
+                owner: &str,
+                vector_store_ids: &[String],
+                files: Option<&[(String, String)]>,
+                query: &str,
+                limit: usize,
+            ) -> Result<Vec<$crate::retrieval::api::LexicalHit>, $crate::StoreError> {
+                $run!(self, read, lexical_search(owner, vector_store_ids, files, query, limit))
+            }
+
+            async fn chunks(
+                &self,
+                owner: &str,
+                chunk_ids: &[i64],
+            ) -> Result<Vec<$crate::retrieval::api::ChunkText>, $crate::StoreError> {
+                $run!(self, read, chunks(owner, chunk_ids))
+            }
+        }
+    };
+}
+pub(crate) use retrieval_store;

@@ -9,11 +9,6 @@ use std::ops::DerefMut;
 use std::sync::LazyLock;
 
 use futures::TryStreamExt;
-use respgw_store_api::retrieval::{
-    AddFiles, BatchRecord, ChunkText, EmbeddingSpace, FileFilter, FileRecord, Finished, IngestionError, IngestionJob,
-    LexicalHit, Listed, NewChunk, NewVectorStore, NewVectorStoreFile, Page, RetrievalStore, SearchableFile,
-    StoreVectors, VectorStoreFileRecord, VectorStoreUpdate, VectorStoreView,
-};
 use sqlx::Row as _;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
@@ -22,7 +17,8 @@ use sqlx::{Postgres, Transaction};
 
 use super::{PostgresStore, map_err, sqlstate};
 use crate::StoreError;
-use crate::retrieval::{self, Arg, Db, Dialect, EachRow, Row, Statements};
+use crate::retrieval::carry::{Carry, Lend};
+use crate::retrieval::{self, Arg, Db, Dialect, EachRow, Row, Statements, retrieval_store};
 
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(Dialect::Postgres));
 
@@ -105,220 +101,19 @@ impl PostgresStore {
     }
 }
 
-#[async_trait::async_trait]
-impl RetrievalStore for PostgresStore {
-    async fn create_file(&self, file: FileRecord, content: Vec<u8>) -> Result<(), StoreError> {
-        let mut tx = self.writer().await?;
-        let done = retrieval::create_file(&mut tx, &file, &content).await?;
+/// Runs an operation of `crate::retrieval` for [`retrieval_store`]: a read on a pooled
+/// connection, a write in a transaction committed when the operation succeeds.
+macro_rules! on_postgres {
+    ($self:ident, read, $op:ident($($arg:ident),*)) => {{
+        $(let $arg = Carry::carry($arg);)*
+        retrieval::$op(&mut $self.reader().await?, $(Lend::lend(&$arg)),*).await
+    }};
+    ($self:ident, $write:ident, $op:ident($($arg:ident),*)) => {{
+        $(let $arg = Carry::carry($arg);)*
+        let mut tx = $self.writer().await?;
+        let done = retrieval::$op(&mut tx, $(Lend::lend(&$arg)),*).await?;
         tx.commit(done).await
-    }
-
-    async fn file(&self, owner: &str, id: &str) -> Result<Option<FileRecord>, StoreError> {
-        retrieval::file(&mut self.reader().await?, owner, id).await
-    }
-
-    async fn files(&self, owner: &str, purpose: Option<&str>, page: &Page) -> Result<Listed<FileRecord>, StoreError> {
-        retrieval::files(&mut self.reader().await?, owner, purpose, page).await
-    }
-
-    async fn file_content(&self, owner: &str, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        retrieval::file_content(&mut self.reader().await?, owner, id).await
-    }
-
-    async fn delete_file(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
-        let mut tx = self.writer().await?;
-        let deleted = retrieval::delete_file(&mut tx, owner, id).await?;
-        tx.commit(deleted).await
-    }
-
-    async fn create_vector_store(&self, store: NewVectorStore) -> Result<AddFiles, StoreError> {
-        let mut tx = self.writer().await?;
-        let added = retrieval::create_vector_store(&mut tx, &store).await?;
-        tx.commit(added).await
-    }
-
-    async fn vector_store(&self, owner: &str, id: &str) -> Result<Option<VectorStoreView>, StoreError> {
-        retrieval::vector_store(&mut self.reader().await?, owner, id).await
-    }
-
-    async fn vector_stores(&self, owner: &str, page: &Page) -> Result<Listed<VectorStoreView>, StoreError> {
-        retrieval::vector_stores(&mut self.reader().await?, owner, page).await
-    }
-
-    async fn update_vector_store(
-        &self,
-        owner: &str,
-        id: &str,
-        update: VectorStoreUpdate,
-    ) -> Result<Option<VectorStoreView>, StoreError> {
-        let mut tx = self.writer().await?;
-        let view = retrieval::update_vector_store(&mut tx, owner, id, &update).await?;
-        tx.commit(view).await
-    }
-
-    async fn delete_vector_store(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
-        let mut tx = self.writer().await?;
-        let deleted = retrieval::delete_vector_store(&mut tx, owner, id).await?;
-        tx.commit(deleted).await
-    }
-
-    async fn touch_vector_stores(&self, owner: &str, ids: &[String], now: i64) -> Result<(), StoreError> {
-        retrieval::touch_vector_stores(&mut self.reader().await?, owner, ids, now).await
-    }
-
-    async fn add_vector_store_files(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        files: Vec<NewVectorStoreFile>,
-        batch: Option<&str>,
-        now: i64,
-    ) -> Result<AddFiles, StoreError> {
-        let mut tx = self.writer().await?;
-        let added = retrieval::add_vector_store_files(&mut tx, owner, vector_store_id, &files, batch, now).await?;
-        tx.commit(added).await
-    }
-
-    async fn vector_store_file(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        file_id: &str,
-    ) -> Result<Option<VectorStoreFileRecord>, StoreError> {
-        retrieval::vector_store_file(&mut self.reader().await?, owner, vector_store_id, file_id).await
-    }
-
-    async fn vector_store_files(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        filter: &FileFilter,
-        page: &Page,
-    ) -> Result<Listed<VectorStoreFileRecord>, StoreError> {
-        retrieval::vector_store_files(&mut self.reader().await?, owner, vector_store_id, filter, page).await
-    }
-
-    async fn update_file_attributes(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        file_id: &str,
-        attributes: serde_json::Value,
-    ) -> Result<Option<VectorStoreFileRecord>, StoreError> {
-        let mut db = self.reader().await?;
-        retrieval::update_file_attributes(&mut db, owner, vector_store_id, file_id, &attributes).await
-    }
-
-    async fn remove_vector_store_file(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        file_id: &str,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.writer().await?;
-        let removed = retrieval::remove_vector_store_file(&mut tx, owner, vector_store_id, file_id).await?;
-        tx.commit(removed).await
-    }
-
-    async fn vector_store_file_chunks(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        file_id: &str,
-    ) -> Result<Option<Vec<String>>, StoreError> {
-        retrieval::vector_store_file_chunks(&mut self.reader().await?, owner, vector_store_id, file_id).await
-    }
-
-    async fn batch(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        batch_id: &str,
-    ) -> Result<Option<BatchRecord>, StoreError> {
-        retrieval::batch(&mut self.reader().await?, owner, vector_store_id, batch_id).await
-    }
-
-    async fn cancel_batch(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        batch_id: &str,
-    ) -> Result<Option<BatchRecord>, StoreError> {
-        let mut tx = self.writer().await?;
-        let batch = retrieval::cancel_batch(&mut tx, owner, vector_store_id, batch_id).await?;
-        tx.commit(batch).await
-    }
-
-    async fn claim_ingestion(
-        &self,
-        worker: &str,
-        now_ms: i64,
-        lease_until_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<IngestionJob>, StoreError> {
-        let mut tx = self.writer().await?;
-        let jobs = retrieval::claim_ingestion(&mut tx, worker, now_ms, lease_until_ms, limit).await?;
-        tx.commit(jobs).await
-    }
-
-    async fn renew_ingestion(
-        &self,
-        worker: &str,
-        files: &[(String, String)],
-        lease_until_ms: i64,
-    ) -> Result<(), StoreError> {
-        retrieval::renew_ingestion(&mut self.reader().await?, worker, files, lease_until_ms).await
-    }
-
-    async fn finish_ingestion(
-        &self,
-        worker: &str,
-        job: &IngestionJob,
-        embedding: Option<&EmbeddingSpace>,
-        chunks: Vec<NewChunk>,
-    ) -> Result<Finished, StoreError> {
-        let mut tx = self.writer().await?;
-        let finished = retrieval::finish_ingestion(&mut tx, worker, job, embedding, &chunks).await?;
-        tx.commit(finished).await
-    }
-
-    async fn fail_ingestion(
-        &self,
-        worker: &str,
-        job: &IngestionJob,
-        error: IngestionError,
-    ) -> Result<bool, StoreError> {
-        retrieval::fail_ingestion(&mut self.reader().await?, worker, job, &error).await
-    }
-
-    async fn searchable_files(
-        &self,
-        owner: &str,
-        vector_store_ids: &[String],
-    ) -> Result<Vec<SearchableFile>, StoreError> {
-        retrieval::searchable_files(&mut self.reader().await?, owner, vector_store_ids).await
-    }
-
-    async fn generation(&self, owner: &str, vector_store_id: &str) -> Result<Option<i64>, StoreError> {
-        retrieval::generation(&mut self.reader().await?, owner, vector_store_id).await
-    }
-
-    async fn vectors(&self, owner: &str, vector_store_id: &str) -> Result<Option<StoreVectors>, StoreError> {
-        retrieval::vectors(&mut self.reader().await?, owner, vector_store_id).await
-    }
-
-    async fn lexical_search(
-        &self,
-        owner: &str,
-        vector_store_ids: &[String],
-        files: Option<&[(String, String)]>,
-        query: &str,
-        limit: usize,
-    ) -> Result<Vec<LexicalHit>, StoreError> {
-        retrieval::lexical_search(&mut self.reader().await?, owner, vector_store_ids, files, query, limit).await
-    }
-
-    async fn chunks(&self, owner: &str, chunk_ids: &[i64]) -> Result<Vec<ChunkText>, StoreError> {
-        retrieval::chunks(&mut self.reader().await?, owner, chunk_ids).await
-    }
+    }};
 }
+
+retrieval_store!(PostgresStore, on_postgres);

@@ -5,18 +5,14 @@
 
 use std::sync::LazyLock;
 
-use respgw_store_api::retrieval::{
-    AddFiles, BatchRecord, ChunkText, EmbeddingSpace, FileFilter, FileRecord, Finished, IngestionError, IngestionJob,
-    LexicalHit, Listed, NewChunk, NewVectorStore, NewVectorStoreFile, Page, RetrievalStore, SearchableFile,
-    StoreVectors, VectorStoreFileRecord, VectorStoreUpdate, VectorStoreView,
-};
 use rusqlite::types::{ToSql, ToSqlOutput, Value, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 use super::writer::Growth;
 use super::{SqliteStore, is_unique_violation, map_err, run_now};
 use crate::StoreError;
-use crate::retrieval::{self, Arg, Db, Dialect, EachRow, Row, Statements};
+use crate::retrieval::carry::{Carry, Lend};
+use crate::retrieval::{self, Arg, Db, Dialect, EachRow, Row, Statements, retrieval_store};
 
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(Dialect::Sqlite));
 
@@ -87,256 +83,23 @@ impl Db for Lite<'_> {
     }
 }
 
-/// Owned copies of borrowed arguments, for the closures that run on another thread.
-fn owned(s: &str) -> String {
-    s.to_owned()
+/// Runs an operation of `crate::retrieval` for [`retrieval_store`]: its arguments carried to the
+/// writer thread (writes) or a reader's blocking thread (reads).
+macro_rules! on_sqlite {
+    ($self:ident, read, $op:ident($($arg:ident),*)) => {{
+        $(let $arg = Carry::carry($arg);)*
+        $self.read(move |c| run_now(retrieval::$op(&mut Lite(c), $(Lend::lend(&$arg)),*))).await
+    }};
+    ($self:ident, adds, $op:ident($($arg:ident),*)) => {
+        on_sqlite!(@write $self, Growth::Adds, $op($($arg),*))
+    };
+    ($self:ident, bounded, $op:ident($($arg:ident),*)) => {
+        on_sqlite!(@write $self, Growth::Bounded, $op($($arg),*))
+    };
+    (@write $self:ident, $growth:expr, $op:ident($($arg:ident),*)) => {{
+        $(let $arg = Carry::carry($arg);)*
+        $self.write($growth, move |c| run_now(retrieval::$op(&mut Lite(c), $(Lend::lend(&$arg)),*))).await
+    }};
 }
 
-#[async_trait::async_trait]
-impl RetrievalStore for SqliteStore {
-    async fn create_file(&self, file: FileRecord, content: Vec<u8>) -> Result<(), StoreError> {
-        self.write(Growth::Adds, move |c| run_now(retrieval::create_file(&mut Lite(c), &file, &content))).await
-    }
-
-    async fn file(&self, owner: &str, id: &str) -> Result<Option<FileRecord>, StoreError> {
-        let (owner, id) = (owned(owner), owned(id));
-        self.read(move |c| run_now(retrieval::file(&mut Lite(c), &owner, &id))).await
-    }
-
-    async fn files(&self, owner: &str, purpose: Option<&str>, page: &Page) -> Result<Listed<FileRecord>, StoreError> {
-        let (owner, purpose, page) = (owned(owner), purpose.map(owned), page.clone());
-        self.read(move |c| run_now(retrieval::files(&mut Lite(c), &owner, purpose.as_deref(), &page))).await
-    }
-
-    async fn file_content(&self, owner: &str, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let (owner, id) = (owned(owner), owned(id));
-        self.read(move |c| run_now(retrieval::file_content(&mut Lite(c), &owner, &id))).await
-    }
-
-    async fn delete_file(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
-        let (owner, id) = (owned(owner), owned(id));
-        self.write(Growth::Bounded, move |c| run_now(retrieval::delete_file(&mut Lite(c), &owner, &id))).await
-    }
-
-    async fn create_vector_store(&self, store: NewVectorStore) -> Result<AddFiles, StoreError> {
-        self.write(Growth::Adds, move |c| run_now(retrieval::create_vector_store(&mut Lite(c), &store))).await
-    }
-
-    async fn vector_store(&self, owner: &str, id: &str) -> Result<Option<VectorStoreView>, StoreError> {
-        let (owner, id) = (owned(owner), owned(id));
-        self.read(move |c| run_now(retrieval::vector_store(&mut Lite(c), &owner, &id))).await
-    }
-
-    async fn vector_stores(&self, owner: &str, page: &Page) -> Result<Listed<VectorStoreView>, StoreError> {
-        let (owner, page) = (owned(owner), page.clone());
-        self.read(move |c| run_now(retrieval::vector_stores(&mut Lite(c), &owner, &page))).await
-    }
-
-    async fn update_vector_store(
-        &self,
-        owner: &str,
-        id: &str,
-        update: VectorStoreUpdate,
-    ) -> Result<Option<VectorStoreView>, StoreError> {
-        let (owner, id) = (owned(owner), owned(id));
-        self.write(Growth::Adds, move |c| run_now(retrieval::update_vector_store(&mut Lite(c), &owner, &id, &update)))
-            .await
-    }
-
-    async fn delete_vector_store(&self, owner: &str, id: &str) -> Result<bool, StoreError> {
-        let (owner, id) = (owned(owner), owned(id));
-        self.write(Growth::Bounded, move |c| run_now(retrieval::delete_vector_store(&mut Lite(c), &owner, &id))).await
-    }
-
-    async fn touch_vector_stores(&self, owner: &str, ids: &[String], now: i64) -> Result<(), StoreError> {
-        let (owner, ids) = (owned(owner), ids.to_vec());
-        self.write(Growth::Bounded, move |c| run_now(retrieval::touch_vector_stores(&mut Lite(c), &owner, &ids, now)))
-            .await
-    }
-
-    async fn add_vector_store_files(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        files: Vec<NewVectorStoreFile>,
-        batch: Option<&str>,
-        now: i64,
-    ) -> Result<AddFiles, StoreError> {
-        let (owner, store, batch) = (owned(owner), owned(vector_store_id), batch.map(owned));
-        self.write(Growth::Adds, move |c| {
-            run_now(retrieval::add_vector_store_files(&mut Lite(c), &owner, &store, &files, batch.as_deref(), now))
-        })
-        .await
-    }
-
-    async fn vector_store_file(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        file_id: &str,
-    ) -> Result<Option<VectorStoreFileRecord>, StoreError> {
-        let (owner, store, file) = (owned(owner), owned(vector_store_id), owned(file_id));
-        self.read(move |c| run_now(retrieval::vector_store_file(&mut Lite(c), &owner, &store, &file))).await
-    }
-
-    async fn vector_store_files(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        filter: &FileFilter,
-        page: &Page,
-    ) -> Result<Listed<VectorStoreFileRecord>, StoreError> {
-        let (owner, store, filter, page) = (owned(owner), owned(vector_store_id), filter.clone(), page.clone());
-        self.read(move |c| run_now(retrieval::vector_store_files(&mut Lite(c), &owner, &store, &filter, &page))).await
-    }
-
-    async fn update_file_attributes(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        file_id: &str,
-        attributes: serde_json::Value,
-    ) -> Result<Option<VectorStoreFileRecord>, StoreError> {
-        let (owner, store, file) = (owned(owner), owned(vector_store_id), owned(file_id));
-        self.write(Growth::Adds, move |c| {
-            run_now(retrieval::update_file_attributes(&mut Lite(c), &owner, &store, &file, &attributes))
-        })
-        .await
-    }
-
-    async fn remove_vector_store_file(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        file_id: &str,
-    ) -> Result<bool, StoreError> {
-        let (owner, store, file) = (owned(owner), owned(vector_store_id), owned(file_id));
-        self.write(Growth::Bounded, move |c| {
-            run_now(retrieval::remove_vector_store_file(&mut Lite(c), &owner, &store, &file))
-        })
-        .await
-    }
-
-    async fn vector_store_file_chunks(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        file_id: &str,
-    ) -> Result<Option<Vec<String>>, StoreError> {
-        let (owner, store, file) = (owned(owner), owned(vector_store_id), owned(file_id));
-        self.read(move |c| run_now(retrieval::vector_store_file_chunks(&mut Lite(c), &owner, &store, &file))).await
-    }
-
-    async fn batch(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        batch_id: &str,
-    ) -> Result<Option<BatchRecord>, StoreError> {
-        let (owner, store, batch) = (owned(owner), owned(vector_store_id), owned(batch_id));
-        self.read(move |c| run_now(retrieval::batch(&mut Lite(c), &owner, &store, &batch))).await
-    }
-
-    async fn cancel_batch(
-        &self,
-        owner: &str,
-        vector_store_id: &str,
-        batch_id: &str,
-    ) -> Result<Option<BatchRecord>, StoreError> {
-        let (owner, store, batch) = (owned(owner), owned(vector_store_id), owned(batch_id));
-        self.write(Growth::Bounded, move |c| run_now(retrieval::cancel_batch(&mut Lite(c), &owner, &store, &batch)))
-            .await
-    }
-
-    async fn claim_ingestion(
-        &self,
-        worker: &str,
-        now_ms: i64,
-        lease_until_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<IngestionJob>, StoreError> {
-        let worker = owned(worker);
-        self.write(Growth::Bounded, move |c| {
-            run_now(retrieval::claim_ingestion(&mut Lite(c), &worker, now_ms, lease_until_ms, limit))
-        })
-        .await
-    }
-
-    async fn renew_ingestion(
-        &self,
-        worker: &str,
-        files: &[(String, String)],
-        lease_until_ms: i64,
-    ) -> Result<(), StoreError> {
-        let (worker, files) = (owned(worker), files.to_vec());
-        self.write(Growth::Bounded, move |c| {
-            run_now(retrieval::renew_ingestion(&mut Lite(c), &worker, &files, lease_until_ms))
-        })
-        .await
-    }
-
-    async fn finish_ingestion(
-        &self,
-        worker: &str,
-        job: &IngestionJob,
-        embedding: Option<&EmbeddingSpace>,
-        chunks: Vec<NewChunk>,
-    ) -> Result<Finished, StoreError> {
-        let (worker, job, embedding) = (owned(worker), job.clone(), embedding.cloned());
-        self.write(Growth::Adds, move |c| {
-            run_now(retrieval::finish_ingestion(&mut Lite(c), &worker, &job, embedding.as_ref(), &chunks))
-        })
-        .await
-    }
-
-    async fn fail_ingestion(
-        &self,
-        worker: &str,
-        job: &IngestionJob,
-        error: IngestionError,
-    ) -> Result<bool, StoreError> {
-        let (worker, job) = (owned(worker), job.clone());
-        self.write(Growth::Bounded, move |c| run_now(retrieval::fail_ingestion(&mut Lite(c), &worker, &job, &error)))
-            .await
-    }
-
-    async fn searchable_files(
-        &self,
-        owner: &str,
-        vector_store_ids: &[String],
-    ) -> Result<Vec<SearchableFile>, StoreError> {
-        let (owner, stores) = (owned(owner), vector_store_ids.to_vec());
-        self.read(move |c| run_now(retrieval::searchable_files(&mut Lite(c), &owner, &stores))).await
-    }
-
-    async fn generation(&self, owner: &str, vector_store_id: &str) -> Result<Option<i64>, StoreError> {
-        let (owner, store) = (owned(owner), owned(vector_store_id));
-        self.read(move |c| run_now(retrieval::generation(&mut Lite(c), &owner, &store))).await
-    }
-
-    async fn vectors(&self, owner: &str, vector_store_id: &str) -> Result<Option<StoreVectors>, StoreError> {
-        let (owner, store) = (owned(owner), owned(vector_store_id));
-        self.read(move |c| run_now(retrieval::vectors(&mut Lite(c), &owner, &store))).await
-    }
-
-    async fn lexical_search(
-        &self,
-        owner: &str,
-        vector_store_ids: &[String],
-        files: Option<&[(String, String)]>,
-        query: &str,
-        limit: usize,
-    ) -> Result<Vec<LexicalHit>, StoreError> {
-        let (owner, stores, files, query) =
-            (owned(owner), vector_store_ids.to_vec(), files.map(<[_]>::to_vec), owned(query));
-        self.read(move |c| {
-            run_now(retrieval::lexical_search(&mut Lite(c), &owner, &stores, files.as_deref(), &query, limit))
-        })
-        .await
-    }
-
-    async fn chunks(&self, owner: &str, chunk_ids: &[i64]) -> Result<Vec<ChunkText>, StoreError> {
-        let (owner, ids) = (owned(owner), chunk_ids.to_vec());
-        self.read(move |c| run_now(retrieval::chunks(&mut Lite(c), &owner, &ids))).await
-    }
-}
+retrieval_store!(SqliteStore, on_sqlite);
