@@ -87,9 +87,15 @@ async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpLis
         Some(counters) => counters,
         None => SharedCounters::private().context("cannot map the limit counters")?,
     };
-    let app =
-        respgw_server::build_sharing(&options, metrics.clone(), view, Some(slot.clone()), Arc::new(counters), stopped(stop_rx.clone()))
-            .await?;
+    let app = respgw_server::build_sharing(
+        &options,
+        metrics.clone(),
+        view,
+        Some(slot.clone()),
+        Arc::new(counters),
+        stopped(stop_rx.clone()),
+    )
+    .await?;
     outbox.send(Frame::Ready { pid: std::process::id() }).await.context("the supervisor is gone")?;
     tracing::info!(slot = %slot, pid = std::process::id(), "worker serving");
 
