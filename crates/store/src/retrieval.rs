@@ -710,9 +710,20 @@ pub(crate) async fn lexical_search(
     limit: usize,
 ) -> Result<Vec<LexicalHit>, StoreError> {
     let sql = db.sql();
-    let terms = codec::query_terms(query);
+    let mut terms = codec::query_terms(query);
     if terms.is_empty() || vector_store_ids.is_empty() || limit == 0 || files.is_some_and(<[_]>::is_empty) {
         return Ok(Vec::new());
+    }
+    // A word in more than half of the chunks has an inverse document frequency of at most zero,
+    // which BM25 (FTS5's too) counts as nothing: leaving it out changes no chunk's rank among
+    // those matching a rarer word, and spares ranking nearly every chunk. A query of such words
+    // only is kept whole.
+    if let Some(statement) = &sql.common_terms {
+        let listed = json_list(&terms)?;
+        let common = rows(db, statement, args![&listed], |row| codec::text(row, 0)).await?;
+        if common.len() < terms.len() {
+            terms.retain(|term| !common.contains(term));
+        }
     }
     let asked = json_list(vector_store_ids)?;
     let stores = rows(db, &sql.owned_stores, args![owner, &asked], |row| codec::text(row, 0)).await?;

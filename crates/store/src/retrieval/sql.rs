@@ -126,6 +126,10 @@ pub(crate) struct Statements {
     pub generation: String,
     pub vectors: String,
     pub lexical_search: String,
+    /// Which of the words in the list `$1` are in more than half of all chunks (SQLite's
+    /// `chunks_fts_terms`); `None` where the index drops such words itself (PostgreSQL's
+    /// `english` configuration drops stop words).
+    pub common_terms: Option<String>,
     /// Which of the ids in the list `$2` are owner `$1`'s vector stores.
     pub owned_stores: String,
     pub chunks: String,
@@ -288,6 +292,14 @@ impl Statements {
                 ORDER BY c.file_id, c.seq"
                 .into()),
             lexical_search: r(lexical_search(d)),
+            common_terms: match d {
+                Dialect::Sqlite => Some(r(format!(
+                    "SELECT term FROM chunks_fts_terms
+                    WHERE term IN ({}) AND doc * 2 > (SELECT COUNT(*) FROM chunks)",
+                    d.list(1)
+                ))),
+                Dialect::Postgres => None,
+            },
             owned_stores: r(format!("SELECT id FROM vector_stores WHERE owner = $1 AND id IN ({})", d.list(2))),
             chunks: r(format!(
                 "SELECT c.id, c.vector_store_id, c.file_id, c.text FROM chunks c

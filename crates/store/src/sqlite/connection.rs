@@ -219,6 +219,7 @@ const SCHEMA_V7: &str = "
         INSERT INTO chunks_fts (chunks_fts, rowid, text, vector_store_id)
         VALUES ('delete', old.id, old.text, old.vector_store_id);
     END;
+    CREATE VIRTUAL TABLE chunks_fts_terms USING fts5vocab(chunks_fts, 'row');
     PRAGMA user_version = 7;";
 
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.

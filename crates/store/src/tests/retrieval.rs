@@ -405,6 +405,30 @@ pub(super) async fn re_adding_a_file_replaces_it(backend: Backend) {
     lexical_index_is_whole(&store).await;
 }
 
+/// A word in most chunks adds nothing to a ranking by a rarer word (SQLite leaves it out of the
+/// query), and a query of such words alone still finds their chunks.
+pub(super) async fn words_in_most_chunks_neither_rank_nor_hide_the_rest(backend: Backend) {
+    let store = backend.open().await;
+    let r = store.retrieval();
+    upload(r, &["file-a"]).await;
+    r.create_vector_store(new_store("vs_1", &["file-a"])).await.unwrap();
+    let texts = [
+        "The gateway keeps responses.",
+        "The gateway gateway forwards requests to the model.",
+        "The gateway counts tokens.",
+        "Penguins visit the gateway once.",
+        "Bread needs yeast.",
+    ];
+    ingest(r, None, texts.iter().map(|t| chunk(t, None)).collect()).await;
+    let stores = ["vs_1".to_owned()];
+
+    let hits = r.lexical_search(OWNER, &stores, None, "gateway penguins", 10).await.unwrap();
+    let best = r.chunks(OWNER, &[hits[0].chunk_id]).await.unwrap();
+    assert!(best[0].text.starts_with("Penguins"), "{hits:?}");
+    let common_only = r.lexical_search(OWNER, &stores, None, "gateway", 10).await.unwrap();
+    assert_eq!(common_only.len(), 4, "{common_only:?}");
+}
+
 pub(super) async fn lexical_search_ranks_the_relevant_chunk_first_and_survives_hostile_queries(backend: Backend) {
     let store = backend.open().await;
     let r = store.retrieval();
