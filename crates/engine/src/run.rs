@@ -593,6 +593,7 @@ impl PreparedResponse {
             input: self.unstored_inherited.iter().chain(&self.request.input).cloned().collect(),
             output: self.output.clone(),
             conversation: self.conversation.clone(),
+            rounds: Vec::new(),
         };
         match sink {
             EventSink::Background(sink) => {

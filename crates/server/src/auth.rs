@@ -58,6 +58,8 @@ pub struct Tenant(Arc<TenantState>);
 
 struct TenantState {
     name: String,
+    /// Sees every tenant's records (`admin = true` in the keys file, or authentication off).
+    admin: bool,
     /// Its place in the limit counters.
     counted: Counted,
     limiter: Arc<Limiter>,
@@ -92,15 +94,15 @@ impl ApiKeys {
     /// own, each one it leaves out taken from `defaults`.
     pub fn new(legacy: &[String], table: &TenantTable, defaults: TenantLimits, limiter: Arc<Limiter>) -> Self {
         let mut tenants: HashMap<String, Tenant> = HashMap::new();
-        let mut tenant = |name: &str, limits: TenantLimits| {
+        let mut tenant = |name: &str, limits: TenantLimits, admin: bool| {
             tenants
                 .entry(name.to_owned())
-                .or_insert_with(|| Tenant::new(name, limits.or(defaults), Arc::clone(&limiter)))
+                .or_insert_with(|| Tenant::new(name, limits.or(defaults), admin, Arc::clone(&limiter)))
                 .clone()
         };
         let mut keys = Vec::new();
         for spec in &table.tenants {
-            let owner = tenant(&spec.name, spec.limits);
+            let owner = tenant(&spec.name, spec.limits, spec.admin);
             for key in &spec.keys {
                 // The table was checked when it was read: every hash decodes.
                 if let Some(digest) = decode_digest(&key.sha256) {
@@ -110,12 +112,14 @@ impl ApiKeys {
         }
         let legacy: Vec<&String> = legacy.iter().filter(|k| !k.is_empty()).collect();
         if !legacy.is_empty() {
-            let owner = tenant(DEFAULT_TENANT, TenantLimits::default());
+            // Without a keys file, `--api-key` keys are the operator's own: they see everything.
+            let owner = tenant(DEFAULT_TENANT, TenantLimits::default(), table.tenants.is_empty());
             for key in legacy {
                 keys.push(KeyEntry { digest: digest(key.as_bytes()), expires: None, tenant: owner.clone() });
             }
         }
-        let anonymous = tenant(DEFAULT_TENANT, TenantLimits::default());
+        // With authentication off the gateway is the local user's alone.
+        let anonymous = tenant(DEFAULT_TENANT, TenantLimits::default(), keys.is_empty());
         ApiKeys { keys: keys.into(), anonymous, by_name: Arc::new(tenants) }
     }
 
@@ -151,14 +155,20 @@ impl ApiKeys {
 }
 
 impl Tenant {
-    fn new(name: &str, limits: TenantLimits, limiter: Arc<Limiter>) -> Self {
+    fn new(name: &str, limits: TenantLimits, admin: bool, limiter: Arc<Limiter>) -> Self {
         let counted = limiter.counted(name, limits);
-        Tenant(Arc::new(TenantState { name: name.to_owned(), counted, limiter }))
+        Tenant(Arc::new(TenantState { name: name.to_owned(), admin, counted, limiter }))
     }
 
     /// The tenant's name: the owner of what it stores.
     pub fn name(&self) -> &str {
         &self.0.name
+    }
+
+    /// Whether this tenant sees every tenant's records: `admin = true` in the keys file, the
+    /// `--api-key` keys when there is no keys file, and everyone when authentication is off.
+    pub fn is_admin(&self) -> bool {
+        self.0.admin
     }
 
     /// Admit one request (rate and token budget); 429 with the wait when it is over either.
@@ -277,6 +287,7 @@ mod tests {
                     name: (*name).to_owned(),
                     keys: keys.iter().map(|k| KeySpec { sha256: hash_key(k)[7..].to_owned(), expires: None }).collect(),
                     limits: *limits,
+                    admin: false,
                 })
                 .collect(),
         }

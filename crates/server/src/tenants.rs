@@ -15,6 +15,7 @@
 //! max_websockets = 20
 //! tokens_per_minute = 200000
 //! tokens_per_day = 5000000
+//! admin = true  # its keys see every tenant in the console
 //! ```
 
 use std::path::Path;
@@ -49,6 +50,9 @@ pub struct TenantSpec {
     pub keys: Vec<KeySpec>,
     /// Its own limits; a limit left out falls back to the gateway's default.
     pub limits: TenantLimits,
+    /// Whether its keys see (and in the console, act on) every tenant's records.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 /// One key of a tenant.
@@ -118,6 +122,8 @@ struct FileTenant {
     max_websockets: Option<u32>,
     tokens_per_minute: Option<u32>,
     tokens_per_day: Option<u32>,
+    #[serde(default)]
+    admin: bool,
 }
 
 #[derive(Deserialize)]
@@ -155,7 +161,7 @@ impl TenantTable {
         let file: FileTable = serde_json::from_value(value).map_err(|e| {
             format!(
                 "{e} (expected [[tenant]] entries with `name`, `keys` and optionally `requests_per_minute`, \
-                 `max_open_streams`, `max_websockets`, `tokens_per_minute` and `tokens_per_day`)"
+                 `max_open_streams`, `max_websockets`, `tokens_per_minute`, `tokens_per_day` and `admin`)"
             )
         })?;
         if file.tenant.is_empty() {
@@ -197,7 +203,7 @@ impl TenantTable {
                 tokens_per_minute: tenant.tokens_per_minute,
                 tokens_per_day: tenant.tokens_per_day,
             };
-            tenants.push(TenantSpec { name: tenant.name, keys, limits });
+            tenants.push(TenantSpec { name: tenant.name, keys, limits, admin: tenant.admin });
         }
         Ok(TenantTable { tenants })
     }

@@ -66,6 +66,29 @@ pub struct NewResponse {
     /// were (`history_from` is then `None`). If the conversation was deleted meanwhile, the save
     /// fails with [`StoreError::ConversationGone`] and writes nothing.
     pub conversation: Option<ConversationAppend>,
+    /// Each upstream call of the response, in order, with its timing and usage: what the
+    /// console shows as the response's rounds.
+    pub rounds: Vec<RoundRecord>,
+}
+
+/// One upstream call (model turn) of a response, as the operator console shows it. Times are
+/// milliseconds from the start of the response's run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RoundRecord {
+    /// When the chat request was sent.
+    pub started_ms: u64,
+    /// When its first chunk arrived (`None`: none arrived).
+    pub first_chunk_ms: Option<u64>,
+    /// How long the call took, to its last chunk.
+    pub duration_ms: u64,
+    /// Input tokens as the upstream's `usage` reported them (0 without `usage`).
+    pub input_tokens: u64,
+    /// Output tokens as the upstream's `usage` reported them (0 without `usage`).
+    pub output_tokens: u64,
+    /// How long the gateway tools this turn called took to run (0: it called none).
+    pub tools_ms: u64,
+    /// The ids of the items this turn produced, in order.
+    pub item_ids: Vec<String>,
 }
 
 /// Which conversation a response extends, and the state of it the response was computed from.

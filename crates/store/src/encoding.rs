@@ -60,6 +60,7 @@ impl EncodedResponse {
             input,
             output,
             conversation,
+            rounds: _,
         } = response;
         let history_from = if conversation.is_some() { None } else { history_from };
         let mut items = encode_items(&input)?;

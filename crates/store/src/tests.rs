@@ -364,6 +364,7 @@ fn new_response(id: &str, prev: Option<&str>, input: Vec<Item>, output: Vec<Item
         input,
         output,
         conversation: None,
+        rounds: Vec::new(),
     }
 }
 

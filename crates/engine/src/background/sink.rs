@@ -274,6 +274,7 @@ mod tests {
             input: Vec::new(),
             output: Vec::new(),
             conversation: None,
+            rounds: Vec::new(),
         });
         sink.send(ResponseEvent::InProgress { response: Box::new(response(ResponseStatus::InProgress)) })
             .await

@@ -36,6 +36,7 @@ fn new_response(id: &str, history_from: Option<&str>, inputs: usize, outputs: us
         input: (0..inputs).map(|n| message(&format!("{id}_in{n}"), MessageRole::User)).collect(),
         output: (0..outputs).map(|n| message(&format!("{id}_out{n}"), MessageRole::Assistant)).collect(),
         conversation: None,
+        rounds: Vec::new(),
     }
 }
 
