@@ -47,6 +47,9 @@
 //!   (`WebSocketDrain`), and its connection-local state (`local_state.rs`: the last finished
 //!   `store:false` response's conversation, bounded per connection and per worker by JSON size,
 //!   oldest dropped first).
+//! - `console/`: the operator console's API; `console/overview.rs`: `GET /v1/console/overview`,
+//!   the last hour's per-step points from an [`OverviewView`] (the supervisor's samples of the
+//!   merged metrics in a worker, [`local_overview`] in a process serving alone).
 //! - `options.rs`: [`GatewayOptions`], what a worker needs (serializable); `serve.rs`: [`build`] and
 //!   [`serve_on`] (serve a given listener until a given shutdown future, then drain within a bound).
 //!
@@ -60,6 +63,7 @@ mod app;
 mod auth;
 mod background;
 mod connections;
+mod console;
 mod conversations;
 mod error;
 mod event_sequence;
@@ -82,10 +86,12 @@ mod websocket;
 
 pub use app::{AppConfig, router};
 pub use auth::{ApiKeys, Tenant};
+pub use console::overview::{OverviewView, local_overview};
 pub use limits::{Limiter, RedisFailureMode, RedisSettings};
 pub use metrics::{MetricsView, local_view};
 pub use options::{
-    ClientLimits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions, GatewayOptions,
+    ClientLimits, DEFAULT_CONSOLE_SAMPLE_SECONDS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions,
+    GatewayOptions,
     RetrievalOptions, WebSocketLimits,
 };
 pub use respgw_engine::sealed::ReasoningKeys;
