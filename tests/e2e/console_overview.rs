@@ -45,9 +45,9 @@ fn summed_points(points: &[Value]) -> Value {
     let mut sums = serde_json::Map::new();
     for point in points {
         for (tenant, activity) in point["tenants"].as_object().expect("tenants") {
-            let sum = sums.entry(tenant.clone()).or_insert_with(
-                || json!({"requests":0,"client_errors":0,"errors":0,"tokens":{}}),
-            );
+            let sum = sums
+                .entry(tenant.clone())
+                .or_insert_with(|| json!({"requests":0,"client_errors":0,"errors":0,"tokens":{}}));
             for key in ["requests", "client_errors", "errors"] {
                 sum[key] = json!(sum[key].as_u64().unwrap_or(0) + activity[key].as_u64().unwrap_or(0));
             }
@@ -82,7 +82,8 @@ async fn the_overview_shows_both_workers_traffic_per_tenant_and_model_scoped_to_
     let mut alpha_requests = 0u64;
     while workers.len() < 2 || alpha_requests < 2 {
         assert!(alpha_requests < 40, "the same worker answered 40 new connections");
-        let (status, worker, body) = call(&client, post(json!({"model":"alpha-model","input":"hi"})), Some(ALPHA)).await;
+        let (status, worker, body) =
+            call(&client, post(json!({"model":"alpha-model","input":"hi"})), Some(ALPHA)).await;
         assert_eq!(status, 200, "{body}");
         workers.insert(worker);
         alpha_requests += 1;

@@ -445,8 +445,7 @@ async fn every_upstream_call_of_a_tool_loop_is_stored_as_a_timed_round() {
     };
     f.upstream.add_scenario("rounds", vec![slow_call, Step::text(&["It is 5."], "stop", Some((20, 3)))]);
 
-    let events =
-        f.stream(json!({"model":"rounds","input":"What is 2+3?","tools":[calc_tool()],"stream":true})).await;
+    let events = f.stream(json!({"model":"rounds","input":"What is 2+3?","tools":[calc_tool()],"stream":true})).await;
 
     let response = terminal(&events);
     assert_eq!(output_types(&response), ["mcp_call", "message"]);

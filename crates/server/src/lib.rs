@@ -90,9 +90,8 @@ pub use console::overview::{OverviewView, local_overview};
 pub use limits::{Limiter, RedisFailureMode, RedisSettings};
 pub use metrics::{MetricsView, local_view};
 pub use options::{
-    ClientLimits, DEFAULT_CONSOLE_SAMPLE_SECONDS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions,
-    GatewayOptions,
-    RetrievalOptions, WebSocketLimits,
+    ClientLimits, DEFAULT_CONSOLE_SAMPLE_SECONDS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MESSAGES_PING_INTERVAL,
+    EmbeddingOptions, GatewayOptions, RetrievalOptions, WebSocketLimits,
 };
 pub use respgw_engine::sealed::ReasoningKeys;
 pub use respgw_engine::{BackgroundSettings, DEFAULT_MAX_IDLE_CONNECTIONS, Limits, UpstreamConfig};

@@ -276,7 +276,8 @@ impl OverviewHistory {
                 continue;
             }
             let (now, then) = (at(&after.tokens, index), at(&before.tokens, index));
-            let tokens = TokenActivity { input: now[0].saturating_sub(then[0]), output: now[1].saturating_sub(then[1]) };
+            let tokens =
+                TokenActivity { input: now[0].saturating_sub(then[0]), output: now[1].saturating_sub(then[1]) };
             if tokens.input > 0 || tokens.output > 0 {
                 tenants.entry(name.clone()).or_default().tokens.insert(model.clone(), tokens);
             }

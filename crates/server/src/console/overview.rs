@@ -99,8 +99,11 @@ fn window_seconds(query: Option<&str>) -> Result<u64, ApiError> {
     let mut window = None;
     for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         if key != "window" {
-            return Err(ApiError::invalid(key.as_ref(), format!("Unknown parameter '{key}'; this route takes 'window'."))
-                .with_code("unknown_parameter"));
+            return Err(ApiError::invalid(
+                key.as_ref(),
+                format!("Unknown parameter '{key}'; this route takes 'window'."),
+            )
+            .with_code("unknown_parameter"));
         }
         let seconds = value.parse::<u64>().ok().filter(|s| WINDOW_SECONDS.contains(s)).ok_or_else(|| {
             ApiError::invalid(
