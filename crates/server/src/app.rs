@@ -24,6 +24,7 @@ use respgw_telemetry::Metrics;
 
 use crate::auth::{ApiKeys, AuthState, require_api_key};
 use crate::console::overview::{self, OverviewView};
+use crate::console::{self, ConsoleState};
 use crate::error::{self, HttpError};
 use crate::files::RetrievalState;
 use crate::mcp_routes::{self, McpDiscovery};
@@ -59,6 +60,8 @@ pub struct AppConfig {
     pub mcp_helper: McpDiscovery,
     /// Files and vector stores, for their routes.
     pub retrieval: RetrievalState,
+    /// What the operator console's API reads.
+    pub console: ConsoleState,
 }
 
 /// Build the gateway's router.
@@ -111,6 +114,7 @@ pub fn router(config: AppConfig) -> Router {
                 .with_state(config.mcp_helper.clone()),
         )
         .merge(retrieval_routes(config.retrieval.clone()))
+        .merge(console::routes(config.console.clone()))
         .merge(overview::routes(config.overview.clone()));
     if config.forward_other_routes_to.is_some() {
         // Integrated mode: the model server's own routes (models, chat completions, tokenize, …)

@@ -33,6 +33,13 @@
 //!   (both on [`respgw_retrieval::Retrieval`]); `mcp_routes.rs`: Built-in MCP discovery; `passthrough.rs`: `GET /v1/models`,
 //!   `POST /v1/chat/completions`, and in integrated mode the fallback that forwards every unknown
 //!   path to the model server.
+//! - `console/`: the operator console's JSON API (`/v1/console/…`, `docs/console-api.md`) —
+//!   `mod.rs` its state, router, scope (an admin sees every tenant) and query parsing; one file
+//!   per area (session, responses, conversations, background runs, files and vector stores) over
+//!   the store's `ConsoleStore` and the owner's ordinary reads; `console/overview.rs`:
+//!   `GET /v1/console/overview`, the last hour's per-step points from an [`OverviewView`] (the
+//!   supervisor's samples of the merged metrics in a worker, [`local_overview`] in a process
+//!   serving alone).
 //! - `messages/`: the Anthropic Messages face — `mod.rs` the `POST /v1/messages` and
 //!   `POST /v1/messages/count_tokens` handlers (translated by `respgw_messages` into the engine's
 //!   request, same tenants and limits) and `anthropic_errors`, the layer that gives every error of
@@ -47,9 +54,6 @@
 //!   (`WebSocketDrain`), and its connection-local state (`local_state.rs`: the last finished
 //!   `store:false` response's conversation, bounded per connection and per worker by JSON size,
 //!   oldest dropped first).
-//! - `console/`: the operator console's API; `console/overview.rs`: `GET /v1/console/overview`,
-//!   the last hour's per-step points from an [`OverviewView`] (the supervisor's samples of the
-//!   merged metrics in a worker, [`local_overview`] in a process serving alone).
 //! - `options.rs`: [`GatewayOptions`], what a worker needs (serializable); `serve.rs`: [`build`] and
 //!   [`serve_on`] (serve a given listener until a given shutdown future, then drain within a bound).
 //!
