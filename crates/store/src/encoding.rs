@@ -99,7 +99,8 @@ pub(crate) fn conversation_record(id: &str, created_at: i64, metadata: &str) -> 
 
 /// The text of a request's own input as the console searches and previews it: its messages'
 /// texts (plain or `input_text`/`output_text` parts) and its function-call outputs (plain or
-/// text parts), one per line, cut to [`MAX_INPUT_TEXT_BYTES`] on a character boundary.
+/// text parts), one per line, cut to [`MAX_INPUT_TEXT_BYTES`] on a character boundary; NUL
+/// characters become U+FFFD.
 pub(crate) fn input_text(input: &[Item]) -> String {
     let mut text = String::new();
     for item in input {
@@ -113,7 +114,8 @@ pub(crate) fn input_text(input: &[Item]) -> String {
             if !text.is_empty() {
                 text.push('\n');
             }
-            text.push_str(piece);
+            // PostgreSQL `text` cannot hold NUL: it is shown as U+FFFD (and never matches a search).
+            text.extend(piece.chars().map(|c| if c == '\0' { '\u{FFFD}' } else { c }));
             if text.len() >= MAX_INPUT_TEXT_BYTES {
                 let mut end = MAX_INPUT_TEXT_BYTES;
                 while !text.is_char_boundary(end) {
@@ -160,6 +162,11 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(input_text(&[message("Weather in Paris?"), output]), "Weather in Paris?\n22 degrees");
+    }
+
+    #[test]
+    fn input_text_replaces_nul_characters() {
+        assert_eq!(input_text(&[message("in\u{0}put")]), "in\u{FFFD}put");
     }
 
     #[test]
