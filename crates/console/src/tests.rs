@@ -24,7 +24,7 @@ async fn body(response: Response) -> Vec<u8> {
     to_bytes(response.into_body(), usize::MAX).await.unwrap().to_vec()
 }
 
-fn header_of<'a>(response: &'a Response, name: header::HeaderName) -> &'a str {
+fn header_of(response: &Response, name: header::HeaderName) -> &str {
     response.headers().get(name).map(|v| v.to_str().unwrap()).unwrap_or("")
 }
 
