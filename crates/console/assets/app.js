@@ -6,7 +6,8 @@
 //
 // Routes (`#/<view>/<id>?<filters>`) are in routes.js. A view module exports
 //   `async function render(root, params, ctx)`
-// where `root` is an empty element to fill, `params` holds the route's `:name` segments plus
+// where `root` is an empty element to fill (a view that fails throws: the shell keeps what it drew
+// and adds the error below it), `params` holds the route's `:name` segments plus
 // `query` (URLSearchParams of the hash's query), and `ctx` is
 //   { api, session, signal, navigate(hash), setTitle(text) }
 // — `api` from api.js, `session` the `console.session` object, `signal` an AbortSignal aborted when
@@ -207,7 +208,8 @@ async function renderRoute() {
   } catch (error) {
     if (controller.signal.aborted || error.name === "AbortError") return;
     if (error.status === 401) return; // signed out by the API client
-    replace(root, errorBox(error));
+    // What the view drew before it failed (a filter form, a header) stays, so the user can fix it.
+    replace(root, [...root.childNodes].filter((node) => node.dataset?.testid !== "loading"), errorBox(error));
     view.dataset.state = "error";
   }
 }
