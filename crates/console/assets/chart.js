@@ -11,7 +11,7 @@ const COLOURS = 8;
 
 /** A "nice" grid step for values up to `max`: 1, 2, 2.5 or 5 times a power of ten, about four steps. */
 function niceStep(max) {
-  if (!(max > 0)) return 0.25;
+  if (!(max > 0)) return 1;
   const raw = max / 4;
   const power = 10 ** Math.floor(Math.log10(raw));
   for (const step of [1, 2, 2.5, 5, 10]) if (step * power >= raw) return step * power;
@@ -60,7 +60,8 @@ export function lineChart({ title, times, series, format = String, testid, empty
   const ticks = times.length > 1 ? [t0, t0 + (t1 - t0) / 2, t1] : [t0];
   for (const [index, t] of ticks.entries()) {
     const anchor = index === 0 ? "start" : index === ticks.length - 1 ? "end" : "middle";
-    chart.append(svg("text", { class: "axis-label", x: x(t), y: HEIGHT - 6, "text-anchor": anchor }, formatClock(t)));
+    // Seconds too when the chart spans less than ten minutes, or every label would read the same.
+    chart.append(svg("text", { class: "axis-label", x: x(t), y: HEIGHT - 6, "text-anchor": anchor }, formatClock(t, t1 - t0 < 600)));
   }
   series.forEach((s, index) => {
     let path = "";

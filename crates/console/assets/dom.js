@@ -47,7 +47,7 @@ export function replace(node, ...children) {
   return append(node, ...children);
 }
 
-const numberFormat = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
+const numberFormat = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
 
 /** 12345 → "12,345" (the reader's locale); null → "—". */
 export function formatNumber(value) {
