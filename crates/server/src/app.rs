@@ -1,7 +1,8 @@
 //! The router: which path goes to which handler, and which layers wrap them.
 //!
-//! `/health` and `/metrics` sit outside authentication and are not counted; every `/v1/…` route
-//! is behind the API-key check (which gives the request its tenant) and the request metrics (a WebSocket upgrade of `GET
+//! `/health`, `/metrics` and the console's page and assets (`/console/…`, `respgw-console`) sit
+//! outside authentication and are not counted; every `/v1/…` route is behind the API-key check
+//! (which gives the request its tenant) and the request metrics (a WebSocket upgrade of `GET
 //! /v1/responses` included: a missing key is a 401 before any upgrade). Unknown paths and wrong methods answer in
 //! the API's error shape — or, in integrated mode, are forwarded to the model server unchanged.
 //! A 405 lists the route's methods in `Allow`, and any other error reply of the gateway's own
@@ -130,7 +131,10 @@ pub fn router(config: AppConfig) -> Router {
         ))
         .layer(middleware::from_fn_with_state(config.metrics.clone(), metrics::record));
 
-    let mut open = Router::new().route("/health", get(|| async { axum::Json(serde_json::json!({})) }));
+    // The console's page and assets are public (its data comes from the authenticated `/v1/console/` API).
+    let mut open = Router::new()
+        .route("/health", get(|| async { axum::Json(serde_json::json!({})) }))
+        .merge(respgw_console::routes());
     if let Some((path, view)) = config.metrics_route {
         open = open.route(&path, get(metrics::serve).with_state(view));
     }

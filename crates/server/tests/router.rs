@@ -255,6 +255,27 @@ async fn missing_or_wrong_api_key_is_a_401() {
 }
 
 #[tokio::test]
+async fn the_console_page_is_public_with_its_security_headers() {
+    let gw = Gateway::with_api_key().await;
+    let get = |path: &str| Request::get(path).body(Body::empty()).expect("a request");
+    let page = gw.send(get("/console/")).await;
+    assert_eq!(page.status, StatusCode::OK, "no key needed for the page: {}", page.body);
+    let csp = page.headers.get(header::CONTENT_SECURITY_POLICY).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    assert_eq!(csp, respgw_console::CONTENT_SECURITY_POLICY);
+    assert!(page.body.contains("app.js"));
+    assert_eq!(gw.send(get("/console/app.js")).await.status, StatusCode::OK);
+
+    let redirect = gw.send(get("/console")).await;
+    assert_eq!(redirect.status, StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(redirect.headers.get(header::LOCATION).map(|v| v.as_bytes()), Some(&b"/console/"[..]));
+    assert_eq!(gw.send(get("/console/missing.js")).await.error(404)["code"], "not_found");
+    let post = Request::post("/console/").body(Body::empty()).expect("a request");
+    assert_eq!(gw.send(post).await.error(405)["code"], "method_not_allowed");
+    // The data behind it is not public.
+    assert_eq!(gw.send(get("/v1/responses/resp_1")).await.error(401)["type"], "authentication_error");
+}
+
+#[tokio::test]
 async fn non_stream_create_returns_a_schema_valid_response_that_can_be_retrieved() {
     let gw = Gateway::new().await;
     gw.upstream.add_scenario("m", vec![Step::text(&["Hello ", "there."], "stop", Some((5, 2)))]);
