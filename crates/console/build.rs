@@ -23,10 +23,12 @@ fn main() {
 
     let gzip_dir = out_dir.join("gzip");
     std::fs::create_dir_all(&gzip_dir).expect("create the gzip directory");
-    let mut table = String::from("/// Every file under `assets/`, sorted by path.\npub(crate) static ASSETS: &[Asset] = &[\n");
+    let mut table =
+        String::from("/// Every file under `assets/`, sorted by path.\npub(crate) static ASSETS: &[Asset] = &[\n");
     for (index, file) in files.iter().enumerate() {
         let relative = file.strip_prefix(&assets_dir).expect("file under assets/");
-        let path = relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/");
+        let path =
+            relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/");
         let bytes = std::fs::read(file).expect("read an asset");
         let mut encoder = GzEncoder::new(Vec::new(), Compression::best());
         encoder.write_all(&bytes).expect("gzip an asset");

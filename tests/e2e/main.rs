@@ -15,6 +15,7 @@ mod code_interpreter;
 mod codex_cli;
 mod compaction;
 mod configuration;
+mod console_api;
 mod console_browser;
 mod conversations;
 mod conversations_sdk;

@@ -99,7 +99,9 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
             let mut parts = entry.split(';');
             let coding = parts.next().unwrap_or("").trim();
             let quality_allows = parts.all(|parameter| match parameter.trim().split_once('=') {
-                Some((name, q)) if name.trim().eq_ignore_ascii_case("q") => q.trim().parse::<f32>().is_ok_and(|q| q > 0.0),
+                Some((name, q)) if name.trim().eq_ignore_ascii_case("q") => {
+                    q.trim().parse::<f32>().is_ok_and(|q| q > 0.0)
+                }
                 _ => true,
             });
             if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {

@@ -576,6 +576,7 @@ fn error_kind(error: &StreamError) -> MessagesErrorType {
         (_, Some("upstream_unavailable" | "store_unavailable")) => MessagesErrorType::Overloaded,
         (_, Some("upstream_timeout")) => MessagesErrorType::Timeout,
         (ErrorType::AuthenticationError, _) => MessagesErrorType::Authentication,
+        (ErrorType::PermissionError, _) => MessagesErrorType::Permission,
         (ErrorType::RateLimitError, _) => MessagesErrorType::RateLimit,
         (ErrorType::InvalidRequestError | ErrorType::BadInput, _) => MessagesErrorType::InvalidRequest,
         (ErrorType::ApiError, _) => MessagesErrorType::Api,

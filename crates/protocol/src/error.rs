@@ -14,6 +14,8 @@ pub enum ErrorType {
     InvalidRequestError,
     /// 401: missing or wrong API key.
     AuthenticationError,
+    /// 403: the key is valid but its tenant may not do this.
+    PermissionError,
     /// 422: a request that parses but breaks the gateway's contract.
     BadInput,
     /// 429: the caller's tenant is over one of its limits.
@@ -53,6 +55,11 @@ impl ApiError {
     /// 422 `bad_input`: the request parses but breaks a contract rule.
     pub fn bad_input(param: impl Into<String>, message: impl Into<String>) -> Self {
         Self::new(422, ErrorType::BadInput, message).with_param(param).with_code("bad_input")
+    }
+
+    /// 403 `permission_error`: the caller's tenant may not do this (`code` `permission_denied`).
+    pub fn permission_denied(message: impl Into<String>) -> Self {
+        Self::new(403, ErrorType::PermissionError, message).with_code("permission_denied")
     }
 
     /// 404 for an unknown response id.

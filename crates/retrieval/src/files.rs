@@ -71,7 +71,8 @@ pub fn is_usable_upload(filename: &str, purpose: &str, content: &[u8]) -> bool {
             .is_ok_and(|t| t.kind == FileKind::Image && input_file::check_signature(&t, content).is_ok())
 }
 
-fn object(record: FileRecord) -> FileObject {
+/// A stored file as the Files API shows it.
+pub fn object(record: FileRecord) -> FileObject {
     FileObject::new(record.id, record.bytes, record.created_at, record.expires_at, record.filename, record.purpose)
 }
 

@@ -76,7 +76,8 @@ fn store_status(view: &VectorStoreView, now: i64) -> &'static str {
     }
 }
 
-fn store_object(view: VectorStoreView, now: i64) -> VectorStoreObject {
+/// A vector store as the vector-store API shows it at `now` (unix seconds).
+pub fn store_object(view: VectorStoreView, now: i64) -> VectorStoreObject {
     let status = store_status(&view, now);
     let r = view.record;
     VectorStoreObject::new(

@@ -24,6 +24,7 @@ use respgw_protocol::ApiError;
 use respgw_telemetry::Metrics;
 
 use crate::auth::{ApiKeys, AuthState, require_api_key};
+use crate::console::{self, ConsoleState};
 use crate::error::{self, HttpError};
 use crate::files::RetrievalState;
 use crate::mcp_routes::{self, McpDiscovery};
@@ -57,6 +58,8 @@ pub struct AppConfig {
     pub mcp_helper: McpDiscovery,
     /// Files and vector stores, for their routes.
     pub retrieval: RetrievalState,
+    /// What the operator console's API reads.
+    pub console: ConsoleState,
 }
 
 /// Build the gateway's router.
@@ -108,7 +111,8 @@ pub fn router(config: AppConfig) -> Router {
                 .route("/v1/mcp/servers/{server_label}/tools", get(mcp_routes::tools))
                 .with_state(config.mcp_helper.clone()),
         )
-        .merge(retrieval_routes(config.retrieval.clone()));
+        .merge(retrieval_routes(config.retrieval.clone()))
+        .merge(console::routes(config.console.clone()));
     if config.forward_other_routes_to.is_some() {
         // Integrated mode: the model server's own routes (models, chat completions, tokenize, …)
         // are reached through the forwarding fallback below.

@@ -133,6 +133,18 @@ impl ApiKeys {
         !self.keys.is_empty()
     }
 
+    /// Every tenant a request can come from, sorted: those with keys, and `default` when
+    /// authentication is off.
+    pub fn tenant_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.keys.iter().map(|entry| entry.tenant.name().to_owned()).collect();
+        if names.is_empty() {
+            names.push(self.anonymous.name().to_owned());
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The tenant of `presented`, or why it is refused. Every configured key is compared, so the
     /// time taken does not say which one matched.
     fn tenant_of(&self, presented: &str) -> Result<(&Tenant, String), &'static str> {

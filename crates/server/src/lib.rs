@@ -33,6 +33,10 @@
 //!   (both on [`respgw_retrieval::Retrieval`]); `mcp_routes.rs`: Built-in MCP discovery; `passthrough.rs`: `GET /v1/models`,
 //!   `POST /v1/chat/completions`, and in integrated mode the fallback that forwards every unknown
 //!   path to the model server.
+//! - `console/`: the operator console's JSON API (`/v1/console/…`, `docs/console-api.md`) —
+//!   `mod.rs` its state, router, scope (an admin sees every tenant) and query parsing; one file
+//!   per area (session, responses, conversations, background runs, files and vector stores) over
+//!   the store's `ConsoleStore` and the owner's ordinary reads.
 //! - `messages/`: the Anthropic Messages face — `mod.rs` the `POST /v1/messages` and
 //!   `POST /v1/messages/count_tokens` handlers (translated by `respgw_messages` into the engine's
 //!   request, same tenants and limits) and `anthropic_errors`, the layer that gives every error of
@@ -60,6 +64,7 @@ mod app;
 mod auth;
 mod background;
 mod connections;
+mod console;
 mod conversations;
 mod error;
 mod event_sequence;

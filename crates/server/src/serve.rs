@@ -20,6 +20,7 @@ use crate::app::{AppConfig, router};
 use crate::auth::ApiKeys;
 use crate::background::BackgroundDrain;
 use crate::connections::Connections;
+use crate::console::ConsoleState;
 use crate::files::RetrievalState;
 use crate::limits::shared::SharedCounters;
 use crate::limits::{Limiter, RedisLimits};
@@ -69,6 +70,8 @@ pub async fn build_sharing(
     if let Some(lock_waits) = stores.lock_waits {
         metrics.count_store_lock_waits_from(move || lock_waits.count());
     }
+    let console_store = Arc::clone(&stores.console);
+    let background_store = Arc::clone(&stores.background);
     let background = BackgroundRuns::start(stores.background, options.background, metrics.clone())
         .await
         .context("cannot start the background responses")?;
@@ -98,6 +101,7 @@ pub async fn build_sharing(
             .with_file_reader(Arc::new(files))
             .with_token_meter(api_keys.token_meter()),
     );
+    let console = ConsoleState::new(Arc::clone(&engine), console_store, background_store, retrieval.clone(), &api_keys);
     Ok(router(AppConfig {
         engine,
         api_keys,
@@ -110,6 +114,7 @@ pub async fn build_sharing(
         worker_label,
         mcp_helper,
         retrieval: RetrievalState { retrieval, max_file_bytes: options.retrieval.max_file_bytes },
+        console,
     }))
 }
 

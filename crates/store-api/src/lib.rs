@@ -17,6 +17,9 @@
 //! `background.rs`: `BackgroundStore` — background runs (status, response object, tenant and lease)
 //! and their event logs, and the wake-up channel between processes.
 //!
+//! `console.rs`: `ConsoleStore` — the operator console's reads across tenants (a `Scope`: one
+//! tenant or all), newest first with an `after` cursor.
+//!
 //! `retrieval.rs`: `RetrievalStore` — uploaded files, vector stores, their chunks and lexical
 //! index, and the ingestion queue.
 //!
@@ -24,9 +27,11 @@
 //! rusqlite and sqlx.
 
 pub mod background;
+pub mod console;
 pub mod retrieval;
 
 pub use background::BackgroundStore;
+pub use console::ConsoleStore;
 use respgw_protocol::listing::{ListOrder, ListQuery};
 use respgw_protocol::{ApiError, Item};
 pub use retrieval::RetrievalStore;

@@ -76,6 +76,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Row};
 
 mod background;
+mod console;
 mod conversations;
 mod responses;
 mod retention;
@@ -104,7 +105,7 @@ use crate::{
 };
 
 /// The schema version this code reads and writes (the highest row of `respgw_schema_migrations`).
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
 
 /// How long opening the store waits for the server to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

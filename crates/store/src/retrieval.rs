@@ -18,7 +18,7 @@
 //! - A lock on a vector store's row comes before a lock on its files' rows.
 
 pub(crate) mod carry;
-mod codec;
+pub(crate) mod codec;
 pub(crate) mod sql;
 
 use std::collections::HashSet;
@@ -108,7 +108,7 @@ pub(crate) trait Db {
 }
 
 /// Every row of a query, decoded.
-async fn rows<T: Send>(
+pub(crate) async fn rows<T: Send>(
     db: &mut impl Db,
     sql: &str,
     args: &[Arg<'_>],
@@ -124,7 +124,7 @@ async fn rows<T: Send>(
 }
 
 /// The first row of a query, decoded.
-async fn first<T: Send>(
+pub(crate) async fn first<T: Send>(
     db: &mut impl Db,
     sql: &str,
     args: &[Arg<'_>],

@@ -57,6 +57,7 @@
 mod background;
 mod checkpoint;
 mod connection;
+mod console;
 mod conversations;
 mod reserve;
 mod responses;
@@ -81,7 +82,7 @@ use tokio::sync::Semaphore;
 use self::checkpoint::{Checkpointer, Signal};
 pub(crate) use self::connection::Config;
 #[cfg(test)]
-pub(crate) use self::connection::{SCHEMA_V1, SCHEMA_V2};
+pub(crate) use self::connection::{MIGRATIONS, SCHEMA_V1, SCHEMA_V2};
 use self::connection::{Stats, is_busy, is_unique_violation, map_err};
 use self::conversations::{
     APPEND_CONVERSATION_ITEMS, COUNT_CONVERSATION_ITEMS, INSERT_CONVERSATION, SELECT_CONVERSATION, UPDATE_CONVERSATION,
@@ -110,7 +111,7 @@ static CONVERSATION_HISTORY: LazyLock<String> = LazyLock::new(|| with_sqlite_par
 static CONVERSATION_ITEM: LazyLock<String> = LazyLock::new(|| with_sqlite_parameters(queries::CONVERSATION_ITEM));
 
 /// The schema version this code reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Attempts at the first connection and schema setup, which can hit a lock the busy handler does
 /// not cover (switching a fresh file to WAL needs an exclusive lock that is not waited for).

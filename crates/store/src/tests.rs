@@ -1292,7 +1292,7 @@ async fn a_version_2_database_is_migrated(backend: Backend) {
         TestStore::Sqlite(_) => store.sql_i64("PRAGMA user_version").await,
         TestStore::Postgres(_) => store.sql_i64("SELECT max(version)::bigint FROM respgw_schema_migrations").await,
     };
-    assert_eq!(schema, 7);
+    assert_eq!(schema, 8);
     // Rows from before ownership belong to the tenant `default`, and to no other.
     assert_eq!(store.history(DEFAULT, "r2").await.unwrap().unwrap(), vec![user("a"), assistant("b"), user("c")]);
     assert_eq!(store.history(OWNER, "r2").await.unwrap(), None);
@@ -1413,6 +1413,8 @@ use background::{
     purging_drops_only_old_logs_of_ended_runs, the_next_run_started_is_of_the_tenant_with_fewest_running,
     the_queue_refuses_runs_beyond_its_bounds_for_the_gateway_and_per_tenant,
 };
+
+mod console;
 
 mod retrieval;
 use retrieval::{

@@ -176,7 +176,7 @@ function totalsTables(overview) {
 
 export async function render(root, params, ctx) {
   const chosen = Number(params.query.get("window"));
-  const window = WINDOWS.some(([seconds]) => seconds === chosen) ? chosen : 3600;
+  const windowSeconds = WINDOWS.some(([seconds]) => seconds === chosen) ? chosen : 3600;
   const select = h(
     "select",
     {
@@ -186,7 +186,7 @@ export async function render(root, params, ctx) {
         change: (event) => ctx.navigate(`#/overview?window=${event.target.value}`),
       },
     },
-    WINDOWS.map(([seconds, label]) => h("option", { value: seconds, selected: seconds === window }, label)),
+    WINDOWS.map(([seconds, label]) => h("option", { value: seconds, selected: seconds === windowSeconds }, label)),
   );
   const updated = h("span", { class: "muted", "data-testid": "overview-updated" });
   const body = h("div");
@@ -205,7 +205,7 @@ export async function render(root, params, ctx) {
   );
 
   const draw = async () => {
-    const overview = await ctx.api.overview(window, ctx.signal);
+    const overview = await ctx.api.overview(windowSeconds, ctx.signal);
     if (ctx.signal.aborted) return overview;
     replace(body, charts(overview, ctx.session.admin), totalsTables(overview));
     updated.textContent = `updated ${new Date(overview.now * 1000).toLocaleTimeString()}, one point per ${overview.step} s`;

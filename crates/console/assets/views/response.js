@@ -65,6 +65,7 @@ function roundsTable(rounds) {
 
 function header(detail) {
   const r = detail.response;
+  const conversationId = r.conversation && (typeof r.conversation === "string" ? r.conversation : r.conversation.id);
   return h(
     "div",
     { class: "panel" },
@@ -74,9 +75,9 @@ function header(detail) {
       ["model", h("span", { class: "mono" }, r.model)],
       ["created", formatTime(r.created_at)],
       ["completed", r.completed_at ? formatTime(r.completed_at) : null],
-      ["background", r.background ? "yes" : null],
+      ["background", r.background ? link(`#/background/${encodeURIComponent(r.id)}`, "yes: see the run", { "data-testid": "background-link" }) : null],
       ["previous response", r.previous_response_id ? responseLink(r.previous_response_id, { "data-testid": "previous-response" }) : null],
-      ["conversation", r.conversation ? h("span", { class: "mono" }, r.conversation.id || String(r.conversation)) : null],
+      ["conversation", conversationId ? link(`#/conversations/${encodeURIComponent(conversationId)}`, conversationId, { class: "mono", "data-testid": "conversation-link" }) : null],
       ["instructions", typeof r.instructions === "string" && r.instructions ? h("div", { class: "text" }, r.instructions) : null],
       ["tools", Array.isArray(r.tools) && r.tools.length ? r.tools.map((t) => t.name || t.server_label || t.type).join(", ") : null],
       ["error", r.error ? `${r.error.code || "error"}: ${r.error.message}` : null],

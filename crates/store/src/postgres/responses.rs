@@ -26,13 +26,13 @@ const SAVE: &str = "
     ),
     response AS (
         INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
-            owner)
+            owner, rounds, input_text)
         VALUES ($1, $2, $3, $4, $5, $6,
             CASE WHEN $7::text IS NULL THEN NULL
                 ELSE coalesce((SELECT p.id FROM responses p WHERE p.id = $7 AND p.owner = $11), '') END,
             coalesce((SELECT p.history FROM responses p WHERE p.id = $7 AND p.owner = $11), '{}')
             || ARRAY(SELECT key FROM new_items ORDER BY ord),
-            $11)
+            $11, $12, $13)
         RETURNING id
     )
     INSERT INTO response_items (response_id, position, item_key, role)
@@ -54,12 +54,12 @@ const SAVE_IN_CONVERSATION: &str = "
     ),
     response AS (
         INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
-            conversation_id, owner)
+            conversation_id, owner, rounds, input_text)
         VALUES ($1, $2, $3, $4, $5, $6, NULL,
             ARRAY(SELECT ci.item_key FROM conversation_items ci
                   WHERE ci.conversation_id = $7 AND NOT ci.removed ORDER BY ci.position)
             || ARRAY(SELECT key FROM new_items ORDER BY ord),
-            $7, $11)
+            $7, $11, $12, $13)
         RETURNING id
     ),
     appended AS (
@@ -114,6 +114,8 @@ pub(crate) async fn save_on(conn: &mut PgConnection, response: NewResponse) -> R
         .bind(&bodies)
         .bind(response.inputs)
         .bind(&response.owner)
+        .bind(&response.rounds)
+        .bind(&response.input_text)
         .execute(&mut *conn)
         .await;
     let id = response.id;

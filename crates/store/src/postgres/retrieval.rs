@@ -23,7 +23,7 @@ use crate::retrieval::{self, Arg, Db, Dialect, EachRow, Row, Statements, retriev
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(Dialect::Postgres));
 
 /// A connection (pooled, or a transaction) as the shared operations use it.
-struct Pg<C>(C);
+pub(super) struct Pg<C>(C);
 
 /// Text as a parameter. PostgreSQL `text` cannot hold NUL, so it becomes U+FFFD: an id still
 /// names nothing (a plain "not found"), and a chunk's text keeps its length in characters.
@@ -91,7 +91,7 @@ impl Pg<Transaction<'static, Postgres>> {
 
 impl PostgresStore {
     /// A pooled connection for a read.
-    async fn reader(&self) -> Result<Pg<PoolConnection<Postgres>>, StoreError> {
+    pub(super) async fn reader(&self) -> Result<Pg<PoolConnection<Postgres>>, StoreError> {
         Ok(Pg(self.pool.acquire().await.map_err(map_err)?))
     }
 

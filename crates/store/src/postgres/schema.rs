@@ -191,6 +191,23 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX chunks_file ON chunks (vector_store_id, file_id, seq);
     CREATE INDEX chunks_lexemes ON chunks USING gin (lexemes);",
+    // The operator console: each response's upstream calls (`rounds`, a JSON array of
+    // `RoundRecord`s) and the text of its own input (`input_text`, what the console's search
+    // matches with ILIKE); rows from before get none. Indexes serve the console's lists, newest
+    // first, of one tenant or all, and a response's continuations.
+    "
+    ALTER TABLE responses
+        ADD COLUMN rounds text NOT NULL DEFAULT '[]',
+        ADD COLUMN input_text text NOT NULL DEFAULT '';
+    CREATE INDEX responses_owner_created ON responses (owner, created_at, id);
+    CREATE INDEX responses_created ON responses (created_at, id);
+    CREATE INDEX responses_previous ON responses (previous_response_id);
+    CREATE INDEX conversations_owner_created ON conversations (owner, created_at, id);
+    CREATE INDEX conversations_created ON conversations (created_at, id);
+    CREATE INDEX background_runs_tenant_queued ON background_runs (tenant, queued_at, id);
+    CREATE INDEX background_runs_queued ON background_runs (queued_at, id);
+    CREATE INDEX files_created ON files (created_at, id);
+    CREATE INDEX vector_stores_created ON vector_stores (created_at, id);",
 ];
 
 /// Create the schema, or bring it up to [`SCHEMA_VERSION`], under an advisory lock.

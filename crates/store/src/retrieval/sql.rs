@@ -60,19 +60,19 @@ impl Dialect {
 }
 
 /// A file's columns, as [`super::codec::file`] reads them.
-const FILE_COLUMNS: &str = "f.id, f.owner, f.filename, f.purpose, f.bytes, f.created_at, f.expires_at";
+pub(crate) const FILE_COLUMNS: &str = "f.id, f.owner, f.filename, f.purpose, f.bytes, f.created_at, f.expires_at";
 
 /// A vector-store file's columns, as [`super::codec::vector_store_file`] reads them.
 const FILE_IN_STORE_COLUMNS: &str = "s.vector_store_id, s.file_id, s.owner, s.status, s.attributes, \
     s.chunking_strategy, s.usage_bytes, s.created_at, s.error_code, s.error_message, s.batch_id";
 
 /// A vector store's own columns (alias `v`).
-const STORE_COLUMNS: &str = "v.id, v.owner, v.name, v.metadata, v.created_at, v.last_active_at, v.expires_after, \
+pub(crate) const STORE_COLUMNS: &str = "v.id, v.owner, v.name, v.metadata, v.created_at, v.last_active_at, v.expires_after, \
     v.expires_at, v.embedding_model, v.embedding_dimensions, v.generation";
 
 /// File counts by status and the completed files' bytes over the joined `s` rows, as
 /// [`super::codec::counts`] reads them.
-const COUNT_COLUMNS: &str = "
+pub(crate) const COUNT_COLUMNS: &str = "
     CAST(coalesce(sum(CASE WHEN s.status = 'in_progress' THEN 1 ELSE 0 END), 0) AS bigint),
     CAST(coalesce(sum(CASE WHEN s.status = 'completed' THEN 1 ELSE 0 END), 0) AS bigint),
     CAST(coalesce(sum(CASE WHEN s.status = 'failed' THEN 1 ELSE 0 END), 0) AS bigint),

@@ -222,8 +222,27 @@ const SCHEMA_V7: &str = "
     CREATE VIRTUAL TABLE chunks_fts_terms USING fts5vocab(chunks_fts, 'row');
     PRAGMA user_version = 7;";
 
+/// Version 8: the operator console. Each response keeps its upstream calls (`rounds`, a JSON
+/// array of `RoundRecord`s) and the text of its own input (`input_text`, what the console's
+/// search matches); rows from before get none. Indexes serve the console's lists, newest first,
+/// of one tenant or all, and a response's continuations (`previous_response_id`).
+const SCHEMA_V8: &str = "
+    ALTER TABLE responses ADD COLUMN rounds TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE responses ADD COLUMN input_text TEXT NOT NULL DEFAULT '';
+    CREATE INDEX responses_owner_created ON responses(owner, created_at, id);
+    CREATE INDEX responses_created ON responses(created_at, id);
+    CREATE INDEX responses_previous ON responses(previous_response_id);
+    CREATE INDEX conversations_owner_created ON conversations(owner, created_at, id);
+    CREATE INDEX conversations_created ON conversations(created_at, id);
+    CREATE INDEX background_runs_tenant_queued ON background_runs(tenant, queued_at, id);
+    CREATE INDEX background_runs_queued ON background_runs(queued_at, id);
+    CREATE INDEX files_created ON files(created_at, id);
+    CREATE INDEX vector_stores_created ON vector_stores(created_at, id);
+    PRAGMA user_version = 8;";
+
 /// Migration `n` (1-based) takes the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7];
+pub(crate) const MIGRATIONS: &[&str] =
+    &[SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8];
 
 /// Prepared statements kept per connection. The store uses about forty fixed statements (responses
 /// and conversations), one multi-row item insert per chunk length (see `ITEMS_PER_INSERT` in the

@@ -19,8 +19,8 @@ pub(super) const ROLE_OUTPUT: i64 = 2;
 
 const INSERT_RESPONSE: &str = "
     INSERT INTO responses (id, previous_response_id, model, created_at, status, body, history_from, history,
-        conversation_id, owner)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+        conversation_id, owner, rounds, input_text)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 /// The key list of the response a save continues; tombstones included (a continuation that read
 /// the conversation before the delete still saves whole). Only the saving owner's.
@@ -137,7 +137,9 @@ pub(super) fn insert_response(tx: &Connection, response: &EncodedResponse) -> Re
             response.history_from,
             history,
             response.conversation.as_ref().map(|c| &c.id),
-            response.owner
+            response.owner,
+            response.rounds,
+            response.input_text
         ])
     });
     match inserted {

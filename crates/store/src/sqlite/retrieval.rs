@@ -17,7 +17,7 @@ use crate::retrieval::{self, Arg, Db, Dialect, EachRow, Row, Statements, retriev
 static STATEMENTS: LazyLock<Statements> = LazyLock::new(|| Statements::new(Dialect::Sqlite));
 
 /// A connection as the shared operations use it (its futures never wait: see [`run_now`]).
-struct Lite<'c>(&'c Connection);
+pub(super) struct Lite<'c>(pub(super) &'c Connection);
 
 impl ToSql for Arg<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
