@@ -231,25 +231,6 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
     let url = browser.client().current_url().await.expect("a URL").to_string();
     assert!(!url.contains(ALPHA), "the key never goes into a URL: {url}");
 
-    // Overview: tokens per tenant, both tenants for the admin (sampled every 10 s: wait for it).
-    open(&mut browser, &base, "overview").await;
-    browser.set_wait(Duration::from_secs(45));
-    let alpha_row = browser
-        .wait_for_text("[data-testid=tokens-per-tenant] [data-testid=tenant-row][data-tenant=alpha]", "alpha")
-        .await
-        .expect("alpha's tokens row");
-    let beta_row = browser
-        .wait_for_text("[data-testid=tokens-per-tenant] [data-testid=tenant-row][data-tenant=beta]", "beta")
-        .await
-        .expect("beta's tokens row");
-    browser.set_wait(respgw_testkit::browser::DEFAULT_WAIT);
-    // Beta's one response counted 17 input and 3 output tokens: 20 in all.
-    assert!(beta_row.contains("17") && beta_row.contains("20"), "beta's tokens: {beta_row}");
-    assert!(alpha_row.chars().any(|c| c.is_ascii_digit()), "alpha's tokens: {alpha_row}");
-    browser.wait_for("[data-testid=chart-tokens-tenant] svg").await.expect("the tokens chart");
-    browser.screenshot("overview-admin").await.expect("screenshot");
-    assert_clean_console(&browser, "overview").await;
-
     // Responses: every tenant's, and the text filter finds the lighthouse question only.
     open(&mut browser, &base, "responses").await;
     browser.wait_for("[data-testid=response-row]").await.expect("rows");
@@ -325,6 +306,25 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
     browser.wait_for(&format!("[data-testid=vector-store-file-row][data-id=\"{}\"]", seeded.file)).await.expect("its file");
     browser.screenshot("vector-store").await.expect("screenshot");
     assert_clean_console(&browser, "conversations, background, files").await;
+
+    // Overview: tokens per tenant, both tenants for the admin (sampled every 10 s: wait for it).
+    open(&mut browser, &base, "overview").await;
+    browser.set_wait(Duration::from_secs(45));
+    let alpha_row = browser
+        .wait_for_text("[data-testid=tokens-per-tenant] [data-testid=tenant-row][data-tenant=alpha]", "alpha")
+        .await
+        .expect("alpha's tokens row");
+    let beta_row = browser
+        .wait_for_text("[data-testid=tokens-per-tenant] [data-testid=tenant-row][data-tenant=beta]", "beta")
+        .await
+        .expect("beta's tokens row");
+    browser.set_wait(respgw_testkit::browser::DEFAULT_WAIT);
+    // Beta's one response counted 17 input and 3 output tokens: 20 in all.
+    assert!(beta_row.contains("17") && beta_row.contains("20"), "beta's tokens: {beta_row}");
+    assert!(alpha_row.chars().any(|c| c.is_ascii_digit()), "alpha's tokens: {alpha_row}");
+    browser.wait_for("[data-testid=chart-tokens-tenant] svg").await.expect("the tokens chart");
+    browser.screenshot("overview-admin").await.expect("screenshot");
+    assert_clean_console(&browser, "overview").await;
 
     // Sign out: the key is gone; beta signs in and sees only its own.
     browser.click("[data-testid=sign-out]").await.expect("sign out");
