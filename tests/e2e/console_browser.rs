@@ -129,8 +129,13 @@ async fn seed(h: &Harness) -> Seeded {
         json!({"items": [{"type": "message", "role": "user", "content": "Plan a trip to the harbour"}]}),
     )
     .await;
-    create(h, ALPHA, "/v1/responses", json!({"model": "alpha-m", "input": "Which harbour?", "conversation": conversation}))
-        .await;
+    create(
+        h,
+        ALPHA,
+        "/v1/responses",
+        json!({"model": "alpha-m", "input": "Which harbour?", "conversation": conversation}),
+    )
+    .await;
     let background = create(
         h,
         ALPHA,
@@ -139,8 +144,7 @@ async fn seed(h: &Harness) -> Seeded {
     )
     .await;
     let file = upload(h, ALPHA, "harbour-notes.txt", b"The harbour master keeps the lighthouse logs.").await;
-    let vector_store =
-        create(h, ALPHA, "/v1/vector_stores", json!({"name": "harbour docs", "file_ids": [file]})).await;
+    let vector_store = create(h, ALPHA, "/v1/vector_stores", json!({"name": "harbour docs", "file_ids": [file]})).await;
     let beta_response =
         create(h, BETA, "/v1/responses", json!({"model": "beta-m", "input": "Tell me about volcanoes"})).await;
     Seeded { lighthouse, weather, follow_up, conversation, background, file, vector_store, beta_response }
@@ -152,7 +156,9 @@ async fn assert_clean_console(browser: &Browser, view: &str) {
     let bad: Vec<_> = log
         .iter()
         .filter(|(_, message)| {
-            message.contains("Content Security Policy") || message.contains("Uncaught") || message.contains("SyntaxError")
+            message.contains("Content Security Policy")
+                || message.contains("Uncaught")
+                || message.contains("SyntaxError")
         })
         .collect();
     assert!(bad.is_empty(), "{view}: the browser reported {bad:?}");
@@ -223,10 +229,8 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
     browser.wait_for_text("[data-testid=session-tenant]", "alpha").await.expect("signed in as alpha");
     let shown = browser.wait_for_text("[data-testid=session-tenant]", "admin").await.expect("admin");
     assert!(shown.contains("alpha"), "{shown}");
-    let stored_key = browser
-        .execute("return sessionStorage.getItem('respgw.console.apiKey');", vec![])
-        .await
-        .expect("runs");
+    let stored_key =
+        browser.execute("return sessionStorage.getItem('respgw.console.apiKey');", vec![]).await.expect("runs");
     assert_eq!(stored_key, json!(ALPHA), "the key is kept in sessionStorage");
     let url = browser.client().current_url().await.expect("a URL").to_string();
     assert!(!url.contains(ALPHA), "the key never goes into a URL: {url}");
@@ -241,7 +245,10 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
     browser.wait_for("#filter-tenant").await.expect("admins filter by tenant");
     browser.fill("#filter-q", "LIGHTHOUSES").await.expect("the text filter");
     browser.click("[data-testid=filter-apply]").await.expect("apply");
-    browser.wait_for("#view[data-route=responses][data-state=ready] [data-testid=response-row]").await.expect("filtered");
+    browser
+        .wait_for("#view[data-route=responses][data-state=ready] [data-testid=response-row]")
+        .await
+        .expect("filtered");
     browser.wait_for_text("[data-testid=responses-table]", &seeded.lighthouse).await.expect("the lighthouse row");
     let url = browser.client().current_url().await.expect("a URL").to_string();
     assert!(url.contains("q=LIGHTHOUSES"), "the filter is in the route: {url}");
@@ -252,8 +259,14 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
     browser.fill("#filter-q", "weather in Paris").await.expect("the text filter");
     browser.click("[data-testid=filter-apply]").await.expect("apply");
     browser.wait_for_text("[data-testid=responses-table]", &seeded.weather).await.expect("the weather row");
-    browser.click(&format!("[data-testid=response-row][data-id=\"{}\"] [data-testid=response-link]", seeded.weather)).await.expect("open it");
-    browser.wait_for(&format!("[data-testid=response-detail][data-id=\"{}\"]", seeded.weather)).await.expect("the detail");
+    browser
+        .click(&format!("[data-testid=response-row][data-id=\"{}\"] [data-testid=response-link]", seeded.weather))
+        .await
+        .expect("open it");
+    browser
+        .wait_for(&format!("[data-testid=response-detail][data-id=\"{}\"]", seeded.weather))
+        .await
+        .expect("the detail");
     browser.wait_for_text("[data-testid=function-name]", "get_weather").await.expect("the function's name");
     let arguments = browser.wait_for_text("[data-testid=function-arguments]", "Paris").await.expect("the arguments");
     assert!(arguments.contains("city"), "{arguments}");
@@ -271,9 +284,15 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
 
     // Conversations: the list and the conversation's items.
     open(&mut browser, &base, "conversations").await;
-    browser.wait_for(&format!("[data-testid=conversation-row][data-id=\"{}\"]", seeded.conversation)).await.expect("row");
+    browser
+        .wait_for(&format!("[data-testid=conversation-row][data-id=\"{}\"]", seeded.conversation))
+        .await
+        .expect("row");
     browser.screenshot("conversations").await.expect("screenshot");
-    browser.click(&format!("[data-testid=conversation-row][data-id=\"{}\"] a", seeded.conversation)).await.expect("open");
+    browser
+        .click(&format!("[data-testid=conversation-row][data-id=\"{}\"] a", seeded.conversation))
+        .await
+        .expect("open");
     browser.wait_for_text("[data-testid=conversation-items]", "Plan a trip to the harbour").await.expect("its items");
     browser.wait_for_text("[data-testid=conversation-items]", "Which harbour?").await.expect("the response's input");
     browser.screenshot("conversation-items").await.expect("screenshot");
@@ -295,15 +314,24 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
 
     // Files and vector stores.
     open(&mut browser, &base, "files").await;
-    browser.wait_for_text(&format!("[data-testid=file-row][data-id=\"{}\"]", seeded.file), "harbour-notes.txt").await.expect("file");
+    browser
+        .wait_for_text(&format!("[data-testid=file-row][data-id=\"{}\"]", seeded.file), "harbour-notes.txt")
+        .await
+        .expect("file");
     browser.screenshot("files").await.expect("screenshot");
     open(&mut browser, &base, "vector_stores").await;
     browser
         .wait_for_text(&format!("[data-testid=vector-store-row][data-id=\"{}\"]", seeded.vector_store), "harbour docs")
         .await
         .expect("the vector store");
-    browser.click(&format!("[data-testid=vector-store-row][data-id=\"{}\"] a", seeded.vector_store)).await.expect("open");
-    browser.wait_for(&format!("[data-testid=vector-store-file-row][data-id=\"{}\"]", seeded.file)).await.expect("its file");
+    browser
+        .click(&format!("[data-testid=vector-store-row][data-id=\"{}\"] a", seeded.vector_store))
+        .await
+        .expect("open");
+    browser
+        .wait_for(&format!("[data-testid=vector-store-file-row][data-id=\"{}\"]", seeded.file))
+        .await
+        .expect("its file");
     browser.screenshot("vector-store").await.expect("screenshot");
     assert_clean_console(&browser, "conversations, background, files").await;
 
@@ -329,10 +357,8 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
     // Sign out: the key is gone; beta signs in and sees only its own.
     browser.click("[data-testid=sign-out]").await.expect("sign out");
     browser.wait_for("#api-key").await.expect("the sign-in form");
-    let stored_key = browser
-        .execute("return sessionStorage.getItem('respgw.console.apiKey');", vec![])
-        .await
-        .expect("runs");
+    let stored_key =
+        browser.execute("return sessionStorage.getItem('respgw.console.apiKey');", vec![]).await.expect("runs");
     assert_eq!(stored_key, Value::Null, "signing out forgets the key");
     sign_in(&mut browser, BETA).await;
     browser.wait_for_text("[data-testid=session-tenant]", "beta").await.expect("signed in as beta");
@@ -349,7 +375,8 @@ async fn console_in_chromium_shows_each_tenant_its_own_and_the_admin_everything(
     let page = browser.page_text().await.expect("the page's text");
     assert!(!page.contains("Tell me about lighthouses"), "beta sees alpha's input:\n{page}");
     browser.screenshot("response-of-another-tenant").await.expect("screenshot");
-    for (route, row) in [("conversations", "conversation-row"), ("background", "background-row"), ("files", "file-row")] {
+    for (route, row) in [("conversations", "conversation-row"), ("background", "background-row"), ("files", "file-row")]
+    {
         open(&mut browser, &base, route).await;
         assert_eq!(count(&browser, &format!("[data-testid={row}]")).await, 0, "beta sees alpha's {route}");
     }

@@ -8,7 +8,7 @@
 //! the browser's console log (where Chromium reports Content-Security-Policy violations and
 //! script errors), and save screenshots as test artifacts under
 //! `$CARGO_TARGET_DIR/console-screenshots/<test>/` (`target/` of the workspace without that
-//! variable); each saved path is printed. A wait that times out saves a screenshot of the page
+//! variable; emptied when the test starts its browser); each saved path is printed. A wait that times out saves a screenshot of the page
 //! as it was and names it in the error, with the page's text.
 
 use std::io::Write;
@@ -158,6 +158,11 @@ impl Browser {
             wait: DEFAULT_WAIT,
         };
         browser.client.set_window_size(WINDOW.0, WINDOW.1).await?;
+        // Only this run's screenshots: an earlier run's would be mistaken for them.
+        if browser.screenshots.exists() {
+            std::fs::remove_dir_all(&browser.screenshots)
+                .with_context(|| format!("clearing {}", browser.screenshots.display()))?;
+        }
         std::fs::create_dir_all(&browser.screenshots)
             .with_context(|| format!("creating {}", browser.screenshots.display()))?;
         Ok(browser)
