@@ -6,7 +6,8 @@
 //
 // Routes (`#/<view>/<id>?<filters>`) are in routes.js. A view module exports
 //   `async function render(root, params, ctx)`
-// where `root` is an empty element to fill, `params` holds the route's `:name` segments plus
+// where `root` is an empty element to fill (a view that fails throws: the shell keeps what it drew
+// and adds the error below it), `params` holds the route's `:name` segments plus
 // `query` (URLSearchParams of the hash's query), and `ctx` is
 //   { api, session, signal, navigate(hash), setTitle(text) }
 // — `api` from api.js, `session` the `console.session` object, `signal` an AbortSignal aborted when
@@ -19,17 +20,21 @@
 //     [data-testid=sign-out], [data-testid=auth-off-banner], #view [data-testid=view]
 //     (its `data-route` attribute names the rendered route once it is drawn, `data-state` is
 //     "loading" | "ready" | "error"), [data-testid=error] (any error box)
-//   overview: [data-testid=overview], charts [data-testid=chart-requests|chart-errors|
-//     chart-streams|chart-latency|chart-tokens-tenant|chart-tokens-model],
-//     table [data-testid=tokens-per-tenant] rows [data-testid=tenant-row][data-tenant=<name>]
+//   overview: [data-testid=overview], #overview-window [data-testid=overview-window],
+//     charts [data-testid=chart-requests|chart-errors|chart-streams|chart-latency|
+//     chart-tokens-tenant|chart-tokens-model], tables [data-testid=tokens-per-tenant] (rows
+//     [data-testid=tenant-row][data-tenant=<name>]) and [data-testid=tokens-per-model]
 //   responses: [data-testid=responses], filter form [data-testid=response-filters] with
-//     #filter-tenant #filter-model #filter-status #filter-since #filter-until #filter-q,
-//     table [data-testid=responses-table] rows [data-testid=response-row][data-id=resp_…],
+//     #filter-tenant (admins) #filter-model #filter-status #filter-since #filter-until #filter-q,
+//     [data-testid=filter-apply|filter-clear], table [data-testid=responses-table] rows
+//     [data-testid=response-row][data-id=resp_…] with a [data-testid=response-link],
 //     pager [data-testid=pager-newer|pager-older]
 //   one response: [data-testid=response-detail][data-id=resp_…], [data-testid=usage],
-//     [data-testid=rounds], [data-testid=chain-previous|chain-next], timeline items
-//     [data-testid=item][data-item-type=<type>], function calls [data-testid=function-name],
-//     [data-testid=function-arguments], [data-testid=function-output]
+//     [data-testid=rounds], [data-testid=chain-previous|chain-next] (links),
+//     [data-testid=previous-response|conversation-link|background-link|inherited-items],
+//     timelines [data-testid=input-items|output-items] of [data-testid=item][data-item-type=<type>],
+//     function calls [data-testid=function-name], [data-testid=function-arguments],
+//     [data-testid=function-output], message texts [data-testid=message-text]
 
 import { createApi } from "./api.js";
 import { append, errorBox, h, loading, replace } from "./dom.js";
@@ -207,7 +212,8 @@ async function renderRoute() {
   } catch (error) {
     if (controller.signal.aborted || error.name === "AbortError") return;
     if (error.status === 401) return; // signed out by the API client
-    replace(root, errorBox(error));
+    // What the view drew before it failed (a filter form, a header) stays, so the user can fix it.
+    replace(root, [...root.childNodes].filter((node) => node.dataset?.testid !== "loading"), errorBox(error));
     view.dataset.state = "error";
   }
 }

@@ -24,9 +24,6 @@ use respgw_protocol::ApiError;
 
 use crate::assets::Asset;
 
-/// Where the console lives.
-pub const PATH: &str = "/console";
-
 /// The policy every console reply carries: everything from this origin only, nothing inline.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -35,7 +32,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 /// `/console/<asset>`. They need no state and no authentication.
 pub fn routes() -> Router {
     Router::new()
-        .route(PATH, get(|| async { with_security_headers(Redirect::permanent("/console/").into_response()) }))
+        .route("/console", get(|| async { with_security_headers(Redirect::permanent("/console/").into_response()) }))
         .route("/console/", get(|headers: HeaderMap| async move { serve("index.html", &headers) }))
         .route("/console/{*asset}", get(|uri: Uri, headers: HeaderMap| async move { serve_uri(&uri, &headers) }))
 }

@@ -97,8 +97,7 @@ export async function render(root, params, ctx) {
       "section",
       { "data-testid": "response-detail", "data-id": r.id },
       header(detail),
-      chainNav(detail.chain || {}, r.id),
-      h("div", { class: "cards" }, usagePanel(r.usage)),
+      h("div", { class: "cards" }, chainNav(detail.chain || {}, r.id), usagePanel(r.usage)),
       roundsTable(detail.rounds || []),
       h("h2", null, "Input"),
       detail.inherited_items
