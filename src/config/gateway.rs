@@ -162,6 +162,11 @@ pub struct GatewayArgs {
     #[arg(long, env = "GW_METRICS_PATH", default_value = "/metrics", help_heading = "Observability")]
     metrics_path: String,
 
+    /// Seconds between two samples of the console's overview (`GET /v1/console/overview`): the
+    /// gateway's merged metrics are sampled this often into a ring covering the last hour.
+    #[arg(long, env = "GW_CONSOLE_SAMPLE_SECONDS", default_value_t = respgw_server::DEFAULT_CONSOLE_SAMPLE_SECONDS, value_parser = clap::value_parser!(u64).range(1..=60), help_heading = "Observability")]
+    console_sample_seconds: u64,
+
     // Groups of settings, each under its own heading (declared last: a group's heading carries
     // over to the arguments declared after it).
     #[command(flatten)]
@@ -259,6 +264,7 @@ impl GatewayArgs {
                 max_conversation_items: self.max_conversation_items,
             },
             metrics_path: metrics_path(self.metrics_enabled, self.metrics_path)?,
+            console_sample_seconds: self.console_sample_seconds,
             forward_other_routes_to: None,
             drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             client_limits: self.client.limits(),

@@ -17,6 +17,7 @@ mod compaction;
 mod configuration;
 mod console_api;
 mod console_browser;
+mod console_overview;
 mod conversations;
 mod conversations_sdk;
 mod faults;

@@ -30,6 +30,8 @@
 //!   `tool_choice: "none"`), the cut of gateway tool results fed back to the model
 //!   (`max_tool_output_bytes`; the item keeps the whole output) and the cap on a conversation's
 //!   items (`max_conversation_items`).
+//! - `rounds.rs`: each upstream call of a run timed (sent, first and last chunk, its tools' time,
+//!   its usage and items), stored with the response for the operator console.
 //! - `spawn.rs`: [`PreparedResponse::spawn`] — a streaming run on its own task; a panic is caught
 //!   and the stream still ends with `error` + `response.failed`.
 //! - [`chat`]: history items → chat messages, one assistant message per model turn (reasoning
@@ -118,6 +120,7 @@ pub mod gateway_tool;
 mod input_tokens;
 mod meter;
 mod offer;
+mod rounds;
 mod run;
 pub mod sealed;
 mod sink;

@@ -31,6 +31,7 @@ use crate::engine::Engine;
 use crate::files::read_input_files;
 use crate::gateway_tool::{GatewayCall, GatewayTool};
 use crate::offer::{ToolMenu, TurnPhase};
+use crate::rounds::{OpenRound, RoundLog};
 use crate::sealed::{Purpose, open_sealed_items};
 use crate::sink::EventSink;
 use crate::tool_kinds::{self, CallTargets, GatewayToolState, PendingGatewayCall, RunHooks, client};
@@ -90,6 +91,8 @@ pub struct PreparedResponse {
     output: Vec<Item>,
     /// The turns of `history` that `truncation: "auto"` may drop, and those it dropped.
     turns: TurnDropper,
+    /// The upstream calls made so far, timed from the start of the run; stored with the response.
+    rounds: RoundLog,
 }
 
 pub(crate) fn unix_now() -> i64 {
@@ -186,6 +189,7 @@ impl Engine {
             tool_state,
             output: Vec::new(),
             turns,
+            rounds: RoundLog::start(),
         })
     }
 }
@@ -286,6 +290,7 @@ impl PreparedResponse {
         {
             return RunOutcome::ClientGone;
         }
+        self.rounds = RoundLog::start();
         let mut log = OutputLog::default();
         let mut usage = Usage::default();
         let end = match self.tool_loop(sink, &mut log, &mut usage).await {
@@ -382,22 +387,27 @@ impl PreparedResponse {
             }
             let this_turn = TurnStamp::after(previous_turn);
             previous_turn = Some(this_turn);
-            let result = self.stream_turn(sink, log, &offer, this_turn, targets.clone()).await?;
+            let mut round = self.rounds.begin(log.items.len());
+            let result = self.stream_turn(sink, log, &offer, this_turn, targets.clone(), &mut round).await?;
             if let Some(u) = &result.usage {
                 self.engine.charge_tokens(&self.owner, u).await;
                 usage.add(u);
             }
             self.count_requested(&result);
-            if let TurnEnd::Cut(_) = result.end {
-                return Ok(result.end);
+            let TurnResult { end, usage: turn_usage, client_calls, gateway_calls, held_calls } = result;
+            let runs_tools = !matches!(end, TurnEnd::Cut(_)) && !gateway_calls.is_empty();
+            if runs_tools {
+                for call in gateway_calls {
+                    let started = Instant::now();
+                    self.run_gateway_call(sink, log, call).await?;
+                    round.tool_ran(started.elapsed());
+                }
             }
-            if result.gateway_calls.is_empty() {
-                return Ok(result.end);
+            self.rounds.end(round, turn_usage.as_ref(), &log.items);
+            if !runs_tools {
+                return Ok(end);
             }
-            for call in result.gateway_calls {
-                self.run_gateway_call(sink, log, call).await?;
-            }
-            if !result.client_calls.is_empty() || !result.held_calls.is_empty() {
+            if !client_calls.is_empty() || !held_calls.is_empty() {
                 // The client has to run its functions, or approve calls, before the model can go on.
                 return Ok(TurnEnd::Finished);
             }
@@ -426,7 +436,8 @@ impl PreparedResponse {
         self.hooks.after_turn(&self.request, &result.held_calls, metrics);
     }
 
-    /// One upstream call (the model turn `turn`), streamed into events.
+    /// One upstream call (the model turn `turn`), streamed into events; its chunks' arrival is
+    /// timed on `round`.
     async fn stream_turn(
         &mut self,
         sink: &mut EventSink,
@@ -434,6 +445,7 @@ impl PreparedResponse {
         offer: &ToolOffer,
         turn: TurnStamp,
         targets: CallTargets,
+        round: &mut OpenRound,
     ) -> Result<TurnResult, Stop> {
         let mut chunks = self.open_turn(sink, log, offer).await?;
         let mut state = TurnState::new(turn, targets, self.tool_state.clone());
@@ -446,10 +458,14 @@ impl PreparedResponse {
             match next {
                 None => break,
                 Some(Ok(UpstreamEvent::Done)) => {
+                    round.chunk_arrived();
                     state.on_done();
                     break;
                 }
-                Some(Ok(UpstreamEvent::Chunk(chunk))) => state.on_chunk(chunk, log, &mut events),
+                Some(Ok(UpstreamEvent::Chunk(chunk))) => {
+                    round.chunk_arrived();
+                    state.on_chunk(chunk, log, &mut events);
+                }
                 Some(Err(e)) => {
                     self.flush(sink, log, &mut events).await?;
                     return Err(Stop::Error(e.to_api_error()));
@@ -593,7 +609,7 @@ impl PreparedResponse {
             input: self.unstored_inherited.iter().chain(&self.request.input).cloned().collect(),
             output: self.output.clone(),
             conversation: self.conversation.clone(),
-            rounds: Vec::new(),
+            rounds: self.rounds.rounds().to_vec(),
         };
         match sink {
             EventSink::Background(sink) => {

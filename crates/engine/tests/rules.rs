@@ -39,7 +39,8 @@ const TOOL_FUNCTION: &str = "mcp__calc__add";
 
 /// A gateway tool that adds two numbers and records the arguments of every call; asked to
 /// (`"explode": true`), it panics, standing in for a tool with a bug; asked to `"hang"`, it never
-/// answers, and records when its call is dropped (as a sandbox execution is killed then).
+/// answers, and records when its call is dropped (as a sandbox execution is killed then); given
+/// `"sleep_ms"`, it takes that long.
 struct RecordingTool {
     spec: FunctionSpec,
     kind: GatewayKind,
@@ -93,6 +94,9 @@ impl GatewayTool for RecordingTool {
             let _dropped = SetOnDrop(Arc::clone(&self.dropped));
             std::future::pending::<()>().await;
         }
+        if let Some(sleep_ms) = args["sleep_ms"].as_u64() {
+            tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+        }
         let sum = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
         GatewayOutcome::Mcp(Ok(format!("{sum}")))
     }
@@ -125,15 +129,18 @@ enum Saves {
     Late,
 }
 
-/// The real store, its `save` changed as [`Saves`] says; reads go to the real store.
+/// The real store, its `save` changed as [`Saves`] says; reads go to the real store. Every
+/// response handed to `save` is kept, to check what the engine asked to store.
 struct WrappedStore {
     inner: Arc<dyn ResponseStore>,
     saves: Saves,
+    saved: Mutex<Vec<NewResponse>>,
 }
 
 #[async_trait]
 impl ResponseStore for WrappedStore {
     async fn save(&self, response: NewResponse) -> Result<(), StoreError> {
+        self.saved.lock().unwrap_or_else(PoisonError::into_inner).push(response.clone());
         match self.saves {
             Saves::Normally => {}
             Saves::Fail => return Err(StoreError::Unavailable("the disk is full".into())),
@@ -220,6 +227,8 @@ struct Fixture {
     tool: Arc<RecordingTool>,
     /// The real store under the engine's [`WrappedStore`].
     store: Arc<dyn ResponseStore>,
+    /// The engine's store, with what it was asked to save.
+    wrapped: Arc<WrappedStore>,
     _dir: TempDir,
 }
 
@@ -258,9 +267,9 @@ impl Fixture {
         })
         .expect("the upstream client");
         let tool = Arc::new(RecordingTool::new());
-        let engine_store = Arc::new(WrappedStore { inner: store.clone(), saves });
+        let wrapped = Arc::new(WrappedStore { inner: store.clone(), saves, saved: Mutex::new(Vec::new()) });
         let mut engine =
-            Engine::new(client, engine_store, Arc::new(FakeResolver { tool: tool.clone() }), Metrics::new())
+            Engine::new(client, wrapped.clone(), Arc::new(FakeResolver { tool: tool.clone() }), Metrics::new())
                 .with_limits(limits);
         if background {
             let runs = BackgroundRuns::start(stores.background, BackgroundSettings::default(), Metrics::new())
@@ -268,7 +277,7 @@ impl Fixture {
                 .expect("background runs start");
             engine = engine.with_background(runs);
         }
-        Fixture { engine: Arc::new(engine), upstream, tool, store, _dir: dir }
+        Fixture { engine: Arc::new(engine), upstream, tool, store, wrapped, _dir: dir }
     }
 
     fn request(&self, body: Value) -> ValidatedRequest {
@@ -285,6 +294,12 @@ impl Fixture {
         let events = collect(prepared.spawn(16)).await;
         check_events(&events, schema);
         events
+    }
+
+    /// What the engine asked the store to save for the response `id`.
+    fn saved(&self, id: &str) -> NewResponse {
+        let saved = self.wrapped.saved.lock().unwrap_or_else(PoisonError::into_inner);
+        saved.iter().find(|r| r.id == id).cloned().unwrap_or_else(|| panic!("{id} was not saved"))
     }
 
     /// The chat request bodies the upstream received for `model`.
@@ -415,6 +430,43 @@ async fn tool_loop_runs_the_gateway_tool_and_sends_its_result_to_the_next_turn()
     assert_eq!(output_types(&response), ["mcp_call", "message"]);
     assert_eq!(response["output"][0]["output"], "5");
     assert_eq!(response["output"][1]["content"][0]["text"], "It is 5.");
+}
+
+#[tokio::test]
+async fn every_upstream_call_of_a_tool_loop_is_stored_as_a_timed_round() {
+    let f = Fixture::new().await;
+    let call = json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",
+        "function":{"name":TOOL_FUNCTION,"arguments":json!({"a":2,"b":3,"sleep_ms":60}).to_string()}}]},
+        "finish_reason":"tool_calls"}]});
+    let usage = json!({"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}});
+    let slow_call = Step::SlowSse {
+        chunks: vec![format!("data: {call}\n\n"), format!("data: {usage}\n\n"), "data: [DONE]\n\n".into()],
+        delay: Duration::from_millis(40),
+    };
+    f.upstream.add_scenario("rounds", vec![slow_call, Step::text(&["It is 5."], "stop", Some((20, 3)))]);
+
+    let events = f.stream(json!({"model":"rounds","input":"What is 2+3?","tools":[calc_tool()],"stream":true})).await;
+
+    let response = terminal(&events);
+    assert_eq!(output_types(&response), ["mcp_call", "message"]);
+    let id = response["id"].as_str().expect("an id");
+    let rounds = f.saved(id).rounds;
+    assert_eq!(rounds.len(), 2, "{rounds:?}");
+    let (first, second) = (&rounds[0], &rounds[1]);
+    assert_eq!(first.item_ids, [response["output"][0]["id"].as_str().expect("the call's id")]);
+    assert_eq!(second.item_ids, [response["output"][1]["id"].as_str().expect("the message's id")]);
+    assert_eq!((first.input_tokens, first.output_tokens), (11, 5));
+    assert_eq!((second.input_tokens, second.output_tokens), (20, 3));
+    assert!(first.tools_ms >= 60, "the tool slept 60 ms: {first:?}");
+    assert_eq!(second.tools_ms, 0);
+    assert!(first.duration_ms >= 80, "two 40 ms pauses between its chunks: {first:?}");
+    let first_chunk = first.first_chunk_ms.expect("the first call's chunks arrived");
+    assert!(first.started_ms <= first_chunk && first_chunk <= first.started_ms + first.duration_ms, "{first:?}");
+    assert!(
+        second.started_ms >= first.started_ms + first.duration_ms + first.tools_ms,
+        "the second call is sent after the first ended and its tool ran: {rounds:?}"
+    );
+    assert!(second.first_chunk_ms.is_some_and(|at| at >= second.started_ms), "{second:?}");
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! The frames exchanged between supervisor and worker, and their byte encoding.
 
-use respgw_telemetry::MetricsSnapshot;
+use respgw_telemetry::{MetricsSnapshot, OverviewHistory};
 use serde::{Deserialize, Serialize};
 
 use crate::error::IpcError;
@@ -47,6 +47,18 @@ pub enum Frame {
     },
     /// Supervisor → worker: stop accepting, drain, exit.
     Shutdown,
+    /// Worker → supervisor: `GET /v1/console/overview` on this worker wants the sampled history.
+    OverviewRequest {
+        /// Correlates the reply; unique per worker connection.
+        id: u64,
+    },
+    /// Supervisor → worker: the overview history for the request `id`.
+    OverviewReply {
+        /// The [`Frame::OverviewRequest`] id this answers.
+        id: u64,
+        /// The last hour of samples of the merged metrics.
+        history: OverviewHistory,
+    },
 }
 
 /// Encodes `frame` with its length prefix and version byte, ready to write to the socket.
@@ -99,6 +111,23 @@ mod tests {
         // body = version 1, variant 0, varint(300) = [0xac, 0x02]
         assert_eq!(bytes, [4, 0, 0, 0, PROTOCOL_VERSION, 0, 0xac, 0x02]);
         assert_eq!(decode_frame_body(&bytes[4..]).expect("decode"), Frame::Ready { pid: 300 });
+    }
+
+    #[test]
+    fn overview_frames_round_trip_after_the_older_variants() {
+        let metrics = respgw_telemetry::Metrics::new();
+        metrics.tenant_request("alpha", 200);
+        let mut history = OverviewHistory::new(10);
+        history.record(1_700_000_000, &metrics.snapshot());
+        history.record(1_700_000_010, &metrics.snapshot());
+        for frame in [Frame::OverviewRequest { id: 7 }, Frame::OverviewReply { id: 7, history }] {
+            let bytes = encode_frame(&frame).expect("encode");
+            assert_eq!(decode_frame_body(&bytes[4..]).expect("decode"), frame);
+        }
+        // Appended, so the variants workers already know keep their indexes: Shutdown is 4.
+        let request = encode_frame(&Frame::OverviewRequest { id: 1 }).expect("encode");
+        assert_eq!(request[5], 5);
+        assert_eq!(encode_frame(&Frame::Shutdown).expect("encode")[5], 4);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use respgw_protocol::ApiError;
 use respgw_telemetry::Metrics;
 
 use crate::auth::{ApiKeys, AuthState, require_api_key};
+use crate::console::overview::{self, OverviewView};
 use crate::console::{self, ConsoleState};
 use crate::error::{self, HttpError};
 use crate::files::RetrievalState;
@@ -48,6 +49,8 @@ pub struct AppConfig {
     pub metrics: Metrics,
     /// Where `/metrics` is served and what it shows; `None` disables the route.
     pub metrics_route: Option<(String, MetricsView)>,
+    /// The samples `GET /v1/console/overview` answers from.
+    pub overview: OverviewView,
     /// Integrated mode: forward every path no gateway route serves to this base URL.
     pub forward_other_routes_to: Option<String>,
     /// Sent as `x-respgw-worker` on every reply, with the process id as `x-respgw-worker-pid`, so
@@ -112,7 +115,8 @@ pub fn router(config: AppConfig) -> Router {
                 .with_state(config.mcp_helper.clone()),
         )
         .merge(retrieval_routes(config.retrieval.clone()))
-        .merge(console::routes(config.console.clone()));
+        .merge(console::routes(config.console.clone()))
+        .merge(overview::routes(config.overview.clone()));
     if config.forward_other_routes_to.is_some() {
         // Integrated mode: the model server's own routes (models, chat completions, tokenize, …)
         // are reached through the forwarding fallback below.

@@ -36,7 +36,10 @@
 //! - `console/`: the operator console's JSON API (`/v1/console/…`, `docs/console-api.md`) —
 //!   `mod.rs` its state, router, scope (an admin sees every tenant) and query parsing; one file
 //!   per area (session, responses, conversations, background runs, files and vector stores) over
-//!   the store's `ConsoleStore` and the owner's ordinary reads.
+//!   the store's `ConsoleStore` and the owner's ordinary reads; `console/overview.rs`:
+//!   `GET /v1/console/overview`, the last hour's per-step points from an [`OverviewView`] (the
+//!   supervisor's samples of the merged metrics in a worker, [`local_overview`] in a process
+//!   serving alone).
 //! - `messages/`: the Anthropic Messages face — `mod.rs` the `POST /v1/messages` and
 //!   `POST /v1/messages/count_tokens` handlers (translated by `respgw_messages` into the engine's
 //!   request, same tenants and limits) and `anthropic_errors`, the layer that gives every error of
@@ -87,11 +90,12 @@ mod websocket;
 
 pub use app::{AppConfig, router};
 pub use auth::{ApiKeys, Tenant};
+pub use console::overview::{OverviewView, local_overview};
 pub use limits::{Limiter, RedisFailureMode, RedisSettings};
 pub use metrics::{MetricsView, local_view};
 pub use options::{
-    ClientLimits, DEFAULT_MAX_FILE_BYTES, DEFAULT_MESSAGES_PING_INTERVAL, EmbeddingOptions, GatewayOptions,
-    RetrievalOptions, WebSocketLimits,
+    ClientLimits, DEFAULT_CONSOLE_SAMPLE_SECONDS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MESSAGES_PING_INTERVAL,
+    EmbeddingOptions, GatewayOptions, RetrievalOptions, WebSocketLimits,
 };
 pub use respgw_engine::sealed::ReasoningKeys;
 pub use respgw_engine::{BackgroundSettings, DEFAULT_MAX_IDLE_CONNECTIONS, Limits, UpstreamConfig};

@@ -54,6 +54,9 @@ pub struct GatewayOptions {
     pub limits: Limits,
     /// Where `/metrics` is served (`GW_METRICS_PATH`); `None` disables it.
     pub metrics_path: Option<String>,
+    /// Seconds between two samples of the console's overview (`--console-sample-seconds`).
+    #[serde(default = "default_console_sample_seconds")]
+    pub console_sample_seconds: u64,
     /// Integrated mode: every request no gateway route serves is forwarded unchanged to this
     /// base URL (the model server's private address, e.g. `http://127.0.0.1:41234`).
     pub forward_other_routes_to: Option<String>,
@@ -170,6 +173,13 @@ pub const DEFAULT_MESSAGES_PING_INTERVAL: Duration = Duration::from_secs(10);
 
 fn default_messages_ping_interval() -> Duration {
     DEFAULT_MESSAGES_PING_INTERVAL
+}
+
+/// The default of [`GatewayOptions::console_sample_seconds`].
+pub const DEFAULT_CONSOLE_SAMPLE_SECONDS: u64 = 10;
+
+fn default_console_sample_seconds() -> u64 {
+    DEFAULT_CONSOLE_SAMPLE_SECONDS
 }
 
 fn default_db_pool_size() -> u32 {

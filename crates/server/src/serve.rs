@@ -21,6 +21,7 @@ use crate::auth::ApiKeys;
 use crate::background::BackgroundDrain;
 use crate::connections::Connections;
 use crate::console::ConsoleState;
+use crate::console::overview::{OverviewView, local_overview};
 use crate::files::RetrievalState;
 use crate::limits::shared::SharedCounters;
 use crate::limits::{Limiter, RedisLimits};
@@ -32,7 +33,8 @@ use respgw_engine::sealed::{ReasoningKeys, ReasoningSeal};
 /// Build the router for one gateway process, counting its tenants' limits on its own, and
 /// start its file ingestion.
 ///
-/// `metrics_view` is what `/metrics` serves (the supervisor's merged view in a worker);
+/// `metrics_view` is what `/metrics` serves (the supervisor's merged view in a worker); the
+/// console's overview samples this process's own `metrics` ([`local_overview`]);
 /// `worker_label` is sent as `x-respgw-worker`; ingestion stops claiming files when
 /// `ingestion_stop` resolves (the worker's shutdown signal).
 pub async fn build(
@@ -43,15 +45,18 @@ pub async fn build(
     ingestion_stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Router> {
     let counters = SharedCounters::private().context("cannot map the limit counters")?;
-    build_sharing(options, metrics, metrics_view, worker_label, Arc::new(counters), ingestion_stop).await
+    let overview = local_overview(metrics.clone(), options.console_sample_seconds);
+    build_sharing(options, metrics, metrics_view, overview, worker_label, Arc::new(counters), ingestion_stop).await
 }
 
 /// [`build`], counting tenants' limits in `counters` (the region the workers of one gateway
-/// share), and in Redis when `options.redis` says so.
+/// share), and in Redis when `options.redis` says so; the console's overview answers from
+/// `overview` (the supervisor's samples in a worker).
 pub async fn build_sharing(
     options: &GatewayOptions,
     metrics: Metrics,
     metrics_view: MetricsView,
+    overview: OverviewView,
     worker_label: Option<String>,
     counters: Arc<SharedCounters>,
     ingestion_stop: impl Future<Output = ()> + Send + 'static,
@@ -110,6 +115,7 @@ pub async fn build_sharing(
         messages_ping_interval: options.messages_ping_interval,
         metrics,
         metrics_route: options.metrics_path.clone().map(|path| (path, metrics_view)),
+        overview,
         forward_other_routes_to: options.forward_other_routes_to.clone(),
         worker_label,
         mcp_helper,

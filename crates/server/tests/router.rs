@@ -98,6 +98,7 @@ fn options(dir: &TempDir, upstream: String, api_keys: Vec<String>) -> GatewayOpt
         max_body_bytes: 1 << 20,
         limits: Limits::default(),
         metrics_path: None,
+        console_sample_seconds: respgw_server::DEFAULT_CONSOLE_SAMPLE_SECONDS,
         forward_other_routes_to: None,
         drain_timeout: Duration::from_secs(1),
         client_limits: ClientLimits {

@@ -15,20 +15,22 @@
 //!   exits, its row is released, so what a crashed worker had open is no longer counted.
 //! - Metrics: every worker's snapshots are merged here; a scrape on any worker gets the merged
 //!   view. Each worker process has its own id in the merge, so counters of a dead or replaced
-//!   worker are kept and never go backwards.
+//!   worker are kept and never go backwards. Every `--console-sample-seconds` the merged view is
+//!   sampled into the console overview's ring ([`OverviewHistory`]), which a worker asks for with
+//!   `OverviewRequest`.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use respgw_ipc::Frame;
-use respgw_telemetry::MergedMetrics;
+use respgw_telemetry::{MergedMetrics, OverviewHistory};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
@@ -59,6 +61,8 @@ pub struct PoolConfig {
     pub drain_timeout: Duration,
     /// The merged metrics view (shared with the MCP helper process, which adds its counts).
     pub merged: Arc<Mutex<MergedMetrics>>,
+    /// The last hour of samples of `merged`, for the console's overview.
+    pub overview: Arc<Mutex<OverviewHistory>>,
     /// The limit counters every worker maps.
     pub counters: SharedCounters,
 }
@@ -79,6 +83,7 @@ impl PoolConfig {
             gateway: gateway.clone(),
             drain_timeout: gateway.drain_timeout,
             merged,
+            overview: Arc::new(Mutex::new(OverviewHistory::new(gateway.console_sample_seconds))),
             counters: SharedCounters::create().context("cannot create the shared limit counters")?,
         })
     }
@@ -141,6 +146,11 @@ pub async fn run(
     let (events, mut event_rx) = mpsc::unbounded_channel();
     let slots = config.workers.max(1);
     let merged = Arc::clone(&config.merged);
+    tokio::spawn(sample_overview(
+        Arc::clone(&merged),
+        Arc::downgrade(&config.overview),
+        config.gateway.console_sample_seconds,
+    ));
     let mut pool = Pool {
         config,
         events,
@@ -215,6 +225,19 @@ pub async fn run(
     }
 }
 
+/// Samples the merged view into the overview's ring now and every `step_seconds`, until the
+/// pool (which holds the ring) is gone.
+async fn sample_overview(merged: Arc<Mutex<MergedMetrics>>, overview: Weak<Mutex<OverviewHistory>>, step_seconds: u64) {
+    let mut tick = tokio::time::interval(Duration::from_secs(step_seconds.max(1)));
+    loop {
+        tick.tick().await;
+        let Some(overview) = overview.upgrade() else { return };
+        let snapshot = merged.lock().unwrap_or_else(PoisonError::into_inner).merged();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        overview.lock().unwrap_or_else(PoisonError::into_inner).record(now, &snapshot);
+    }
+}
+
 impl Pool {
     fn spawn(&mut self, slot: usize) -> anyhow::Result<u32> {
         let id = self.next_id;
@@ -254,6 +277,7 @@ impl Pool {
         });
         let events = self.events.clone();
         let merged = Arc::clone(&self.merged);
+        let overview = Arc::clone(&self.config.overview);
         let replies = outbox.clone();
         let reading = tokio::spawn(async move {
             loop {
@@ -267,6 +291,10 @@ impl Pool {
                     Ok(Some(Frame::ScrapeRequest { id: request })) => {
                         let snapshot = merged.lock().unwrap_or_else(PoisonError::into_inner).merged();
                         let _ = replies.send(Frame::ScrapeReply { id: request, snapshot }).await;
+                    }
+                    Ok(Some(Frame::OverviewRequest { id: request })) => {
+                        let history = overview.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                        let _ = replies.send(Frame::OverviewReply { id: request, history }).await;
                     }
                     Ok(Some(other)) => tracing::warn!(frame = ?other, "unexpected frame from a worker"),
                     Ok(None) => return,

@@ -3,7 +3,8 @@
 //!
 //! IPC duties: `Ready` once serving; a metrics snapshot every second (and a last one on exit);
 //! a `/metrics` scrape asks the supervisor for the merged view (falling back to this worker's
-//! own numbers if the supervisor does not answer in time). `Shutdown`, SIGTERM, SIGINT or the
+//! own numbers if the supervisor does not answer in time); `GET /v1/console/overview` asks it for
+//! its samples of the merged view (an empty history if it does not answer). `Shutdown`, SIGTERM, SIGINT or the
 //! supervisor going away (IPC end-of-file) all start a bounded drain.
 
 use std::collections::HashMap;
@@ -13,8 +14,8 @@ use std::time::Duration;
 use anyhow::Context;
 use respgw_ipc::{Frame, FrameReader, FrameWriter};
 use respgw_server::limits::shared::SharedCounters;
-use respgw_server::{GatewayOptions, MetricsView};
-use respgw_telemetry::{Metrics, MetricsSnapshot};
+use respgw_server::{GatewayOptions, MetricsView, OverviewView};
+use respgw_telemetry::{Metrics, MetricsSnapshot, OverviewHistory};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -74,15 +75,17 @@ async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpLis
     let metrics = Metrics::new();
     let (outbox, outbox_rx) = mpsc::channel::<Frame>(64);
     let pending: PendingScrapes = Arc::new(Mutex::new(HashMap::new()));
+    let pending_overviews: PendingOverviews = Arc::new(Mutex::new(HashMap::new()));
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let writer_task = tokio::spawn(write_frames(writer, outbox_rx));
-    tokio::spawn(read_frames(reader, Arc::clone(&pending), stop_tx.clone()));
+    tokio::spawn(read_frames(reader, Arc::clone(&pending), Arc::clone(&pending_overviews), stop_tx.clone()));
     tokio::spawn(stop_on_signals(stop_tx.clone()));
     tokio::spawn(report_metrics(metrics.clone(), outbox.clone(), stop_rx.clone()));
     tokio::spawn(memory::release_freed_memory());
 
     let view = merged_view(metrics.clone(), outbox.clone(), pending);
+    let overview = supervisor_overview(outbox.clone(), pending_overviews, options.console_sample_seconds);
     let counters = match SharedCounters::inherited_from_env().context("cannot map the shared limit counters")? {
         Some(counters) => counters,
         None => SharedCounters::private().context("cannot map the limit counters")?,
@@ -91,6 +94,7 @@ async fn serve(options: GatewayOptions, slot: String, listener: std::net::TcpLis
         &options,
         metrics.clone(),
         view,
+        overview,
         Some(slot.clone()),
         Arc::new(counters),
         stopped(stop_rx.clone()),
@@ -144,6 +148,29 @@ fn merged_view(metrics: Metrics, outbox: mpsc::Sender<Frame>, pending: PendingSc
     })
 }
 
+type PendingOverviews = Arc<Mutex<HashMap<u64, oneshot::Sender<OverviewHistory>>>>;
+
+/// `GET /v1/console/overview` on a worker: ask the supervisor for its samples of the merged view.
+fn supervisor_overview(outbox: mpsc::Sender<Frame>, pending: PendingOverviews, step_seconds: u64) -> OverviewView {
+    let next_id = Arc::new(std::sync::atomic::AtomicU64::new(1));
+    Arc::new(move || {
+        let (outbox, pending, next_id) = (outbox.clone(), Arc::clone(&pending), Arc::clone(&next_id));
+        Box::pin(async move {
+            let id = next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            pending.lock().unwrap_or_else(PoisonError::into_inner).insert(id, tx);
+            let sent = outbox.send(Frame::OverviewRequest { id }).await.is_ok();
+            let reply =
+                if sent { tokio::time::timeout(SCRAPE_TIMEOUT, rx).await.ok().and_then(Result::ok) } else { None };
+            pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+            reply.unwrap_or_else(|| {
+                tracing::warn!("the supervisor did not answer for the console overview; serving no samples");
+                OverviewHistory::new(step_seconds)
+            })
+        })
+    })
+}
+
 async fn write_frames<W: AsyncWrite + Unpin>(mut writer: FrameWriter<W>, mut outbox: mpsc::Receiver<Frame>) {
     while let Some(frame) = outbox.recv().await {
         if let Err(e) = writer.write_frame(&frame).await {
@@ -156,6 +183,7 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut writer: FrameWriter<W>, mut out
 async fn read_frames<R: AsyncRead + Unpin>(
     mut reader: FrameReader<R>,
     pending: PendingScrapes,
+    pending_overviews: PendingOverviews,
     stop: watch::Sender<bool>,
 ) {
     loop {
@@ -163,6 +191,11 @@ async fn read_frames<R: AsyncRead + Unpin>(
             Ok(Some(Frame::ScrapeReply { id, snapshot })) => {
                 if let Some(tx) = pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&id) {
                     let _ = tx.send(snapshot);
+                }
+            }
+            Ok(Some(Frame::OverviewReply { id, history })) => {
+                if let Some(tx) = pending_overviews.lock().unwrap_or_else(PoisonError::into_inner).remove(&id) {
+                    let _ = tx.send(history);
                 }
             }
             Ok(Some(Frame::Shutdown)) => {

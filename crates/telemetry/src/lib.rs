@@ -26,6 +26,9 @@
 //! - `snapshot.rs`: the serde snapshots a worker sends. `merge.rs`: [`MergedMetrics`] — live
 //!   snapshots plus the retained counters of exited workers (their gauges dropped), keyed by a
 //!   per-process id so a restarted worker never makes a counter go backwards.
+//! - `history.rs`: [`OverviewHistory`], the operator console's overview: a ring of the last hour
+//!   of samples of the merged view (only the series the overview shows, cumulative), turned into
+//!   per-step deltas and latency quantiles when asked.
 //! - `exposition.rs`: the text exposition, written by hand because what is served is a merge of
 //!   several processes' snapshots (`promtool check metrics` in the tests).
 //! - `log_redaction.rs`: the one redactor every log line passes on its way to stderr
@@ -38,6 +41,7 @@
 
 pub mod exposition;
 pub mod families;
+pub mod history;
 pub mod log_redaction;
 pub mod merge;
 pub mod recorder;
@@ -46,6 +50,7 @@ pub mod tracing_otlp;
 
 pub use exposition::{CONTENT_TYPE, render};
 pub use families::{FAMILIES, FamilyDescriptor, MetricKind};
+pub use history::{OverviewHistory, SeriesScope};
 pub use merge::MergedMetrics;
 pub use recorder::{BackgroundGuard, CompactionTrigger, InFlightGuard, Metrics, SseStreamGuard, TokenCounts, ToolType};
 pub use snapshot::{CounterSample, GaugeSample, HistogramSample, Labels, MetricsSnapshot};

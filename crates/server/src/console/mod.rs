@@ -7,10 +7,12 @@
 //! tenant and may narrow a list with `tenant=`; anyone else sees only its own records, and another
 //! tenant's are exactly missing ones (an empty list, a 404). This module holds the state, the
 //! router and what every list shares: the query parser (400 naming the parameter for a bad value
-//! or an unknown parameter), the scope and the list reply; one file per area holds its handlers.
+//! or an unknown parameter), the scope and the list reply; one file per area holds its handlers
+//! (`overview.rs`: the metrics time series, with its own state and routes).
 
 mod background;
 mod conversations;
+pub(crate) mod overview;
 mod responses;
 mod retrieval;
 mod session;
