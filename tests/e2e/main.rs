@@ -16,6 +16,7 @@ mod codex_cli;
 mod compaction;
 mod configuration;
 mod console_api;
+mod console_browser;
 mod console_overview;
 mod conversations;
 mod conversations_sdk;

@@ -6,6 +6,13 @@ export const ROUTES = [
   { path: "overview", title: "Overview", nav: true, load: () => import("./views/overview.js") },
   { path: "responses", title: "Responses", nav: true, load: () => import("./views/responses.js") },
   { path: "responses/:id", title: "Response", load: () => import("./views/response.js") },
+  { path: "conversations", title: "Conversations", nav: true, load: () => import("./views/conversations.js") },
+  { path: "conversations/:id", title: "Conversation", load: () => import("./views/conversations.js") },
+  { path: "background", title: "Background", nav: true, load: () => import("./views/background.js") },
+  { path: "background/:id", title: "Background run", load: () => import("./views/background.js") },
+  { path: "files", title: "Files", nav: true, load: () => import("./views/files.js") },
+  { path: "vector_stores", title: "Vector stores", nav: true, load: () => import("./views/files.js").then((m) => m.vectorStoresView) },
+  { path: "vector_stores/:id", title: "Vector store", load: () => import("./views/files.js").then((m) => m.vectorStoreView) },
 ];
 
 /** The route a hash path (`responses/resp_1`) names, with its params; null when none does. */

@@ -1,5 +1,7 @@
 //! Test infrastructure for the respgw end-to-end tests.
 //!
+//! * [`browser`]: headless Chromium over WebDriver (chromedriver on a loopback port of its own), with
+//!   bounded waits and screenshots kept as test artifacts, for the console's browser tests.
 //! * [`cassette`]: loads recorded HTTP exchanges (YAML cassettes) from the repository's fixtures (`tests/fixtures/`).
 //! * [`upstream`]: [`ReplayUpstream`], an in-process fake chat-completions server that replays
 //!   cassettes and scripted streams, selected by the request's `model`.
@@ -29,6 +31,7 @@
 //! (its tool, item, three events and the `file_citation` annotation). The `respgw-replay-upstream`
 //! binary serves the replay upstream as a process of its own.
 
+pub mod browser;
 pub mod cassette;
 pub mod client_log;
 pub mod embedding;

@@ -1,6 +1,7 @@
 //! What some tests need from outside the repository — a PostgreSQL server, the code
 //! interpreter's sandbox, the test Python environment, npm packages, the Codex CLI,
-//! llama-server, promtool, systemd's tools — and what a test does when one is missing.
+//! llama-server, promtool, systemd's tools, headless Chromium and chromedriver — and what a
+//! test does when one is missing.
 //!
 //! `scripts/test` installs all of them and sets [`REQUIRE_ALL_ENV`]: there, a missing
 //! prerequisite fails the test. Under plain `cargo test` (a fresh clone with only Rust), the test
@@ -61,6 +62,14 @@ pub fn postgres() -> Result<(), String> {
 /// `redis-server` is installed (tests start their own, on a free port).
 pub fn redis_server() -> Result<(), String> {
     program("redis-server", "scripts/test installs Debian's redis-server; or apt-get install redis-server")
+}
+
+/// Headless Chromium and its WebDriver server, for the console's browser tests
+/// ([`crate::browser`]).
+pub fn chromium() -> Result<(), String> {
+    const REMEDY: &str = "scripts/setup-browser installs Debian's chromium and chromium-driver";
+    program("chromium", REMEDY)?;
+    program("chromedriver", REMEDY)
 }
 
 /// `name` is an executable on `PATH`.
