@@ -391,7 +391,9 @@ async fn run_retrieval(cli: Cli) -> anyhow::Result<()> {
         percentile_ms(&r.lexical, 50.0),
         percentile_ms(&r.lexical, 95.0)
     );
-    let stages: [(&str, fn(&respgw_retrieval::SearchStages) -> Duration); 8] = [
+    /// Reads one stage's time.
+    type Stage = fn(&respgw_retrieval::SearchStages) -> Duration;
+    let stages: [(&str, Stage); 8] = [
         ("ownership, generations, searchable files", |s| s.checks),
         ("marking the stores active (skipped within 60 s)", |s| s.touch),
         ("lexical search (BM25)", |s| s.lexical),
