@@ -391,6 +391,26 @@ async fn run_retrieval(cli: Cli) -> anyhow::Result<()> {
         percentile_ms(&r.lexical, 50.0),
         percentile_ms(&r.lexical, 95.0)
     );
+    /// Reads one stage's time.
+    type Stage = fn(&respgw_retrieval::SearchStages) -> Duration;
+    let stages: [(&str, Stage); 8] = [
+        ("ownership, generations, searchable files", |s| s.checks),
+        ("marking the stores active (skipped within 60 s)", |s| s.touch),
+        ("lexical search (BM25)", |s| s.lexical),
+        ("query embedding (alongside the lexical search)", |s| s.embedding),
+        ("reading vectors the cache lacks", |s| s.vector_reads),
+        ("vector scan", |s| s.scan),
+        ("fusion", |s| s.fusion),
+        ("chunk fetch and grouping", |s| s.fetch),
+    ];
+    for (name, stage) in stages {
+        let times: Vec<Duration> = r.stages.iter().map(stage).collect();
+        println!(
+            "| stage: {name} p50 / p95 | {:.2} ms / {:.2} ms | - | - | - | info |",
+            percentile_ms(&times, 50.0),
+            percentile_ms(&times, 95.0)
+        );
+    }
     println!(
         "| first (cold) search, vectors read from the store | {:.1} ms | - | - | - | info |",
         r.cold_search.as_secs_f64() * 1e3

@@ -5,8 +5,9 @@
 //!   written straight through the store's ingestion API (`finish_ingestion`, files of 1,000
 //!   chunks), then hybrid searches through `Retrieval::search` (query embedded by an in-process
 //!   mock embedder, BM25, a full vector scan from the worker's cache, fusion, the chunks' text):
-//!   p50/p95 against the target p50 ≤ 50 ms. Baseline: the raw dot-product scan of the same
-//!   vectors alone, what any exact search must at least do.
+//!   p50/p95 against the target p50 ≤ 50 ms, and the p50 of each of the search's stages
+//!   ([`SearchStages`]). Baseline: the raw dot-product scan of the same vectors alone, what any
+//!   exact search must at least do.
 //! - Ingestion: files of prose queued and ingested by the real loop (read, extract, chunk by
 //!   tokens, embed, store) against the mock embedder, which answers at once: chunks/s. Baseline:
 //!   the chunks/s the embedder itself serves to the same client in the same batches, so the ratio
@@ -20,7 +21,7 @@ use anyhow::{Context, bail};
 use axum::Json;
 use axum::routing::post;
 use respgw_retrieval::embed::Embedder;
-use respgw_retrieval::{EmbeddingSettings, Retrieval, RetrievalSettings, SearchRequest};
+use respgw_retrieval::{EmbeddingSettings, Retrieval, RetrievalSettings, SearchRequest, SearchStages};
 use respgw_store_api::retrieval::{
     EmbeddingSpace, FileRecord, FileStatus, Finished, NewChunk, NewVectorStore, NewVectorStoreFile, RetrievalStore,
 };
@@ -43,6 +44,8 @@ pub struct RetrievalResult {
     pub chunks: usize,
     pub fill: Duration,
     pub searches: Vec<Duration>,
+    /// The stages of each measured search.
+    pub stages: Vec<SearchStages>,
     pub cold_search: Duration,
     pub scans: Vec<Duration>,
     /// The store's lexical search alone (part of every hybrid search).
@@ -225,10 +228,12 @@ pub async fn run(chunks: usize, searches: usize, ingest_files: usize) -> anyhow:
         bail!("the bench search found nothing");
     }
     let mut search_times = Vec::with_capacity(searches);
+    let mut stages = Vec::with_capacity(searches);
     for i in 1..=searches {
         let started = Instant::now();
-        retrieval.search(&request(i)).await?;
+        let (_, stages_of_one) = retrieval.search_with_stages(&request(i)).await?;
         search_times.push(started.elapsed());
+        stages.push(stages_of_one);
     }
 
     let mut lexical = Vec::with_capacity(searches);
@@ -331,6 +336,7 @@ pub async fn run(chunks: usize, searches: usize, ingest_files: usize) -> anyhow:
         chunks,
         fill: fill_time,
         searches: search_times,
+        stages,
         cold_search,
         scans,
         lexical,

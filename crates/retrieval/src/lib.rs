@@ -4,7 +4,8 @@
 //! - [`Retrieval`]: one per worker, cheap to clone; holds the [`RetrievalStore`], the embedder
 //!   (when an embedding model is configured), the per-worker vector cache and the ingestion wake-up.
 //! - [`Retrieval::search`] (`search.rs`): hybrid search (vector and BM25, fused) over a tenant's
-//!   vector stores; `cache.rs` keeps the stores' vectors between searches.
+//!   vector stores; `cache.rs` keeps the stores' vectors between searches, `activity.rs` when
+//!   the searches last marked each store active.
 //! - [`Retrieval::spawn_ingestion`] (`ingest.rs`): the background loop that claims vector-store
 //!   files from the store's queue, extracts (`extract.rs`), chunks (`chunk.rs`), embeds
 //!   (`embed.rs`) and indexes them.
@@ -17,6 +18,7 @@
 //! endpoint. Extraction is the same for `input_file` parts (respgw-tools calls [`extract`]) and
 //! for ingestion.
 
+pub mod activity;
 pub mod cache;
 pub mod chunk;
 pub mod embed;
@@ -35,8 +37,9 @@ use respgw_store_api::StoreError;
 use respgw_telemetry::Metrics;
 
 pub use ingest::{LEASE, POLL_EVERY, RENEW_EVERY};
-pub use search::{CHUNKS_PER_FILE, dot};
+pub use search::{CHUNKS_PER_FILE, SearchStages, dot};
 
+use crate::activity::RecentTouches;
 use crate::cache::VectorCache;
 use crate::embed::Embedder;
 
@@ -127,6 +130,8 @@ struct Inner {
     /// `None`: no embedding model, search is lexical only.
     embedder: Option<Embedder>,
     cache: VectorCache,
+    /// The stores this worker's searches marked active lately.
+    touches: RecentTouches,
     /// Wakes the ingestion loop (files queued here, or a slot freed).
     wake: tokio::sync::Notify,
     /// This process's name in the ingestion queue's leases.
@@ -150,6 +155,7 @@ impl Retrieval {
                 settings,
                 embedder,
                 cache,
+                touches: RecentTouches::default(),
                 wake: tokio::sync::Notify::new(),
                 worker_id,
                 metrics,
@@ -177,6 +183,10 @@ impl Retrieval {
 
     fn cache(&self) -> &VectorCache {
         &self.inner.cache
+    }
+
+    fn touches(&self) -> &RecentTouches {
+        &self.inner.touches
     }
 
     fn wake(&self) -> &tokio::sync::Notify {

@@ -3,10 +3,13 @@
 //! 1. Every vector store must be the owner's (one lookup each), else the search fails with
 //!    `VectorStoreNotFound` naming it and nothing is searched.
 //! 2. The stores' completed files are read with their attributes; `filters` keep some of them.
+//!    The stores are marked active unless this worker marked them within
+//!    [`TOUCH_INTERVAL`](crate::activity::TOUCH_INTERVAL).
 //! 3. For each query: the lexical index's best chunks (BM25, restricted to the kept files), and —
 //!    when an embedder is configured and a store has embeddings of the query's length — the
 //!    nearest chunks by cosine, by a full scan of the store's vectors (held in the worker's
-//!    [`VectorCache`](crate::cache::VectorCache) while the store's generation is unchanged).
+//!    [`VectorCache`](crate::cache::VectorCache) while the store's generation is unchanged). The
+//!    queries are embedded while the lexical index is searched.
 //! 4. The ranked lists (one or two per query) are fused and chunks grouped by file.
 //!
 //! Scores, 0..=1, higher is better:
@@ -18,11 +21,14 @@
 //!
 //! A file's score is its best chunk's; its `content` is its best chunks (at most
 //! [`CHUNKS_PER_FILE`], best first) at or above `score_threshold`. Files are returned best first,
-//! at most `max_num_results`, and the stores are marked active.
+//! at most `max_num_results`.
+//!
+//! [`Retrieval::search_with_stages`](crate::Retrieval::search_with_stages) also tells how long
+//! each stage took ([`SearchStages`]), for the benchmark.
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use respgw_store_api::retrieval::{SearchableFile, StoreVectors};
 
@@ -35,18 +41,63 @@ pub const CHUNKS_PER_FILE: usize = 3;
 /// Candidates taken from each ranked list.
 const MIN_CANDIDATES: usize = 50;
 
+/// How long each stage of one search took. The query embedding overlaps the lexical search, so
+/// the stages add up to more than the search.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SearchStages {
+    /// Ownership and generations of the stores, their searchable files, the filters.
+    pub checks: Duration,
+    /// Marking the stores active (zero when this worker marked them lately).
+    pub touch: Duration,
+    /// The lexical index's searches, all queries.
+    pub lexical: Duration,
+    /// Embedding the queries: from the request to its answer being read, which waits for the
+    /// lexical search (the two overlap).
+    pub embedding: Duration,
+    /// Reading stores' vectors that the cache did not hold.
+    pub vector_reads: Duration,
+    /// The vector scans, all queries.
+    pub scan: Duration,
+    /// Fusing the ranked lists.
+    pub fusion: Duration,
+    /// Reading the chosen chunks' text and grouping them by file.
+    pub fetch: Duration,
+}
+
+/// Time since `*mark`, moving the mark to now.
+fn lap(mark: &mut Instant) -> Duration {
+    let now = Instant::now();
+    let elapsed = now - *mark;
+    *mark = now;
+    elapsed
+}
+
 impl Retrieval {
     /// Search the owner's vector stores; results best first, at most `max_num_results`.
     pub async fn search(&self, request: &SearchRequest) -> Result<Vec<SearchResult>, SearchError> {
-        let started = Instant::now();
-        let result = self.run_search(request).await;
-        self.metrics().retrieval_search(started.elapsed());
-        result
+        self.search_with_stages(request).await.map(|(results, _)| results)
     }
 
-    async fn run_search(&self, request: &SearchRequest) -> Result<Vec<SearchResult>, SearchError> {
+    /// [`Retrieval::search`], also telling how long each stage took.
+    pub async fn search_with_stages(
+        &self,
+        request: &SearchRequest,
+    ) -> Result<(Vec<SearchResult>, SearchStages), SearchError> {
+        let started = Instant::now();
+        let mut stages = SearchStages::default();
+        let result = self.run_search(request, &mut stages).await;
+        self.metrics().retrieval_search(started.elapsed());
+        result.map(|results| (results, stages))
+    }
+
+    async fn run_search(
+        &self,
+        request: &SearchRequest,
+        stages: &mut SearchStages,
+    ) -> Result<Vec<SearchResult>, SearchError> {
         let store = self.store();
         let owner = request.owner.as_str();
+        let mut mark = Instant::now();
         let mut generations = Vec::with_capacity(request.vector_store_ids.len());
         for id in &request.vector_store_ids {
             match store.generation(owner, id).await.map_err(SearchError::Store)? {
@@ -59,11 +110,9 @@ impl Retrieval {
             Some(filter) => files.into_iter().filter(|f| filter.matches(&f.attributes)).collect(),
             None => files,
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-            .unwrap_or_default();
-        store.touch_vector_stores(owner, &request.vector_store_ids, now).await.map_err(SearchError::Store)?;
+        stages.checks = lap(&mut mark);
+        self.mark_active(owner, &request.vector_store_ids).await?;
+        stages.touch = lap(&mut mark);
         let queries: Vec<&String> = request.queries.iter().filter(|q| !q.trim().is_empty()).collect();
         if files.is_empty() || queries.is_empty() {
             return Ok(Vec::new());
@@ -76,16 +125,46 @@ impl Retrieval {
             .map(|_| files.iter().map(|f| (f.vector_store_id.clone(), f.file_id.clone())).collect());
         let candidates = (request.max_num_results * CHUNKS_PER_FILE).max(MIN_CANDIDATES);
 
+        // The stores' vectors; then the queries' embedding is requested first and its answer read
+        // after the lexical search, so that the embedding endpoint works meanwhile (a SQLite
+        // read does not yield, and the worker's runtime has one thread).
+        let vectors = self.searched_vectors(request, &generations).await?;
+        stages.vector_reads = lap(&mut mark);
+        let embedder = self.embedder().filter(|_| !vectors.is_empty());
+        let embedding = async {
+            let embedder = embedder?;
+            let texts: Vec<String> = queries.iter().map(|q| (*q).clone()).collect();
+            let started = Instant::now();
+            let embedded = embedder.embed(&texts).await;
+            Some((embedded, started.elapsed()))
+        };
         // Ranked lists of chunk ids, best first, with the lexical scores.
-        let mut lexical_lists: Vec<Vec<(i64, f64)>> = Vec::with_capacity(queries.len());
-        for query in &queries {
-            let hits = store
-                .lexical_search(owner, &request.vector_store_ids, restrict.as_deref(), query, candidates)
-                .await
-                .map_err(SearchError::Store)?;
-            lexical_lists.push(hits.into_iter().map(|hit| (hit.chunk_id, hit.score)).collect());
-        }
-        let vector_lists = self.vector_lists(request, &generations, &queries, &files, candidates).await?;
+        let lexical = async {
+            let started = Instant::now();
+            let mut lists: Vec<Vec<(i64, f64)>> = Vec::with_capacity(queries.len());
+            for query in &queries {
+                let hits = store
+                    .lexical_search(owner, &request.vector_store_ids, restrict.as_deref(), query, candidates)
+                    .await
+                    .map_err(SearchError::Store)?;
+                lists.push(hits.into_iter().map(|hit| (hit.chunk_id, hit.score)).collect());
+            }
+            Ok::<_, SearchError>((lists, started.elapsed()))
+        };
+        let (embedded, lexical) = tokio::join!(embedding, lexical);
+        let (lexical_lists, lexical_took) = lexical?;
+        stages.lexical = lexical_took;
+        lap(&mut mark);
+        let vector_lists = match embedded {
+            Some((embedded, took)) => {
+                stages.embedding = took;
+                let embedded = embedded.map_err(|e| SearchError::Embedding(e.0))?;
+                let lists = nearest_lists(&embedded, &vectors, &files, request.filters.is_some(), candidates);
+                stages.scan = lap(&mut mark);
+                lists
+            }
+            None => Vec::new(),
+        };
 
         let scores = if vector_lists.is_empty() {
             lexical_scores(&lexical_lists)
@@ -97,6 +176,7 @@ impl Retrieval {
         let threshold = request.score_threshold.unwrap_or(0.0);
         let mut ranked: Vec<(i64, f64)> = scores.into_iter().filter(|(_, score)| *score >= threshold).collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        stages.fusion = lap(&mut mark);
 
         let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
         let texts = store.chunks(owner, &ids).await.map_err(SearchError::Store)?;
@@ -126,48 +206,41 @@ impl Retrieval {
                 None => {}
             }
         }
+        stages.fetch = lap(&mut mark);
         Ok(results)
     }
 
-    /// For each query, the nearest chunks by cosine over the stores with embeddings of the
-    /// embedder's length (best first, among `files`); none without an embedder or embeddings.
-    async fn vector_lists(
+    /// Mark the stores active now, unless this worker did within the touch interval.
+    async fn mark_active(&self, owner: &str, ids: &[String]) -> Result<(), SearchError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or_default();
+        let due = self.touches().due(ids, now);
+        if due.is_empty() {
+            return Ok(());
+        }
+        self.store().touch_vector_stores(owner, &due, now).await.map_err(SearchError::Store)?;
+        self.touches().record(&due, now);
+        Ok(())
+    }
+
+    /// The vectors of the searched stores that have some (none without an embedder).
+    async fn searched_vectors(
         &self,
         request: &SearchRequest,
         generations: &[i64],
-        queries: &[&String],
-        files: &[SearchableFile],
-        candidates: usize,
-    ) -> Result<Vec<Vec<i64>>, SearchError> {
-        let Some(embedder) = self.embedder() else { return Ok(Vec::new()) };
-        let mut stores: Vec<Arc<StoreVectors>> = Vec::new();
+    ) -> Result<Vec<Arc<StoreVectors>>, SearchError> {
+        if self.embedder().is_none() {
+            return Ok(Vec::new());
+        }
+        let mut stores = Vec::new();
         for (id, generation) in request.vector_store_ids.iter().zip(generations) {
             if let Some(vectors) = self.cached_vectors(&request.owner, id, *generation).await? {
                 stores.push(vectors);
             }
         }
-        if stores.is_empty() {
-            return Ok(Vec::new());
-        }
-        let texts: Vec<String> = queries.iter().map(|q| (*q).clone()).collect();
-        let embedded = embedder.embed(&texts).await.map_err(|e| SearchError::Embedding(e.0))?;
-        let allowed: HashSet<&str> = files.iter().map(|f| f.file_id.as_str()).collect();
-        let filtered = request.filters.is_some();
-        let mut lists = Vec::with_capacity(embedded.len());
-        for query in &embedded {
-            let mut best: BinaryHeap<Candidate> = BinaryHeap::with_capacity(candidates + 1);
-            for vectors in &stores {
-                if vectors.dimensions as usize != query.len() {
-                    continue;
-                }
-                let keep = |i: usize| !filtered || allowed.contains(vectors.file_ids[i].as_str());
-                top_k_into(query, vectors, candidates, keep, &mut best);
-            }
-            let mut ranked = best.into_vec();
-            ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.chunk_id.cmp(&b.chunk_id)));
-            lists.push(ranked.into_iter().map(|c| c.chunk_id).collect());
-        }
-        Ok(lists)
+        Ok(stores)
     }
 
     /// The vectors of a store at `generation`, from the cache or read (and cached when they fit).
@@ -185,6 +258,33 @@ impl Retrieval {
         self.cache().put(vector_store_id, read_generation, read.clone());
         Ok(read)
     }
+}
+
+/// For each embedded query, the nearest chunks by cosine over the stores with embeddings of its
+/// length (best first; only chunks of `files` when `filtered`).
+fn nearest_lists(
+    embedded: &[Vec<f32>],
+    stores: &[Arc<StoreVectors>],
+    files: &[SearchableFile],
+    filtered: bool,
+    candidates: usize,
+) -> Vec<Vec<i64>> {
+    let allowed: HashSet<&str> = files.iter().map(|f| f.file_id.as_str()).collect();
+    let mut lists = Vec::with_capacity(embedded.len());
+    for query in embedded {
+        let mut best: BinaryHeap<Candidate> = BinaryHeap::with_capacity(candidates + 1);
+        for vectors in stores {
+            if vectors.dimensions as usize != query.len() {
+                continue;
+            }
+            let keep = |i: usize| !filtered || allowed.contains(vectors.file_ids[i].as_str());
+            top_k_into(query, vectors, candidates, keep, &mut best);
+        }
+        let mut ranked = best.into_vec();
+        ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.chunk_id.cmp(&b.chunk_id)));
+        lists.push(ranked.into_iter().map(|c| c.chunk_id).collect());
+    }
+    lists
 }
 
 /// A chunk and its cosine, ordered so that a max-heap's top is the *worst* kept candidate.

@@ -1,7 +1,7 @@
 //! Ingestion and search on the real stores (a SQLite file, a PostgreSQL schema), with the replay
 //! upstream as the embedding endpoint: files of every supported kind ingested in the background,
-//! hybrid and lexical-only search, filters, the score threshold, another owner's store, an
-//! embedder that keeps failing, and a lease that lapses.
+//! hybrid and lexical-only search, filters, the score threshold, another owner's store, marking
+//! stores active, an embedder that keeps failing, and a lease that lapses.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +10,7 @@ use respgw_protocol::filters::Filter;
 use respgw_retrieval::{EmbeddingSettings, Retrieval, RetrievalSettings, SearchError, SearchRequest};
 use respgw_store::StoreOptions;
 use respgw_store_api::retrieval::{
-    FileRecord, FileStatus, NewVectorStore, NewVectorStoreFile, RetrievalStore, VectorStoreFileRecord,
+    FileRecord, FileStatus, NewVectorStore, NewVectorStoreFile, RetrievalStore, VectorStoreFileRecord, VectorStoreView,
 };
 use respgw_testkit::ReplayUpstream;
 use respgw_testkit::postgres::TestSchema;
@@ -247,6 +247,13 @@ async fn ingestion_and_search(test: TestStore) {
         other => panic!("{other:?}"),
     }
 
+    // A worker marks a store active at most once a minute: this one did above, so setting the
+    // mark back stays unseen by its searches; another worker's search marks it now.
+    store.touch_vector_stores("alice", &["vs_docs".to_owned()], 1_000).await.unwrap();
+    retrieval.search(&request("alice", &["refunds"])).await.unwrap();
+    let last_active_at = |view: Option<VectorStoreView>| view.map(|v| v.record.last_active_at);
+    assert_eq!(last_active_at(store.vector_store("alice", "vs_docs").await.unwrap()), Some(1_000));
+
     // Without an embedding model, search is lexical only.
     let lexical = Retrieval::new(Arc::clone(&store), settings(None));
     let before = upstream.embedding_requests().len();
@@ -254,6 +261,8 @@ async fn ingestion_and_search(test: TestStore) {
     assert_eq!(results[0].file_id, "file-warranty", "{results:?}");
     assert!((results[0].score - 1.0).abs() < 1e-9, "the best lexical match scores 1");
     assert_eq!(upstream.embedding_requests().len(), before);
+    let marked = last_active_at(store.vector_store("alice", "vs_docs").await.unwrap()).unwrap_or_default();
+    assert!(marked >= now() - 60, "marked active at {marked}");
 }
 
 async fn failures_and_lapsed_leases(test: TestStore) {

@@ -716,18 +716,26 @@ pub(crate) async fn lexical_search(
     }
     // A word in more than half of the chunks has an inverse document frequency of at most zero,
     // which BM25 (FTS5's too) counts as nothing: leaving it out changes no chunk's rank among
-    // those matching a rarer word, and spares ranking nearly every chunk. A query of such words
-    // only is kept whole.
-    if let Some(statement) = &sql.common_terms {
-        let listed = json_list(&terms)?;
-        let common = rows(db, statement, args![&listed], |row| codec::text(row, 0)).await?;
-        if common.len() < terms.len() {
-            terms.retain(|term| !common.contains(term));
-        }
+    // those matching a rarer word, and spares ranking nearly every chunk. PostgreSQL's ranking
+    // (`ts_rank_cd`) has no such weight, so the same rule bounds its work and makes both
+    // backends rank by the words that tell chunks apart. A query of such words only is kept
+    // whole.
+    let listed = json_list(&terms)?;
+    let common = rows(db, &sql.common_terms, args![&listed], |row| codec::text(row, 0)).await?;
+    if common.len() < terms.len() {
+        terms.retain(|term| !common.contains(term));
     }
     let asked = json_list(vector_store_ids)?;
     let stores = rows(db, &sql.owned_stores, args![owner, &asked], |row| codec::text(row, 0)).await?;
-    let Some(query) = codec::lexical_query(sql.dialect, &terms, &stores) else { return Ok(Vec::new()) };
+    let Some(query) = codec::lexical_query(sql.dialect, &terms) else { return Ok(Vec::new()) };
+    if stores.is_empty() {
+        return Ok(Vec::new());
+    }
+    if let Some(statement) = &sql.lexical_unfiltered
+        && let Some(hits) = best_of_whole_index(db, statement, &query, &stores, files, limit).await?
+    {
+        return Ok(hits);
+    }
     let stores = json_list(&stores)?;
     let files = files.map(json_list).transpose()?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -735,6 +743,47 @@ pub(crate) async fn lexical_search(
         Ok(LexicalHit { chunk_id: codec::int(row, 0)?, score: row.real(1)? })
     })
     .await
+}
+
+/// How many of the whole index's best chunks [`best_of_whole_index`] ranks per hit asked for.
+const WHOLE_INDEX_FACTOR: usize = 4;
+
+/// The best `limit` chunks of `stores` (restricted to `files` when given) taken from the whole
+/// index's best `limit × WHOLE_INDEX_FACTOR`, when that is the exact answer: enough of those are
+/// in the searched stores and files, or the index has no more matches. `None` otherwise, for the
+/// filtered statement to rank the stores' chunks alone.
+///
+/// Why: the searched stores often hold most of the matches, and then ranking the whole index
+/// and dropping other stores' chunks afterwards costs one pass without a filter, where filtering
+/// first costs a lookup for every chunk of the stores. The scores are the same either way (BM25's
+/// statistics are the whole index's), so the order of the kept chunks is the filtered order.
+async fn best_of_whole_index(
+    db: &mut impl Db,
+    statement: &str,
+    query: &str,
+    stores: &[String],
+    files: Option<&[(String, String)]>,
+    limit: usize,
+) -> Result<Option<Vec<LexicalHit>>, StoreError> {
+    let ranked = limit.saturating_mul(WHOLE_INDEX_FACTOR);
+    let allowed: Option<HashSet<(&str, &str)>> =
+        files.map(|files| files.iter().map(|(store, file)| (store.as_str(), file.as_str())).collect());
+    let mut seen = 0usize;
+    let mut hits = Vec::with_capacity(limit);
+    db.query(statement, args![query, i64::try_from(ranked).unwrap_or(i64::MAX)], &mut |row| {
+        seen += 1;
+        if hits.len() == limit {
+            return Ok(());
+        }
+        let (store, file) = (row.text(2)?.unwrap_or_default(), row.text(3)?.unwrap_or_default());
+        let kept = stores.iter().any(|s| s == store) && allowed.as_ref().is_none_or(|a| a.contains(&(store, file)));
+        if kept {
+            hits.push(LexicalHit { chunk_id: codec::int(row, 0)?, score: row.real(1)? });
+        }
+        Ok(())
+    })
+    .await?;
+    Ok((hits.len() == limit || seen < ranked).then_some(hits))
 }
 
 pub(crate) async fn chunks(db: &mut impl Db, owner: &str, chunk_ids: &[i64]) -> Result<Vec<ChunkText>, StoreError> {

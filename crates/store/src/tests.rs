@@ -218,6 +218,7 @@ both!(
     re_adding_a_file_replaces_it,
     lexical_search_ranks_the_relevant_chunk_first_and_survives_hostile_queries,
     words_in_most_chunks_neither_rank_nor_hide_the_rest,
+    the_store_filter_is_exact_however_the_other_stores_rank,
     vectors_round_trip_floats_exactly,
     another_owners_retrieval_objects_are_missing,
 );
@@ -1423,6 +1424,7 @@ use retrieval::{
     another_owners_retrieval_objects_are_missing, deleting_a_file_removes_it_from_every_store_with_its_chunks,
     files_are_stored_listed_in_pages_and_deleted, ingestion_claims_oldest_first_and_finishes_with_chunks,
     lexical_search_ranks_the_relevant_chunk_first_and_survives_hostile_queries, re_adding_a_file_replaces_it,
+    the_store_filter_is_exact_however_the_other_stores_rank,
     vector_stores_are_created_counted_updated_touched_and_deleted, vectors_round_trip_floats_exactly,
     words_in_most_chunks_neither_rank_nor_hide_the_rest,
 };

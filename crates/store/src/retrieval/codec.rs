@@ -185,21 +185,18 @@ pub(crate) fn query_terms(query: &str) -> Vec<String> {
     terms
 }
 
-/// A lexical query matching chunks of the vector stores `stores` with any of `terms` (none:
-/// `None`, nothing matches): FTS5's `vector_store_id : ("vs_1") AND text : ("a" OR "b")`, each
-/// term and id a quoted string (a store id matches as the phrase of its tokens, which for the
-/// gateway's ids, `vs_` and one run of letters and digits, is that id alone); PostgreSQL's
-/// tsquery `'a' | 'b'` (its statement names the stores).
-pub(crate) fn lexical_query(dialect: Dialect, terms: &[String], stores: &[String]) -> Option<String> {
-    if terms.is_empty() || stores.is_empty() {
+/// A lexical query matching chunks with any of `terms` (none: `None`, nothing matches): FTS5's
+/// `text : ("a" OR "b")`, each term a quoted string; PostgreSQL's tsquery `'a' | 'b'`. The
+/// statements that run it name the vector stores.
+pub(crate) fn lexical_query(dialect: Dialect, terms: &[String]) -> Option<String> {
+    if terms.is_empty() {
         return None;
     }
     // Terms hold letters and digits only: nothing in them needs escaping inside the quotes.
     Some(match dialect {
         Dialect::Sqlite => {
-            let ids: Vec<String> = stores.iter().map(|id| format!("\"{}\"", id.replace('"', "\"\""))).collect();
             let terms: Vec<String> = terms.iter().map(|t| format!("\"{t}\"")).collect();
-            format!("vector_store_id : ({}) AND text : ({})", ids.join(" OR "), terms.join(" OR "))
+            format!("text : ({})", terms.join(" OR "))
         }
         Dialect::Postgres => terms.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(" | "),
     })
@@ -225,15 +222,11 @@ mod tests {
     }
 
     #[test]
-    fn lexical_queries_quote_every_term_and_store() {
-        let (terms, stores) = (query_terms("cat dog"), ["vs_1".to_owned(), "vs_\"x".to_owned()]);
-        assert_eq!(
-            lexical_query(Dialect::Sqlite, &terms, &stores).as_deref(),
-            Some("vector_store_id : (\"vs_1\" OR \"vs_\"\"x\") AND text : (\"cat\" OR \"dog\")")
-        );
-        assert_eq!(lexical_query(Dialect::Postgres, &terms, &stores).as_deref(), Some("'cat' | 'dog'"));
-        assert_eq!(lexical_query(Dialect::Sqlite, &[], &stores), None);
-        assert_eq!(lexical_query(Dialect::Sqlite, &terms, &[]), None);
+    fn lexical_queries_quote_every_term() {
+        let terms = query_terms("cat dog");
+        assert_eq!(lexical_query(Dialect::Sqlite, &terms).as_deref(), Some("text : (\"cat\" OR \"dog\")"));
+        assert_eq!(lexical_query(Dialect::Postgres, &terms).as_deref(), Some("'cat' | 'dog'"));
+        assert_eq!(lexical_query(Dialect::Sqlite, &[]), None);
     }
 
     #[test]

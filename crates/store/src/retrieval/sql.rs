@@ -126,10 +126,14 @@ pub(crate) struct Statements {
     pub generation: String,
     pub vectors: String,
     pub lexical_search: String,
-    /// Which of the words in the list `$1` are in more than half of all chunks (SQLite's
-    /// `chunks_fts_terms`); `None` where the index drops such words itself (PostgreSQL's
-    /// `english` configuration drops stop words).
-    pub common_terms: Option<String>,
+    /// SQLite only: the best `$2` chunks of the whole index for the query `$1`, with each one's
+    /// store and file, for [`super::lexical_search`] to keep those of the searched stores.
+    pub lexical_unfiltered: Option<String>,
+    /// Which of the words in the list `$1` are in more than half of all chunks: SQLite's
+    /// `chunks_fts_terms` counts them exactly; PostgreSQL's planner statistics of the `lexemes`
+    /// column (`pg_stats.most_common_elems`, kept by `ANALYZE` from a sample) estimate them, and
+    /// know nothing before the table's first analysis.
+    pub common_terms: String,
     /// Which of the ids in the list `$2` are owner `$1`'s vector stores.
     pub owned_stores: String,
     pub chunks: String,
@@ -292,14 +296,28 @@ impl Statements {
                 ORDER BY c.file_id, c.seq"
                 .into()),
             lexical_search: r(lexical_search(d)),
-            common_terms: match d {
-                Dialect::Sqlite => Some(r(format!(
+            lexical_unfiltered: match d {
+                Dialect::Sqlite => Some(r(LEXICAL_UNFILTERED.into())),
+                Dialect::Postgres => None,
+            },
+            common_terms: r(match d {
+                Dialect::Sqlite => format!(
                     "SELECT term FROM chunks_fts_terms
                     WHERE term IN ({}) AND doc * 2 > (SELECT COUNT(*) FROM chunks)",
                     d.list(1)
-                ))),
-                Dialect::Postgres => None,
-            },
+                ),
+                Dialect::Postgres => format!(
+                    "SELECT w.value FROM ({}) AS w
+                    WHERE EXISTS (
+                        SELECT 1 FROM pg_stats s,
+                            unnest(CAST(CAST(s.most_common_elems AS text) AS text[]), s.most_common_elem_freqs)
+                                AS e(lexeme, freq)
+                        WHERE s.schemaname = current_schema() AND s.tablename = 'chunks'
+                            AND s.attname = 'lexemes' AND e.freq > 0.5
+                            AND e.lexeme IN (SELECT unnest(tsvector_to_array(to_tsvector('english', w.value)))))",
+                    d.list(1)
+                ),
+            }),
             owned_stores: r(format!("SELECT id FROM vector_stores WHERE owner = $1 AND id IN ({})", d.list(2))),
             chunks: r(format!(
                 "SELECT c.id, c.vector_store_id, c.file_id, c.text FROM chunks c
@@ -387,24 +405,35 @@ fn insert_chunks(rows: usize) -> String {
 /// The best chunks for a lexical query (`$1`, built by [`super::codec::lexical_query`]) among
 /// vector stores in the list `$2` (already checked to be the owner's), restricted to the
 /// `[store, file]` pairs `$3` unless NULL; `$4` rows. The score is higher for better matches:
-/// FTS5's `bm25()` of the text column, negated, on SQLite, where the query itself names the
-/// stores (the index holds each chunk's store id), so only their chunks are ranked; `ts_rank_cd`
-/// with length normalisation 1 (divided by 1 + log of the chunk's length) on PostgreSQL.
+/// FTS5's `bm25()` of the text column, negated, on SQLite, the stores and files kept by an exact
+/// rowid filter (a list built once per statement, tested as a plain expression so that FTS5 is
+/// not asked to seek each rowid); `ts_rank_cd` with length normalisation 1 (divided by 1 + log of
+/// the chunk's length) on PostgreSQL.
 fn lexical_search(d: Dialect) -> String {
     let files = format!("CAST($3 AS text) IS NULL OR (c.vector_store_id, c.file_id) IN ({})", d.pairs(3));
+    let stores = d.list(2);
     match d {
         Dialect::Sqlite => format!(
             "SELECT chunks_fts.rowid, -bm25(chunks_fts, 1.0, 0.0) AS score FROM chunks_fts
             WHERE chunks_fts MATCH $1
-                AND (CAST($3 AS text) IS NULL OR chunks_fts.rowid IN (SELECT c.id FROM chunks c WHERE {files}))
+                AND +chunks_fts.rowid IN (SELECT c.id FROM chunks c WHERE c.vector_store_id IN ({stores}) AND ({files}))
             ORDER BY score DESC, chunks_fts.rowid LIMIT $4"
         ),
         Dialect::Postgres => format!(
             "SELECT c.id, CAST(ts_rank_cd(c.lexemes, q, 1) AS double precision) AS score
             FROM chunks c, to_tsquery('english', $1) AS q
             WHERE c.lexemes @@ q AND c.vector_store_id IN ({stores}) AND ({files})
-            ORDER BY score DESC, c.id LIMIT $4",
-            stores = d.list(2)
+            ORDER BY score DESC, c.id LIMIT $4"
         ),
     }
 }
+
+/// SQLite: the best `$2` chunks of the whole FTS5 index for the query `$1`, best first, each with
+/// its store and file (read for those rows only). BM25's statistics are the whole index's either
+/// way, so a chunk scores the same here as in [`lexical_search`].
+const LEXICAL_UNFILTERED: &str = "SELECT h.id, h.score, c.vector_store_id, c.file_id FROM (
+        SELECT chunks_fts.rowid AS id, -bm25(chunks_fts, 1.0, 0.0) AS score FROM chunks_fts
+        WHERE chunks_fts MATCH $1
+        ORDER BY score DESC, chunks_fts.rowid LIMIT $2) AS h
+    JOIN chunks c ON c.id = h.id
+    ORDER BY h.score DESC, h.id";

@@ -405,8 +405,9 @@ pub(super) async fn re_adding_a_file_replaces_it(backend: Backend) {
     lexical_index_is_whole(&store).await;
 }
 
-/// A word in most chunks adds nothing to a ranking by a rarer word (SQLite leaves it out of the
-/// query), and a query of such words alone still finds their chunks.
+/// A word in most chunks adds nothing to a ranking by a rarer word (it is left out of the query:
+/// on PostgreSQL once the table's statistics know it), and a query of such words alone still
+/// finds their chunks.
 pub(super) async fn words_in_most_chunks_neither_rank_nor_hide_the_rest(backend: Backend) {
     let store = backend.open().await;
     let r = store.retrieval();
@@ -427,6 +428,18 @@ pub(super) async fn words_in_most_chunks_neither_rank_nor_hide_the_rest(backend:
     assert!(best[0].text.starts_with("Penguins"), "{hits:?}");
     let common_only = r.lexical_search(OWNER, &stores, None, "gateway", 10).await.unwrap();
     assert_eq!(common_only.len(), 4, "{common_only:?}");
+
+    // With the statistics PostgreSQL keeps, "gateway" is left out there: the rarer word's chunk
+    // alone is ranked. (SQLite looks the word up unstemmed in its index of stemmed terms, where
+    // it is "gatewai", so it ranks the common word's chunks after, with their near-zero scores.)
+    store.sql_execute("ANALYZE chunks").await;
+    let hits = r.lexical_search(OWNER, &stores, None, "gateway penguins", 10).await.unwrap();
+    if matches!(store, TestStore::Postgres(_)) {
+        assert_eq!(hits.len(), 1, "{hits:?}");
+    }
+    let best = r.chunks(OWNER, &[hits[0].chunk_id]).await.unwrap();
+    assert!(best[0].text.starts_with("Penguins"), "{hits:?}");
+    assert_eq!(r.lexical_search(OWNER, &stores, None, "gateway", 10).await.unwrap().len(), 4);
 }
 
 pub(super) async fn lexical_search_ranks_the_relevant_chunk_first_and_survives_hostile_queries(backend: Backend) {
@@ -492,6 +505,47 @@ pub(super) async fn lexical_search_ranks_the_relevant_chunk_first_and_survives_h
     let quoted = r.lexical_search(OWNER, &stores, None, "\"penguin\" NOT*", 10).await.unwrap();
     assert_eq!(quoted.len(), 2);
     assert_eq!(rows(&store, "chunks").await, 4);
+}
+
+/// The lexical search keeps exactly the stores and files asked — a store whose id extends
+/// another's (`vs_a_b`, `vs_a`) is not searched with it — whether the other stores' chunks rank
+/// above the asked ones (more than the search ranks from the whole index) or not; and the kept
+/// chunks come in the order and with the scores of a search over both stores.
+pub(super) async fn the_store_filter_is_exact_however_the_other_stores_rank(backend: Backend) {
+    let store = backend.open().await;
+    let r = store.retrieval();
+    upload(r, &["file-a", "file-b", "file-c"]).await;
+    r.create_vector_store(new_store("vs_a", &["file-a"])).await.unwrap();
+    ingest(r, None, vec![chunk("One penguin stood on the ice.", None)]).await;
+    r.create_vector_store(new_store("vs_a_b", &["file-b", "file-c"])).await.unwrap();
+    // Twenty chunks that rank above vs_a's for "penguin" (more of the word, shorter).
+    let crowd: Vec<NewChunk> = (0..20).map(|i| chunk(&format!("Penguin penguins penguin {i}."), None)).collect();
+    let jobs = claim_all(r, "w", 0, FAR).await;
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    r.finish_ingestion("w", &jobs[0], None, crowd.clone()).await.unwrap();
+    r.finish_ingestion("w", &jobs[1], None, vec![chunk("A penguin colony.", None)]).await.unwrap();
+    let a = ["vs_a".to_owned()];
+    let both = ["vs_a".to_owned(), "vs_a_b".to_owned()];
+
+    for limit in [1, 2, 10, 50] {
+        let hits = r.lexical_search(OWNER, &a, None, "penguin", limit).await.unwrap();
+        let found = r.chunks(OWNER, &hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>()).await.unwrap();
+        assert_eq!(ids(&found, |c| &c.vector_store_id), ["vs_a"], "limit {limit}: {hits:?}");
+    }
+    let all = r.lexical_search(OWNER, &both, None, "penguin", 50).await.unwrap();
+    assert_eq!(all.len(), 22, "{all:?}");
+    assert!(all.windows(2).all(|w| w[0].score >= w[1].score), "{all:?}");
+    let only_a = r.lexical_search(OWNER, &a, None, "penguin", 1).await.unwrap();
+    assert_eq!(all.last().map(|h| h.chunk_id), Some(only_a[0].chunk_id), "vs_a's chunk ranks last of all");
+    assert!((all.last().unwrap().score - only_a[0].score).abs() < 1e-9, "{all:?} {only_a:?}");
+    // A file restriction within a store, the rest of it ranking above: exact too.
+    let only_c = [pair("vs_a_b", "file-c")];
+    let hits = r.lexical_search(OWNER, &both, Some(&only_c), "penguin", 1).await.unwrap();
+    let found = r.chunks(OWNER, &hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>()).await.unwrap();
+    assert_eq!(ids(&found, |c| &c.file_id), ["file-c"], "{hits:?}");
+    // The best of the crowd is what a search of vs_a_b alone returns first.
+    let top = r.lexical_search(OWNER, &["vs_a_b".to_owned()], None, "penguin", 3).await.unwrap();
+    assert_eq!(top, all[..3].to_vec());
 }
 
 pub(super) async fn vectors_round_trip_floats_exactly(backend: Backend) {
