@@ -469,9 +469,7 @@ mod tests {
         let beta = keys.tenant_of("b").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
         assert!(alpha.admit(None).await.is_ok());
         assert!(alpha.admit(None).await.is_ok());
-        let Err(limited) = alpha.admit(None).await else {
-            panic!("the third request in a minute is over the limit")
-        };
+        let Err(limited) = alpha.admit(None).await else { panic!("the third request in a minute is over the limit") };
         assert_eq!((limited.error.status, limited.retry_after), (429, 30));
         assert_eq!(limited.error.code.as_deref(), Some("rate_limit_exceeded"));
         for _ in 0..100 {

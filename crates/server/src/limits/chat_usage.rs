@@ -106,7 +106,9 @@ impl Meter {
                 } else if !*too_large {
                     *too_large = true;
                     kept.clear();
-                    tracing::warn!("a chat completion reply is too large to read its usage; its tokens are not charged");
+                    tracing::warn!(
+                        "a chat completion reply is too large to read its usage; its tokens are not charged"
+                    );
                 }
                 bytes
             }
@@ -251,7 +253,8 @@ mod tests {
         assert!(ours);
         let sent: Value = serde_json::from_slice(&sent).unwrap();
         assert_eq!(sent["stream_options"], json!({"x":1,"include_usage":true}));
-        let (_, ours) = ask_for_usage(body(json!({"model":"m","stream":true,"stream_options":{"include_usage":false}})));
+        let (_, ours) =
+            ask_for_usage(body(json!({"model":"m","stream":true,"stream_options":{"include_usage":false}})));
         assert!(ours, "include_usage false is not asking");
     }
 

@@ -145,8 +145,9 @@ impl Limiter {
     pub(crate) async fn admit(&self, counted: &Counted, opens: Option<Open>) -> Result<Admitted, RateLimited> {
         let limits = &counted.limits;
         let lease = opens.and_then(|what| open_limit(limits, what).map(|limit| (what, limit)));
-        let rated =
-            limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some() || limits.tokens_per_day.is_some();
+        let rated = limits.requests_per_minute.is_some()
+            || limits.tokens_per_minute.is_some()
+            || limits.tokens_per_day.is_some();
         if !rated && lease.is_none() {
             return Ok(Admitted { quotas: Quotas::default(), slot: None });
         }

@@ -56,10 +56,10 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
 use crate::auth::{Admission, StreamSlot, Tenant, WebSocketSlot};
-use crate::limits::Open;
 use crate::connections::{ConnectionEntry, UpgradedConnection};
 use crate::error::HttpError;
 use crate::event_sequence::EventSequence;
+use crate::limits::Open;
 use crate::options::WebSocketLimits;
 use crate::request_id::RequestId;
 use local_state::ConnectionState;
