@@ -673,7 +673,7 @@ async fn chat_completions_tokens_are_charged_to_the_tenants_budget() {
             .expect("sent");
     assert_eq!(response.headers()["x-ratelimit-remaining-tokens"], "30");
     let text = response.text().await.expect("the stream ends");
-    let usage = data_lines(&text).into_iter().filter_map(|d| serde_json::from_str::<Value>(d).ok()).last();
+    let usage = data_lines(&text).into_iter().filter_map(|d| serde_json::from_str::<Value>(d).ok()).next_back();
     assert_eq!(usage.map(|u| u["usage"]["total_tokens"].clone()), Some(json!(35)), "{text}");
 
     // 105 of 100 spent: the next chat completion (or response) is refused before the upstream.
