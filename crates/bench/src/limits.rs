@@ -1,8 +1,9 @@
-//! What one Redis-backed limit costs per request: the same authenticated requests through two
-//! gateways with a request-rate limit on their tenant, one counting in its own shared memory,
-//! the other in Redis (`--redis-url`: one `EVALSHA` round trip per admitted request), interleaved
-//! round by round so both see the same machine. The difference in p50 latency and in respgw's
-//! CPU per request (the Redis server's own CPU not included) is what the Redis limit adds.
+//! What one Redis-backed limit costs per request: the same authenticated requests through three
+//! one-worker gateways — one without limits, one with a request-rate limit on the tenant counted
+//! in its own shared memory, one with the same limit counted in Redis (`--redis-url`: one
+//! `EVALSHA` round trip per admitted request) — interleaved round by round (each round in a
+//! different order) so all three see the same machine. The differences in p50 latency and in
+//! respgw's CPU per request (the Redis server's own CPU not included) are what each limit adds.
 
 use std::time::Duration;
 
@@ -20,43 +21,58 @@ const KEY: &str = "sk-respgw-bench-limits";
 /// A request rate the benchmark never reaches: every request is admitted.
 const REQUESTS_PER_MINUTE: &str = "4000000000";
 
-/// Latencies and CPU per request of each side.
-pub struct LimitCost {
-    pub local: Vec<Duration>,
-    pub redis: Vec<Duration>,
-    pub local_cpu_us: f64,
-    pub redis_cpu_us: f64,
+/// Latencies and CPU per request of one side.
+pub struct Side {
+    pub latencies: Vec<Duration>,
+    pub cpu_us: f64,
 }
 
-/// `serve` arguments of a limited gateway (one worker), counting in Redis at `redis_url` if given.
-fn args(extra: &[String], redis_url: Option<&str>) -> Vec<String> {
+/// The three sides: no limit, the limit in shared memory, the limit in Redis.
+pub struct LimitCost {
+    pub unlimited: Side,
+    pub local: Side,
+    pub redis: Side,
+}
+
+/// How a gateway counts the tenant's limit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counting {
+    None,
+    SharedMemory,
+    Redis,
+}
+
+/// `serve` arguments of a gateway (one worker, the benchmark's key) counting as `counting` (in
+/// the Redis at `redis_url`).
+fn args(extra: &[String], counting: Counting, redis_url: &str) -> Vec<String> {
     let mut args: Vec<String> = extra.to_vec();
-    args.extend(
-        ["--gateway-workers", "1", "--api-key", KEY, "--tenant-requests-per-minute", REQUESTS_PER_MINUTE]
-            .map(String::from),
-    );
-    if let Some(url) = redis_url {
-        args.extend(["--redis-url".to_owned(), url.to_owned(), "--redis-failure-mode".to_owned(), "closed".to_owned()]);
+    args.extend(["--gateway-workers", "1", "--api-key", KEY].map(String::from));
+    if counting != Counting::None {
+        args.extend(["--tenant-requests-per-minute", REQUESTS_PER_MINUTE].map(String::from));
+    }
+    if counting == Counting::Redis {
+        args.extend(["--redis-url", redis_url, "--redis-failure-mode", "closed"].map(String::from));
     }
     args
 }
 
-/// One non-stream `store: false` request of the limited tenant; its latency.
-async fn request(client: &reqwest::Client, url: &str) -> anyhow::Result<Duration> {
+/// One non-stream `store: false` request of the tenant; its latency. `limited`: the reply must
+/// show the limit.
+async fn request(client: &reqwest::Client, url: &str, limited: bool) -> anyhow::Result<Duration> {
     let body = json!({"model": mock::model_for(1), "input": "Hi.", "store": false});
     let started = std::time::Instant::now();
     let response = client.post(url).bearer_auth(KEY).json(&body).send().await?;
     let status = response.status();
-    let limited = response.headers().contains_key("x-ratelimit-limit-requests");
+    let shows_limit = response.headers().contains_key("x-ratelimit-limit-requests");
     let bytes = response.bytes().await?;
     let elapsed = started.elapsed();
     ensure!(status.is_success(), "respgw answered {status}: {}", String::from_utf8_lossy(&bytes));
-    ensure!(limited, "the reply has no x-ratelimit-* headers: the limit is not applied");
+    ensure!(shows_limit == limited, "the reply's x-ratelimit-* headers do not match the gateway's limits");
     Ok(elapsed)
 }
 
-/// `rounds` requests through each of two gateways in front of `upstream`, the second counting in
-/// the Redis at `redis_url`.
+/// `rounds` requests through each of three gateways in front of `upstream`: without limits,
+/// counting in shared memory, counting in the Redis at `redis_url`.
 pub async fn measure(
     binary: &std::path::Path,
     upstream: &str,
@@ -64,30 +80,42 @@ pub async fn measure(
     redis_url: &str,
     rounds: usize,
 ) -> anyhow::Result<LimitCost> {
-    let mut local_gw = Gateway::start(binary, upstream, &args(extra, None)).await?;
-    let mut redis_gw = Gateway::start(binary, upstream, &args(extra, Some(redis_url))).await?;
+    let sides = [Counting::None, Counting::SharedMemory, Counting::Redis];
+    let mut gateways = Vec::with_capacity(sides.len());
+    for counting in sides {
+        gateways.push(Gateway::start(binary, upstream, &args(extra, counting, redis_url)).await?);
+    }
+    let urls: Vec<String> = gateways.iter().map(|gw| format!("{}/v1/responses", gw.base_url())).collect();
     let client = measure::client(4)?;
-    let local_url = format!("{}/v1/responses", local_gw.base_url());
-    let redis_url = format!("{}/v1/responses", redis_gw.base_url());
     for _ in 0..WARMUP_ROUNDS {
-        request(&client, &local_url).await?;
-        request(&client, &redis_url).await?;
+        for (url, counting) in urls.iter().zip(sides) {
+            request(&client, url, counting != Counting::None).await?;
+        }
     }
-    let mut cost = LimitCost {
-        local: Vec::with_capacity(rounds),
-        redis: Vec::with_capacity(rounds),
-        local_cpu_us: 0.0,
-        redis_cpu_us: 0.0,
-    };
-    let (local_cpu, redis_cpu) = (local_gw.cpu_ns().await?, redis_gw.cpu_ns().await?);
-    for _ in 0..rounds {
-        cost.local.push(request(&client, &local_url).await?);
-        cost.redis.push(request(&client, &redis_url).await?);
+    let mut cpu_before = Vec::with_capacity(sides.len());
+    for gateway in &mut gateways {
+        cpu_before.push(gateway.cpu_ns().await?);
     }
-    let per_request = |before: u64, after: u64| (after.saturating_sub(before)) as f64 / 1e3 / rounds.max(1) as f64;
-    cost.local_cpu_us = per_request(local_cpu, local_gw.cpu_ns().await?);
-    cost.redis_cpu_us = per_request(redis_cpu, redis_gw.cpu_ns().await?);
-    local_gw.stop().await?;
-    redis_gw.stop().await?;
-    Ok(cost)
+    let mut latencies: Vec<Vec<Duration>> = sides.iter().map(|_| Vec::with_capacity(rounds)).collect();
+    for round in 0..rounds {
+        // Each side goes first in a third of the rounds.
+        for turn in 0..sides.len() {
+            let side = (round + turn) % sides.len();
+            latencies[side].push(request(&client, &urls[side], sides[side] != Counting::None).await?);
+        }
+    }
+    let mut measured = Vec::with_capacity(sides.len());
+    for ((gateway, before), latencies) in gateways.iter_mut().zip(cpu_before).zip(latencies) {
+        let after = gateway.cpu_ns().await?;
+        let cpu_us = after.saturating_sub(before) as f64 / 1e3 / rounds.max(1) as f64;
+        measured.push(Side { latencies, cpu_us });
+    }
+    for gateway in gateways {
+        gateway.stop().await?;
+    }
+    let mut measured = measured.into_iter();
+    match (measured.next(), measured.next(), measured.next()) {
+        (Some(unlimited), Some(local), Some(redis)) => Ok(LimitCost { unlimited, local, redis }),
+        _ => anyhow::bail!("a side of the limit benchmark was not measured"),
+    }
 }

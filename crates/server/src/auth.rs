@@ -10,17 +10,21 @@
 //! to the tenant `default`.
 //!
 //! Limits are counted for the gateway as a whole (see [`crate::limits`]): a request is admitted
-//! here (requests per minute, token budgets), streams and WebSockets are counted when they open;
-//! past any, 429 `rate_limit_exceeded` with `Retry-After`. Every reply to an authenticated
-//! request carries the tenant's `x-ratelimit-*` headers.
+//! (requests per minute, token budgets, and the stream or WebSocket it opens) in one step, so that
+//! with Redis it costs one round trip. The middleware admits it before the handler runs, except
+//! on the routes that may open a stream or a WebSocket ([`admitted_by_handler`]): there the
+//! handler admits it through its [`Admission`] once it knows what the request opens (a request
+//! it turns away before that, e.g. malformed, is admitted by the middleware afterwards, so every
+//! request counts and one over a limit is answered 429 whatever its body). Past any limit, 429 `rate_limit_exceeded` with `Retry-After`. Every reply to
+//! an authenticated request carries the tenant's `x-ratelimit-*` headers.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use respgw_protocol::ApiError;
@@ -29,8 +33,7 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::error::HttpError;
-use crate::limits::shared::Open;
-use crate::limits::{Counted, Limiter, OpenSlot, RateLimited};
+use crate::limits::{Admitted, Counted, Limiter, Open, OpenSlot, Quotas, RateLimited};
 use crate::tenants::{DEFAULT_TENANT, TenantLimits, TenantTable, hex};
 
 /// The accepted API keys and the tenants they belong to.
@@ -183,21 +186,67 @@ impl Tenant {
         self.0.admin
     }
 
-    /// Admit one request (rate and token budget); 429 with the wait when it is over either.
-    pub(crate) async fn take_request(&self) -> Result<crate::limits::Quotas, RateLimited> {
-        self.0.limiter.admit(&self.0.counted).await
+    /// Admit one request that `opens` a stream or WebSocket, or nothing: its quotas and the
+    /// slot counting what it opened; 429 with the wait when it is over a limit.
+    pub(crate) async fn admit(&self, opens: Option<Open>) -> Result<Admitted, RateLimited> {
+        self.0.limiter.admit(&self.0.counted, opens).await
     }
 
-    /// Count one more open stream until the slot is dropped; 429 when the tenant has its limit
-    /// open already.
-    pub async fn open_stream(&self) -> Result<StreamSlot, RateLimited> {
-        self.0.limiter.open(&self.0.counted, Open::Stream).await
+    /// Whether the tenant has a token budget, which its upstream calls' tokens are charged to.
+    pub(crate) fn has_token_budget(&self) -> bool {
+        self.0.counted.has_token_budget()
     }
 
-    /// Count one more open WebSocket until the slot is dropped; 429 when the tenant has its limit
-    /// open already.
-    pub(crate) async fn open_websocket(&self) -> Result<WebSocketSlot, RateLimited> {
-        self.0.limiter.open(&self.0.counted, Open::WebSocket).await
+    /// Charge `tokens` (input and output, as an upstream reply's `usage` reports them).
+    pub(crate) async fn charge_tokens(&self, tokens: u64) {
+        self.0.limiter.charge_tokens(&self.0.counted, tokens).await;
+    }
+}
+
+/// The admission of a request on a route whose handler admits it ([`admitted_by_handler`]):
+/// the handler calls [`Admission::admit`] once it knows whether the request opens a stream or a
+/// WebSocket, and the middleware puts the quotas on the reply.
+#[derive(Clone)]
+pub struct Admission {
+    tenant: Tenant,
+    /// Set by the handler's admission: the quotas of an admitted request, `None` for a refused one
+    /// (whose reply carries its own).
+    outcome: Arc<OnceLock<Option<Quotas>>>,
+}
+
+impl Admission {
+    /// Admit the request, opening what it `opens`: the slot counting it (none when the tenant
+    /// has no limit on those), or the refusal to answer with.
+    pub(crate) async fn admit(&self, opens: Option<Open>) -> Result<Option<OpenSlot>, RateLimited> {
+        let admitted = self.tenant.admit(opens).await;
+        let _ = self.outcome.set(admitted.as_ref().ok().map(|admitted| admitted.quotas));
+        admitted.map(|admitted| admitted.slot)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Admission {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // `require_api_key` sets it on every route `admitted_by_handler` names.
+        parts.extensions.get::<Admission>().cloned().ok_or_else(|| {
+            HttpError(ApiError::internal("The request reached a handler that admits it without its admission."))
+        })
+    }
+}
+
+/// Whether the handler of `method` `path` admits the request itself: the routes that may open
+/// a stream or a WebSocket (`POST /v1/responses` and `/v1/messages`, the WebSocket upgrade
+/// `GET /v1/responses`, `GET /v1/responses/{id}` which streams with `stream=true`).
+pub(crate) fn admitted_by_handler(method: &Method, path: &str) -> bool {
+    let path = path.strip_suffix('/').unwrap_or(path);
+    match *method {
+        Method::POST => path == "/v1/responses" || path == crate::messages::ROUTE,
+        Method::GET => {
+            path == "/v1/responses"
+                || path.strip_prefix("/v1/responses/").is_some_and(|id| !id.is_empty() && !id.contains('/'))
+        }
+        _ => false,
     }
 }
 
@@ -208,7 +257,7 @@ struct TenantMeter(Arc<HashMap<String, Tenant>>);
 impl respgw_engine::TokenMeter for TenantMeter {
     async fn charge(&self, owner: &str, tokens: u64) {
         if let Some(tenant) = self.0.get(owner) {
-            tenant.0.limiter.charge_tokens(&tenant.0.counted, tokens).await;
+            tenant.charge_tokens(tokens).await;
         }
     }
 }
@@ -246,8 +295,9 @@ pub struct AuthState {
 }
 
 /// Middleware for the API routes: 401 `authentication_error` unless a configured key is
-/// presented, 429 when its tenant is over its request rate; otherwise the request goes on with
-/// its [`Tenant`], and is counted for it.
+/// presented, 429 when its tenant is over a limit; otherwise the request goes on with its
+/// [`Tenant`] (and, on the routes whose handler admits it, its [`Admission`]), and is counted for
+/// it.
 pub async fn require_api_key(State(auth): State<AuthState>, mut request: Request, next: Next) -> Response {
     let (tenant, key_id) = if auth.keys.enabled() {
         let Some(presented) = presented_key(request.headers()) else {
@@ -268,14 +318,33 @@ pub async fn require_api_key(State(auth): State<AuthState>, mut request: Request
     if let Some(key_id) = &key_id {
         span.record("key_id", key_id.as_str());
     }
-    let response = match tenant.take_request().await {
-        Ok(quotas) => {
-            request.extensions_mut().insert(tenant.clone());
-            let mut response = next.run(request).await;
-            quotas.apply(response.headers_mut());
-            response
+    let response = if admitted_by_handler(request.method(), request.uri().path()) {
+        let admission = Admission { tenant: tenant.clone(), outcome: Arc::new(OnceLock::new()) };
+        request.extensions_mut().insert(tenant.clone());
+        request.extensions_mut().insert(admission.clone());
+        let mut response = next.run(request).await;
+        match admission.outcome.get() {
+            Some(Some(quotas)) => quotas.apply(response.headers_mut()),
+            // Refused: the refusal carries its own headers.
+            Some(None) => {}
+            // Turned away before the handler admitted it (malformed): it counts all the same, and
+            // a tenant over its limits gets the refusal, as on every other route.
+            None => match tenant.admit(None).await {
+                Ok(admitted) => admitted.quotas.apply(response.headers_mut()),
+                Err(limited) => response = limited.into_response(),
+            },
         }
-        Err(limited) => limited.into_response(),
+        response
+    } else {
+        match tenant.admit(None).await {
+            Ok(admitted) => {
+                request.extensions_mut().insert(tenant.clone());
+                let mut response = next.run(request).await;
+                admitted.quotas.apply(response.headers_mut());
+                response
+            }
+            Err(limited) => limited.into_response(),
+        }
     };
     auth.metrics.tenant_request(tenant.name(), response.status().as_u16());
     response
@@ -289,6 +358,34 @@ mod tests {
 
     fn limiter() -> Arc<Limiter> {
         Arc::new(Limiter::private().unwrap())
+    }
+
+    async fn stream(tenant: &Tenant) -> Result<Option<OpenSlot>, RateLimited> {
+        tenant.admit(Some(Open::Stream)).await.map(|admitted| admitted.slot)
+    }
+
+    async fn websocket(tenant: &Tenant) -> Result<Option<OpenSlot>, RateLimited> {
+        tenant.admit(Some(Open::WebSocket)).await.map(|admitted| admitted.slot)
+    }
+
+    #[test]
+    fn the_routes_that_may_open_a_stream_or_websocket_are_admitted_by_their_handler() {
+        let cases = [
+            (Method::POST, "/v1/responses", true),
+            (Method::POST, "/v1/messages", true),
+            (Method::GET, "/v1/responses", true),
+            (Method::GET, "/v1/responses/resp_1", true),
+            (Method::GET, "/v1/responses/resp_1/", true),
+            (Method::GET, "/v1/responses/resp_1/input_items", false),
+            (Method::DELETE, "/v1/responses/resp_1", false),
+            (Method::POST, "/v1/responses/compact", false),
+            (Method::POST, "/v1/messages/count_tokens", false),
+            (Method::POST, "/v1/chat/completions", false),
+            (Method::GET, "/v1/files", false),
+        ];
+        for (method, path, by_handler) in cases {
+            assert_eq!(admitted_by_handler(&method, path), by_handler, "{method} {path}");
+        }
     }
 
     fn table(specs: &[(&str, &[&str], TenantLimits)]) -> TenantTable {
@@ -382,15 +479,13 @@ mod tests {
         );
         let alpha = keys.tenant_of("a").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
         let beta = keys.tenant_of("b").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
-        assert!(alpha.take_request().await.is_ok());
-        assert!(alpha.take_request().await.is_ok());
-        let Err(limited) = alpha.take_request().await else {
-            panic!("the third request in a minute is over the limit")
-        };
+        assert!(alpha.admit(None).await.is_ok());
+        assert!(alpha.admit(None).await.is_ok());
+        let Err(limited) = alpha.admit(None).await else { panic!("the third request in a minute is over the limit") };
         assert_eq!((limited.error.status, limited.retry_after), (429, 30));
         assert_eq!(limited.error.code.as_deref(), Some("rate_limit_exceeded"));
         for _ in 0..100 {
-            assert!(beta.take_request().await.is_ok(), "another tenant is unaffected");
+            assert!(beta.admit(None).await.is_ok(), "another tenant is unaffected");
         }
     }
 
@@ -399,10 +494,12 @@ mod tests {
         let defaults = TenantLimits { max_open_streams: Some(1), ..TenantLimits::default() };
         let keys = ApiKeys::new(&["k".to_owned()], &TenantTable::default(), defaults, limiter());
         let tenant = keys.tenant_of("k").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
-        let slot = tenant.open_stream().await.unwrap_or_else(|_| panic!("the first stream opens"));
-        assert!(tenant.open_stream().await.is_err(), "the second is over the limit");
+        let slot = stream(&tenant).await.unwrap_or_else(|_| panic!("the first stream opens"));
+        assert!(slot.is_some(), "a limited stream is counted");
+        assert!(stream(&tenant).await.is_err(), "the second is over the limit");
+        assert!(tenant.admit(None).await.is_ok(), "a request opening nothing is not");
         drop(slot);
-        assert!(tenant.open_stream().await.is_ok(), "a closed stream frees its place");
+        assert!(stream(&tenant).await.is_ok(), "a closed stream frees its place");
     }
 
     #[tokio::test]
@@ -416,15 +513,15 @@ mod tests {
         );
         let alpha = keys.tenant_of("a").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
         let beta = keys.tenant_of("b").map(|(t, _)| t.clone()).unwrap_or_else(|e| panic!("{e}"));
-        let mut sockets: Vec<WebSocketSlot> = Vec::new();
+        let mut sockets: Vec<Option<WebSocketSlot>> = Vec::new();
         for _ in 0..2 {
-            sockets.push(alpha.open_websocket().await.unwrap_or_else(|_| panic!("under the limit")));
+            sockets.push(websocket(&alpha).await.unwrap_or_else(|_| panic!("under the limit")));
         }
-        let Err(limited) = alpha.open_websocket().await else { panic!("the third WebSocket is over the limit") };
+        let Err(limited) = websocket(&alpha).await else { panic!("the third WebSocket is over the limit") };
         assert_eq!(limited.error.code.as_deref(), Some("rate_limit_exceeded"));
-        assert!(alpha.open_stream().await.is_ok(), "WebSockets and streams are counted apart");
-        assert!(beta.open_websocket().await.is_ok(), "another tenant is unaffected");
+        assert!(stream(&alpha).await.is_ok(), "WebSockets and streams are counted apart");
+        assert!(websocket(&beta).await.is_ok(), "another tenant is unaffected");
         drop(sockets);
-        assert!(alpha.open_websocket().await.is_ok(), "a closed WebSocket frees its place");
+        assert!(websocket(&alpha).await.is_ok(), "a closed WebSocket frees its place");
     }
 }

@@ -6,6 +6,10 @@
 //! `x-api-key`). With none, the client's headers are forwarded only while gateway auth is off —
 //! otherwise they carry the gateway's own API key, which must never reach the upstream.
 //!
+//! The tokens of `POST /v1/chat/completions` are charged to the tenant's budget when it has one
+//! (see [`crate::limits::chat_usage`]): a stream that did not ask for usage is sent asking for it,
+//! and that usage kept from the client.
+//!
 //! `GET /v1/models` from an Anthropic client (one sending `anthropic-version`) is answered in
 //! Anthropic's list shape, made from the upstream's OpenAI-shaped list.
 
@@ -21,8 +25,9 @@ use respgw_engine::{Engine, Upstream};
 use respgw_protocol::ApiError;
 use serde_json::{Value, json};
 
-use crate::auth::X_API_KEY;
+use crate::auth::{Tenant, X_API_KEY};
 use crate::error::{HttpError, Relayed, body_rejection};
+use crate::limits::chat_usage;
 
 /// What the pass-through routes need.
 #[derive(Clone)]
@@ -60,7 +65,14 @@ enum Target<'a> {
     Raw(&'a str),
 }
 
-/// Forward one request.
+/// A chat completion whose tokens are charged to its tenant.
+struct Metered {
+    tenant: Tenant,
+    /// Its stream's usage was asked for by the gateway, not the client (kept from the client).
+    strip_usage: bool,
+}
+
+/// Forward one request; a chat completion of a tenant with a token budget is `metered`.
 async fn forward(
     state: &Passthrough,
     method: Method,
@@ -68,6 +80,7 @@ async fn forward(
     uri: &Uri,
     headers: HeaderMap,
     body: Bytes,
+    metered: Option<Metered>,
 ) -> Response {
     let upstream = state.engine.upstream();
     // The client span of the forwarded call (disabled unless spans are exported); it ends with the body.
@@ -127,10 +140,16 @@ async fn forward(
     }
     // Relay bytes as they arrive; a transport failure mid-body ends the body with an error, which
     // closes the connection — the client sees exactly what the upstream did.
-    let body = Body::from_stream(reply.bytes_stream().inspect_err(move |e| {
+    let bytes = reply.bytes_stream().inspect_err(move |e| {
         Upstream::record_failure(&span, "body_interrupted");
         tracing::warn!(error = %e, "pass-through body broke off");
-    }));
+    });
+    let body = match metered {
+        Some(Metered { tenant, strip_usage }) => {
+            Body::from_stream(chat_usage::metered(bytes, is_stream, strip_usage, tenant))
+        }
+        None => Body::from_stream(bytes),
+    };
     let mut response = (status, out_headers, body).into_response();
     response.extensions_mut().insert(Relayed);
     response
@@ -144,7 +163,7 @@ pub async fn models(State(state): State<Passthrough>, uri: Uri, headers: HeaderM
             Err(error) => HttpError(error).into_response(),
         };
     }
-    forward(&state, Method::GET, Target::UnderUpstreamBase("/models"), &uri, headers, Bytes::new()).await
+    forward(&state, Method::GET, Target::UnderUpstreamBase("/models"), &uri, headers, Bytes::new(), None).await
 }
 
 /// The upstream's models as Anthropic lists them: `{"data":[{"type":"model","id",
@@ -207,24 +226,42 @@ fn rfc3339(seconds: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", in_day / 3600, in_day % 3600 / 60, in_day % 60)
 }
 
+/// The path of the chat completions route.
+const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
+
+/// A chat completion request of `tenant`: the body to forward, metered when the tenant has a
+/// token budget.
+fn meter_chat(tenant: Tenant, body: Bytes) -> (Bytes, Option<Metered>) {
+    if !tenant.has_token_budget() {
+        return (body, None);
+    }
+    let (body, strip_usage) = chat_usage::ask_for_usage(body);
+    (body, Some(Metered { tenant, strip_usage }))
+}
+
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<Passthrough>,
+    tenant: Tenant,
     uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     match body {
         Ok(body) => {
-            forward(&state, Method::POST, Target::UnderUpstreamBase("/chat/completions"), &uri, headers, body).await
+            let (body, metered) = meter_chat(tenant, body);
+            let target = Target::UnderUpstreamBase("/chat/completions");
+            forward(&state, Method::POST, target, &uri, headers, body, metered).await
         }
         Err(rejection) => body_rejection(rejection).into_response(),
     }
 }
 
-/// Integrated mode: any request no gateway route serves, forwarded to the model server as it is.
+/// Integrated mode: any request no gateway route serves, forwarded to the model server as it is
+/// (a chat completion's tokens charged as on [`chat_completions`]).
 pub async fn forward_any(
     State(state): State<Passthrough>,
+    tenant: Tenant,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -234,7 +271,13 @@ pub async fn forward_any(
         return HttpError(respgw_protocol::ApiError::route_not_found(method.as_str(), uri.path())).into_response();
     };
     match body {
-        Ok(body) => forward(&state, method, Target::Raw(&base), &uri, headers, body).await,
+        Ok(body) => {
+            let (body, metered) = match (&method, uri.path()) {
+                (&Method::POST, CHAT_COMPLETIONS) => meter_chat(tenant, body),
+                _ => (body, None),
+            };
+            forward(&state, method, Target::Raw(&base), &uri, headers, body, metered).await
+        }
         Err(rejection) => body_rejection(rejection).into_response(),
     }
 }

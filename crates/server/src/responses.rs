@@ -22,10 +22,11 @@ use respgw_protocol::compaction::CompactRequest;
 use respgw_protocol::listing::{ListQuery, ListQueryParams};
 use respgw_protocol::{ApiError, CreateResponseRequest};
 
-use crate::auth::Tenant;
+use crate::auth::{Admission, Tenant};
 use crate::background::{BackgroundDrain, BackgroundStream, RetrieveQuery, event_stream_response, retrieve_query};
 use crate::error::{HttpError, path_rejection};
 use crate::json_body::JsonBody;
+use crate::limits::Open;
 use crate::request_id::RequestId;
 use crate::sse::event_stream;
 
@@ -36,6 +37,7 @@ const SSE_BUFFER: usize = 64;
 pub async fn create(
     State(engine): State<Arc<Engine>>,
     tenant: Tenant,
+    admission: Admission,
     RequestId(request_id): RequestId,
     drain: Option<Extension<BackgroundDrain>>,
     JsonBody(body): JsonBody,
@@ -43,14 +45,11 @@ pub async fn create(
     let request =
         CreateResponseRequest::from_slice(&body)?.validate_within(&engine.capabilities(), &engine.limits().request)?;
     let (stream, background) = (request.stream, request.background);
-    // A stream or background run over the tenant's limit is refused before anything is read or
-    // sent upstream.
-    let slot = match (stream || background).then(|| tenant.open_stream()) {
-        None => None,
-        Some(opening) => match opening.await {
-            Ok(slot) => Some(slot),
-            Err(limited) => return Ok(limited.into_response()),
-        },
+    // Admitted with the stream or background run it opens, before anything is read or sent
+    // upstream.
+    let slot = match admission.admit((stream || background).then_some(Open::Stream)).await {
+        Ok(slot) => slot,
+        Err(limited) => return Ok(limited.into_response()),
     };
     let prepared = engine.prepare(tenant.name(), request, vec![("x-request-id", request_id)]).await?;
 
@@ -106,17 +105,19 @@ pub async fn create(
 pub async fn retrieve(
     State(engine): State<Arc<Engine>>,
     tenant: Tenant,
+    admission: Admission,
     drain: Option<Extension<BackgroundDrain>>,
     id: Result<Path<String>, PathRejection>,
     query: Result<Query<RetrieveQuery>, QueryRejection>,
 ) -> Result<Response, HttpError> {
     let Path(id) = id.map_err(|_| path_rejection("response_id"))?;
-    let Some(from) = retrieve_query(query)? else {
-        return Ok(Json(engine.stored(tenant.name()).retrieve(&id).await?).into_response());
-    };
-    let slot = match tenant.open_stream().await {
+    let from = retrieve_query(query)?;
+    let slot = match admission.admit(from.is_some().then_some(Open::Stream)).await {
         Ok(slot) => slot,
         Err(limited) => return Ok(limited.into_response()),
+    };
+    let Some(from) = from else {
+        return Ok(Json(engine.stored(tenant.name()).retrieve(&id).await?).into_response());
     };
     let events = engine.resume_background(tenant.name(), &id, from).await?;
     let keep_alive = engine.background().map_or(BackgroundSettings::default().keep_alive, |runs| runs.keep_alive());

@@ -1,16 +1,18 @@
 //! Per-tenant limits that hold for the gateway as a whole: requests per minute, streams and
 //! WebSockets open at once, tokens per minute and per day.
 //!
-//! [`Limiter`] is the one interface the HTTP layer uses: [`Limiter::admit`] a request (rate and
-//! token budget, before anything else runs), [`Limiter::open`] a stream or WebSocket (closed when
-//! its [`OpenSlot`] drops), [`Limiter::charge_tokens`] after each upstream call. Admissions and
-//! refusals carry the [`Quotas`] the `x-ratelimit-*` headers show.
+//! [`Limiter`] is the one interface the HTTP layer uses: [`Limiter::admit`] a request — its rate
+//! and token budget, and the stream or WebSocket it opens, if any (counted open until its
+//! [`OpenSlot`] drops) — in one step, before anything else runs; [`Limiter::charge_tokens`] after
+//! each upstream call. Admissions and refusals carry the [`Quotas`] the `x-ratelimit-*` headers
+//! show.
 //!
 //! Counters live in the [`shared`] region the workers of one gateway share; with `--redis-url`,
-//! requests, token budgets and open streams are counted in Redis ([`redis`]) so every gateway on
-//! it counts together, the shared region standing in while Redis is unreachable (`open` failure
-//! mode) — WebSockets stay counted per gateway.
+//! requests, token budgets, open streams and WebSockets are counted in Redis ([`redis`]) so every
+//! gateway on it counts together — one round trip per admission, stream or WebSocket included —
+//! the shared region standing in while Redis is unreachable (`open` failure mode).
 
+pub(crate) mod chat_usage;
 pub mod redis;
 pub mod shared;
 
@@ -23,7 +25,9 @@ use respgw_protocol::ApiError;
 
 use crate::error::HttpError;
 use crate::tenants::TenantLimits;
-use shared::{Open, SharedCounters};
+use shared::SharedCounters;
+
+pub(crate) use shared::Open;
 
 pub use self::redis::{RedisFailureMode, RedisLimits, RedisSettings};
 
@@ -80,6 +84,13 @@ impl IntoResponse for RateLimited {
     }
 }
 
+/// An admitted request: the quotas its reply shows, and the stream or WebSocket it opened when
+/// its tenant has a limit on those.
+pub struct Admitted {
+    pub quotas: Quotas,
+    pub slot: Option<OpenSlot>,
+}
+
 /// A stream or WebSocket counted open until dropped.
 pub struct OpenSlot {
     counted: Counted,
@@ -94,6 +105,13 @@ impl Drop for OpenSlot {
             Some(lease) => lease.release(),
             None => self.counted.region.close(self.counted.cell, self.what),
         }
+    }
+}
+
+impl Counted {
+    /// Whether the tenant has a token budget (its upstream calls' tokens are charged).
+    pub(crate) fn has_token_budget(&self) -> bool {
+        self.limits.tokens_per_minute.is_some() || self.limits.tokens_per_day.is_some()
     }
 }
 
@@ -120,48 +138,39 @@ impl Limiter {
         Counted { region, cell, name: name.to_owned(), limits }
     }
 
-    /// Admit one request: 429 when the tenant's token budget is spent or its request rate is
-    /// reached (tokens first, so a refused request does not use up the rate).
-    pub(crate) async fn admit(&self, counted: &Counted) -> Result<Quotas, RateLimited> {
+    /// Admit one request that `opens` a stream or WebSocket, or nothing: 429 when the tenant's
+    /// token budget is spent, its limit of those open is reached, or its request rate is reached
+    /// (checked in that order, so a refused request does not use up the rate). With Redis, one
+    /// round trip.
+    pub(crate) async fn admit(&self, counted: &Counted, opens: Option<Open>) -> Result<Admitted, RateLimited> {
         let limits = &counted.limits;
-        if limits.requests_per_minute.is_none() && limits.tokens_per_minute.is_none() && limits.tokens_per_day.is_none()
-        {
-            return Ok(Quotas::default());
+        let lease = opens.and_then(|what| open_limit(limits, what).map(|limit| (what, limit)));
+        let rated = limits.requests_per_minute.is_some()
+            || limits.tokens_per_minute.is_some()
+            || limits.tokens_per_day.is_some();
+        if !rated && lease.is_none() {
+            return Ok(Admitted { quotas: Quotas::default(), slot: None });
         }
         if let Some(redis) = &self.redis {
-            match redis.admit(&counted.name, limits).await {
-                Ok(decision) => return decision.into_result(counted),
+            match redis.admit(&counted.name, limits, lease).await {
+                Ok((decision, held)) => {
+                    let quotas = decision.into_result(counted, lease)?;
+                    let slot = lease.zip(held).map(|((what, _), held)| OpenSlot {
+                        counted: counted.clone(),
+                        what,
+                        lease: Some(held),
+                    });
+                    return Ok(Admitted { quotas, slot });
+                }
                 Err(unreachable) => redis.on_unreachable(unreachable)?,
             }
         }
-        admit_local(counted)
-    }
-
-    /// Count one more open stream or WebSocket: 429 when the tenant has its limit open already.
-    pub(crate) async fn open(&self, counted: &Counted, what: Open) -> Result<OpenSlot, RateLimited> {
-        let limit = match what {
-            Open::Stream => counted.limits.max_open_streams,
-            Open::WebSocket => counted.limits.max_websockets,
-        }
-        .filter(|n| *n > 0)
-        .unwrap_or(u32::MAX);
-        if let (Some(redis), Open::Stream, true) = (&self.redis, what, limit < u32::MAX) {
-            match redis.open_stream(&counted.name, limit).await {
-                Ok(Some(lease)) => return Ok(OpenSlot { counted: counted.clone(), what, lease: Some(lease) }),
-                Ok(None) => return Err(too_many(counted, what, limit)),
-                Err(unreachable) => redis.on_unreachable(unreachable)?,
-            }
-        }
-        if counted.region.open(counted.cell, what, limit) {
-            return Ok(OpenSlot { counted: counted.clone(), what, lease: None });
-        }
-        Err(too_many(counted, what, limit))
+        admit_local(counted, lease)
     }
 
     /// Charge `tokens` (input and output, as an upstream call's `usage` reports them).
     pub(crate) async fn charge_tokens(&self, counted: &Counted, tokens: u64) {
-        let limits = &counted.limits;
-        if tokens == 0 || (limits.tokens_per_minute.is_none() && limits.tokens_per_day.is_none()) {
+        if tokens == 0 || !counted.has_token_budget() {
             return;
         }
         if let Some(redis) = &self.redis {
@@ -177,8 +186,18 @@ impl Limiter {
     }
 }
 
-/// Admission from this gateway's own counters.
-fn admit_local(counted: &Counted) -> Result<Quotas, RateLimited> {
+/// The tenant's limit on open streams or WebSockets; `None` (or 0 in the keys file): no limit.
+fn open_limit(limits: &TenantLimits, what: Open) -> Option<u32> {
+    match what {
+        Open::Stream => limits.max_open_streams,
+        Open::WebSocket => limits.max_websockets,
+    }
+    .filter(|n| *n > 0)
+}
+
+/// Admission from this gateway's own counters, with the stream or WebSocket `lease` (kind and
+/// limit) when it opens one.
+fn admit_local(counted: &Counted, lease: Option<(Open, u32)>) -> Result<Admitted, RateLimited> {
     let limits = &counted.limits;
     let used = counted.region.tokens_used(counted.cell);
     let mut quotas = Quotas {
@@ -189,6 +208,14 @@ fn admit_local(counted: &Counted) -> Result<Quotas, RateLimited> {
     {
         return Err(refused);
     }
+    // Counted open first; a request the rate then refuses drops its slot, which closes it.
+    let slot = match lease {
+        None => None,
+        Some((what, limit)) if counted.region.open(counted.cell, what, limit) => {
+            Some(OpenSlot { counted: counted.clone(), what, lease: None })
+        }
+        Some((what, limit)) => return Err(too_many(counted, what, limit)),
+    };
     if let Some(per_minute) = limits.requests_per_minute {
         let state = counted.region.take_request(counted.cell, per_minute);
         quotas.requests = Some(Quota { limit: u64::from(per_minute), remaining: state.remaining, reset: state.reset });
@@ -196,7 +223,7 @@ fn admit_local(counted: &Counted) -> Result<Quotas, RateLimited> {
             return Err(rate_refusal(counted, per_minute, state.retry_after, quotas));
         }
     }
-    Ok(quotas)
+    Ok(Admitted { quotas, slot })
 }
 
 /// The token quota the headers show: the per-minute budget when there is one, else the day's.
@@ -352,14 +379,14 @@ mod tests {
     async fn a_spent_token_budget_refuses_the_next_request_until_its_window_ends() {
         let limiter = Limiter::private().unwrap();
         let alpha = counted(&limiter, TenantLimits { tokens_per_minute: Some(100), ..TenantLimits::default() });
-        let quotas = limiter.admit(&alpha).await.unwrap_or_else(|_| panic!("nothing used yet"));
+        let quotas = limiter.admit(&alpha, None).await.unwrap_or_else(|_| panic!("nothing used yet")).quotas;
         assert_eq!(quotas.tokens.map(|q| (q.limit, q.remaining)), Some((100, 100)));
         assert_eq!(quotas.requests, None, "no request limit, no request headers");
         limiter.charge_tokens(&alpha, 60).await;
-        let quotas = limiter.admit(&alpha).await.unwrap_or_else(|_| panic!("40 left"));
+        let quotas = limiter.admit(&alpha, None).await.unwrap_or_else(|_| panic!("40 left")).quotas;
         assert_eq!(quotas.tokens.map(|q| q.remaining), Some(40));
         limiter.charge_tokens(&alpha, 60).await;
-        let Err(refused) = limiter.admit(&alpha).await else { panic!("the budget is spent") };
+        let Err(refused) = limiter.admit(&alpha, None).await else { panic!("the budget is spent") };
         assert_eq!(refused.error.status, 429);
         assert!(refused.error.message.contains("100 tokens per minute"), "{}", refused.error.message);
         assert!((1..=60).contains(&refused.retry_after));
@@ -373,8 +400,36 @@ mod tests {
             TenantLimits { tokens_per_minute: Some(1000), tokens_per_day: Some(50), ..TenantLimits::default() };
         let alpha = counted(&limiter, limits);
         limiter.charge_tokens(&alpha, 50).await;
-        let Err(refused) = limiter.admit(&alpha).await else { panic!("the day's budget is spent") };
+        let Err(refused) = limiter.admit(&alpha, None).await else { panic!("the day's budget is spent") };
         assert!(refused.error.message.contains("50 tokens per day"), "{}", refused.error.message);
+    }
+
+    #[tokio::test]
+    async fn a_stream_is_admitted_with_its_request_in_one_step() {
+        let limiter = Limiter::private().unwrap();
+        let limits =
+            TenantLimits { requests_per_minute: Some(2), max_open_streams: Some(1), ..TenantLimits::default() };
+        let alpha = counted(&limiter, limits);
+        let first = limiter.admit(&alpha, Some(Open::Stream)).await.unwrap_or_else(|_| panic!("admitted"));
+        assert!(first.slot.is_some(), "the stream is counted open");
+        assert_eq!(first.quotas.requests.map(|q| q.remaining), Some(1));
+        let Err(refused) = limiter.admit(&alpha, Some(Open::Stream)).await else { panic!("one stream is open") };
+        assert!(refused.error.message.contains("1 streaming responses"), "{}", refused.error.message);
+        let plain = limiter.admit(&alpha, None).await.unwrap_or_else(|_| panic!("the refused stream used no rate"));
+        assert_eq!(plain.quotas.requests.map(|q| q.remaining), Some(0));
+        drop(first);
+        let Err(refused) = limiter.admit(&alpha, Some(Open::Stream)).await else { panic!("the rate is used up") };
+        assert!(refused.error.message.contains("2 requests per minute"), "{}", refused.error.message);
+        assert_eq!(alpha.region.open_now(alpha.cell, Open::Stream), 0, "a refused request opens nothing");
+    }
+
+    #[tokio::test]
+    async fn an_unlimited_open_takes_no_slot() {
+        let limiter = Limiter::private().unwrap();
+        let alpha = counted(&limiter, TenantLimits { requests_per_minute: Some(5), ..TenantLimits::default() });
+        let admitted = limiter.admit(&alpha, Some(Open::WebSocket)).await.unwrap_or_else(|_| panic!("admitted"));
+        assert!(admitted.slot.is_none());
+        assert!(admitted.quotas.requests.is_some());
     }
 
     #[tokio::test]
@@ -383,7 +438,7 @@ mod tests {
         let limits =
             TenantLimits { requests_per_minute: Some(10), tokens_per_minute: Some(500), ..TenantLimits::default() };
         let alpha = counted(&limiter, limits);
-        let quotas = limiter.admit(&alpha).await.unwrap_or_else(|_| panic!("admitted"));
+        let quotas = limiter.admit(&alpha, None).await.unwrap_or_else(|_| panic!("admitted")).quotas;
         let mut headers = HeaderMap::new();
         quotas.apply(&mut headers);
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);

@@ -2,11 +2,13 @@
 //!
 //! Each operation is one Lua script run with `EVALSHA` (redis-rs loads it again on `NOSCRIPT`),
 //! timed by Redis's own clock (`TIME`), so gateways with skewed clocks agree:
-//! - admission: the token budgets checked, then the request rate (GCRA on the tenant's
-//!   theoretical arrival time) — one round trip per request;
-//! - open stream: a sorted set of leases scored by their expiry; expired ones are dropped, the
-//!   lease is added below the limit; a task renews this process's leases, a dropped stream
-//!   removes its own, and those of a gateway that died expire within [`LEASE_TTL`];
+//! - admission: the token budgets checked, then — when the request opens a stream or WebSocket
+//!   its tenant has a limit on — the tenant's open ones, then the request rate (GCRA on the
+//!   tenant's theoretical arrival time), and the stream's or WebSocket's lease taken: one round
+//!   trip per request, whatever it opens. Open streams and WebSockets are each a sorted set of
+//!   leases scored by their expiry; expired ones are dropped, a lease is added below the limit;
+//!   a task renews this process's leases, a dropped stream or WebSocket removes its own, and
+//!   those of a gateway that died expire within [`LEASE_TTL`];
 //! - token charge: `INCRBY` on the current minute's and day's counters, which expire after their
 //!   window.
 //!
@@ -25,10 +27,10 @@ use redis::{Client, Script};
 use respgw_protocol::{ApiError, ErrorType};
 use serde::{Deserialize, Serialize};
 
-use super::{Counted, Quota, Quotas, RateLimited, rate_refusal, token_quota, token_refusal};
+use super::{Counted, Open, Quota, Quotas, RateLimited, rate_refusal, token_quota, token_refusal, too_many};
 use crate::tenants::TenantLimits;
 
-/// How long a stream's lease lasts without renewal.
+/// How long a stream's or WebSocket's lease lasts without renewal.
 pub const LEASE_TTL: Duration = Duration::from_secs(30);
 /// How long one Redis call may take before Redis counts as unreachable.
 const CALL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -58,12 +60,11 @@ struct Inner {
     connection: ConnectionManager,
     failure_mode: RedisFailureMode,
     admit: Script,
-    open: Script,
     renew: Script,
     charge: Script,
     /// Whether the last call reached Redis (a warning is logged when it stops, once per outage).
     up: Arc<AtomicBool>,
-    /// The stream leases this process holds: lease id → key of the tenant's set.
+    /// The stream and WebSocket leases this process holds: lease id → key of the tenant's set.
     leases: Mutex<HashMap<String, String>>,
     next_lease: AtomicU64,
     /// This process's part of lease ids.
@@ -73,7 +74,7 @@ struct Inner {
 /// Why Redis did not answer.
 pub struct Unreachable(String);
 
-/// One stream counted in Redis, removed when released.
+/// One stream or WebSocket counted in Redis, removed when released.
 pub struct Lease {
     owner: Weak<Inner>,
     id: String,
@@ -93,7 +94,7 @@ impl Lease {
             )
             .await;
             if !matches!(removed, Ok(Ok(_))) {
-                tracing::debug!(lease = self.id, "a stream lease could not be removed; it expires by itself");
+                tracing::debug!(lease = self.id, "a lease could not be removed; it expires by itself");
             }
         });
     }
@@ -101,7 +102,8 @@ impl Lease {
 
 /// What the admission script answered.
 pub(crate) struct Decision {
-    /// 0: admitted; 1: request rate reached; 2: a token budget is spent.
+    /// 0: admitted; 1: request rate reached; 2: a token budget is spent; 3: the tenant's limit of
+    /// open streams or WebSockets is reached.
     outcome: i64,
     requests_remaining: u64,
     requests_reset_ms: u64,
@@ -113,7 +115,8 @@ pub(crate) struct Decision {
 }
 
 impl Decision {
-    pub(crate) fn into_result(self, counted: &Counted) -> Result<Quotas, RateLimited> {
+    /// The quotas of an admission, or its refusal; `lease` is what the request asked to open.
+    pub(crate) fn into_result(self, counted: &Counted, lease: Option<(Open, u32)>) -> Result<Quotas, RateLimited> {
         let limits = &counted.limits;
         let (minute_ends, day_ends) =
             (Duration::from_millis(self.minute_ends_ms), Duration::from_millis(self.day_ends_ms));
@@ -126,6 +129,9 @@ impl Decision {
                 token_refusal(counted, self.tokens_minute, self.tokens_day, minute_ends, day_ends, quotas)
         {
             return Err(refused);
+        }
+        if let (3, Some((what, limit))) = (self.outcome, lease) {
+            return Err(too_many(counted, what, limit));
         }
         if let Some(per_minute) = limits.requests_per_minute {
             quotas.requests = Some(Quota {
@@ -141,8 +147,10 @@ impl Decision {
     }
 }
 
-/// Admission: token budgets, then GCRA. KEYS[1]: the tenant's key prefix. ARGV: requests per
-/// minute, tokens per minute, tokens per day (0: none). Returns outcome, requests remaining,
+/// Admission: token budgets, open streams or WebSockets, then GCRA, then the lease.
+/// KEYS[1]: the tenant's key prefix; KEYS[2]: its set of stream or WebSocket leases, when the
+/// request opens one. ARGV: requests per minute, tokens per minute, tokens per day (0: none),
+/// open limit (0: opens nothing), lease id, lease ms. Returns outcome, requests remaining,
 /// requests reset (ms), retry after (ms), tokens used this minute and day, and the ms left in
 /// the minute and the day.
 const ADMIT: &str = r"
@@ -151,6 +159,7 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 local base = KEYS[1]
 local rpm, tpm, tpd = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local open_limit = tonumber(ARGV[4])
 local minute_ends = 60000 - now_ms % 60000
 local day_ends = 86400000 - now_ms % 86400000
 local used_m, used_d = 0, 0
@@ -161,31 +170,29 @@ if tpm > 0 or tpd > 0 then
     return {2, 0, 0, 0, used_m, used_d, minute_ends, day_ends}
   end
 end
-if rpm == 0 then
-  return {0, 0, 0, 0, used_m, used_d, minute_ends, day_ends}
+if open_limit > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+  if redis.call('ZCARD', KEYS[2]) >= open_limit then
+    return {3, 0, 0, 0, used_m, used_d, minute_ends, day_ends}
+  end
 end
-local interval = 60000000 / rpm
-local tat = tonumber(redis.call('GET', base .. ':tat') or '0')
-local from = math.max(tat, now_us)
-local ahead = from + interval - now_us
-if ahead > 60000000 then
-  return {1, 0, math.ceil((from - now_us) / 1000), math.ceil((ahead - 60000000) / 1000), used_m, used_d, minute_ends, day_ends}
+local remaining, reset = 0, 0
+if rpm > 0 then
+  local interval = 60000000 / rpm
+  local tat = tonumber(redis.call('GET', base .. ':tat') or '0')
+  local from = math.max(tat, now_us)
+  local ahead = from + interval - now_us
+  if ahead > 60000000 then
+    return {1, 0, math.ceil((from - now_us) / 1000), math.ceil((ahead - 60000000) / 1000), used_m, used_d, minute_ends, day_ends}
+  end
+  redis.call('SET', base .. ':tat', string.format('%.0f', from + interval), 'PX', math.ceil(ahead / 1000) + 1000)
+  remaining, reset = math.floor((60000000 - ahead) / interval), math.ceil(ahead / 1000)
 end
-redis.call('SET', base .. ':tat', string.format('%.0f', from + interval), 'PX', math.ceil(ahead / 1000) + 1000)
-return {0, math.floor((60000000 - ahead) / interval), math.ceil(ahead / 1000), 0, used_m, used_d, minute_ends, day_ends}
-";
-
-/// Open a stream: KEYS[1] the tenant's lease set; ARGV: limit, lease id, lease ms. 1: opened.
-const OPEN: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
-  return 0
+if open_limit > 0 then
+  redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[6]), ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[6]))
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
-return 1
+return {0, remaining, reset, 0, used_m, used_d, minute_ends, day_ends}
 ";
 
 /// Renew leases: KEYS are lease sets, ARGV[1] the lease ms, ARGV[i + 1] the lease in KEYS[i].
@@ -232,7 +239,6 @@ impl RedisLimits {
             connection,
             failure_mode: settings.failure_mode,
             admit: Script::new(ADMIT),
-            open: Script::new(OPEN),
             renew: Script::new(RENEW),
             charge: Script::new(CHARGE),
             up: Arc::new(AtomicBool::new(true)),
@@ -249,21 +255,41 @@ impl RedisLimits {
         Arc::clone(&self.0.up)
     }
 
-    pub(crate) async fn admit(&self, tenant: &str, limits: &TenantLimits) -> Result<Decision, Unreachable> {
+    /// Admit one request of `tenant`, taking a lease on one of its open streams or WebSockets
+    /// when `lease` (kind and limit) is given: the decision, and the lease when one was taken.
+    pub(crate) async fn admit(
+        &self,
+        tenant: &str,
+        limits: &TenantLimits,
+        lease: Option<(Open, u32)>,
+    ) -> Result<(Decision, Option<Lease>), Unreachable> {
         let limit = |l: Option<u32>| l.unwrap_or(0);
+        let prefix = tenant_key(tenant);
         let mut invocation = self.0.admit.prepare_invoke();
+        invocation.key(&prefix);
+        let leased = lease.map(|(what, _)| {
+            let set = match what {
+                Open::Stream => format!("{prefix}:streams"),
+                Open::WebSocket => format!("{prefix}:websockets"),
+            };
+            let id = format!("{}-{}", self.0.process, self.0.next_lease.fetch_add(1, Ordering::Relaxed));
+            invocation.key(&set);
+            (set, id)
+        });
         invocation
-            .key(tenant_key(tenant))
             .arg(limit(limits.requests_per_minute))
             .arg(limit(limits.tokens_per_minute))
-            .arg(limit(limits.tokens_per_day));
+            .arg(limit(limits.tokens_per_day))
+            .arg(lease.map_or(0, |(_, limit)| limit))
+            .arg(leased.as_ref().map_or("", |(_, id)| id.as_str()))
+            .arg(LEASE_TTL.as_millis() as u64);
         let mut connection = self.0.connection.clone();
         let answer: Vec<i64> = self.call(invocation.invoke_async(&mut connection)).await?;
         let [outcome, remaining, reset, retry, minute, day, minute_ends, day_ends] = answer[..] else {
             return Err(Unreachable(format!("the admission script answered {answer:?}")));
         };
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        Ok(Decision {
+        let decision = Decision {
             outcome,
             requests_remaining: n(remaining),
             requests_reset_ms: n(reset),
@@ -272,22 +298,15 @@ impl RedisLimits {
             tokens_day: n(day),
             minute_ends_ms: n(minute_ends),
             day_ends_ms: n(day_ends),
-        })
-    }
-
-    /// A lease on one of `limit` open streams of `tenant`; `None` when they are all taken.
-    pub(crate) async fn open_stream(&self, tenant: &str, limit: u32) -> Result<Option<Lease>, Unreachable> {
-        let key = format!("{}:streams", tenant_key(tenant));
-        let id = format!("{}-{}", self.0.process, self.0.next_lease.fetch_add(1, Ordering::Relaxed));
-        let mut invocation = self.0.open.prepare_invoke();
-        invocation.key(&key).arg(limit).arg(&id).arg(LEASE_TTL.as_millis() as u64);
-        let mut connection = self.0.connection.clone();
-        let opened: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
-        if opened != 1 {
-            return Ok(None);
-        }
-        self.0.leases.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), key);
-        Ok(Some(Lease { owner: Arc::downgrade(&self.0), id }))
+        };
+        let held = match leased {
+            Some((set, id)) if outcome == 0 => {
+                self.0.leases.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), set);
+                Some(Lease { owner: Arc::downgrade(&self.0), id })
+            }
+            _ => None,
+        };
+        Ok((decision, held))
     }
 
     pub(crate) async fn charge(&self, tenant: &str, tokens: u64) -> Result<(), Unreachable> {
@@ -344,7 +363,7 @@ impl RedisLimits {
     }
 }
 
-/// Renew this process's stream leases every third of their life, until the limits are dropped.
+/// Renew this process's leases every third of their life, until the limits are dropped.
 async fn renew_leases(inner: Weak<Inner>) {
     let mut tick = tokio::time::interval(LEASE_TTL / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -370,7 +389,7 @@ async fn renew_leases(inner: Weak<Inner>) {
         let renewed: Result<Result<i64, _>, _> =
             tokio::time::timeout(CALL_TIMEOUT, invocation.invoke_async(&mut connection)).await;
         if !matches!(renewed, Ok(Ok(_))) {
-            tracing::debug!(leases = held.len(), "stream leases could not be renewed this time");
+            tracing::debug!(leases = held.len(), "leases could not be renewed this time");
         }
     }
 }

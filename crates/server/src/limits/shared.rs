@@ -252,7 +252,7 @@ impl SharedCounters {
 
     /// How many streams or WebSockets of the tenant in `cell` are open gateway-wide.
     #[cfg(test)]
-    fn open_now(&self, cell: usize, what: Open) -> u64 {
+    pub(crate) fn open_now(&self, cell: usize, what: Open) -> u64 {
         let tenant = &self.tenants()[cell];
         match what {
             Open::Stream => tenant.streams.load(Ordering::Acquire),

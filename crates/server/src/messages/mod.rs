@@ -24,9 +24,10 @@ use respgw_messages::request::MessagesRequest;
 use respgw_protocol::{ApiError, ErrorType};
 use serde_json::json;
 
-use crate::auth::Tenant;
+use crate::auth::{Admission, Tenant};
 use crate::error::{HttpError, Relayed};
 use crate::json_body::JsonBody;
+use crate::limits::Open;
 use crate::request_id::RequestId;
 
 /// The route of `POST /v1/messages`, also its streams' metrics label.
@@ -46,6 +47,7 @@ pub(crate) async fn create(
     State(engine): State<Arc<Engine>>,
     Extension(PingInterval(ping_interval)): Extension<PingInterval>,
     tenant: Tenant,
+    admission: Admission,
     RequestId(request_id): RequestId,
     JsonBody(body): JsonBody,
 ) -> Result<Response, HttpError> {
@@ -53,13 +55,10 @@ pub(crate) async fn create(
     let EngineRequest { request, shape, paths } =
         into_engine(request, &engine.capabilities(), &engine.limits().request)?;
     let stream = request.stream;
-    // A stream over the tenant's limit is refused before anything is read or sent upstream.
-    let slot = match stream.then(|| tenant.open_stream()) {
-        None => None,
-        Some(opening) => match opening.await {
-            Ok(slot) => Some(slot),
-            Err(limited) => return Ok(limited.into_response()),
-        },
+    // Admitted with the stream it opens, before anything is read or sent upstream.
+    let slot = match admission.admit(stream.then_some(Open::Stream)).await {
+        Ok(slot) => slot,
+        Err(limited) => return Ok(limited.into_response()),
     };
     let prepared = engine
         .prepare(tenant.name(), request, vec![("x-request-id", request_id)])

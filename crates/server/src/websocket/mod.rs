@@ -55,10 +55,11 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::auth::{StreamSlot, Tenant, WebSocketSlot};
+use crate::auth::{Admission, StreamSlot, Tenant, WebSocketSlot};
 use crate::connections::{ConnectionEntry, UpgradedConnection};
 use crate::error::HttpError;
 use crate::event_sequence::EventSequence;
+use crate::limits::Open;
 use crate::options::WebSocketLimits;
 use crate::request_id::RequestId;
 use local_state::ConnectionState;
@@ -106,6 +107,7 @@ pub struct WebSocketDrain {
 pub async fn upgrade(
     State(mode): State<WebSocketMode>,
     tenant: Tenant,
+    admission: Admission,
     RequestId(request_id): RequestId,
     drain: Option<Extension<WebSocketDrain>>,
     connection: Option<Extension<ConnectionEntry>>,
@@ -129,7 +131,8 @@ pub async fn upgrade(
             return HttpError(ApiError::invalid_body(message)).into_response();
         }
     };
-    let tenant_slot = match tenant.open_websocket().await {
+    // Admitted with the WebSocket it opens, before the upgrade.
+    let tenant_slot = match admission.admit(Some(Open::WebSocket)).await {
         Ok(slot) => slot,
         Err(limited) => return limited.into_response(),
     };
@@ -152,8 +155,8 @@ struct Held {
     /// Its entry in the worker's connection book (none when served without one, as in tests of
     /// the router alone).
     place: Option<UpgradedConnection>,
-    /// Counts it among its tenant's open WebSockets.
-    _tenant_slot: WebSocketSlot,
+    /// Counts it among its tenant's open WebSockets (when the tenant has a limit on them).
+    _tenant_slot: Option<WebSocketSlot>,
     /// The process's drain signal, and this connection's share of the open count.
     drain: Option<WebSocketDrain>,
 }
@@ -189,8 +192,8 @@ struct RunningResponse {
     conversation: JoinHandle<Option<LocalConversation>>,
     /// Counts the response as an open stream, and times it, until it ends or the client leaves.
     _open_stream: SseStreamGuard,
-    /// Counts it among its tenant's open streams, as long.
-    _slot: StreamSlot,
+    /// Counts it among its tenant's open streams, as long (when the tenant has a limit on them).
+    _slot: Option<StreamSlot>,
 }
 
 /// Why the connection loop stops.
@@ -410,9 +413,9 @@ impl Connection {
     /// Validate and prepare the frame's request, then let the engine spawn its run.
     async fn start(&mut self, frame: &[u8]) -> Result<(), ApiError> {
         let engine = &self.mode.engine;
-        // Each `response.create` counts against the tenant's limits like a request over HTTP.
-        self.tenant.take_request().await.map_err(|limited| limited.error)?;
-        let slot = self.tenant.open_stream().await.map_err(|limited| limited.error)?;
+        // Each `response.create` counts against the tenant's limits like a streamed request over
+        // HTTP: admitted with the stream it opens, in one step.
+        let slot = self.tenant.admit(Some(Open::Stream)).await.map_err(|limited| limited.error)?.slot;
         let request = parse_response_create(frame)?.validate(&engine.capabilities())?;
         if request.background {
             // A WebSocket response lives as long as its connection; a detached one is created
