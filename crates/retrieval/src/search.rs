@@ -128,7 +128,8 @@ impl Retrieval {
         // The stores' vectors; then the queries' embedding is requested first and its answer read
         // after the lexical search, so that the embedding endpoint works meanwhile (a SQLite
         // read does not yield, and the worker's runtime has one thread).
-        let vectors = self.searched_vectors(request, &generations).await?;
+        let sources = self.searched_vectors(request, &generations).await?;
+        let vectors: Vec<Arc<StoreVectors>> = sources.iter().map(|(_, vectors)| Arc::clone(vectors)).collect();
         stages.vector_reads = lap(&mut mark);
         let embedder = self.embedder().filter(|_| !vectors.is_empty());
         let embedding = async {
@@ -178,7 +179,11 @@ impl Retrieval {
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         stages.fusion = lap(&mut mark);
 
-        let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
+        // Only the texts the results hold are read, when the vectors say which those are.
+        let ids: Vec<i64> = match chunk_places(&ranked, &sources) {
+            Some(places) => held_chunks(&ranked, &places, &by_file, request.max_num_results),
+            None => ranked.iter().map(|(id, _)| *id).collect(),
+        };
         let texts = store.chunks(owner, &ids).await.map_err(SearchError::Store)?;
         let texts: HashMap<i64, _> = texts.into_iter().map(|chunk| (chunk.chunk_id, chunk)).collect();
         let mut results: Vec<SearchResult> = Vec::new();
@@ -225,19 +230,20 @@ impl Retrieval {
         Ok(())
     }
 
-    /// The vectors of the searched stores that have some (none without an embedder).
+    /// The vectors of the searched stores that have some, with their stores' ids (none without an
+    /// embedder).
     async fn searched_vectors(
         &self,
         request: &SearchRequest,
         generations: &[i64],
-    ) -> Result<Vec<Arc<StoreVectors>>, SearchError> {
+    ) -> Result<Vec<(String, Arc<StoreVectors>)>, SearchError> {
         if self.embedder().is_none() {
             return Ok(Vec::new());
         }
         let mut stores = Vec::new();
         for (id, generation) in request.vector_store_ids.iter().zip(generations) {
             if let Some(vectors) = self.cached_vectors(&request.owner, id, *generation).await? {
-                stores.push(vectors);
+                stores.push((id.clone(), vectors));
             }
         }
         Ok(stores)
@@ -262,6 +268,53 @@ impl Retrieval {
 
 /// For each embedded query, the nearest chunks by cosine over the stores with embeddings of its
 /// length (best first; only chunks of `files` when `filtered`).
+/// The vector store and file of every ranked chunk, from the searched stores' vectors; `None`
+/// when some ranked chunk is not among them (a lexical hit in a store without vectors).
+fn chunk_places<'a>(
+    ranked: &[(i64, f64)],
+    sources: &'a [(String, Arc<StoreVectors>)],
+) -> Option<HashMap<i64, (&'a str, &'a str)>> {
+    let wanted: HashSet<i64> = ranked.iter().map(|(id, _)| *id).collect();
+    let mut places = HashMap::with_capacity(wanted.len());
+    for (store_id, vectors) in sources {
+        for (chunk_id, file_id) in vectors.chunk_ids.iter().zip(&vectors.file_ids) {
+            if wanted.contains(chunk_id) {
+                places.insert(*chunk_id, (store_id.as_str(), file_id.as_str()));
+            }
+        }
+    }
+    (places.len() == wanted.len()).then_some(places)
+}
+
+/// The ranked chunks the results will hold: the grouping of [`Retrieval::search`] (files best
+/// first, at most [`CHUNKS_PER_FILE`] chunks each, at most `max_files` files) done on places alone.
+fn held_chunks(
+    ranked: &[(i64, f64)],
+    places: &HashMap<i64, (&str, &str)>,
+    by_file: &HashMap<(&str, &str), &SearchableFile>,
+    max_files: usize,
+) -> Vec<i64> {
+    let mut held = Vec::new();
+    let mut chunks_of: HashMap<(&str, &str), usize> = HashMap::new();
+    for (id, _) in ranked {
+        let Some(&place) = places.get(id) else { continue };
+        if !by_file.contains_key(&place) {
+            continue;
+        }
+        let known = chunks_of.len();
+        match chunks_of.get_mut(&place) {
+            Some(count) if *count < CHUNKS_PER_FILE => *count += 1,
+            Some(_) => continue,
+            None if known < max_files => {
+                chunks_of.insert(place, 1);
+            }
+            None => continue,
+        }
+        held.push(*id);
+    }
+    held
+}
+
 fn nearest_lists(
     embedded: &[Vec<f32>],
     stores: &[Arc<StoreVectors>],
@@ -390,6 +443,42 @@ fn lexical_scores(lists: &[Vec<(i64, f64)>]) -> Vec<(i64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vectors(chunks: &[(i64, &str)]) -> Arc<StoreVectors> {
+        Arc::new(StoreVectors {
+            generation: 1,
+            dimensions: 1,
+            chunk_ids: chunks.iter().map(|(id, _)| *id).collect(),
+            file_ids: chunks.iter().map(|(_, file)| (*file).to_owned()).collect(),
+            vectors: vec![0.0; chunks.len()],
+        })
+    }
+
+    #[test]
+    fn only_the_chunks_the_results_hold_are_read() {
+        let sources = vec![
+            ("vs_a".to_owned(), vectors(&[(1, "f1"), (2, "f1"), (3, "f1"), (4, "f1"), (5, "f2"), (6, "f3")])),
+            ("vs_b".to_owned(), vectors(&[(7, "f1"), (8, "f4")])),
+        ];
+        let file = |store: &str, id: &str| SearchableFile {
+            vector_store_id: store.into(),
+            file_id: id.into(),
+            filename: format!("{id}.txt"),
+            attributes: serde_json::json!({}),
+        };
+        // f4 is filtered out; f1 is in both stores, a different result in each.
+        let files = [file("vs_a", "f1"), file("vs_a", "f2"), file("vs_a", "f3"), file("vs_b", "f1")];
+        let by_file: HashMap<(&str, &str), &SearchableFile> =
+            files.iter().map(|f| ((f.vector_store_id.as_str(), f.file_id.as_str()), f)).collect();
+        let ranked: Vec<(i64, f64)> = [1, 8, 2, 7, 3, 4, 5, 6].iter().map(|id| (*id, 1.0 / *id as f64)).collect();
+        let places = chunk_places(&ranked, &sources).unwrap();
+        // vs_a/f1 keeps three chunks (4 is one too many), vs_b/f1 is the second file; f2 would be
+        // a third file, over the limit of two.
+        assert_eq!(held_chunks(&ranked, &places, &by_file, 2), [1, 2, 7, 3]);
+        assert_eq!(held_chunks(&ranked, &places, &by_file, 10), [1, 2, 7, 3, 5, 6]);
+        // A ranked chunk the vectors do not know: every ranked chunk is read.
+        assert!(chunk_places(&[(1, 1.0), (99, 0.5)], &sources).is_none());
+    }
 
     #[test]
     fn dot_matches_the_plain_sum_for_any_length() {
