@@ -319,12 +319,23 @@ impl Statements {
                 ),
             }),
             owned_stores: r(format!("SELECT id FROM vector_stores WHERE owner = $1 AND id IN ({})", d.list(2))),
-            chunks: r(format!(
-                "SELECT c.id, c.vector_store_id, c.file_id, c.text FROM chunks c
-                JOIN vector_stores v ON v.id = c.vector_store_id
-                WHERE v.owner = $1 AND c.id IN (SELECT CAST(value AS bigint) FROM ({}) AS ids)",
-                d.list(2)
-            )),
+            // SQLite: the id list drives the join (`CROSS JOIN` fixes the order), one primary-key
+            // lookup per id; left to itself its planner walks the store's every chunk.
+            chunks: r(match d {
+                Dialect::Sqlite => format!(
+                    "SELECT c.id, c.vector_store_id, c.file_id, c.text FROM ({}) AS ids
+                    CROSS JOIN chunks c ON c.id = CAST(ids.value AS integer)
+                    JOIN vector_stores v ON v.id = c.vector_store_id
+                    WHERE v.owner = $1",
+                    d.list(2)
+                ),
+                Dialect::Postgres => format!(
+                    "SELECT c.id, c.vector_store_id, c.file_id, c.text FROM chunks c
+                    JOIN vector_stores v ON v.id = c.vector_store_id
+                    WHERE v.owner = $1 AND c.id IN (SELECT CAST(value AS bigint) FROM ({}) AS ids)",
+                    d.list(2)
+                ),
+            }),
         }
     }
 
