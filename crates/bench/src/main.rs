@@ -926,7 +926,7 @@ async fn run_limits(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// The limit test: p50 latency and respgw CPU per request with the tenant's limit counted in
-/// Redis (the targets) and in shared memory, against the same requests without limits.
+/// Redis (targets: ≤ 30 µs CPU, ≤ 0.2 ms p50 added) and in shared memory, against the same requests without limits.
 async fn limit_rows(cli: &Cli, mock: &MockUpstream, table: &mut Table) -> anyhow::Result<()> {
     progress(&format!(
         "limits: {} requests through each of a gateway without limits, one counting in shared memory, one in Redis",

@@ -9,7 +9,7 @@ use tower::ServiceExt as _;
 use super::*;
 use crate::assets::ASSETS;
 
-/// The budget for everything the console ships, gzipped.
+/// At most this many bytes, gzipped, for everything the console ships.
 const GZIPPED_BUDGET_BYTES: usize = 300 * 1024;
 
 async fn get(path: &str, headers: &[(&str, &str)]) -> Response {
@@ -36,7 +36,7 @@ fn assert_security_headers(response: &Response) {
 }
 
 #[tokio::test]
-async fn serves_the_page_at_console_slash_with_the_contract_headers() {
+async fn serves_the_page_at_console_slash_with_its_security_headers() {
     let response = get("/console/", &[]).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_security_headers(&response);
