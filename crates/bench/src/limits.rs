@@ -21,10 +21,17 @@ const KEY: &str = "sk-respgw-bench-limits";
 /// A request rate the benchmark never reaches: every request is admitted.
 const REQUESTS_PER_MINUTE: &str = "4000000000";
 
+/// Requests sent at once to a side in the loaded rounds.
+pub const LOAD_CONCURRENCY: usize = 8;
+
 /// Latencies and CPU per request of one side.
 pub struct Side {
+    /// One request at a time.
     pub latencies: Vec<Duration>,
+    /// CPU per request, one request at a time.
     pub cpu_us: f64,
+    /// CPU per request with [`LOAD_CONCURRENCY`] requests at a time.
+    pub loaded_cpu_us: f64,
 }
 
 /// The three sides: no limit, the limit in shared memory, the limit in Redis.
@@ -104,11 +111,29 @@ pub async fn measure(
             latencies[side].push(request(&client, &urls[side], sides[side] != Counting::None).await?);
         }
     }
+    let mut cpu_after = Vec::with_capacity(sides.len());
+    for gateway in &mut gateways {
+        cpu_after.push(gateway.cpu_ns().await?);
+    }
+    // Loaded: each side in turn gets LOAD_CONCURRENCY requests at once, as many in all as above.
+    let loaded_rounds = rounds.div_ceil(LOAD_CONCURRENCY);
+    for round in 0..loaded_rounds {
+        for turn in 0..sides.len() {
+            let side = (round + turn) % sides.len();
+            let limited = sides[side] != Counting::None;
+            let batch = (0..LOAD_CONCURRENCY).map(|_| request(&client, &urls[side], limited));
+            for outcome in futures::future::join_all(batch).await {
+                outcome?;
+            }
+        }
+    }
     let mut measured = Vec::with_capacity(sides.len());
-    for ((gateway, before), latencies) in gateways.iter_mut().zip(cpu_before).zip(latencies) {
-        let after = gateway.cpu_ns().await?;
+    for (((gateway, before), after), latencies) in gateways.iter_mut().zip(cpu_before).zip(cpu_after).zip(latencies) {
+        let loaded = gateway.cpu_ns().await?;
         let cpu_us = after.saturating_sub(before) as f64 / 1e3 / rounds.max(1) as f64;
-        measured.push(Side { latencies, cpu_us });
+        let loaded_requests = (loaded_rounds * LOAD_CONCURRENCY).max(1) as f64;
+        let loaded_cpu_us = loaded.saturating_sub(after) as f64 / 1e3 / loaded_requests;
+        measured.push(Side { latencies, cpu_us, loaded_cpu_us });
     }
     for gateway in gateways {
         gateway.stop().await?;

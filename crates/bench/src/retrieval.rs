@@ -219,6 +219,7 @@ pub async fn run(chunks: usize, searches: usize, ingest_files: usize) -> anyhow:
         max_num_results: 10,
         filters: None,
         score_threshold: None,
+        weights: None,
     };
     crate::progress(&format!("retrieval: 1 cold + {searches} hybrid searches"));
     let started = Instant::now();

@@ -81,6 +81,16 @@ pub struct SearchRequest {
     pub filters: Option<Filter>,
     /// Results scoring below it are dropped (0..=1).
     pub score_threshold: Option<f64>,
+    /// How much the vector and the lexical ranks count in a hybrid search; `None`: equally.
+    pub weights: Option<HybridWeights>,
+}
+
+/// The weights of a hybrid search's two kinds of ranked lists (`ranking_options.hybrid_search`):
+/// each at least 0, not both 0.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HybridWeights {
+    pub embedding: f64,
+    pub text: f64,
 }
 
 /// One result: a file's best-matching chunks.

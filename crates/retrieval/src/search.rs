@@ -9,13 +9,14 @@
 //!    when an embedder is configured and a store has embeddings of the query's length — the
 //!    nearest chunks by cosine, by a full scan of the store's vectors (held in the worker's
 //!    [`VectorCache`](crate::cache::VectorCache) while the store's generation is unchanged). The
-//!    queries are embedded while the lexical index is searched.
+//!    lexical searches run alongside the queries' embedding and the scan (on a blocking thread).
 //! 4. The ranked lists (one or two per query) are fused and chunks grouped by file.
 //!
 //! Scores, 0..=1, higher is better:
 //! - hybrid (some vector list): reciprocal-rank fusion with k = 60 — a chunk's score is the sum
-//!   over the lists of `1 / (60 + rank)` (rank from 1; 0 where it is absent), divided by the
-//!   most any chunk can get (`lists / 61`): 1 is "first in every list";
+//!   over the lists of `weight / (60 + rank)` (rank from 1; 0 where it is absent; the weight the
+//!   request gives vector or lexical lists, 1 by default), divided by the most any chunk can get
+//!   (the weights' sum / 61): 1 is "first in every list";
 //! - lexical only: each query's BM25 scores divided by its best one, averaged over the queries:
 //!   1 is "the best lexical match of every query".
 //!
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use respgw_store_api::retrieval::{SearchableFile, StoreVectors};
 
-use crate::{Retrieval, SearchError, SearchRequest, SearchResult};
+use crate::{HybridWeights, Retrieval, SearchError, SearchRequest, SearchResult};
 
 /// The reciprocal-rank fusion constant.
 const RRF_K: f64 = 60.0;
@@ -41,8 +42,8 @@ pub const CHUNKS_PER_FILE: usize = 3;
 /// Candidates taken from each ranked list.
 const MIN_CANDIDATES: usize = 50;
 
-/// How long each stage of one search took. The query embedding overlaps the lexical search, so
-/// the stages add up to more than the search.
+/// How long each stage of one search took. The lexical search overlaps the embedding and the
+/// scan, so the stages add up to more than the search.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SearchStages {
     /// Ownership and generations of the stores, their searchable files, the filters.
@@ -51,12 +52,11 @@ pub struct SearchStages {
     pub touch: Duration,
     /// The lexical index's searches, all queries.
     pub lexical: Duration,
-    /// Embedding the queries: from the request to its answer being read, which waits for the
-    /// lexical search (the two overlap).
+    /// Embedding the queries (alongside the lexical search).
     pub embedding: Duration,
     /// Reading stores' vectors that the cache did not hold.
     pub vector_reads: Duration,
-    /// The vector scans, all queries.
+    /// The vector scans, all queries (alongside the lexical search).
     pub scan: Duration,
     /// Fusing the ranked lists.
     pub fusion: Duration,
@@ -125,19 +125,31 @@ impl Retrieval {
             .map(|_| files.iter().map(|f| (f.vector_store_id.clone(), f.file_id.clone())).collect());
         let candidates = (request.max_num_results * CHUNKS_PER_FILE).max(MIN_CANDIDATES);
 
-        // The stores' vectors; then the queries' embedding is requested first and its answer read
-        // after the lexical search, so that the embedding endpoint works meanwhile (a SQLite
-        // read does not yield, and the worker's runtime has one thread).
+        // The stores' vectors; then two sides at once: the lexical index's searches (SQLite and
+        // PostgreSQL reads run off the runtime thread), and the queries' embedding followed by
+        // the vector scan on a blocking thread, so a hybrid search takes about the longer of the
+        // two rather than their sum.
         let sources = self.searched_vectors(request, &generations).await?;
         let vectors: Vec<Arc<StoreVectors>> = sources.iter().map(|(_, vectors)| Arc::clone(vectors)).collect();
         stages.vector_reads = lap(&mut mark);
         let embedder = self.embedder().filter(|_| !vectors.is_empty());
-        let embedding = async {
-            let embedder = embedder?;
+        let allowed: Option<HashSet<String>> =
+            request.filters.as_ref().map(|_| files.iter().map(|f| f.file_id.clone()).collect());
+        let nearest = async {
+            let Some(embedder) = embedder else { return Ok(None) };
             let texts: Vec<String> = queries.iter().map(|q| (*q).clone()).collect();
             let started = Instant::now();
-            let embedded = embedder.embed(&texts).await;
-            Some((embedded, started.elapsed()))
+            let embedded = embedder.embed(&texts).await.map_err(|e| SearchError::Embedding(e.0))?;
+            let embedding = started.elapsed();
+            let scan = tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                let lists = nearest_lists(&embedded, &vectors, allowed.as_ref(), candidates);
+                (lists, started.elapsed())
+            });
+            let (lists, scan) = scan.await.map_err(|_| {
+                SearchError::Store(respgw_store_api::StoreError::Unavailable("the vector scan did not finish".into()))
+            })?;
+            Ok::<_, SearchError>(Some((lists, embedding, scan)))
         };
         // Ranked lists of chunk ids, best first, with the lexical scores.
         let lexical = async {
@@ -152,26 +164,27 @@ impl Retrieval {
             }
             Ok::<_, SearchError>((lists, started.elapsed()))
         };
-        let (embedded, lexical) = tokio::join!(embedding, lexical);
+        let (nearest, lexical) = tokio::join!(nearest, lexical);
         let (lexical_lists, lexical_took) = lexical?;
         stages.lexical = lexical_took;
-        lap(&mut mark);
-        let vector_lists = match embedded {
-            Some((embedded, took)) => {
-                stages.embedding = took;
-                let embedded = embedded.map_err(|e| SearchError::Embedding(e.0))?;
-                let lists = nearest_lists(&embedded, &vectors, &files, request.filters.is_some(), candidates);
-                stages.scan = lap(&mut mark);
+        let vector_lists = match nearest? {
+            Some((lists, embedding, scan)) => {
+                (stages.embedding, stages.scan) = (embedding, scan);
                 lists
             }
             None => Vec::new(),
         };
+        lap(&mut mark);
 
         let scores = if vector_lists.is_empty() {
             lexical_scores(&lexical_lists)
         } else {
-            let lists: Vec<Vec<i64>> =
-                lexical_lists.iter().map(|list| list.iter().map(|(id, _)| *id).collect()).chain(vector_lists).collect();
+            let weights = request.weights.unwrap_or(HybridWeights { embedding: 1.0, text: 1.0 });
+            let lists: Vec<(f64, Vec<i64>)> = lexical_lists
+                .iter()
+                .map(|list| (weights.text, list.iter().map(|(id, _)| *id).collect()))
+                .chain(vector_lists.into_iter().map(|list| (weights.embedding, list)))
+                .collect();
             fused_scores(&lists)
         };
         let threshold = request.score_threshold.unwrap_or(0.0);
@@ -266,8 +279,6 @@ impl Retrieval {
     }
 }
 
-/// For each embedded query, the nearest chunks by cosine over the stores with embeddings of its
-/// length (best first; only chunks of `files` when `filtered`).
 /// The vector store and file of every ranked chunk, from the searched stores' vectors; `None`
 /// when some ranked chunk is not among them (a lexical hit in a store without vectors).
 fn chunk_places<'a>(
@@ -315,14 +326,14 @@ fn held_chunks(
     held
 }
 
+/// For each embedded query, the nearest chunks by cosine over the stores with embeddings of its
+/// length (best first; only chunks of the `allowed` files when given).
 fn nearest_lists(
     embedded: &[Vec<f32>],
     stores: &[Arc<StoreVectors>],
-    files: &[SearchableFile],
-    filtered: bool,
+    allowed: Option<&HashSet<String>>,
     candidates: usize,
 ) -> Vec<Vec<i64>> {
-    let allowed: HashSet<&str> = files.iter().map(|f| f.file_id.as_str()).collect();
     let mut lists = Vec::with_capacity(embedded.len());
     for query in embedded {
         let mut best: BinaryHeap<Candidate> = BinaryHeap::with_capacity(candidates + 1);
@@ -330,7 +341,7 @@ fn nearest_lists(
             if vectors.dimensions as usize != query.len() {
                 continue;
             }
-            let keep = |i: usize| !filtered || allowed.contains(vectors.file_ids[i].as_str());
+            let keep = |i: usize| allowed.is_none_or(|allowed| allowed.contains(&vectors.file_ids[i]));
             top_k_into(query, vectors, candidates, keep, &mut best);
         }
         let mut ranked = best.into_vec();
@@ -412,15 +423,19 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     sums.iter().sum::<f32>() + tail
 }
 
-/// Reciprocal-rank fusion of ranked lists of chunk ids, normalised to 0..=1.
-fn fused_scores(lists: &[Vec<i64>]) -> Vec<(i64, f64)> {
+/// Weighted reciprocal-rank fusion of ranked lists of chunk ids (each with its weight),
+/// normalised to 0..=1: 1 is "first in every list of some weight".
+fn fused_scores(lists: &[(f64, Vec<i64>)]) -> Vec<(i64, f64)> {
     let mut scores: HashMap<i64, f64> = HashMap::new();
-    for list in lists {
+    for (weight, list) in lists {
         for (rank, id) in list.iter().enumerate() {
-            *scores.entry(*id).or_default() += 1.0 / (RRF_K + rank as f64 + 1.0);
+            *scores.entry(*id).or_default() += weight / (RRF_K + rank as f64 + 1.0);
         }
     }
-    let best_possible = lists.len() as f64 / (RRF_K + 1.0);
+    let best_possible = lists.iter().map(|(weight, _)| weight).sum::<f64>() / (RRF_K + 1.0);
+    if best_possible <= 0.0 {
+        return scores.into_keys().map(|id| (id, 0.0)).collect();
+    }
     scores.into_iter().map(|(id, score)| (id, (score / best_possible).min(1.0))).collect()
 }
 
@@ -513,11 +528,26 @@ mod tests {
 
     #[test]
     fn fusion_scores_first_everywhere_as_one() {
-        let scores: HashMap<i64, f64> = fused_scores(&[vec![1, 2, 3], vec![1, 3]]).into_iter().collect();
+        let scores: HashMap<i64, f64> = fused_scores(&[(1.0, vec![1, 2, 3]), (1.0, vec![1, 3])]).into_iter().collect();
         assert!((scores[&1] - 1.0).abs() < 1e-12);
         // Second in one list, absent from the other.
         assert!((scores[&2] - (1.0 / 62.0) / (2.0 / 61.0)).abs() < 1e-12);
         assert!(scores[&3] > scores[&2]);
+    }
+
+    #[test]
+    fn weights_decide_which_list_leads_the_fusion() {
+        // The lexical list ranks 1 first, the vector list 2: the heavier list's first wins.
+        let lexical_heavy: HashMap<i64, f64> =
+            fused_scores(&[(3.0, vec![1, 2]), (1.0, vec![2, 1])]).into_iter().collect();
+        assert!(lexical_heavy[&1] > lexical_heavy[&2]);
+        let vector_heavy: HashMap<i64, f64> =
+            fused_scores(&[(1.0, vec![1, 2]), (3.0, vec![2, 1])]).into_iter().collect();
+        assert!(vector_heavy[&2] > vector_heavy[&1]);
+        // A list of weight 0 counts for nothing; first in the others is still 1.
+        let text_only: HashMap<i64, f64> = fused_scores(&[(1.0, vec![1, 2]), (0.0, vec![2, 1])]).into_iter().collect();
+        assert!((text_only[&1] - 1.0).abs() < 1e-12);
+        assert!((text_only[&2] - (61.0 / 62.0)).abs() < 1e-12);
     }
 
     #[test]

@@ -238,6 +238,7 @@ impl VectorStores<'_> {
             max_num_results: request.max_num_results,
             filters: request.filters,
             score_threshold: request.score_threshold,
+            weights: None,
         };
         let results = self.retrieval.search(&search).await.map_err(|e| search_error(e, id))?;
         let data = results

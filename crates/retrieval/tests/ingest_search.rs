@@ -117,6 +117,7 @@ fn request(owner: &str, queries: &[&str]) -> SearchRequest {
         max_num_results: 10,
         filters: None,
         score_threshold: None,
+        weights: None,
     }
 }
 

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, OptionalFromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
@@ -224,6 +224,15 @@ impl Admission {
     }
 }
 
+/// On a route only some of whose requests the handler admits (integrated mode's forwarding).
+impl<S: Send + Sync> OptionalFromRequestParts<S> for Admission {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<Admission>().cloned())
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Admission {
     type Rejection = HttpError;
 
@@ -236,12 +245,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Admission {
 }
 
 /// Whether the handler of `method` `path` admits the request itself: the routes that may open
-/// a stream or a WebSocket (`POST /v1/responses` and `/v1/messages`, the WebSocket upgrade
-/// `GET /v1/responses`, `GET /v1/responses/{id}` which streams with `stream=true`).
+/// a stream or a WebSocket (`POST /v1/responses`, `/v1/messages`, `/v1/chat/completions` and
+/// `/v1/completions`, the WebSocket upgrade `GET /v1/responses`, `GET /v1/responses/{id}` which
+/// streams with `stream=true`).
 pub(crate) fn admitted_by_handler(method: &Method, path: &str) -> bool {
     let path = path.strip_suffix('/').unwrap_or(path);
     match *method {
-        Method::POST => path == "/v1/responses" || path == crate::messages::ROUTE,
+        Method::POST => [
+            "/v1/responses",
+            crate::messages::ROUTE,
+            crate::passthrough::CHAT_COMPLETIONS,
+            crate::passthrough::COMPLETIONS,
+        ]
+        .contains(&path),
         Method::GET => {
             path == "/v1/responses"
                 || path.strip_prefix("/v1/responses/").is_some_and(|id| !id.is_empty() && !id.contains('/'))
@@ -380,7 +396,9 @@ mod tests {
             (Method::DELETE, "/v1/responses/resp_1", false),
             (Method::POST, "/v1/responses/compact", false),
             (Method::POST, "/v1/messages/count_tokens", false),
-            (Method::POST, "/v1/chat/completions", false),
+            (Method::POST, "/v1/chat/completions", true),
+            (Method::POST, "/v1/completions", true),
+            (Method::GET, "/v1/models", false),
             (Method::GET, "/v1/files", false),
         ];
         for (method, path, by_handler) in cases {

@@ -20,7 +20,8 @@
 //!   stream or WebSocket, charge tokens; the headers' quotas); `shared.rs` the counters the workers
 //!   share (a memory region of per-tenant atomics: GCRA, open counts per worker row, token
 //!   windows); `redis.rs` the same counted in Redis for several gateways (Lua scripts, stream
-//!   leases, the failure mode).
+//!   leases, the failure mode), `redis_direct.rs` the admissions' direct connection to it;
+//!   `relayed_usage.rs` the tokens of relayed completions.
 //!   `tenants.rs`: the keys file (`--api-keys-file`) parsed and checked into the [`TenantTable`]
 //!   that [`GatewayOptions`] carries.
 //! - `request_id.rs`: request ids and the request span. `metrics.rs`: request metrics (label values

@@ -6,9 +6,11 @@
 //! `x-api-key`). With none, the client's headers are forwarded only while gateway auth is off —
 //! otherwise they carry the gateway's own API key, which must never reach the upstream.
 //!
-//! The tokens of `POST /v1/chat/completions` are charged to the tenant's budget when it has one
-//! (see [`crate::limits::chat_usage`]): a stream that did not ask for usage is sent asking for it,
-//! and that usage kept from the client.
+//! Chat completions (`POST /v1/chat/completions`, and `POST /v1/completions` in integrated mode)
+//! are admitted by their handler, which knows whether the request streams: a stream counts
+//! against the tenant's open streams until its body ends. Their tokens are charged to the
+//! tenant's budget when it has one (see [`crate::limits::relayed_usage`]): a stream that did not
+//! ask for usage is sent asking for it, and that usage kept from the client.
 //!
 //! `GET /v1/models` from an Anthropic client (one sending `anthropic-version`) is answered in
 //! Anthropic's list shape, made from the upstream's OpenAI-shaped list.
@@ -20,14 +22,14 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use respgw_engine::{Engine, Upstream};
 use respgw_protocol::ApiError;
 use serde_json::{Value, json};
 
-use crate::auth::{Tenant, X_API_KEY};
+use crate::auth::{Admission, Tenant, X_API_KEY};
 use crate::error::{HttpError, Relayed, body_rejection};
-use crate::limits::chat_usage;
+use crate::limits::{Open, OpenSlot, relayed_usage};
 
 /// What the pass-through routes need.
 #[derive(Clone)]
@@ -65,14 +67,16 @@ enum Target<'a> {
     Raw(&'a str),
 }
 
-/// A chat completion whose tokens are charged to its tenant.
+/// A completion whose tokens are charged to its tenant.
 struct Metered {
     tenant: Tenant,
     /// Its stream's usage was asked for by the gateway, not the client (kept from the client).
     strip_usage: bool,
 }
 
-/// Forward one request; a chat completion of a tenant with a token budget is `metered`.
+/// Forward one request; a completion of a tenant with a token budget is `metered`, and one that
+/// streams holds its `slot` until its body ends.
+#[allow(clippy::too_many_arguments)]
 async fn forward(
     state: &Passthrough,
     method: Method,
@@ -81,6 +85,7 @@ async fn forward(
     headers: HeaderMap,
     body: Bytes,
     metered: Option<Metered>,
+    slot: Option<OpenSlot>,
 ) -> Response {
     let upstream = state.engine.upstream();
     // The client span of the forwarded call (disabled unless spans are exported); it ends with the body.
@@ -140,15 +145,25 @@ async fn forward(
     }
     // Relay bytes as they arrive; a transport failure mid-body ends the body with an error, which
     // closes the connection — the client sees exactly what the upstream did.
-    let bytes = reply.bytes_stream().inspect_err(move |e| {
-        Upstream::record_failure(&span, "body_interrupted");
-        tracing::warn!(error = %e, "pass-through body broke off");
-    });
-    let body = match metered {
+    let bytes = reply
+        .bytes_stream()
+        .inspect_err(move |e| {
+            Upstream::record_failure(&span, "body_interrupted");
+            tracing::warn!(error = %e, "pass-through body broke off");
+        })
+        .map_err(std::io::Error::other);
+    let relayed: futures::stream::BoxStream<'static, std::io::Result<Bytes>> = match metered {
         Some(Metered { tenant, strip_usage }) => {
-            Body::from_stream(chat_usage::metered(bytes, is_stream, strip_usage, tenant))
+            Box::pin(relayed_usage::metered(bytes, is_stream, strip_usage, tenant))
         }
-        None => Body::from_stream(bytes),
+        None => Box::pin(bytes),
+    };
+    let body = match slot {
+        // The slot goes with the body: dropped when the body ends or the client leaves.
+        Some(slot) => Body::from_stream(relayed.inspect(move |_| {
+            let _open = &slot;
+        })),
+        None => Body::from_stream(relayed),
     };
     let mut response = (status, out_headers, body).into_response();
     response.extensions_mut().insert(Relayed);
@@ -163,7 +178,7 @@ pub async fn models(State(state): State<Passthrough>, uri: Uri, headers: HeaderM
             Err(error) => HttpError(error).into_response(),
         };
     }
-    forward(&state, Method::GET, Target::UnderUpstreamBase("/models"), &uri, headers, Bytes::new(), None).await
+    forward(&state, Method::GET, Target::UnderUpstreamBase("/models"), &uri, headers, Bytes::new(), None, None).await
 }
 
 /// The upstream's models as Anthropic lists them: `{"data":[{"type":"model","id",
@@ -227,41 +242,56 @@ fn rfc3339(seconds: i64) -> String {
 }
 
 /// The path of the chat completions route.
-const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
+pub(crate) const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
+/// The path of the legacy completions route (served in integrated mode).
+pub(crate) const COMPLETIONS: &str = "/v1/completions";
 
-/// A chat completion request of `tenant`: the body to forward, metered when the tenant has a
-/// token budget.
-fn meter_chat(tenant: Tenant, body: Bytes) -> (Bytes, Option<Metered>) {
+/// A completion request of `tenant`: the body to forward, metered when the tenant has a token
+/// budget.
+fn meter(tenant: Tenant, body: Bytes) -> (Bytes, Option<Metered>) {
     if !tenant.has_token_budget() {
         return (body, None);
     }
-    let (body, strip_usage) = chat_usage::ask_for_usage(body);
+    let (body, strip_usage) = relayed_usage::ask_for_usage(body);
     (body, Some(Metered { tenant, strip_usage }))
+}
+
+/// Admit a completion request, as a stream when its body asks for one: the slot its stream
+/// holds, or the refusal to answer with.
+async fn admit_completion(admission: &Admission, body: &Bytes) -> Result<Option<OpenSlot>, Response> {
+    let opens = relayed_usage::streams(body).then_some(Open::Stream);
+    admission.admit(opens).await.map_err(IntoResponse::into_response)
 }
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<Passthrough>,
     tenant: Tenant,
+    admission: Admission,
     uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     match body {
         Ok(body) => {
-            let (body, metered) = meter_chat(tenant, body);
+            let slot = match admit_completion(&admission, &body).await {
+                Ok(slot) => slot,
+                Err(refused) => return refused,
+            };
+            let (body, metered) = meter(tenant, body);
             let target = Target::UnderUpstreamBase("/chat/completions");
-            forward(&state, Method::POST, target, &uri, headers, body, metered).await
+            forward(&state, Method::POST, target, &uri, headers, body, metered, slot).await
         }
         Err(rejection) => body_rejection(rejection).into_response(),
     }
 }
 
 /// Integrated mode: any request no gateway route serves, forwarded to the model server as it is
-/// (a chat completion's tokens charged as on [`chat_completions`]).
+/// (a completion admitted, and its tokens charged, as on [`chat_completions`]).
 pub async fn forward_any(
     State(state): State<Passthrough>,
     tenant: Tenant,
+    admission: Option<Admission>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -272,11 +302,19 @@ pub async fn forward_any(
     };
     match body {
         Ok(body) => {
-            let (body, metered) = match (&method, uri.path()) {
-                (&Method::POST, CHAT_COMPLETIONS) => meter_chat(tenant, body),
-                _ => (body, None),
+            // `admission` is there exactly on the completion routes (`auth::admitted_by_handler`).
+            let slot = match &admission {
+                Some(admission) => match admit_completion(admission, &body).await {
+                    Ok(slot) => slot,
+                    Err(refused) => return refused,
+                },
+                None => None,
             };
-            forward(&state, method, Target::Raw(&base), &uri, headers, body, metered).await
+            let (body, metered) = match admission {
+                Some(_) => meter(tenant, body),
+                None => (body, None),
+            };
+            forward(&state, method, Target::Raw(&base), &uri, headers, body, metered, slot).await
         }
         Err(rejection) => body_rejection(rejection).into_response(),
     }

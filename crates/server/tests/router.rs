@@ -12,7 +12,7 @@ use axum::http::{Request, StatusCode, header};
 use respgw_mcp::McpTimeouts;
 use respgw_server::{
     BackgroundSettings, ClientLimits, DEFAULT_MESSAGES_PING_INTERVAL, GatewayOptions, Limits, ReasoningKeys,
-    UpstreamConfig, WebSocketLimits, local_view,
+    TenantLimits, UpstreamConfig, WebSocketLimits, local_view,
 };
 use respgw_telemetry::Metrics;
 use respgw_telemetry::tracing_otlp::TracingConfig;
@@ -44,10 +44,16 @@ impl Gateway {
     }
 
     async fn build(api_keys: Vec<String>) -> Gateway {
+        Gateway::build_with(api_keys, |_, _| {}).await
+    }
+
+    /// A gateway whose options `adjust` changes (given the upstream's base URL).
+    async fn build_with(api_keys: Vec<String>, adjust: impl FnOnce(&mut GatewayOptions, &str)) -> Gateway {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let upstream = ReplayUpstream::start().await.expect("the replay upstream starts");
-        let options = options(&dir, upstream.base_url(), api_keys);
+        let mut options = options(&dir, upstream.base_url(), api_keys);
+        adjust(&mut options, &upstream.base_url());
         let metrics = Metrics::new();
         let router = respgw_server::build(&options, metrics.clone(), local_view(metrics), None, std::future::pending())
             .await
@@ -328,4 +334,64 @@ async fn stream_with_upstream_failure_ends_failed_and_framed() {
     for event in &events {
         schema.validate_event(event).unwrap_or_else(|e| panic!("{e}\n{event:#}"));
     }
+}
+
+/// Integrated mode forwards the model server's completion routes; a stream there counts against
+/// the tenant's open streams until its body ends, and the tokens of every completion are charged.
+#[tokio::test]
+async fn integrated_mode_counts_completion_streams_and_charges_their_tokens() {
+    let gateway = Gateway::build_with(vec![API_KEY.to_owned()], |options, upstream| {
+        options.forward_other_routes_to = Some(upstream.trim_end_matches("/v1").to_owned());
+        options.tenant_limits =
+            TenantLimits { max_open_streams: Some(1), tokens_per_day: Some(100), ..TenantLimits::default() };
+    })
+    .await;
+    let completion = json!({"id":"cmpl-1","object":"text_completion","created":1,"model":"legacy",
+        "choices":[{"index":0,"text":"Hi.","finish_reason":"stop","logprobs":null}],
+        "usage":{"prompt_tokens":30,"completion_tokens":10,"total_tokens":40}});
+    gateway.upstream.add_repeating_scenario("legacy", Step::Status { status: 200, body: completion.clone() });
+    let chunk = |text: &str| format!("data: {}\n\n", json!({"choices":[{"index":0,"text":text,"finish_reason":null}]}));
+    let usage = json!({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}});
+    let chunks = vec![chunk("slow"), chunk("ly"), format!("data: {usage}\n\n"), "data: [DONE]\n\n".to_owned()];
+    gateway.upstream.add_repeating_scenario("slow", Step::SlowSse { chunks, delay: Duration::from_millis(300) });
+    let post = |path: &str, body: Value| {
+        Request::post(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::AUTHORIZATION, format!("Bearer {API_KEY}"))
+            .body(Body::from(body.to_string()))
+            .expect("a request")
+    };
+    let header = |reply: &Reply, name: &str| reply.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+
+    // A JSON completion: relayed as it is, its 40 tokens charged.
+    let reply = gateway.send(post("/v1/completions", json!({"model":"legacy","prompt":"hi"}))).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.json(), completion);
+
+    // One stream open: a second is refused before the upstream sees it, a JSON request is not.
+    let open = gateway
+        .router
+        .clone()
+        .oneshot(post("/v1/completions", json!({"model":"slow","prompt":"hi","stream":true})))
+        .await
+        .expect("the router answers");
+    assert_eq!(open.status(), StatusCode::OK);
+    assert_eq!(open.headers()["x-ratelimit-remaining-tokens"], "60", "the JSON completion's 40 were charged");
+    let refused = gateway.send(post("/v1/chat/completions", json!({"model":"slow","messages":[],"stream":true}))).await;
+    let error = refused.error(429);
+    assert!(error["message"].as_str().is_some_and(|m| m.contains("1 streaming responses")), "{error}");
+    let plain = gateway.send(post("/v1/completions", json!({"model":"legacy","prompt":"hi"}))).await;
+    assert_eq!(plain.status, StatusCode::OK, "{}", plain.body);
+    assert_eq!(gateway.upstream.requests("slow").len(), 1, "the refused stream never reached the upstream");
+
+    // The stream asked for usage on the client's behalf, kept it from the client, and charged it.
+    let body = axum::body::to_bytes(open.into_body(), 1 << 20).await.expect("the stream ends");
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.ends_with("data: [DONE]\n\n") && !text.contains("usage"), "{text}");
+    assert_eq!(gateway.upstream.requests("slow")[0].body["stream_options"], json!({"include_usage": true}));
+
+    // Its slot is free again; 40 + 40 + 7 tokens are spent.
+    let again = gateway.send(post("/v1/completions", json!({"model":"slow","prompt":"hi","stream":true}))).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(header(&again, "x-ratelimit-remaining-tokens").as_deref(), Some("13"));
 }

@@ -1,7 +1,8 @@
 //! [`ReplayUpstream`]: a fake OpenAI-compatible model server that replays recorded and scripted replies.
 //!
 //! The gateway under test is pointed at [`ReplayUpstream::base_url`]. Every `POST /v1/chat/completions`
-//! is routed by the `model` field of its JSON body to a *scenario*: an ordered queue of [`Step`]s, each
+//! (and legacy `POST /v1/completions`, whose scenarios give raw replies: [`Step::Status`],
+//! [`Step::SlowSse`]) is routed by the `model` field of its JSON body to a *scenario*: an ordered queue of [`Step`]s, each
 //! request consuming the next one. Tests therefore pick a scenario simply by the model name they send
 //! through the gateway. An unknown model, an exhausted queue or any other surprise is answered with
 //! HTTP 500 `{"error":{"message":"replay: ..."}}` and noted in [`RecordedRequest::replay_error`], so a
@@ -446,7 +447,7 @@ async fn handle_request(State(state): State<Arc<ReplayState>>, request: Request)
         (&Method::POST, "/v1/chat/completions") if window.is_some_and(|w| toy_tokenizer::prompt_tokens(&body) >= w) => {
             Ok(Reply::Ready(context_window_exceeded(window.unwrap_or_default(), toy_tokenizer::prompt_tokens(&body))))
         }
-        (&Method::POST, "/v1/chat/completions") => state
+        (&Method::POST, "/v1/chat/completions" | "/v1/completions") => state
             .next_step(model.as_deref())
             .and_then(|step| {
                 render_step(&step, &body, EndWatch { state: state.clone(), model: model.clone(), ended: false })
@@ -949,10 +950,10 @@ mod tests {
             ]})
         );
 
-        let missing = http_client().post(format!("{}/completions", upstream.base_url())).send().await.unwrap();
+        let missing = http_client().post(format!("{}/audio/speech", upstream.base_url())).send().await.unwrap();
         assert_eq!(missing.status(), 404);
         assert_eq!(upstream.all_requests().len(), 5);
-        assert_eq!(upstream.replay_errors(), vec!["replay: no route for POST /v1/completions"]);
+        assert_eq!(upstream.replay_errors(), vec!["replay: no route for POST /v1/audio/speech"]);
     }
 
     async fn post_embeddings(upstream: &ReplayUpstream, body: Value) -> (u16, Value) {

@@ -55,7 +55,7 @@ pub struct RankingOptions {
     /// Results scoring below it (0..=1) are dropped.
     #[serde(default)]
     pub score_threshold: f64,
-    /// Accepted and echoed; the retrieval fuses vector and lexical ranks with its own weights.
+    /// How much vector and lexical ranks count in the fusion (equally without it).
     #[serde(default)]
     pub hybrid_search: Option<HybridSearch>,
 }

@@ -12,8 +12,9 @@
 //! gateway on it counts together — one round trip per admission, stream or WebSocket included —
 //! the shared region standing in while Redis is unreachable (`open` failure mode).
 
-pub(crate) mod chat_usage;
 pub mod redis;
+mod redis_direct;
+pub(crate) mod relayed_usage;
 pub mod shared;
 
 use std::sync::Arc;

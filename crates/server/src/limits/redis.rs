@@ -13,9 +13,10 @@
 //!   window.
 //!
 //! Keys are `respgw:limits:{<tenant>}:…` (the tenant in braces: one cluster slot per tenant).
-//! The connection is a [`ConnectionManager`], which reconnects by itself. When Redis cannot be
-//! reached, the failure mode decides: `open` counts in this gateway's shared region (a warning
-//! once per outage, and `gw_responses_limits_redis_up` 0), `closed` answers 503.
+//! Calls go through a [`ConnectionManager`] (multiplexed, reconnecting by itself); an admission
+//! that finds the direct connection idle uses that instead ([`super::redis_direct`]). When Redis
+//! cannot be reached, the failure mode decides: `open` counts in this gateway's shared region (a
+//! warning once per outage, and `gw_responses_limits_redis_up` 0), `closed` answers 503.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,6 +28,7 @@ use redis::{Client, Script};
 use respgw_protocol::{ApiError, ErrorType};
 use serde::{Deserialize, Serialize};
 
+use super::redis_direct::{Broken, DirectConnection, Reply};
 use super::{Counted, Open, Quota, Quotas, RateLimited, rate_refusal, token_quota, token_refusal, too_many};
 use crate::tenants::TenantLimits;
 
@@ -48,7 +50,7 @@ pub enum RedisFailureMode {
 /// The Redis settings of a gateway.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RedisSettings {
-    /// `redis://host:port/db` (or `rediss://`, `redis+unix://`).
+    /// `redis://[user:password@]host:port/db`, or `redis+unix:///path`.
     pub url: String,
     pub failure_mode: RedisFailureMode,
 }
@@ -58,6 +60,8 @@ pub struct RedisLimits(Arc<Inner>);
 
 struct Inner {
     connection: ConnectionManager,
+    /// The admissions' direct connection (none for a TLS address).
+    direct: Option<Arc<DirectConnection>>,
     failure_mode: RedisFailureMode,
     admit: Script,
     renew: Script,
@@ -228,6 +232,7 @@ impl RedisLimits {
     /// down at start-up is handled like one that goes down later). Fails only on a malformed URL.
     pub fn connect(settings: &RedisSettings) -> Result<RedisLimits, String> {
         let client = Client::open(settings.url.as_str()).map_err(|e| format!("--redis-url: {}", e.category()))?;
+        let direct = DirectConnection::new(client.get_connection_info().clone());
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CALL_TIMEOUT))
             .set_response_timeout(Some(CALL_TIMEOUT))
@@ -237,6 +242,7 @@ impl RedisLimits {
             ConnectionManager::new_lazy_with_config(client, config).map_err(|e| format!("Redis client: {e}"))?;
         let inner = Arc::new(Inner {
             connection,
+            direct,
             failure_mode: settings.failure_mode,
             admit: Script::new(ADMIT),
             renew: Script::new(RENEW),
@@ -265,26 +271,28 @@ impl RedisLimits {
     ) -> Result<(Decision, Option<Lease>), Unreachable> {
         let limit = |l: Option<u32>| l.unwrap_or(0);
         let prefix = tenant_key(tenant);
-        let mut invocation = self.0.admit.prepare_invoke();
-        invocation.key(&prefix);
         let leased = lease.map(|(what, _)| {
             let set = match what {
                 Open::Stream => format!("{prefix}:streams"),
                 Open::WebSocket => format!("{prefix}:websockets"),
             };
             let id = format!("{}-{}", self.0.process, self.0.next_lease.fetch_add(1, Ordering::Relaxed));
-            invocation.key(&set);
             (set, id)
         });
-        invocation
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(self.0.admit.get_hash());
+        match &leased {
+            Some((set, _)) => evalsha.arg(2).arg(&prefix).arg(set),
+            None => evalsha.arg(1).arg(&prefix),
+        };
+        evalsha
             .arg(limit(limits.requests_per_minute))
             .arg(limit(limits.tokens_per_minute))
             .arg(limit(limits.tokens_per_day))
             .arg(lease.map_or(0, |(_, limit)| limit))
             .arg(leased.as_ref().map_or("", |(_, id)| id.as_str()))
             .arg(LEASE_TTL.as_millis() as u64);
-        let mut connection = self.0.connection.clone();
-        let answer: Vec<i64> = self.call(invocation.invoke_async(&mut connection)).await?;
+        let answer = self.call(self.run_admission(&evalsha)).await?;
         let [outcome, remaining, reset, retry, minute, day, minute_ends, day_ends] = answer[..] else {
             return Err(Unreachable(format!("the admission script answered {answer:?}")));
         };
@@ -315,6 +323,37 @@ impl RedisLimits {
         let mut connection = self.0.connection.clone();
         let _: i64 = self.call(invocation.invoke_async(&mut connection)).await?;
         Ok(())
+    }
+
+    /// The admission script's answer: on the direct connection when it is idle (see
+    /// [`redis_direct`](super::redis_direct)), else — or when that connection fails, or Redis
+    /// lost the script — through redis-rs, which loads the script again on `NOSCRIPT`.
+    async fn run_admission(&self, evalsha: &redis::Cmd) -> redis::RedisResult<Vec<i64>> {
+        if let Some(direct) = &self.0.direct
+            && let Some(mut connection) = direct.take()
+        {
+            match connection.call(&evalsha.get_packed_command()).await {
+                Ok(Reply::Integers(answer)) => {
+                    direct.give_back(connection);
+                    return Ok(answer);
+                }
+                Ok(Reply::Error(error)) if !error.starts_with("NOSCRIPT") => {
+                    direct.give_back(connection);
+                    let kind = redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError);
+                    return Err(redis::RedisError::from((kind, "the admission script failed", error)));
+                }
+                Ok(Reply::Error(_)) => direct.give_back(connection),
+                Err(Broken(why)) => tracing::debug!(error = why, "a direct Redis connection broke; it is closed"),
+            }
+        }
+        let mut connection = self.0.connection.clone();
+        match evalsha.query_async(&mut connection).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.0.admit.load_async(&mut connection).await?;
+                evalsha.query_async(&mut connection).await
+            }
+            answered => answered,
+        }
     }
 
     /// Run one call within [`CALL_TIMEOUT`]; note that Redis is back when it was not.

@@ -13,7 +13,7 @@ use respgw_engine::FileSearchOutcome;
 use respgw_protocol::items::FileSearchResult;
 use respgw_protocol::tools::file_search::FileSearchTool as FileSearchDeclaration;
 use respgw_protocol::{ApiError, ErrorType};
-use respgw_retrieval::{Retrieval, SearchError, SearchRequest, SearchResult};
+use respgw_retrieval::{HybridWeights, Retrieval, SearchError, SearchRequest, SearchResult};
 use serde_json::Value;
 
 /// Queries of one call that are searched (the rest are dropped).
@@ -61,6 +61,10 @@ impl FileSearch {
             max_num_results: declaration.max_num_results as usize,
             filters: declaration.filters.clone(),
             score_threshold: Some(declaration.ranking_options.score_threshold).filter(|threshold| *threshold > 0.0),
+            weights: declaration
+                .ranking_options
+                .hybrid_search
+                .map(|h| HybridWeights { embedding: h.embedding_weight, text: h.text_weight }),
         };
         let found = match self.retrieval.search(&request).await {
             Ok(results) => Ok(results.into_iter().map(result_of).collect()),

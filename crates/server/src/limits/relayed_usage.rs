@@ -1,5 +1,5 @@
-//! Token charges for `POST /v1/chat/completions`, which the gateway relays as it is: the tokens
-//! the upstream's `usage` reports — in a JSON reply, or in a stream's chunks — are charged to the
+//! Token charges for the completions the gateway relays as they are (`POST /v1/chat/completions`,
+//! and `POST /v1/completions` in integrated mode): the tokens the upstream's `usage` reports — in a JSON reply, or in a stream's chunks — are charged to the
 //! tenant's budget when the reply ends, before its body does.
 //!
 //! A streamed request that did not ask for usage is sent with `stream_options.include_usage`
@@ -21,7 +21,20 @@ use crate::auth::Tenant;
 /// The most of a JSON reply kept to read its `usage` (a larger one is relayed, not charged).
 const MAX_JSON_REPLY: usize = 32 << 20;
 
-/// The body to forward for a chat completion request, and whether the usage its stream will
+/// Whether a completion request's body asks for a stream (`"stream": true`); a body that is not
+/// a JSON object does not (the upstream answers it).
+pub(crate) fn streams(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Request {
+        #[serde(default)]
+        stream: Option<Value>,
+    }
+    // A struct also reads from a JSON array (its fields in order): only an object may stream.
+    body.trim_ascii_start().starts_with(b"{")
+        && serde_json::from_slice::<Request>(body).is_ok_and(|request| request.stream == Some(Value::Bool(true)))
+}
+
+/// The body to forward for a completion request, and whether the usage its stream will
 /// carry was asked for by the gateway rather than the client. A body that is not a JSON object
 /// is forwarded as it is (the upstream answers it).
 pub(crate) fn ask_for_usage(body: Bytes) -> (Bytes, bool) {
@@ -245,6 +258,14 @@ mod tests {
 
     fn body(value: Value) -> Bytes {
         Bytes::from(value.to_string())
+    }
+
+    #[test]
+    fn only_a_body_asking_for_a_stream_streams() {
+        assert!(streams(br#"{"model":"m","messages":[],"stream":true}"#));
+        for other in [&br#"{"stream":false}"#[..], br#"{"stream":"true"}"#, b"{}", b"[true]", b"not json", b""] {
+            assert!(!streams(other), "{}", String::from_utf8_lossy(other));
+        }
     }
 
     #[test]
