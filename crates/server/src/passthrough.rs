@@ -74,9 +74,15 @@ struct Metered {
     strip_usage: bool,
 }
 
-/// Forward one request; a completion of a tenant with a token budget is `metered`, and one that
-/// streams holds its `slot` until its body ends.
-#[allow(clippy::too_many_arguments)]
+/// What a forwarded completion's relayed body carries: its token meter, and the slot its stream
+/// holds among the tenant's open streams (each `None` where there is none).
+#[derive(Default)]
+struct Relay {
+    metered: Option<Metered>,
+    slot: Option<OpenSlot>,
+}
+
+/// Forward one request; a completion's body is relayed with its [`Relay`].
 async fn forward(
     state: &Passthrough,
     method: Method,
@@ -84,8 +90,7 @@ async fn forward(
     uri: &Uri,
     headers: HeaderMap,
     body: Bytes,
-    metered: Option<Metered>,
-    slot: Option<OpenSlot>,
+    Relay { metered, slot }: Relay,
 ) -> Response {
     let upstream = state.engine.upstream();
     // The client span of the forwarded call (disabled unless spans are exported); it ends with the body.
@@ -178,7 +183,8 @@ pub async fn models(State(state): State<Passthrough>, uri: Uri, headers: HeaderM
             Err(error) => HttpError(error).into_response(),
         };
     }
-    forward(&state, Method::GET, Target::UnderUpstreamBase("/models"), &uri, headers, Bytes::new(), None, None).await
+    let target = Target::UnderUpstreamBase("/models");
+    forward(&state, Method::GET, target, &uri, headers, Bytes::new(), Relay::default()).await
 }
 
 /// The upstream's models as Anthropic lists them: `{"data":[{"type":"model","id",
@@ -280,7 +286,7 @@ pub async fn chat_completions(
             };
             let (body, metered) = meter(tenant, body);
             let target = Target::UnderUpstreamBase("/chat/completions");
-            forward(&state, Method::POST, target, &uri, headers, body, metered, slot).await
+            forward(&state, Method::POST, target, &uri, headers, body, Relay { metered, slot }).await
         }
         Err(rejection) => body_rejection(rejection).into_response(),
     }
@@ -314,7 +320,7 @@ pub async fn forward_any(
                 Some(_) => meter(tenant, body),
                 None => (body, None),
             };
-            forward(&state, method, Target::Raw(&base), &uri, headers, body, metered, slot).await
+            forward(&state, method, Target::Raw(&base), &uri, headers, body, Relay { metered, slot }).await
         }
         Err(rejection) => body_rejection(rejection).into_response(),
     }
