@@ -32,7 +32,7 @@
 //! over 100,000 chunks on SQLite against the raw vector scan, and ingestion against the
 //! embedder's own rate.
 //!
-//! It prints a table with ratios and the targets, and exits 0 whatever the numbers say
+//! It prints a table with ratios and the targets, and exits 0 whatever the numbers say
 //! (the numbers are the output); it fails only when something breaks. Loopback only; every loop
 //! is bounded in count and time. Run it through `scripts/bench`.
 
